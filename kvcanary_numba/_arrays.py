@@ -1,0 +1,237 @@
+"""Array introspection, argument validation and backend selection.
+
+Works on NumPy arrays and on any object exposing ``__cuda_array_interface__``
+(CuPy, Numba device arrays) without importing CuPy. Every check raises a
+registered :class:`~kvcanary_numba.errors.KvCanaryError`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Literal
+
+import numpy as np
+
+from .errors import error
+
+Backend = Literal["numpy", "cuda"]
+BACKEND_NAMES = ("auto", "numpy", "cuda")
+DEVICE_NAMES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayInfo:
+    """What validation needs to know about one array, whatever its library."""
+
+    kind: Backend
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    c_contiguous: bool
+    strides: tuple[int, ...]
+    ptr: int
+    writeable: bool
+    device: int | None
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def _is_c_contiguous(shape, strides, itemsize) -> bool:
+    if any(extent == 0 for extent in shape):
+        return True
+    return all(
+        extent == 1 or stride == want
+        for extent, stride, want in zip(shape, strides, _c_strides(shape, itemsize))
+    )
+
+
+def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
+    """Describe ``array`` or raise KVC-C001 if it is neither NumPy nor CUDA."""
+    if isinstance(array, np.ndarray):
+        return ArrayInfo(
+            kind="numpy",
+            shape=tuple(array.shape),
+            dtype=array.dtype,
+            c_contiguous=bool(array.flags.c_contiguous),
+            strides=tuple(array.strides),
+            ptr=int(array.ctypes.data),
+            writeable=bool(array.flags.writeable),
+            device=None,
+        )
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        raise error("KVC-C001", function=function, argument=argument, got=type(array).__name__)
+    shape = tuple(int(n) for n in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(strides)
+    ptr, readonly = cai["data"]
+    device = getattr(getattr(array, "device", None), "id", None)
+    return ArrayInfo(
+        kind="cuda",
+        shape=shape,
+        dtype=dtype,
+        c_contiguous=_is_c_contiguous(shape, strides, dtype.itemsize),
+        strides=strides,
+        ptr=int(ptr or 0),
+        writeable=not readonly,
+        device=device,
+    )
+
+
+def check_array(
+    function: str,
+    argument: str,
+    array: Any,
+    *,
+    dtype: np.dtype | type,
+    ndim: int,
+    shape: tuple[int | None, ...] | None = None,
+    min_len: int | None = None,
+    writeable: bool = False,
+    contiguous: bool = True,
+) -> ArrayInfo:
+    """Validate one array argument.
+
+    Parameters
+    ----------
+    function, argument : str
+        Names used in the error message (``<function>: <argument> ...``).
+    array : array-like
+        NumPy array or ``__cuda_array_interface__`` object.
+    dtype : numpy dtype
+        Required dtype (KVC-C002).
+    ndim : int
+        Required number of dimensions (KVC-C003).
+    shape : tuple of int or None, optional
+        Required extents; ``None`` entries are free (KVC-C004).
+    min_len : int, optional
+        Minimum extent of axis 0 (KVC-C005).
+    writeable : bool
+        The call writes this array (KVC-C013).
+    contiguous : bool
+        Require C-contiguity (KVC-C006).
+    """
+    info = inspect_array(function, argument, array)
+    want = np.dtype(dtype)
+    if info.dtype != want:
+        raise error("KVC-C002", function=function, argument=argument, expected=want.name, got=info.dtype.name)
+    if len(info.shape) != ndim:
+        raise error("KVC-C003", function=function, argument=argument, expected=ndim, got=info.shape)
+    if shape is not None and any(w is not None and w != g for w, g in zip(shape, info.shape)):
+        expected = tuple("*" if w is None else w for w in shape)
+        raise error("KVC-C004", function=function, argument=argument, expected=expected, got=info.shape)
+    if min_len is not None and info.shape[0] < min_len:
+        raise error("KVC-C005", function=function, argument=argument, expected=min_len, got=info.shape[0])
+    if contiguous and not info.c_contiguous:
+        raise error("KVC-C006", function=function, argument=argument, got=info.strides, shape=info.shape)
+    if writeable and not info.writeable:
+        raise error("KVC-C013", function=function, argument=argument)
+    return info
+
+
+def check_bool(function: str, argument: str, value: Any) -> bool:
+    """Require a real ``bool`` (KVC-C010)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise error("KVC-C010", function=function, argument=argument, got=type(value).__name__)
+    return bool(value)
+
+
+def check_int(
+    function: str, argument: str, value: Any, *, low: int | None = None, high: int | None = None
+) -> int:
+    """Require an int in ``[low, high]`` (either bound optional) (KVC-C011)."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if ok:
+        value = int(value)
+        ok = (low is None or value >= low) and (high is None or value <= high)
+    if not ok:
+        if low is not None and high is not None:
+            expected = f"an int in [{low}, {high}]"
+        elif low is not None:
+            expected = "a positive int" if low == 1 else f"an int >= {low}"
+        else:
+            expected = f"an int <= {high}" if high is not None else "an int"
+        raise error("KVC-C011", function=function, argument=argument, expected=expected, got=value)
+    return value
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is switched on for this process."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def resolve_backend(
+    function: str, backend: str, arrays: Iterable[tuple[str, ArrayInfo]]
+) -> Backend:
+    """Pick the backend of one call from its arrays and the ``backend`` argument.
+
+    All arrays must be of one kind (and, for CUDA, one device): KVC-C007.
+    ``backend`` is ``"auto"`` (follow the arrays), ``"numpy"`` (NumPy
+    references) or ``"cuda"`` (Numba-CUDA kernels; NumPy arrays only under the
+    simulator): KVC-C009 / KVC-C008.
+    """
+    if backend not in BACKEND_NAMES:
+        raise error("KVC-C009", function=function, argument="backend", expected=BACKEND_NAMES, got=backend)
+    first_name, first = None, None
+    for name, info in arrays:
+        if first is None:
+            first_name, first = name, info
+            continue
+        if info.kind != first.kind or info.device != first.device:
+            got = info.kind if info.device is None else f"{info.kind}:{info.device}"
+            expected = first.kind if first.device is None else f"{first.kind}:{first.device}"
+            raise error(
+                "KVC-C007", function=function, argument=name, got=got, reference=first_name, expected=expected
+            )
+    kind: Backend = "numpy" if first is None else first.kind
+    if backend == "auto":
+        return kind
+    if backend == "numpy" and kind == "cuda":
+        raise error(
+            "KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays"
+        )
+    if backend == "cuda" and kind == "numpy" and not simulator_enabled():
+        raise error(
+            "KVC-C008",
+            function=function,
+            argument="backend",
+            got=backend,
+            reason="NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1",
+        )
+    return backend  # type: ignore[return-value]
+
+
+def array_module(function: str, device: str):
+    """NumPy for ``device="cpu"``, CuPy for ``device="cuda"`` (KVC-C009 / KVC-C008)."""
+    if device not in DEVICE_NAMES:
+        raise error("KVC-C009", function=function, argument="device", expected=DEVICE_NAMES, got=device)
+    if device == "cpu":
+        return np
+    try:
+        import cupy
+    except ImportError as exc:
+        raise error(
+            "KVC-C008", function=function, argument="device", got=device, reason=f"CuPy is not installed ({exc})"
+        ) from None
+    if not gpu_available():
+        raise error("KVC-C008", function=function, argument="device", got=device, reason="no CUDA GPU is visible")
+    return cupy
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+        return False

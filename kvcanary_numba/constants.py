@@ -1,0 +1,153 @@
+"""Constants and on-device layouts shared by every backend.
+
+Everything here is part of the bit-compatible contract with SGLang's kv-canary:
+changing a value changes the bytes written into canary buffers and violation
+rings. Extensions beyond SGLang are marked as such and only use values SGLang
+never produces.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+# --- chain ------------------------------------------------------------------
+
+#: Seed of every chain; the stored chain head is ``splitmix64`` of it.
+CANARY_CHAIN_ANCHOR: Final[int] = 0xC0FFEE1234567890
+#: ``splitmix64(CANARY_CHAIN_ANCHOR)``, the prev_hash stored in a chain's first slot.
+CANARY_CHAIN_HEAD: Final[int] = 0xDE7FAE23A9A1B716
+
+SPLITMIX64_MUL1: Final[int] = 0xBF58476D1CE4E5B9
+SPLITMIX64_MUL2: Final[int] = 0x94D049BB133111EB
+UINT64_MASK: Final[int] = (1 << 64) - 1
+
+# --- padding rules ----------------------------------------------------------
+
+#: ``req_to_token`` row 0 is the cuda-graph padding row; real requests use rows >= 1.
+REQ_POOL_IDX_PADDING: Final[int] = 0
+#: KV slot 0 is the dummy slot padded tokens write into; verify never checks it.
+TOKEN_TO_KV_SLOT_PADDING: Final[int] = 0
+#: Seed / prev index meaning "no predecessor": the chain anchors on CANARY_CHAIN_HEAD.
+NO_PREDECESSOR: Final[int] = -1
+#: Expected token meaning "do not check the token".
+EXPECTED_TOKEN_UNCHECKED: Final[int] = -1
+#: Extension: index the plan emits when it cannot resolve a slot (request row or
+#: position outside ``req_to_token``, slot outside the SWA LUT). Larger than any
+#: canary buffer, so verify and write report it as out of range instead of
+#: reading memory. SGLang never produces it.
+OUT_OF_RANGE_SLOT: Final[int] = (1 << 63) - 1
+
+# --- canary slot record -----------------------------------------------------
+
+CANARY_FIELDS_PER_SLOT: Final[int] = 4
+CANARY_SLOT_BYTES: Final[int] = CANARY_FIELDS_PER_SLOT * 8
+FIELD_TOKEN: Final[int] = 0
+FIELD_POSITION: Final[int] = 1
+FIELD_PREV_HASH: Final[int] = 2
+FIELD_REAL_KV_HASH: Final[int] = 3
+
+# --- violation ring ---------------------------------------------------------
+
+VIOLATION_FIELDS: Final[int] = 8
+ROW_KERNEL_KIND: Final[int] = 0
+ROW_SLOT_IDX: Final[int] = 1
+ROW_POSITION: Final[int] = 2
+ROW_STORED_TOKEN: Final[int] = 3
+ROW_EXPECTED_TOKEN: Final[int] = 4
+ROW_STORED_CHAIN_HASH: Final[int] = 5
+ROW_EXPECTED_AUX: Final[int] = 6
+ROW_FAIL_REASON: Final[int] = 7
+VIOLATION_FIELD_NAMES: Final[tuple[str, ...]] = (
+    "kernel_kind",
+    "slot_idx",
+    "position",
+    "stored_token",
+    "expected_token",
+    "stored_chain_hash",
+    "expected_aux",
+    "fail_reason",
+)
+
+
+class FailReason(enum.IntFlag):
+    """Bits of a violation row's ``fail_reason`` field.
+
+    The first six are SGLang's, with SGLang's values. The rest are extensions of
+    this package: SGLang reads out-of-range indices as undefined behaviour, we
+    report them instead of touching memory outside the buffers.
+    """
+
+    VERIFY_CHAIN_HASH_MISMATCH = 1
+    VERIFY_POSITION_MISMATCH = 2
+    VERIFY_REAL_KV_HASH_MISMATCH = 4
+    WRITE_TOKEN_MISMATCH = 8
+    WRITE_POSITION_MISMATCH = 16
+    VERIFY_TOKEN_MISMATCH = 32
+    # Extensions (not in SGLang).
+    SLOT_OUT_OF_RANGE = 64
+    PREV_SLOT_OUT_OF_RANGE = 128
+    WRITE_RANGE_OUT_OF_BOUNDS = 256
+
+
+#: FailReason bits that SGLang itself defines.
+SGLANG_FAIL_REASON_MASK: Final[int] = 63
+#: FailReason bits added by kvcanary_numba.
+EXTENSION_FAIL_REASON_MASK: Final[int] = 64 | 128 | 256
+
+
+def fail_reason_label(bit: FailReason) -> str:
+    """SGLang's report label of one bit: the name lower-cased minus ``_mismatch``."""
+    return bit.name.lower().removesuffix("_mismatch")
+
+
+class RealKvHashMode(enum.IntEnum):
+    """How many bytes of the real KV a slot's fingerprint folds."""
+
+    NONE = 0
+    PARTIAL = 1
+    ALL = 2
+
+
+class CanaryLaunchTag(enum.IntEnum):
+    """Which launch wrote a violation row: (HEAD | TAIL | SWEEP) x (K | V) x (FULL | SWA)."""
+
+    HEAD_K_FULL = 0
+    HEAD_V_FULL = 1
+    TAIL_K_FULL = 2
+    TAIL_V_FULL = 3
+    SWEEP_K_FULL = 4
+    SWEEP_V_FULL = 5
+    HEAD_K_SWA = 6
+    HEAD_V_SWA = 7
+    TAIL_K_SWA = 8
+    TAIL_V_SWA = 9
+    SWEEP_K_SWA = 10
+    SWEEP_V_SWA = 11
+
+
+NUM_LAUNCH_TAGS: Final[int] = len(CanaryLaunchTag)
+
+# --- real-KV sources --------------------------------------------------------
+
+MAX_REAL_KV_SOURCES: Final[int] = 4
+#: Bytes folded per slot and source in PARTIAL mode.
+PARTIAL_READ_BYTES: Final[int] = 16
+#: Real-KV reads are whole 16-byte vectors (lo word, then hi word).
+REAL_KV_ALIGN_BYTES: Final[int] = 16
+#: Column order of the per-source parameter table: (page_size, num_bytes_per_token, read_bytes).
+REAL_KV_SOURCE_FIELD_PAGE_SIZE: Final[int] = 0
+REAL_KV_SOURCE_FIELD_NUM_BYTES_PER_TOKEN: Final[int] = 1
+REAL_KV_SOURCE_FIELD_READ_BYTES: Final[int] = 2
+REAL_KV_SOURCE_FIELDS: Final[int] = 3
+
+# --- launch shapes ----------------------------------------------------------
+
+VERIFY_BLOCK_SIZE: Final[int] = 512
+VERIFY_PERSISTENT_BLOCKS: Final[int] = 64
+PLAN_BLOCK_SIZE: Final[int] = 128
+WARP_SIZE: Final[int] = 32
+
+# --- defaults ---------------------------------------------------------------
+
+DEFAULT_RING_CAPACITY: Final[int] = 1024

@@ -1,0 +1,346 @@
+"""Codes KVC-C…: array and argument checks shared by every operation."""
+
+from __future__ import annotations
+
+from .registry import define
+
+_ALL_OPS = "every launch function, the plan/context allocators and the monitor"
+
+define(
+    "KVC-C001",
+    title="Unsupported array type",
+    message=(
+        "{function}: {argument} must be a NumPy array or an object with "
+        "__cuda_array_interface__ (CuPy, Numba device array), got {got}"
+    ),
+    exception="type",
+    meaning=(
+        "kvcanary_numba only reads NumPy arrays (CPU path) and CUDA arrays that expose "
+        "__cuda_array_interface__ (GPU path). Lists, torch tensors, JAX arrays and scalars are not "
+        "converted implicitly, because a hidden copy would make the canary check a snapshot "
+        "instead of the live buffer."
+    ),
+    triggers=(
+        "Passing a Python list or tuple where an array is expected.",
+        "Passing a framework tensor (torch, JAX) directly.",
+        f"Any argument of {_ALL_OPS}.",
+    ),
+    solutions=(
+        "Wrap host data with numpy.asarray(..., dtype=...).",
+        "Convert device tensors zero-copy with cupy.from_dlpack(tensor).",
+    ),
+    before="launch_canary_plan_kernels(..., prefix_lens=[0, 4, 7], ...)",
+    after="launch_canary_plan_kernels(..., prefix_lens=np.asarray([0, 4, 7], dtype=np.int64), ...)",
+    defensive="prefix_lens = cupy.from_dlpack(torch_prefix_lens)  # zero-copy view, live data",
+    prevention="Keep the engine's metadata in CuPy (GPU) or NumPy (CPU) arrays from the start.",
+    related=("KVC-C002", "KVC-C007"),
+    sglang=(),
+    extension=True,
+)
+
+define(
+    "KVC-C002",
+    title="Wrong dtype",
+    message="{function}: {argument} must have dtype {expected}, got {got}",
+    exception="type",
+    meaning=(
+        "Every array has one fixed dtype, the one SGLang's kernels use: int64 for per-request "
+        "metadata, plans, tokens, positions, slots and rings; int32 for req_to_token, "
+        "the expected-token pool and the count/flag scalars; uint8 for canary buffers. The kernels "
+        "are compiled for exactly these dtypes and never cast."
+    ),
+    triggers=(
+        "req_to_token allocated as int64 (SGLang's ReqToTokenPool is int32).",
+        "Position or token arrays produced as int32 by the engine.",
+        "violation_write_index allocated as int64 (it is int32, like SGLang's).",
+    ),
+    solutions=(
+        "Allocate with the documented dtype, or cast once outside the hot path (astype).",
+        "Use VerifyPlan.allocate / WritePlan.allocate / CanaryContext.allocate, which pick the dtypes.",
+    ),
+    before="positions = cupy.arange(n, dtype=cupy.int32)",
+    after="positions = cupy.arange(n, dtype=cupy.int64)",
+    defensive="positions = positions.astype(np.int64, copy=False)  # no copy when already int64",
+    prevention="Let the allocators build every canary-owned array; cast engine arrays once per step.",
+    related=("KVC-C003", "KVC-C004"),
+    sglang=(
+        "kv-canary: {name} must have dtype {dtype}, got {actual}",
+        "kv-canary: scatter_req_token_ids flat_in must be int64, got {dtype}",
+        "kv-canary: scatter_req_token_ids offsets must be int64, got {dtype}",
+        "kv-canary: scatter_req_token_ids req_pool_indices must be int64, got {dtype}",
+        "kv-canary: scatter_req_token_ids pool_out must be int32, got {dtype}",
+    ),
+)
+
+define(
+    "KVC-C003",
+    title="Wrong number of dimensions",
+    message="{function}: {argument} must be {expected}-D, got shape {got}",
+    meaning=(
+        "Per-request metadata, plans and token arrays are 1-D; req_to_token, the expected-token pool, "
+        "canary buffers, the violation ring and real-KV sources are 2-D."
+    ),
+    triggers=(
+        "Passing a [bs, 1] column instead of a [bs] vector.",
+        "Passing a flat 1-D KV buffer as a real-KV source.",
+        "Passing a 3-D [layers, slots, bytes] KV tensor instead of one layer.",
+    ),
+    solutions=(
+        "Flatten vectors with .reshape(-1) (a view when contiguous).",
+        "View a KV layer as [rows, bytes]: layer.view(numpy.uint8).reshape(rows, -1).",
+    ),
+    before="scatter_req_token_ids(flat_in=tokens.reshape(1, -1), ...)",
+    after="scatter_req_token_ids(flat_in=tokens.reshape(-1), ...)",
+    defensive="assert_1d = flat.reshape(-1)  # explicit flatten at the engine boundary",
+    prevention="Keep a table of the documented shapes next to the engine's buffer definitions.",
+    related=("KVC-C004",),
+    sglang=(
+        "kv-canary: {name} must be 1-D, got shape {shape}",
+        "kv-canary: {name} must be 2-D, got shape {shape}",
+        "kv-canary: scatter_req_token_ids flat_in must be 1-D, got shape {shape}",
+        "kv-canary: scatter_req_token_ids offsets must be 1-D, got shape {shape}",
+        "kv-canary: scatter_req_token_ids req_pool_indices must be 1-D, got shape {shape}",
+        "kv-canary: scatter_req_token_ids pool_out must be 2-D, got shape {shape}",
+    ),
+)
+
+define(
+    "KVC-C004",
+    title="Wrong length or shape",
+    message="{function}: {argument} must have shape {expected}, got {got}",
+    meaning=(
+        "Arrays that describe the same batch must agree in length: prefix_lens, extend_seq_lens and "
+        "req_pool_indices all have bs entries; scalar slots (num_valid, enable, counters, the write "
+        "index) have exactly one; the violation ring has 8 columns."
+    ),
+    triggers=(
+        "Slicing one metadata array to the live batch but not the others.",
+        "A counter allocated with the number of launch tags instead of a 1-element view.",
+        "A violation ring with the wrong number of columns.",
+    ),
+    solutions=(
+        "Slice every per-request array with the same [:bs].",
+        "Pass 1-element views (counters[tag:tag + 1]) for per-launch counters.",
+    ),
+    before="slot_run_counter=counters  # shape (12,)",
+    after="slot_run_counter=counters[tag:tag + 1]  # shape (1,)",
+    defensive="bs = len(req_pool_indices); prefix_lens, extend_seq_lens = prefix_lens[:bs], extend_seq_lens[:bs]",
+    prevention="Derive every batch length from one variable.",
+    related=("KVC-C003", "KVC-C005"),
+    sglang=(
+        "kv-canary: {name} length must be {expected}, got {actual}",
+        "kv-canary: scatter_req_token_ids offsets length {len} != bs+1 ({bs+1})",
+    ),
+)
+
+define(
+    "KVC-C005",
+    title="Array too short",
+    message="{function}: {argument} length must be >= {expected}, got {got}",
+    meaning="The operation reads or writes at least the stated number of elements of this array.",
+    triggers=(
+        "Token arrays (input_ids, positions, out_cache_loc) shorter than the expected inputs.",
+        "An SWA LUT shorter than one entry.",
+    ),
+    solutions=("Allocate the array with at least the stated length (padding is allowed).",),
+    before="lut = cupy.zeros(0, dtype=cupy.int64)",
+    after="lut = cupy.zeros(full_pool_size + 1, dtype=cupy.int64)",
+    defensive="assert lut.shape[0] >= full_pool_size + 1",
+    prevention="Size buffers from the pool's capacity, not from the current batch.",
+    related=("KVC-C004",),
+    sglang=("kv-canary: {name} length must be >= {minimum}, got {actual}",),
+)
+
+define(
+    "KVC-C006",
+    title="Array not contiguous",
+    message="{function}: {argument} must be C-contiguous, got strides {got} for shape {shape}",
+    meaning=(
+        "Kernels address arrays by flat index (and canary buffers by row * stride), so every array "
+        "must be C-contiguous; a strided view would make them read the wrong elements. Real-KV "
+        "sources are the exception: their rows may be strided (see KVC-R005)."
+    ),
+    triggers=(
+        "Passing a column slice such as table[:, 0].",
+        "Passing a transposed array.",
+        "Passing every other element (a[::2]).",
+    ),
+    solutions=("Pass a contiguous copy made once (numpy.ascontiguousarray / cupy.ascontiguousarray).",),
+    before="input_ids=batch_tokens[:, 0]",
+    after="input_ids=cupy.ascontiguousarray(batch_tokens[:, 0])",
+    defensive="x = x if x.flags.c_contiguous else xp.ascontiguousarray(x)",
+    prevention="Keep persistent canary buffers as fresh allocations, never views.",
+    related=("KVC-R005",),
+    sglang=("kv-canary: {name} must be contiguous",),
+)
+
+define(
+    "KVC-C007",
+    title="Arrays on different devices",
+    message="{function}: {argument} is a {got} array but {reference} is a {expected} array",
+    meaning=(
+        "One call runs on one backend: either every array is a NumPy array (CPU path) or every array "
+        "is a CUDA array on the same device (GPU path). Mixing would need hidden copies."
+    ),
+    triggers=(
+        "A NumPy metadata array passed together with CuPy plans.",
+        "Arrays allocated on two different GPUs.",
+    ),
+    solutions=("Move the odd array to the device of the others once (cupy.asarray / .get()).",),
+    before="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=np_prefix, ...)",
+    after="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=cupy.asarray(np_prefix), ...)",
+    defensive="prefix_lens = xp.asarray(prefix_lens)  # xp = cupy when the plans live on a GPU",
+    prevention="Allocate plans and contexts with the same device= as the engine's arrays.",
+    related=("KVC-C001", "KVC-C008"),
+    sglang=("kv-canary: {name} must be on {reference_name}'s device {ref_device}, got {device}",),
+)
+
+define(
+    "KVC-C008",
+    title="Backend unavailable",
+    message="{function}: {argument}={got!r} cannot run here: {reason}",
+    meaning=(
+        "backend='cuda' runs the Numba-CUDA kernels; it needs CUDA arrays on a GPU, or NumPy arrays "
+        "under Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1). backend='numpy' runs the NumPy "
+        "references and needs NumPy arrays. device='cuda' allocation needs CuPy and a GPU."
+    ),
+    triggers=(
+        "backend='cuda' with NumPy arrays on a machine without the simulator enabled.",
+        "backend='numpy' with CuPy arrays.",
+        "Allocating with device='cuda' where CuPy is not installed or no GPU is visible.",
+    ),
+    solutions=(
+        "Leave backend='auto': it follows the array type.",
+        "Install the GPU extra (pip install 'kvcanary_numba[gpu]') on a machine with a GPU.",
+        "Set NUMBA_ENABLE_CUDASIM=1 before importing numba to run kernels on NumPy arrays.",
+    ),
+    before="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False, backend='cuda')",
+    after="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False)",
+    defensive="device = 'cuda' if kvcanary_numba.gpu_available() else 'cpu'",
+    prevention="Run `kvcanary doctor` to see which backends this machine offers.",
+    related=("KVC-C007", "KVC-C009"),
+    extension=True,
+)
+
+define(
+    "KVC-C009",
+    title="Unknown backend or device name",
+    message="{function}: {argument} must be one of {expected}, got {got!r}",
+    meaning="backend accepts 'auto', 'numpy' and 'cuda'; device accepts 'cpu' and 'cuda'.",
+    triggers=("A typo such as backend='gpu' or device='cuda:0'.",),
+    solutions=("Use one of the listed names.",),
+    before="VerifyPlan.allocate(verify_capacity=1024, device='gpu')",
+    after="VerifyPlan.allocate(verify_capacity=1024, device='cuda')",
+    defensive="device = 'cuda' if use_gpu else 'cpu'",
+    prevention="Take the device from one configuration value.",
+    related=("KVC-C008",),
+    extension=True,
+)
+
+define(
+    "KVC-C010",
+    title="Expected a bool",
+    message="{function}: {argument} must be a bool, got {got}",
+    exception="type",
+    meaning=(
+        "Switches such as check_verify_expected_token and enable_write_input_assert select compiled "
+        "kernel variants; they must be real bools so that 0/1 arrays or None are not mistaken for flags."
+    ),
+    triggers=("Passing an int, a NumPy bool array or None as a switch.",),
+    solutions=("Pass True or False (bool(x) for a NumPy bool scalar).",),
+    before="launch_canary_verify_kernel(..., check_verify_expected_token=1)",
+    after="launch_canary_verify_kernel(..., check_verify_expected_token=True)",
+    defensive="check = bool(config.verify_tokens)",
+    prevention="Keep switches in a typed configuration object.",
+    related=("KVC-C011",),
+    sglang=("kv-canary: has_swa_lut must be bool, got {type}",),
+)
+
+define(
+    "KVC-C011",
+    title="Integer argument out of range",
+    message="{function}: {argument} must be {expected}, got {got!r}",
+    meaning=(
+        "Capacities must be positive ints, window sizes and offsets non-negative or within the "
+        "documented range, tags and modes members of their enums."
+    ),
+    triggers=(
+        "A capacity of 0 computed from an empty configuration.",
+        "A negative swa_window_size.",
+        "A kernel_kind outside CanaryLaunchTag.",
+    ),
+    solutions=("Pass a value in the stated range; use the enums for tags and modes.",),
+    before="VerifyPlan.allocate(verify_capacity=0)",
+    after="VerifyPlan.allocate(verify_capacity=3 * num_kv_slots)",
+    defensive="capacity = max(1, 3 * num_kv_slots)",
+    prevention="Derive capacities from the pool size once, at start-up.",
+    related=("KVC-C010",),
+    sglang=(
+        "kv-canary: write_req_capacity must be non-negative, got {n}",
+        "kv-canary: verify_capacity must be non-negative, got {n}",
+        "kv-canary: lut_len must be non-negative, got {n}",
+    ),
+)
+
+define(
+    "KVC-C012",
+    title="Canary buffer rows too narrow",
+    message=(
+        "{function}: {argument} rows must be a multiple of 8 bytes and at least 32 bytes "
+        "(4 int64 fields), got {got} bytes"
+    ),
+    meaning=(
+        "A canary slot stores 4 little-endian int64 fields (token, position, prev_hash, "
+        "real_kv_hash), so canary_buf is uint8 [num_slots, stride] with stride >= 32. Wider rows are "
+        "allowed (the extra bytes are never touched); the stride must be a multiple of 8 so that every "
+        "field is an aligned 8-byte word on the GPU (SGLang does not check this; it is an extension)."
+    ),
+    triggers=("Allocating [num_slots, 16] or a 1-column buffer.", "A stride such as 36 or 40 + 4 that is not a multiple of 8."),
+    solutions=("Allocate uint8 [num_slots, 32], or use CanaryContext.allocate.",),
+    before="canary_buf = cupy.zeros((num_slots, 16), dtype=cupy.uint8)",
+    after="canary_buf = cupy.zeros((num_slots, 32), dtype=cupy.uint8)",
+    defensive="stride = max(32, requested_stride)",
+    prevention="Use CanaryContext.allocate, which sizes the buffer.",
+    related=("KVC-C002", "KVC-C003"),
+    sglang=(
+        "kv-canary: canary_buf slot stride must hold at least 4 int64 fields, got {n}",
+        "canary_verify: slot_stride_bytes must hold at least 32 bytes per slot, got {n}",
+        "canary_write: slot_stride_bytes must hold at least 32 bytes per slot, got {n}",
+    ),
+)
+
+define(
+    "KVC-C013",
+    title="Read-only output array",
+    message="{function}: {argument} is written by this call and must be writeable",
+    meaning=(
+        "Plans, canary buffers, rings and counters are written in place. A read-only NumPy array "
+        "(np.load with mmap_mode='r', a broadcast view, flags.writeable = False) cannot be."
+    ),
+    triggers=("Loading a saved canary buffer with mmap_mode='r' and verifying into it.",),
+    solutions=("Pass a writeable copy (array.copy()).",),
+    before="canary_buf = np.load('buf.npy', mmap_mode='r')",
+    after="canary_buf = np.load('buf.npy').copy()",
+    defensive="if not a.flags.writeable: a = a.copy()",
+    prevention="Only pass buffers you own as outputs.",
+    related=("KVC-C006",),
+    extension=True,
+)
+
+define(
+    "KVC-C014",
+    title="Misaligned device array",
+    message="{function}: {argument} data must be aligned to {expected} bytes, got address {got:#x}",
+    meaning=(
+        "Kernels load canary fields as 8-byte words and real-KV bytes as 16-byte vectors; an array "
+        "starting at an unaligned address (a byte-offset view) would fault on the GPU."
+    ),
+    triggers=("A uint8 view that starts at an odd byte offset of a larger allocation.",),
+    solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
+    before="canary_buf = big_u8[3:].reshape(-1, 32)",
+    after="canary_buf = big_u8[32:].reshape(-1, 32)",
+    defensive="assert arr.data.ptr % 16 == 0",
+    prevention="Never carve canary-owned arrays out of byte pools at arbitrary offsets.",
+    related=("KVC-R005",),
+    extension=True,
+)

@@ -1,0 +1,113 @@
+"""Host-side chain hashing: splitmix64 finalizer, mix3, and int64/uint64 views.
+
+Two flavours of the same arithmetic: scalar functions on Python ints (for
+documentation, tests and single values) and vectorised functions on NumPy
+``uint64`` arrays (for the references). The device versions live in
+:mod:`kvcanary_numba.kernels.hashing`. All arithmetic wraps modulo 2**64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .constants import (
+    CANARY_CHAIN_ANCHOR,
+    SPLITMIX64_MUL1,
+    SPLITMIX64_MUL2,
+    UINT64_MASK,
+)
+
+__all__ = [
+    "splitmix64",
+    "splitmix64_mix3",
+    "chain_head",
+    "to_signed",
+    "to_unsigned",
+    "splitmix64_array",
+    "splitmix64_mix3_array",
+]
+
+
+def to_unsigned(value: int) -> int:
+    """Reinterpret a Python int (signed int64 or uint64) as uint64 bits."""
+    return int(value) & UINT64_MASK
+
+
+def to_signed(value: int) -> int:
+    """Reinterpret uint64 bits as the signed int64 value stored on device."""
+    value = to_unsigned(value)
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64 finalizer (no golden-ratio increment) of one 64-bit value.
+
+    Parameters
+    ----------
+    x : int
+        Any int; only its low 64 bits matter (negative ints are two's complement).
+
+    Returns
+    -------
+    int
+        The hash as an unsigned value in ``[0, 2**64)``.
+    """
+    x = to_unsigned(x)
+    x ^= x >> 30
+    x = (x * SPLITMIX64_MUL1) & UINT64_MASK
+    x ^= x >> 27
+    x = (x * SPLITMIX64_MUL2) & UINT64_MASK
+    x ^= x >> 31
+    return x
+
+
+def splitmix64_mix3(a: int, b: int, c: int) -> int:
+    """``S(S(S(a) ^ b) ^ c)``: the chain step with ``a`` = prev_hash, ``b`` = token, ``c`` = position."""
+    h = splitmix64(a)
+    h = splitmix64(h ^ to_unsigned(b))
+    return splitmix64(h ^ to_unsigned(c))
+
+
+def chain_head() -> int:
+    """The prev_hash of a chain's first slot, ``splitmix64(CANARY_CHAIN_ANCHOR)``."""
+    return splitmix64(CANARY_CHAIN_ANCHOR)
+
+
+_MUL1 = np.uint64(SPLITMIX64_MUL1)
+_MUL2 = np.uint64(SPLITMIX64_MUL2)
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def splitmix64_array(x: np.ndarray) -> np.ndarray:
+    """Element-wise :func:`splitmix64` of an array.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        Any integer dtype of 8 bytes (int64 or uint64), any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``uint64`` array of the same shape (a new array).
+    """
+    # Array (not scalar) uint64 multiplies wrap silently in NumPy, as wanted.
+    h = np.asarray(x).view(np.uint64).copy()
+    h ^= h >> _S30
+    h *= _MUL1
+    h ^= h >> _S27
+    h *= _MUL2
+    h ^= h >> _S31
+    return h
+
+
+def splitmix64_mix3_array(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Element-wise :func:`splitmix64_mix3`; inputs are 8-byte integer arrays of one shape.
+
+    Returns a new ``uint64`` array.
+    """
+    h = splitmix64_array(a)
+    h ^= np.asarray(b).view(np.uint64)
+    h = splitmix64_array(h)
+    h ^= np.asarray(c).view(np.uint64)
+    return splitmix64_array(h)

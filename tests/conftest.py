@@ -1,0 +1,69 @@
+"""Test configuration: picks the kernel tier before numba is imported.
+
+Without a GPU the kernel tests run under Numba's CUDA simulator; with one, the
+same tests run on the GPU (set NUMBA_ENABLE_CUDASIM yourself to override).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+
+
+def _nvidia_gpu_present() -> bool:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        return subprocess.run([smi, "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0" if _nvidia_gpu_present() else "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _cupy_gpu() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any failure means no usable GPU
+        return False
+
+
+HAS_GPU = _cupy_gpu()
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU with CuPy (not simulated)")
+    skip_kernels = pytest.mark.skip(reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_GPU:
+            item.add_marker(skip_gpu)
+        if "simulator" in item.keywords and not (SIMULATOR or HAS_GPU):
+            item.add_marker(skip_kernels)
+
+
+@pytest.fixture(scope="session")
+def vectors_dir() -> pathlib.Path:
+    """Folder of SGLang's golden vectors (KVCANARY_VECTORS, default ../shared/vectors)."""
+    path = pathlib.Path(os.environ.get("KVCANARY_VECTORS", ROOT.parent / "shared" / "vectors"))
+    if not path.is_dir():
+        pytest.fail(f"golden vectors not found at {path}; set KVCANARY_VECTORS")
+    return path
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
