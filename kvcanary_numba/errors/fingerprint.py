@@ -140,3 +140,106 @@ define(
         "but page_size={p} x num_bytes_per_token={n} needs {m}",
     ),
 )
+
+define(
+    "KVC-R007",
+    title="Sources do not cover every canary slot",
+    message=(
+        "{function}: real_kv_sources[{index}] has {rows} rows x page_size={page_size} = {got} slots, "
+        "but canary_buf has {needed} slots"
+    ),
+    meaning=(
+        f"{_LAYOUT} Verify and write fingerprint any in-range canary slot, so every source must hold "
+        "bytes for slots 0 .. num_slots - 1: rows * page_size >= num_slots. The check is made once on "
+        "the host so that the kernels never need a per-slot bounds check on the KV tensor, and a "
+        "source that is too short can never make them read past its end. SGLang has no such check "
+        "(its CUDA kernels would read out of bounds)."
+    ),
+    triggers=(
+        "A source built from a slice of the KV pool (k_buffer[0][:n]) instead of the whole layer.",
+        "page_size given in tokens while the tensor rows are single tokens (page_size too small).",
+        "A canary buffer sized for a different, larger pool than the KV tensor.",
+        "A paged pool whose last page is missing from the tensor view.",
+    ),
+    solutions=(
+        "Pass the whole layer: the canary buffer and the KV pool have one slot per KV slot.",
+        "Use page_size = slots per tensor row (1 for token-granular pools).",
+        "Size the canary buffer from the KV pool: num_slots = rows * page_size.",
+    ),
+    before=(
+        "ctx = CanaryContext.allocate(num_slots=4096, real_kv_hash_mode=RealKvHashMode.ALL,\n"
+        "    real_kv_sources=(RealKvSource(tensor=k0[:1024], page_size=1,\n"
+        "                                  num_bytes_per_token=256, read_bytes=256),))"
+    ),
+    after=(
+        "ctx = CanaryContext.allocate(num_slots=k0.shape[0], real_kv_hash_mode=RealKvHashMode.ALL,\n"
+        "    real_kv_sources=(RealKvSource(tensor=k0, page_size=1,\n"
+        "                                  num_bytes_per_token=256, read_bytes=256),))"
+    ),
+    defensive="assert all(s.slots_covered >= ctx.num_slots for s in ctx.real_kv_sources)",
+    prevention=(
+        "Derive num_slots and the sources from the same KV pool object in one helper, so they "
+        "cannot disagree after a pool resize."
+    ),
+    related=("KVC-R001", "KVC-R006", "KVC-R008"),
+    sglang=(),
+    extension=True,
+)
+
+define(
+    "KVC-R008",
+    title="More than 4 real-KV sources",
+    message="{function}: real_kv_sources holds at most {expected} sources, got {got}",
+    meaning=(
+        "The kernels take a fixed table of up to 4 sources (SGLang's ABI: MAX_REAL_KV_SOURCES = 4), so "
+        "one launch folds at most 4 strips of KV bytes into a slot's real_kv_hash. The limit is "
+        "checked for every backend, CPU included, so a configuration that runs on the CPU also runs "
+        "on the GPU."
+    ),
+    triggers=(
+        "Fingerprinting one source per layer of a deep model.",
+        "Listing K and V of several layers in one context.",
+    ),
+    solutions=(
+        "Fingerprint layer 0 only (as SGLang does): one K source for the K canary, one V source for the V canary.",
+        "Split the strips over several contexts (e.g. the K and V canaries) with at most 4 each.",
+    ),
+    before="ctx = ctx.replace(real_kv_sources=tuple(source(layer) for layer in range(32)))",
+    after="ctx = ctx.replace(real_kv_sources=(source(0),))",
+    defensive="sources = tuple(sources)[:MAX_REAL_KV_SOURCES]  # only if dropping the rest is acceptable",
+    prevention="Keep the list of fingerprinted strips in one place and size it against MAX_REAL_KV_SOURCES.",
+    related=("KVC-R007", "KVC-R009"),
+    sglang=(
+        "kv-canary: at most 4 RealKvSource entries supported by the CUDA ABI, got {n}",
+        "canary_verify: num_sources must be in [0, 4], got {n}",
+        "canary_write: num_sources must be in [0, 4], got {n}",
+    ),
+)
+
+define(
+    "KVC-R009",
+    title="real_kv_sources is not a tuple of RealKvSource",
+    message="{function}: {argument} must be a tuple of RealKvSource, got {got}",
+    exception="type",
+    meaning=(
+        "real_kv_sources lists the strips of live KV folded into each slot's fingerprint. Each "
+        "entry must be a RealKvSource, whose constructor has already checked the tensor geometry "
+        "(KVC-R001 ... KVC-R006); a bare array carries no page_size or byte counts."
+    ),
+    triggers=(
+        "Passing the KV tensor itself instead of RealKvSource(tensor=..., ...).",
+        "Passing None instead of an empty tuple for 'no sources'.",
+        "A dict or generator of sources.",
+    ),
+    solutions=(
+        "Wrap each tensor: RealKvSource(tensor=t, page_size=p, num_bytes_per_token=n, read_bytes=r).",
+        "Use () for no sources.",
+    ),
+    before="ctx.replace(real_kv_sources=k_layer0)",
+    after="ctx.replace(real_kv_sources=(RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256),))",
+    defensive="sources = tuple(sources or ())",
+    prevention="Build contexts with CanaryContext.allocate(real_kv_sources=...).",
+    related=("KVC-R008", "KVC-C001"),
+    sglang=(),
+    extension=True,
+)

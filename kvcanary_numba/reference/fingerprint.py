@@ -1,0 +1,103 @@
+"""NumPy reference of the real-KV fingerprint (reference notes §3).
+
+For slot ``s`` and one source the fold reads, from the source viewed as bytes,
+row ``s // page_size`` at column ``(s % page_size) * num_bytes_per_token``:
+16 bytes in PARTIAL mode, ``read_bytes`` in ALL mode. The bytes are packed
+into little-endian u64 words ``w`` and folded ``acc = splitmix64(acc ^ w)``
+from 0; the per-source folds are combined the same way, in source order.
+NONE mode, or no source at all, gives 0 without reading a byte.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
+from ..context import RealKvSource
+from ..hashing import splitmix64_array
+
+__all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
+
+#: Gathered bytes per chunk; bounds the temporary memory of ALL mode on big batches.
+_CHUNK_BYTES = 1 << 24
+
+
+def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
+    """Slots every source has bytes for: ``min(rows * page_size)`` (0 without sources)."""
+    return min((src.slots_covered for src in real_kv_sources), default=0)
+
+
+def _bytes_per_slot(src: RealKvSource, mode: RealKvHashMode) -> int:
+    return PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(src.read_bytes)
+
+
+def _fold_source(src: RealKvSource, nbytes: int, slots: np.ndarray) -> np.ndarray:
+    """Inner fold of one source for in-range ``slots`` (int64 [n]) -> uint64 [n]."""
+    table = src.bytes_view()
+    page = np.int64(src.page_size)
+    rows = slots // page
+    col0 = (slots % page) * np.int64(src.num_bytes_per_token)
+    # Fancy indexing gathers exactly the nbytes of each slot, never the holes.
+    strip = table[rows[:, None], col0[:, None] + np.arange(nbytes, dtype=np.int64)]
+    words = np.ascontiguousarray(strip).view("<u8")
+    acc = np.zeros(slots.shape[0], dtype=np.uint64)
+    for column in range(words.shape[1]):
+        acc = splitmix64_array(acc ^ words[:, column])
+    return acc
+
+
+def fold_slots(
+    real_kv_sources: Sequence[RealKvSource], real_kv_hash_mode: int, slots: np.ndarray
+) -> np.ndarray:
+    """Multi-source real-KV hash of each slot.
+
+    Parameters
+    ----------
+    real_kv_sources : sequence of RealKvSource
+        Sources with NumPy tensors, folded in this order.
+    real_kv_hash_mode : RealKvHashMode or int
+        NONE (result 0, nothing read), PARTIAL (16 bytes) or ALL (``read_bytes``).
+    slots : int64 [n]
+        Slot indices. A slot outside ``[0, slots_covered(real_kv_sources))``
+        reads nothing and hashes to 0 (callers pass only covered slots; the
+        canary kernels guarantee this through KVC-R007).
+
+    Returns
+    -------
+    uint64 [n]
+        ``real_kv_hash`` bits of each slot.
+    """
+    slots = np.asarray(slots, dtype=np.int64)
+    out = np.zeros(slots.shape[0], dtype=np.uint64)
+    mode = RealKvHashMode(int(real_kv_hash_mode))
+    if mode == RealKvHashMode.NONE or not real_kv_sources:
+        return out
+    covered = np.flatnonzero((slots >= 0) & (slots < slots_covered(real_kv_sources)))
+    nbytes_max = max(_bytes_per_slot(src, mode) for src in real_kv_sources)
+    chunk = max(1, _CHUNK_BYTES // nbytes_max)
+    for begin in range(0, covered.shape[0], chunk):
+        where = covered[begin : begin + chunk]
+        acc = np.zeros(where.shape[0], dtype=np.uint64)
+        for src in real_kv_sources:
+            acc = splitmix64_array(acc ^ _fold_source(src, _bytes_per_slot(src, mode), slots[where]))
+        out[where] = acc
+    return out
+
+
+def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out) -> None:
+    """Write the real-KV hash of each slot into ``out`` (see :func:`fold_slots`).
+
+    Parameters
+    ----------
+    real_kv_sources : tuple of RealKvSource
+        At most 4 sources with NumPy tensors.
+    real_kv_hash_mode : RealKvHashMode
+        NONE, PARTIAL or ALL.
+    slot_indices : int64 [n]
+        Slots to fingerprint; uncovered or negative slots give 0.
+    out : int64 [n]
+        Receives the hashes (uint64 bits stored as int64).
+    """
+    out[...] = fold_slots(real_kv_sources, real_kv_hash_mode, slot_indices).view(np.int64)

@@ -1,0 +1,204 @@
+"""NumPy reference of the write kernel (reference notes §4, docs/concepts/semantics.md).
+
+The chain is serial within a request (each slot's prev_hash is the hash of
+the slot written before it), so the per-entry loop is compiled with
+``numba.njit`` for the CPU; everything that is not serial (range clipping,
+the real-KV fold) is vectorised NumPy around it. Requests run in order and
+rows are appended in loop order (the GPU appends them in atomic order).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..constants import (
+    CANARY_CHAIN_HEAD,
+    FIELD_POSITION,
+    FIELD_PREV_HASH,
+    FIELD_REAL_KV_HASH,
+    FIELD_TOKEN,
+    SPLITMIX64_MUL1,
+    SPLITMIX64_MUL2,
+    VIOLATION_FIELDS,
+    FailReason,
+)
+from .fingerprint import fold_slots
+from .verify import append_violation_rows, bump, canary_fields
+
+__all__ = ["launch_canary_write_kernel"]
+
+_MUL1, _MUL2 = np.uint64(SPLITMIX64_MUL1), np.uint64(SPLITMIX64_MUL2)
+_HEAD = np.uint64(CANARY_CHAIN_HEAD)
+_TOKEN_BIT = int(FailReason.WRITE_TOKEN_MISMATCH)
+_POSITION_BIT = int(FailReason.WRITE_POSITION_MISMATCH)
+_SLOT_BIT = int(FailReason.SLOT_OUT_OF_RANGE)
+_SEED_BIT = int(FailReason.PREV_SLOT_OUT_OF_RANGE)
+_RANGE_BIT = int(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
+
+
+@numba.njit(nogil=True)
+def _splitmix64(x):
+    x ^= x >> np.uint64(30)
+    x *= _MUL1
+    x ^= x >> np.uint64(27)
+    x *= _MUL2
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(nogil=True)
+def _mix3(prev_hash, token, position):
+    # Tokens and positions enter the hash as their uint64 bits.
+    h = _splitmix64(prev_hash)
+    h = _splitmix64(h ^ np.uint64(token))
+    return _splitmix64(h ^ np.uint64(position))
+
+
+@numba.njit(nogil=True)
+def _record(rows, n, kind, slot, position, token, expected_token, chain_hash, aux, bits):
+    rows[n, 0], rows[n, 1], rows[n, 2], rows[n, 3] = kind, slot, position, token
+    rows[n, 4], rows[n, 5], rows[n, 6], rows[n, 7] = expected_token, chain_hash, aux, bits
+    return n + 1
+
+
+@numba.njit(nogil=True)
+def _stamp_requests(
+    fields, offsets, seeds, num_reqs, input_ids, positions, out_cache_loc, real_kv,
+    input_assert, expected_tokens, expected_positions, chain_assert, kind, rows,
+):  # fmt: skip
+    """The per-request loop; returns (rows recorded, entries stored)."""
+    num_slots, num_tokens = fields.shape[0], input_ids.shape[0]
+    n = 0
+    stored = 0
+    for r in range(num_reqs):
+        start, end = offsets[r], offsets[r + 1]
+        if end <= start:
+            continue
+        lo, hi = max(start, 0), min(end, num_tokens)
+        if lo != start or hi != end:
+            n = _record(rows, n, kind, -1, -1, start, end, 0, num_tokens, _RANGE_BIT)
+        if hi <= lo:
+            continue
+        seed = seeds[r]
+        running = _HEAD
+        track_position = False
+        prev_position = 0
+        if seed >= num_slots:
+            n = _record(rows, n, kind, seed, -1, -1, -1, 0, num_slots, _SEED_BIT)
+        elif seed >= 0:
+            running = _mix3(
+                np.uint64(fields[seed, FIELD_PREV_HASH]), fields[seed, FIELD_TOKEN], fields[seed, FIELD_POSITION]
+            )
+            track_position = chain_assert
+            prev_position = fields[seed, FIELD_POSITION]
+        for i in range(lo, hi):
+            slot = out_cache_loc[i]
+            if slot < 0:
+                continue  # skipped entirely: no store, no count, chain state unchanged
+            token, position = input_ids[i], positions[i]
+            chain_hash = np.int64(running)
+            if input_assert:
+                bits = 0
+                if token != expected_tokens[i]:
+                    bits |= _TOKEN_BIT
+                if position != expected_positions[i]:
+                    bits |= _POSITION_BIT
+                if bits:
+                    n = _record(
+                        rows, n, kind, slot, position, token, expected_tokens[i], chain_hash,
+                        expected_positions[i], bits,
+                    )  # fmt: skip
+            if track_position:
+                if position != prev_position + 1:
+                    n = _record(rows, n, kind, slot, position, token, token, chain_hash, prev_position + 1, _POSITION_BIT)
+                prev_position = position
+            if slot >= num_slots:
+                n = _record(rows, n, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_BIT)
+            else:
+                fields[slot, FIELD_TOKEN] = token
+                fields[slot, FIELD_POSITION] = position
+                fields[slot, FIELD_PREV_HASH] = chain_hash
+                fields[slot, FIELD_REAL_KV_HASH] = real_kv[i]
+                stored += 1
+            # The chain advances on the actual values, so one bad entry is reported once.
+            running = _mix3(running, token, position)
+    return n, stored
+
+
+def _request_ranges(offsets: np.ndarray, num_reqs: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clipped entry ranges ``[lo, hi)`` of the walked requests (empty ranges give lo == hi)."""
+    start, end = offsets[:num_reqs], offsets[1 : num_reqs + 1]
+    lo = np.clip(start, 0, num_tokens)
+    hi = np.where(end > start, np.clip(end, 0, num_tokens), lo)
+    return lo, np.maximum(hi, lo)
+
+
+def _real_kv_of_entries(context, out_cache_loc: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Real-KV hash of every entry a request covers with an in-range slot (0 elsewhere), int64."""
+    num_tokens = out_cache_loc.shape[0]
+    # Coverage by a difference array: +1 at lo, -1 at hi.
+    edges = np.zeros(num_tokens + 1, dtype=np.int64)
+    np.add.at(edges, lo, 1)
+    np.add.at(edges, hi, -1)
+    covered = np.cumsum(edges[:num_tokens]) > 0
+    slot = out_cache_loc
+    entries = np.flatnonzero(covered & (slot >= 0) & (slot < context.canary_buf.shape[0]))
+    real_kv = np.zeros(num_tokens, dtype=np.int64)
+    real_kv[entries] = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slot[entries]).view(np.int64)
+    return real_kv
+
+
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+) -> None:
+    """Stamp the new slots of every request; record write-time assert failures.
+
+    Parameters
+    ----------
+    context : CanaryContext
+        NumPy arrays; canary buffer, ring, write index and counters are
+        updated in place. ``enable_chain_position_assert[0] != 0`` turns the
+        chain-step position assert on.
+    plan : WritePlan
+        NumPy arrays; requests ``[0, clamp(write_num_valid_reqs, 0, capacity))``.
+    input_ids, positions, out_cache_loc : int64 [num_tokens]
+        Per-entry token, position and target slot (negative = skip).
+    enable_write_input_assert : bool
+        Compare tokens/positions with the expected arrays.
+    expected_input_tokens, expected_input_positions : int64 [num_tokens] or None
+        Present exactly when ``enable_write_input_assert``.
+    """
+    bump(context.kernel_run_counter, 1)
+    capacity = plan.write_seed_slot_indices.shape[0]
+    num_reqs = min(max(int(plan.write_num_valid_reqs[0]), 0), capacity)
+    num_tokens = input_ids.shape[0]
+    lo, hi = _request_ranges(plan.write_offsets, num_reqs, num_tokens)
+    max_rows = 2 * num_reqs + 3 * int((hi - lo).sum())
+    rows = np.empty((max_rows, VIOLATION_FIELDS), dtype=np.int64)
+    unused = np.empty(0, dtype=np.int64)
+    n_rows, stored = _stamp_requests(
+        canary_fields(context.canary_buf),
+        plan.write_offsets,
+        plan.write_seed_slot_indices,
+        num_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        _real_kv_of_entries(context, out_cache_loc, lo, hi),
+        bool(enable_write_input_assert),
+        unused if expected_input_tokens is None else expected_input_tokens,
+        unused if expected_input_positions is None else expected_input_positions,
+        bool(int(context.enable_chain_position_assert[0]) != 0),
+        np.int64(int(context.kernel_kind)),
+        rows,
+    )
+    append_violation_rows(context, rows[:n_rows])
+    bump(context.slot_run_counter, stored)

@@ -1,0 +1,109 @@
+"""Public write launch: validate, then run the NumPy reference or the CUDA kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._arrays import check_array, check_bool, resolve_backend
+from .errors import error
+from .plans import WritePlan
+from .verify import check_bundle, check_context, check_plan_type
+
+__all__ = ["launch_canary_write_kernel"]
+
+_FUNCTION = "launch_canary_write_kernel"
+
+
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+    backend: str = "auto",
+) -> None:
+    """Stamp the canary records of the slots a forward pass writes.
+
+    For each request ``r < clamp(write_num_valid_reqs, 0, capacity)`` the
+    entries ``i`` in ``[write_offsets[r], write_offsets[r + 1])`` are walked in
+    order from the chain hash of ``write_seed_slot_indices[r]`` (negative =
+    chain head). An entry with ``out_cache_loc[i] < 0`` is skipped; otherwise
+    its slot receives (token, position, running prev_hash, real-KV
+    fingerprint) and the running hash advances on the actual token and
+    position. Optional asserts record rows: the write-input assert (bits 8/16
+    against the expected arrays) and the chain-step position assert
+    (``position == previous position + 1``, bit 16, on when
+    ``context.enable_chain_position_assert[0] != 0`` and the seed is a real
+    slot). Out-of-range ranges, seeds and slots are reported with the
+    extension bits 256 / 128 / 64 (docs/concepts/semantics.md).
+    ``kernel_run_counter`` += 1 per call; ``slot_run_counter`` += slots stored.
+
+    Parameters
+    ----------
+    context : CanaryContext
+        canary_buf uint8 [num_slots, stride >= 32] (written);
+        violation_ring int64 [ring_capacity, 8]; violation_write_index int32
+        [1]; slot_run_counter, kernel_run_counter int64 [1];
+        enable_chain_position_assert int32 [1]; up to 4 real_kv_sources
+        covering every slot; real_kv_hash_mode; kernel_kind.
+    plan : WritePlan
+        write_offsets int64 [write_req_capacity + 1]; write_seed_slot_indices
+        int64 [write_req_capacity]; write_num_valid_reqs int32 [1].
+    input_ids, positions, out_cache_loc : int64 [num_tokens]
+        Token, position and target slot of every entry (padding allowed).
+    enable_write_input_assert : bool
+        Run the write-input assert.
+    expected_input_tokens, expected_input_positions : int64 [num_tokens] or None
+        Required when ``enable_write_input_assert`` is True, None otherwise.
+    backend : {"auto", "numpy", "cuda"}
+        ``"auto"`` follows the arrays (NumPy -> reference, CUDA -> kernels).
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-V001, KVC-W001 (offsets length), KVC-W002 / KVC-W003 (expected
+        inputs vs the flag), KVC-C001 … KVC-C014 for arrays, bools and the
+        backend, KVC-R007 … KVC-R009 for real-KV sources.
+    """
+    arrays = check_context(_FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
+    check_plan_type(_FUNCTION, "plan", plan, WritePlan)
+    seeds = check_array(_FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
+    offsets = check_array(_FUNCTION, "plan.write_offsets", plan.write_offsets, dtype=np.int64, ndim=1)
+    if offsets.shape[0] != seeds.shape[0] + 1:
+        raise error(
+            "KVC-W001", function=_FUNCTION, argument="plan.write_offsets", expected=seeds.shape[0] + 1, got=offsets.shape[0]
+        )
+    arrays += [("plan.write_seed_slot_indices", seeds), ("plan.write_offsets", offsets)]
+    arrays += check_bundle(_FUNCTION, "plan", plan, [("write_num_valid_reqs", np.int32, (1,))])
+    tokens = check_array(_FUNCTION, "input_ids", input_ids, dtype=np.int64, ndim=1)
+    arrays.append(("input_ids", tokens))
+    for name, array in (("positions", positions), ("out_cache_loc", out_cache_loc)):
+        arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
+    asserted = check_bool(_FUNCTION, "enable_write_input_assert", enable_write_input_assert)
+    expected = (("expected_input_tokens", expected_input_tokens), ("expected_input_positions", expected_input_positions))
+    for name, array in expected:
+        if asserted and array is None:
+            raise error("KVC-W002", function=_FUNCTION, argument=name)
+        if not asserted and array is not None:
+            raise error("KVC-W003", function=_FUNCTION, argument=name)
+        if array is not None:
+            arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
+    kwargs = dict(
+        context=context,
+        plan=plan,
+        input_ids=input_ids,
+        positions=positions,
+        out_cache_loc=out_cache_loc,
+        enable_write_input_assert=asserted,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
+    if resolve_backend(_FUNCTION, backend, arrays) == "numpy":
+        from .reference import write as _impl
+    else:
+        from .launch import write as _impl
+    _impl.launch_canary_write_kernel(**kwargs)
