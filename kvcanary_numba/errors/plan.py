@@ -43,3 +43,235 @@ define(
     related=("KVC-P002", "KVC-W001"),
     sglang=("kv-canary: write_offsets_len must be positive, got {n}",),
 )
+
+define(
+    "KVC-P002",
+    title="write_offsets length is not write_req_capacity + 1",
+    message=(
+        "{function}: {argument} must have write_req_capacity + 1 = {expected} entries "
+        "(one more than {capacity_argument}), got {got}"
+    ),
+    meaning=(
+        "A write plan describes up to write_req_capacity requests, where write_req_capacity is the "
+        "length of write_seed_slot_indices (one seed per request). write_offsets is the exclusive "
+        "prefix sum over those requests, so it has exactly one entry more. The plan kernel writes the "
+        "whole array every step (sums for the live batch, zeros after it) and the write kernel reads "
+        "write_offsets[r + 1] for every request r, so any other length either leaves entries stale "
+        "or reads past the end."
+    ),
+    triggers=(
+        "Allocating write_offsets and write_seed_slot_indices with the same length.",
+        "Growing the seed array for a larger batch but keeping the old offsets array.",
+        "Passing out_write_offsets[:bs + 1] instead of the whole array to launch_plan_offsets_kernel.",
+    ),
+    solutions=(
+        "Allocate both arrays together with WritePlan.allocate(write_req_capacity=N).",
+        "When building arrays by hand, make write_offsets exactly len(write_seed_slot_indices) + 1 long.",
+    ),
+    before=(
+        "plan = WritePlan(write_offsets=xp.zeros(cap, dtype=xp.int64),\n"
+        "                 write_seed_slot_indices=xp.full(cap, -1, dtype=xp.int64),\n"
+        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))"
+    ),
+    after="plan = WritePlan.allocate(write_req_capacity=cap, device='cuda')",
+    defensive=(
+        "assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1"
+    ),
+    prevention=(
+        "Keep write_req_capacity in one place and derive both lengths from it, or always let "
+        "WritePlan.allocate build the plan."
+    ),
+    related=("KVC-P001", "KVC-P003"),
+    sglang=("kv-canary: write_offsets_len must equal write_req_capacity + 1, got {a} and {b}",),
+)
+
+define(
+    "KVC-P003",
+    title="Batch larger than the write plan",
+    message=(
+        "{function}: req_pool_indices has bs={got} requests but {argument} holds "
+        "write_req_capacity={expected}"
+    ),
+    meaning=(
+        "The plan writes one write range and one chain seed per request of the batch "
+        "(padding rows included), so the write plan must have room for bs requests. "
+        "There is no other limit on bs: unlike SGLang, whose plan launch handles at most 4096 "
+        "requests, the plan here runs a multi-block scan and accepts any batch the write plan can hold."
+    ),
+    triggers=(
+        "Sizing the write plan from the average batch instead of the largest one "
+        "(the cuda-graph max batch size or the request-pool size, whichever is larger).",
+        "A padded batch (cuda-graph bucket) larger than the capacity chosen at start-up.",
+        "Reusing a write plan allocated for another pool group with a smaller batch.",
+    ),
+    solutions=(
+        "Allocate the write plan with write_req_capacity = max(cuda_graph_max_bs, req_pool_size).",
+        "Split an oversized batch into launches that fit.",
+    ),
+    before="wplan = WritePlan.allocate(write_req_capacity=8)  # then a 16-request batch",
+    after="wplan = WritePlan.allocate(write_req_capacity=max(cuda_graph_max_bs, req_pool_size))",
+    defensive=(
+        "if len(req_pool_indices) > wplan.write_req_capacity:\n"
+        "    wplan = WritePlan.allocate(write_req_capacity=2 * len(req_pool_indices), device=dev)"
+    ),
+    prevention=(
+        "Compute every capacity once from the engine's limits (largest padded batch), as SGLang's "
+        "CanaryLaunchCapacities does; never from the first batch seen."
+    ),
+    related=("KVC-P002", "KVC-P004"),
+    sglang=(
+        "kv-canary: bs={bs} exceeds write_req_capacity={c}",
+        "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs={bs}. "
+        "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.",
+        "kv-canary: offsets kernel bs must be in [0, 4096], got {bs}",
+    ),
+)
+
+define(
+    "KVC-P004",
+    title="verify_capacity does not match the verify plan",
+    message=(
+        "{function}: verify_capacity must equal the length of {argument} ({expected}), got {got!r}"
+    ),
+    meaning=(
+        "verify_capacity is the overflow threshold of the plan: when a step needs more verify "
+        "entries than this, the plan sets verify_num_valid = verify_capacity and enable = 0 and "
+        "leaves the entry arrays alone. The threshold must therefore be the real length of the "
+        "entry arrays; a larger value would let the plan write past their end, a smaller one would "
+        "disable verification for steps that fit."
+    ),
+    triggers=(
+        "Passing a configured capacity while the plan was allocated with another one.",
+        "Reallocating the verify plan (larger pool) without updating the capacity passed to the plan.",
+    ),
+    solutions=(
+        "Pass verify_capacity=verify_plan.verify_capacity.",
+        "Allocate the plan from the same variable you pass as verify_capacity.",
+    ),
+    before="launch_canary_plan_kernels(verify_plan_out=vplan, verify_capacity=4096, ...)  # vplan has 1024",
+    after="launch_canary_plan_kernels(verify_plan_out=vplan, verify_capacity=vplan.verify_capacity, ...)",
+    defensive="verify_capacity = vplan.verify_capacity  # single source of truth",
+    prevention="Never keep the capacity separately from the plan; read it from the plan object.",
+    related=("KVC-P003", "KVC-C011"),
+    sglang=(
+        "kv-canary: launch_canary_plan_kernels verify_capacity={c} does not match "
+        "verify_plan_out.verify_slot_indices.shape[0]={p}",
+        "kv-canary: launch_canary_plan_kernels_torch_reference verify_capacity={c} does not match "
+        "verify_plan_out.verify_slot_indices.shape[0]={p}",
+    ),
+)
+
+define(
+    "KVC-P005",
+    title="SWA LUT presence does not match swa_window_size",
+    message=(
+        "{function}: full_to_swa_index_mapping must be {expected} when swa_window_size={window}, got {got}"
+    ),
+    meaning=(
+        "A sliding-window (SWA) pool group keeps its own, smaller canary buffer indexed by SWA slots, "
+        "so every slot, predecessor and seed the plan emits must be translated through the group's "
+        "full-to-SWA LUT (int64 [full_pool_size + 1]). swa_window_size > 0 marks such a group and "
+        "requires the LUT; swa_window_size = 0 marks a full-attention group, whose slots must not be "
+        "translated, so a LUT there is a mix-up of the two groups' arguments."
+    ),
+    triggers=(
+        "Planning the SWA group with the full group's arguments (LUT left as None).",
+        "Passing the SWA LUT to the full group's plan (swa_window_size=0).",
+        "Reading swa_window_size from a model config that has no sliding window while passing a LUT.",
+    ),
+    solutions=(
+        "For the SWA group pass swa_window_size=W and full_to_swa_index_mapping=lut.",
+        "For the full group pass swa_window_size=0 and full_to_swa_index_mapping=None.",
+    ),
+    before=(
+        "launch_canary_plan_kernels(..., swa_window_size=4096, full_to_swa_index_mapping=None, ...)"
+    ),
+    after=(
+        "launch_canary_plan_kernels(..., swa_window_size=4096,\n"
+        "                           full_to_swa_index_mapping=pool.full_to_swa_index_mapping, ...)"
+    ),
+    defensive=(
+        "lut = group.full_to_swa_index_mapping if group.is_swa else None\n"
+        "window = group.window if group.is_swa else 0"
+    ),
+    prevention=(
+        "Keep (swa_window_size, LUT, canary buffers) together in one per-group object so they cannot "
+        "be mixed up."
+    ),
+    related=("KVC-C005", "KVC-P006"),
+    sglang=(
+        "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when swa_window_size > 0",
+        "kv-canary: lut_len must be 0 when has_swa_lut is False",
+        "full_to_swa_index_mapping presence does not match HAS_SWA_LUT specialization",
+    ),
+)
+
+define(
+    "KVC-P006",
+    title="Expected-token pool and valid lengths not given together",
+    message=(
+        "{function}: req_to_verify_expected_tokens and req_to_verify_expected_tokens_valid_lens "
+        "must both be arrays or both be None, got {got}"
+    ),
+    meaning=(
+        "The verify-token check gathers, for entry (request r, position p), the expected token "
+        "pool[req_pool_indices[r], p + kv_token_id_vs_position_offset] if that column is below "
+        "valid_lens[r] (the length of the request's token snapshot), else -1 (unchecked). "
+        "The pool without the lengths would read unwritten columns as real tokens; the lengths "
+        "without the pool have nothing to bound."
+    ),
+    triggers=(
+        "Turning the verify-token check on by passing the pool but forgetting the per-request lengths.",
+        "Turning the check off by dropping the pool but still passing the lengths.",
+    ),
+    solutions=(
+        "Pass both (check on) or neither (check off).",
+        "Fill the pool with scatter_req_token_ids and pass the same per-request lengths it used.",
+    ),
+    before="launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=None, ...)",
+    after="launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=lens, ...)",
+    defensive=(
+        "pool_args = (pool, lens) if check_tokens else (None, None)\n"
+        "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool_args[0],\n"
+        "                           req_to_verify_expected_tokens_valid_lens=pool_args[1], ...)"
+    ),
+    prevention="Derive both arguments from the one switch that enables the verify-token check.",
+    related=("KVC-P005", "KVC-C004"),
+    sglang=(
+        "kv-canary: launch_plan_entries_kernel requires req_to_verify_expected_tokens_valid_lens "
+        "when req_to_verify_expected_tokens is set",
+        "kv-canary: launch_canary_plan_kernels_torch_reference requires "
+        "req_to_verify_expected_tokens_valid_lens when req_to_verify_expected_tokens is set",
+        "req_to_verify_expected_tokens_valid_lens must be set when req_to_verify_expected_tokens is set",
+        "req_to_verify_expected_tokens presence does not match HAS_VERIFY_EXPECTED_TOKEN_POOL specialization",
+    ),
+)
+
+define(
+    "KVC-P007",
+    title="Plan output is not a plan object",
+    message="{function}: {argument} must be a {expected}, got {got}",
+    exception="type",
+    meaning=(
+        "launch_canary_plan_kernels fills a VerifyPlan (verify entries) and a WritePlan (write "
+        "ranges and seeds) in place; it needs the plan objects, whose arrays the later verify and "
+        "write launches read. Passing the two plans in swapped order, a dict of arrays or a single "
+        "array is rejected before anything is written."
+    ),
+    triggers=(
+        "verify_plan_out and write_plan_out swapped.",
+        "Passing plan.arrays() (a dict) instead of the plan.",
+        "Passing None to skip one half of the plan.",
+    ),
+    solutions=(
+        "Pass VerifyPlan.allocate(...) as verify_plan_out and WritePlan.allocate(...) as write_plan_out.",
+        "To compute only write ranges and seeds, call launch_plan_offsets_kernel with raw arrays.",
+    ),
+    before="launch_canary_plan_kernels(verify_plan_out=wplan, write_plan_out=vplan, ...)",
+    after="launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, ...)",
+    defensive="assert isinstance(vplan, VerifyPlan) and isinstance(wplan, WritePlan)",
+    prevention="Always pass plans by keyword and allocate them next to each other.",
+    related=("KVC-C001", "KVC-P002"),
+    sglang=(),
+    extension=True,
+)

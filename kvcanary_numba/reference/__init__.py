@@ -1,0 +1,1 @@
+"""NumPy references of every operation: the executable specification and the CPU path."""

@@ -1,0 +1,195 @@
+"""NumPy reference of the plan: batch metadata -> verify entries, write ranges and seeds.
+
+This is the executable specification of the plan kernels and the CPU path. The
+semantics are SGLang's (reference notes §6) plus the rules of
+``docs/concepts/semantics.md`` for values SGLang leaves undefined:
+
+- request ``r`` is active iff ``rp = req_pool_indices[r] != 0`` (row 0 is padding);
+- negative ``prefix_lens`` / ``extend_seq_lens`` count as 0;
+- verify positions of an active request are ``[start, prefix)`` with
+  ``start = max(prefix - W, 0)`` for an SWA window ``W > 0``, else 0;
+- a slot is ``req_to_token[rp, p]``; ``(rp, p)`` outside the table resolves to
+  ``OUT_OF_RANGE_SLOT``; with a LUT the slot is then translated: negative values
+  pass through, ``v >= len(lut)`` becomes ``OUT_OF_RANGE_SLOT``, else ``lut[v]``;
+- the same resolution gives prevs (``p - 1``; -1 at ``p == 0``) and seeds
+  (``prefix - 1``; -1 for padding rows, no write or no prefix).
+
+Inputs are validated by the public wrappers in :mod:`kvcanary_numba.plan`;
+these functions assume valid arrays and never read past any of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import (
+    EXPECTED_TOKEN_UNCHECKED,
+    NO_PREDECESSOR,
+    OUT_OF_RANGE_SLOT,
+    REQ_POOL_IDX_PADDING,
+)
+
+__all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
+
+
+def _exclusive_sum(lengths: np.ndarray) -> np.ndarray:
+    """``[0, l0, l0 + l1, ...]`` (length ``len(lengths) + 1``), int64 with wrap-around."""
+    out = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _request_layout(req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size):
+    """Per request: (active, clamped prefix, window start, verify length, write length)."""
+    active = req_pool_indices != REQ_POOL_IDX_PADDING
+    prefix = np.maximum(prefix_lens, 0)
+    extend = np.maximum(extend_seq_lens, 0)
+    if swa_window_size > 0:
+        start = np.maximum(prefix - np.int64(swa_window_size), 0)
+    else:
+        start = np.zeros_like(prefix)
+    verify_len = np.where(active, prefix - start, 0)
+    write_len = np.where(active, extend, 0)
+    return active, prefix, start, verify_len, write_len
+
+
+def _resolve(req_to_token, lut, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Slots of ``(rows[i], positions[i])``: table lookup, then LUT translation (see module doc)."""
+    n_rows, n_cols = req_to_token.shape
+    ok = (rows >= 0) & (rows < n_rows) & (positions >= 0) & (positions < n_cols)
+    slots = np.full(rows.shape, OUT_OF_RANGE_SLOT, dtype=np.int64)
+    slots[ok] = req_to_token[rows[ok], positions[ok]]
+    if lut is None:
+        return slots
+    # OUT_OF_RANGE_SLOT is >= any LUT length, so unresolved entries stay unresolved.
+    inside = (slots >= 0) & (slots < lut.shape[0])
+    translated = np.where(slots < 0, slots, OUT_OF_RANGE_SLOT)
+    translated[inside] = lut[slots[inside]]
+    return translated
+
+
+def launch_plan_offsets_kernel(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+) -> None:
+    """Offsets step of the plan, in place (see :func:`kvcanary_numba.plan.launch_plan_offsets_kernel`).
+
+    Takes the public keyword arguments minus ``backend``. Writes
+    ``out_verify_offsets_scratch[:bs + 1]`` (exclusive verify offsets, total at
+    ``[bs]``; the rest of the scratch is untouched), num_valid / enable
+    (``verify_capacity`` / 0 on overflow, else ``total`` / 1), the whole of
+    ``out_write_offsets`` (sums at ``[0, bs]``, zeros after), the whole of
+    ``out_write_seed_slot_indices`` (seeds at ``[0, bs)``, -1 after) and
+    ``out_write_num_valid_reqs = bs``.
+    """
+    bs = req_pool_indices.shape[0]
+    active, prefix, _, verify_len, write_len = _request_layout(
+        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size
+    )
+    verify_offsets = _exclusive_sum(verify_len)
+    total = int(verify_offsets[bs])
+    out_verify_offsets_scratch[: bs + 1] = verify_offsets
+    overflow = total > verify_capacity
+    out_verify_num_valid[0] = verify_capacity if overflow else total
+    out_verify_enable[0] = 0 if overflow else 1
+
+    out_write_offsets[: bs + 1] = _exclusive_sum(write_len)
+    out_write_offsets[bs + 1 :] = 0
+
+    seeded = active & (write_len > 0) & (prefix > 0)
+    seeds = np.full(bs, NO_PREDECESSOR, dtype=np.int64)
+    seeds[seeded] = _resolve(
+        req_to_token, full_to_swa_index_mapping, req_pool_indices[seeded], prefix[seeded] - 1
+    )
+    out_write_seed_slot_indices[:bs] = seeds
+    out_write_seed_slot_indices[bs:] = NO_PREDECESSOR
+    out_write_num_valid_reqs[0] = bs
+
+
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+) -> None:
+    """Full plan, in place (see :func:`kvcanary_numba.plan.launch_canary_plan_kernels`).
+
+    Runs the offsets step, then, unless the step overflowed or has no entries,
+    writes entries ``[0, total)`` of the four verify arrays request-major;
+    entries from ``total`` on are left as they were.
+    """
+    bs = req_pool_indices.shape[0]
+    wplan, vplan = write_plan_out, verify_plan_out
+    scratch = np.empty(bs + 1, dtype=np.int64)
+    launch_plan_offsets_kernel(
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        out_verify_offsets_scratch=scratch,
+        out_write_offsets=wplan.write_offsets,
+        out_write_seed_slot_indices=wplan.write_seed_slot_indices,
+        out_verify_num_valid=vplan.verify_num_valid,
+        out_verify_enable=vplan.enable,
+        out_write_num_valid_reqs=wplan.write_num_valid_reqs,
+        swa_window_size=swa_window_size,
+        verify_capacity=verify_capacity,
+    )
+    total = int(scratch[bs])
+    if vplan.enable[0] == 0 or total <= 0:
+        return  # overflow: SGLang leaves the entries alone, verify is off this step
+
+    _, _, start, verify_len, _ = _request_layout(
+        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size
+    )
+    owner = np.repeat(np.arange(bs, dtype=np.int64), verify_len)  # request of each entry
+    # Entry i of request r sits at position start[r] + (i - offsets[r]).
+    positions = np.arange(total, dtype=np.int64) + np.repeat(start - scratch[:bs], verify_len)
+    rows = req_pool_indices[owner]
+    slots = _resolve(req_to_token, full_to_swa_index_mapping, rows, positions)
+
+    # A prev is the previous entry's slot, except at each request's first entry.
+    prevs = np.empty(total, dtype=np.int64)
+    prevs[1:] = slots[:-1]
+    has_entries = verify_len > 0
+    heads = scratch[:bs][has_entries]
+    head_start = start[has_entries]
+    head_prev = _resolve(
+        req_to_token, full_to_swa_index_mapping, req_pool_indices[has_entries], head_start - 1
+    )
+    prevs[heads] = np.where(head_start > 0, head_prev, NO_PREDECESSOR)
+
+    tokens = np.full(total, EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
+    pool = req_to_verify_expected_tokens
+    if pool is not None:
+        columns = positions + np.int64(kv_token_id_vs_position_offset)
+        bound = np.minimum(req_to_verify_expected_tokens_valid_lens, pool.shape[1])[owner]
+        ok = (rows >= 0) & (rows < pool.shape[0]) & (columns >= 0) & (columns < bound)
+        tokens[ok] = pool[rows[ok], columns[ok]]
+
+    vplan.verify_slot_indices[:total] = slots
+    vplan.verify_expected_tokens[:total] = tokens
+    vplan.verify_expected_positions[:total] = positions
+    vplan.verify_prev_slot_indices[:total] = prevs

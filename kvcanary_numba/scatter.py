@@ -1,0 +1,59 @@
+"""Public scatter_req_token_ids: fill the expected-token pool from flat per-request tokens.
+
+The verify-token check of the plan reads expected tokens from a pool
+``[rows, max_context_len]`` int32, one row per request-pool row. Engines keep each
+request's tokens (prompt + output so far) as one flat list; this launch copies
+request ``r``'s tokens ``flat_in[offsets[r]:offsets[r + 1]]`` into row
+``req_pool_indices[r]``, truncated at the pool width. Semantics: reference
+notes §7 plus the bounds rules in :mod:`kvcanary_numba.reference.scatter`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._arrays import check_array, resolve_backend
+
+__all__ = ["scatter_req_token_ids"]
+
+
+def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto") -> None:
+    """Copy each request's flat tokens into its pool row (int32), in place.
+
+    Parameters
+    ----------
+    flat_in : int64 [num_tokens]
+        All requests' tokens, concatenated.
+    offsets : int64 [bs + 1]
+        Request ``r`` owns ``flat_in[offsets[r]:offsets[r + 1]]`` (exclusive
+        prefix sum with a leading 0). Inverted ranges are empty; flat indices
+        outside ``[0, num_tokens)`` are not read and their columns stay untouched.
+    req_pool_indices : int64 [bs]
+        Destination row of each request; rows outside ``[0, rows)`` are skipped.
+    pool_out : int32 [rows, max_context_len]
+        Expected-token pool; columns ``[0, min(len_r, max_context_len))`` of each
+        addressed row are overwritten (tokens cast to int32), everything else is
+        left as it was.
+    backend : {"auto", "numpy", "cuda"}
+        ``"auto"`` follows the arrays.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-C001 (not an array), KVC-C002 (dtype), KVC-C003 (ndim), KVC-C004
+        (``offsets`` length != bs + 1), KVC-C006 (not contiguous), KVC-C007
+        (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
+    """
+    function = "scatter_req_token_ids"
+    rows = check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1)
+    infos = [
+        ("req_pool_indices", rows),
+        ("flat_in", check_array(function, "flat_in", flat_in, dtype=np.int64, ndim=1)),
+        ("offsets", check_array(function, "offsets", offsets, dtype=np.int64, ndim=1, shape=(rows.shape[0] + 1,))),
+        ("pool_out", check_array(function, "pool_out", pool_out, dtype=np.int32, ndim=2, writeable=True)),
+    ]
+    if resolve_backend(function, backend, infos) == "numpy":
+        from .reference import scatter as impl
+    else:  # imported lazily: the launch glue pulls in numba.cuda, the CPU path must not
+        from .launch import scatter as impl
+    impl.scatter_req_token_ids(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
