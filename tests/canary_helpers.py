@@ -138,7 +138,10 @@ def write_plan(
 
 
 def i64(values: Sequence[int]) -> np.ndarray:
-    """int64 array from Python ints of any sign (uint64 bit patterns allowed)."""
+    """int64 array from ints of any sign (uint64 bit patterns allowed)."""
+    array = np.asarray(values)
+    if array.dtype.kind in "iu" and array.dtype.itemsize <= 8:
+        return np.ascontiguousarray(array.astype(np.int64) if array.dtype != np.uint64 else array.view(np.int64))
     return np.array([to_signed(v) for v in values], dtype=np.int64)
 
 

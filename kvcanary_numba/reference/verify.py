@@ -100,20 +100,19 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     entries = np.flatnonzero(checked & ~out_of_range)
 
     slot = slots[entries]
-    record = fields[slot]
-    stored_token = record[:, FIELD_TOKEN]
-    stored_position = record[:, FIELD_POSITION]
-    stored_hash = record[:, FIELD_PREV_HASH]
-    stored_real = record[:, FIELD_REAL_KV_HASH]
+    stored_token = fields[slot, FIELD_TOKEN]
+    stored_position = fields[slot, FIELD_POSITION]
+    stored_hash = fields[slot, FIELD_PREV_HASH]
+    stored_real = fields[slot, FIELD_REAL_KV_HASH]
 
     prev = prevs[entries]
     prev_in_range = (prev > 0) & (prev < num_slots)
     prev_out_of_range = prev >= num_slots
     # Unreachable predecessors (0, or out of range) expect what is stored: no chain bit.
     expected_hash = np.where(prev < 0, _HEAD, stored_hash)
-    pred = fields[prev[prev_in_range]]
+    pred = prev[prev_in_range]
     expected_hash[prev_in_range] = splitmix64_mix3_array(
-        pred[:, FIELD_PREV_HASH], pred[:, FIELD_TOKEN], pred[:, FIELD_POSITION]
+        fields[pred, FIELD_PREV_HASH], fields[pred, FIELD_TOKEN], fields[pred, FIELD_POSITION]
     ).view(np.int64)
     expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slot).view(np.int64)
     token = expected_tokens[entries]
@@ -124,14 +123,16 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     token_checked = token != EXPECTED_TOKEN_UNCHECKED
     bits |= np.where(token_checked & (stored_token != token), int(FailReason.VERIFY_TOKEN_MISMATCH), 0)
     bits |= np.where(prev_out_of_range, int(FailReason.PREV_SLOT_OUT_OF_RANGE), 0)
-    aux = np.where(prev_out_of_range, prev, expected_hash)
+    hit = np.flatnonzero(bits)
+    aux = np.where(prev_out_of_range[hit], prev[hit], expected_hash[hit])
+    kind = int(context.kernel_kind)
     checked_rows = _rows(
-        int(context.kernel_kind), slot, stored_position, stored_token, token, stored_hash, aux, bits
+        kind, slot[hit], stored_position[hit], stored_token[hit], token[hit], stored_hash[hit], aux, bits[hit]
     )
 
     bad = np.flatnonzero(out_of_range)
     range_rows = _rows(
-        int(context.kernel_kind),
+        kind,
         slots[bad],
         positions[bad],
         -1,
@@ -141,6 +142,6 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
         np.full(bad.shape[0], int(FailReason.SLOT_OUT_OF_RANGE)),
     )
     # Merge both kinds of rows back into entry order.
-    order = np.concatenate([entries[bits != 0], bad])
-    rows = np.concatenate([checked_rows[bits != 0], range_rows])
+    order = np.concatenate([entries[hit], bad])
+    rows = np.concatenate([checked_rows, range_rows])
     append_violation_rows(context, rows[np.argsort(order, kind="stable")])
