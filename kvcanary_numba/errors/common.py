@@ -148,7 +148,10 @@ define(
     defensive="assert lut.shape[0] >= full_pool_size + 1",
     prevention="Size buffers from the pool's capacity, not from the current batch.",
     related=("KVC-C004",),
-    sglang=("kv-canary: {name} length must be >= {minimum}, got {actual}",),
+    sglang=(
+        "kv-canary: {name} length must be >= {minimum}, got {actual}",
+        "kv-canary: lut_len must be positive when has_swa_lut is True",
+    ),
 )
 
 define(
@@ -171,7 +174,11 @@ define(
     defensive="x = x if x.flags.c_contiguous else xp.ascontiguousarray(x)",
     prevention="Keep persistent canary buffers as fresh allocations, never views.",
     related=("KVC-R005",),
-    sglang=("kv-canary: {name} must be contiguous",),
+    sglang=(
+        "kv-canary: {name} must be contiguous",
+        "kv-canary: req_to_token_stride0 must be positive, got {n}",
+        "kv-canary: req_to_token_stride0={a} does not match req_to_token.stride(0)={b}",
+    ),
 )
 
 define(
