@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._arrays import check_array, resolve_backend
+from .errors import error
 
 __all__ = ["scatter_req_token_ids"]
 
@@ -40,16 +41,19 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
     Raises
     ------
     KvCanaryError
-        KVC-C001 (not an array), KVC-C002 (dtype), KVC-C003 (ndim), KVC-C004
-        (``offsets`` length != bs + 1), KVC-C006 (not contiguous), KVC-C007
+        KVC-S001 (``offsets`` length != bs + 1); KVC-C001 (not an array),
+        KVC-C002 (dtype), KVC-C003 (ndim), KVC-C006 (not contiguous), KVC-C007
         (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
     """
     function = "scatter_req_token_ids"
     rows = check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1)
+    ranges = check_array(function, "offsets", offsets, dtype=np.int64, ndim=1)
+    if ranges.shape[0] != rows.shape[0] + 1:
+        raise error("KVC-S001", function=function, argument="offsets", expected=rows.shape[0] + 1, got=ranges.shape[0])
     infos = [
         ("req_pool_indices", rows),
+        ("offsets", ranges),
         ("flat_in", check_array(function, "flat_in", flat_in, dtype=np.int64, ndim=1)),
-        ("offsets", check_array(function, "offsets", offsets, dtype=np.int64, ndim=1, shape=(rows.shape[0] + 1,))),
         ("pool_out", check_array(function, "pool_out", pool_out, dtype=np.int32, ndim=2, writeable=True)),
     ]
     if resolve_backend(function, backend, infos) == "numpy":
