@@ -193,7 +193,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     infos += _check_write_outputs(
         function, bs, offsets=wplan.write_offsets, seeds=wplan.write_seed_slot_indices,
         count=wplan.write_num_valid_reqs,
-        names=tuple(f"write_plan_out.{n}" for n in ("write_offsets", "write_seed_slot_indices", "write_num_valid_reqs")),
+        names=("write_plan_out.write_offsets", "write_plan_out.write_seed_slot_indices",
+               "write_plan_out.write_num_valid_reqs"),
     )
     entries = vplan.arrays()
     length = None

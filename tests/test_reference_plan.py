@@ -549,6 +549,10 @@ def _readonly(array):
 LUT = np.arange(200, dtype=np.int64)
 POOL = np.zeros((9, 8), np.int32)
 
+
+def _pool_args(pool=POOL, lens=(4, 4)):
+    return dict(req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=np.asarray(lens))
+
 PLAN_REJECTIONS = [
     ("KVC-P001", lambda: dict(write_plan_out=_wplan(offsets=0))),
     ("KVC-P002", lambda: dict(write_plan_out=_wplan(offsets=4))),
@@ -566,15 +570,15 @@ PLAN_REJECTIONS = [
     ("KVC-C002", lambda: dict(req_to_token=linear_rtt().astype(np.int64))),
     ("KVC-C002", lambda: dict(req_pool_indices=np.array([1, 2], np.int32))),
     ("KVC-C002", lambda: dict(swa_window_size=4, full_to_swa_index_mapping=LUT.astype(np.int32))),
-    ("KVC-C002", lambda: dict(req_to_verify_expected_tokens=POOL.astype(np.int64), req_to_verify_expected_tokens_valid_lens=i64([4, 4]))),
-    ("KVC-C002", lambda: dict(req_to_verify_expected_tokens=POOL, req_to_verify_expected_tokens_valid_lens=np.array([4, 4], np.int32))),
+    ("KVC-C002", lambda: _pool_args(pool=POOL.astype(np.int64))),
+    ("KVC-C002", lambda: _pool_args(lens=np.array([4, 4], np.int32))),
     ("KVC-C002", lambda: dict(verify_plan_out=_vplan(verify_expected_positions=np.zeros(8, np.int32)))),
     ("KVC-C002", lambda: dict(verify_plan_out=_vplan(enable=np.zeros(1, np.int64)))),
     ("KVC-C003", lambda: dict(prefix_lens=i64([[1, 2]]))),
     ("KVC-C003", lambda: dict(req_to_token=linear_rtt().reshape(-1))),
-    ("KVC-C003", lambda: dict(req_to_verify_expected_tokens=POOL.reshape(-1), req_to_verify_expected_tokens_valid_lens=i64([4, 4]))),
+    ("KVC-C003", lambda: _pool_args(pool=POOL.reshape(-1))),
     ("KVC-C004", lambda: dict(extend_seq_lens=i64([1, 1, 1]))),
-    ("KVC-C004", lambda: dict(req_to_verify_expected_tokens=POOL, req_to_verify_expected_tokens_valid_lens=i64([4]))),
+    ("KVC-C004", lambda: _pool_args(lens=i64([4]))),
     ("KVC-C004", lambda: dict(verify_plan_out=_vplan(verify_prev_slot_indices=np.zeros(7, np.int64)))),
     ("KVC-C004", lambda: dict(verify_plan_out=_vplan(verify_num_valid=np.zeros(2, np.int32)))),
     ("KVC-C005", lambda: dict(swa_window_size=4, full_to_swa_index_mapping=np.zeros(0, np.int64))),
@@ -610,7 +614,8 @@ def test_plan_rejects_bad_arguments_before_writing(code, changes):
 OFFSETS_REJECTIONS = [
     ("KVC-P001", lambda: dict(out_write_offsets=np.zeros(0, np.int64))),
     ("KVC-P002", lambda: dict(out_write_offsets=np.zeros(4, np.int64))),
-    ("KVC-P003", lambda: dict(out_write_offsets=np.zeros(2, np.int64), out_write_seed_slot_indices=np.zeros(1, np.int64))),
+    ("KVC-P003", lambda: dict(out_write_offsets=np.zeros(2, np.int64),
+                              out_write_seed_slot_indices=np.zeros(1, np.int64))),
     ("KVC-P005", lambda: dict(swa_window_size=3)),
     ("KVC-P005", lambda: dict(full_to_swa_index_mapping=LUT)),
     ("KVC-C002", lambda: dict(out_verify_offsets_scratch=np.zeros(3, np.int32))),

@@ -228,8 +228,14 @@ define(
         "Pass both (check on) or neither (check off).",
         "Fill the pool with scatter_req_token_ids and pass the same per-request lengths it used.",
     ),
-    before="launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=None, ...)",
-    after="launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=lens, ...)",
+    before=(
+        "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool,\n"
+        "                           req_to_verify_expected_tokens_valid_lens=None, ...)"
+    ),
+    after=(
+        "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool,\n"
+        "                           req_to_verify_expected_tokens_valid_lens=lens, ...)"
+    ),
     defensive=(
         "pool_args = (pool, lens) if check_tokens else (None, None)\n"
         "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool_args[0],\n"
