@@ -1,0 +1,218 @@
+"""The ``kvcanary`` command line (also ``python -m kvcanary_numba``).
+
+Subcommands: ``demo`` (toy engine with planted faults, and what the canary
+caught), ``explain CODE`` (one error-catalogue entry), ``doctor`` (backends and
+versions), ``bench`` (the benchmark script, when the source tree is present).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+
+from . import __version__
+from ._arrays import gpu_available
+from .errors import REGISTRY, ErrorEntry, KvCanaryError
+
+__all__ = ["main"]
+
+_BENCH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+_WIDTH = 100
+
+
+# --- demo --------------------------------------------------------------------------
+def _progress_bar(stream):
+    """A plain-text progress bar; redrawn in place on a terminal, one line per run elsewhere (logs)."""
+    live = stream.isatty()
+
+    def show(label: str, done: int, total: int) -> None:
+        if not live and done != total:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        end = "\n" if done == total else ""
+        stream.write(f"\r{label:<15} [{'#' * filled}{'.' * (width - filled)}] {done:>5}/{total} steps{end}")
+        stream.flush()
+
+    return show
+
+
+def _demo(args) -> int:
+    from .engine import FAULT_CLASSES, EngineConfig
+    from .engine.demo import format_report, report_dict, run_demo
+
+    device = args.device if args.device != "auto" else ("cuda" if gpu_available() else "cpu")
+    names = [f.strip() for f in args.faults.split(",") if f.strip()]
+    faults = list(FAULT_CLASSES) if names == ["all"] else [] if names == ["none"] else names
+    config = EngineConfig(seed=args.seed, swa_window=args.swa_window)
+    progress = None if args.no_progress else _progress_bar(sys.stderr)
+    runs = run_demo(steps=args.steps, faults=faults, device=device, config=config, progress=progress)
+    if args.json:
+        print(json.dumps(report_dict(runs, device=device, config=config), indent=2))
+    else:
+        print(format_report(runs, device=device, config=config))
+    return 0 if all(run.ok for run in runs) else 1
+
+
+# --- explain -----------------------------------------------------------------------
+def _normalise(code: str) -> str:
+    """Accept ``KVC-P001``, ``kvc-p001``, ``P001`` and ``P1``."""
+    code = code.strip().upper()
+    short = re.fullmatch(r"(?:KVC-)?([A-Z])(\d{1,3})", code)
+    return f"KVC-{short.group(1)}{int(short.group(2)):03d}" if short else code
+
+
+def close_codes(code: str, n: int = 5) -> list[str]:
+    """Registered codes that look like ``code`` (full or without the ``KVC-`` prefix)."""
+    pool = {c: c for c in REGISTRY} | {c[4:]: c for c in REGISTRY}
+    found = difflib.get_close_matches(code.strip().upper(), sorted(pool), n=2 * n, cutoff=0.5)
+    return list(dict.fromkeys(pool[f] for f in found))[:n]
+
+
+def _block(title: str, body: str, *, code: bool = False) -> list[str]:
+    if code:
+        return [title, *("    " + line for line in body.splitlines()), ""]
+    return [title, textwrap.fill(body, _WIDTH, initial_indent="  ", subsequent_indent="  "), ""]
+
+
+def _bullets(title: str, items) -> list[str]:
+    lines = [title]
+    for item in items:
+        lines.append(textwrap.fill(item, _WIDTH, initial_indent="  - ", subsequent_indent="    "))
+    return [*lines, ""]
+
+
+def format_entry(entry: ErrorEntry) -> str:
+    """A registry entry as plain text, in catalogue order."""
+    kind = "KvCanaryTypeError (TypeError)" if entry.exception == "type" else "KvCanaryError (ValueError)"
+    origin = "extension (SGLang has no such check)" if entry.extension else "mirrors an SGLang check"
+    lines = [f"{entry.code}  {entry.title}", f"Operation: {entry.operation}", f"Raises: {kind}; {origin}", ""]
+    lines += _block("Message", entry.message, code=True)
+    lines += _block("What it means", entry.meaning)
+    lines += _bullets("Common causes", entry.triggers)
+    lines += _bullets("How to fix", entry.solutions)
+    lines += _block("Before", entry.before, code=True)
+    lines += _block("After", entry.after, code=True)
+    lines += _block("Defensive pattern", entry.defensive, code=True)
+    lines += _block("Prevention", entry.prevention)
+    if entry.sglang:
+        lines += _bullets("SGLang message(s)", entry.sglang)
+    if entry.related:
+        lines += [f"Related: {', '.join(entry.related)}", ""]
+    lines.append(f"Docs: {entry.url}")
+    return "\n".join(lines)
+
+
+def _explain(args) -> int:
+    if args.code is None:
+        for code, entry in sorted(REGISTRY.items()):
+            print(f"{code}  {entry.title}")
+        return 0
+    code = _normalise(args.code)
+    entry = REGISTRY.get(code)
+    if entry is None:
+        hints = close_codes(args.code)
+        print(f"kvcanary explain: unknown error code {args.code!r}.", file=sys.stderr)
+        if hints:
+            print(f"Did you mean: {', '.join(hints)}?", file=sys.stderr)
+        print("Run `kvcanary explain` without a code to list every code.", file=sys.stderr)
+        return 2
+    print(format_entry(entry))
+    return 0
+
+
+# --- doctor ------------------------------------------------------------------------
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _doctor(args) -> int:
+    from ._arrays import simulator_enabled
+
+    cupy = next((v for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if (v := _version(d)) != "not installed"), None)
+    gpu = "none visible"
+    if gpu_available():
+        import cupy as cp
+
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        gpu = f"{name} (compute capability {props['major']}.{props['minor']}, {cp.cuda.runtime.getDeviceCount()} device(s))"
+    sim = simulator_enabled()
+    rows = [
+        ("kvcanary_numba", __version__),
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+        ("numpy", _version("numpy")),
+        ("numba", _version("numba")),
+        ("numba-cuda", _version("numba-cuda")),
+        ("cupy", cupy or "not installed (GPU path unavailable; pip install 'kvcanary_numba[gpu]')"),
+        ("GPU", gpu),
+        ("CUDA simulator", f"{'on' if sim else 'off'} (NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})"),
+        ("CPU path", "NumPy references (device='cpu', backend='numpy')"),
+        ("GPU path", "Numba-CUDA kernels on CuPy arrays" if gpu_available() else
+         "unavailable" + (" (kernels run on NumPy arrays under the simulator)" if sim else "")),
+        ("demo default", "cuda" if gpu_available() else "cpu"),
+    ]  # fmt: skip
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+# --- bench -------------------------------------------------------------------------
+def _bench(args) -> int:
+    if not _BENCH.is_file():
+        print(
+            f"kvcanary bench: not available here ({_BENCH} does not exist; the benchmarks ship with "
+            "the source repository, not the wheel).",
+            file=sys.stderr,
+        )
+        return 1
+    extra = args.args[1:] if args.args[:1] == ["--"] else args.args
+    return subprocess.call([sys.executable, str(_BENCH), *extra])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvcanary", description="KV-cache canary: demo, error catalogue, checks.")
+    parser.add_argument("--version", action="version", version=f"kvcanary_numba {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the toy engine with planted faults and report what was caught")
+    demo.add_argument("--steps", type=int, default=40, help="engine steps per run (default 40)")
+    demo.add_argument("--faults", default="all", help="comma-separated fault classes, 'all' or 'none'")
+    demo.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--swa-window", type=int, default=0, help="add an SWA sub-pool with this window")
+    demo.add_argument("--json", action="store_true", help="print a JSON report instead of text")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    demo.set_defaults(run=_demo)
+    explain = sub.add_parser("explain", help="print an error-catalogue entry (no code: list all)")
+    explain.add_argument("code", nargs="?", help="e.g. KVC-P001 (or P001)")
+    explain.set_defaults(run=_explain)
+    doctor = sub.add_parser("doctor", help="backends, GPU and versions")
+    doctor.set_defaults(run=_doctor)
+    bench = sub.add_parser("bench", help="run benchmarks/run.py (source tree only), passing arguments through")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")
+    bench.set_defaults(run=_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 1 failure or missed fault, 2 usage / unknown code)."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except KvCanaryError as exc:  # a rejected argument: show the catalogue message, not a traceback
+        print(f"kvcanary {args.command}: {exc}", file=sys.stderr)
+        print(f"Details: kvcanary explain {exc.code}", file=sys.stderr)
+        return 2

@@ -1,0 +1,141 @@
+"""EngineConfig: the size and workload of the toy engine, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._arrays import check_int
+from ..constants import REAL_KV_ALIGN_BYTES
+from ..errors import error
+
+__all__ = ["EngineConfig"]
+
+_FN = "EngineConfig"
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Workload and pool geometry of a :class:`~kvcanary_numba.engine.ToyEngine`.
+
+    Every field is an int, so a configuration is reproducible from its repr.
+
+    Attributes
+    ----------
+    seed : int
+        Seeds request arrivals, prompts and the toy model's tokens.
+    page_size : int
+        KV slots per page; pages are the allocation unit of the full pool.
+    num_pages : int
+        Pages of the full pool, page 0 included (reserved as the padding page).
+    max_running : int
+        Requests decoded together; also the req_to_token rows in use (row 0 is padding).
+    min_prompt_len, max_prompt_len : int
+        Prompt length range (tokens).
+    min_new_tokens, max_new_tokens : int
+        Generated tokens per request.
+    shared_prefix_len : int
+        Length of each shared system prompt (a multiple of ``page_size``); 0 disables
+        prefix sharing.
+    num_shared_prefixes : int
+        Distinct system prompts; a new request picks one of them or none, uniformly.
+    num_layers : int
+        KV layers (K and V each); layer 0 is what the canary fingerprints.
+    bytes_per_token : int
+        KV bytes per token and layer (a positive multiple of 16).
+    swa_window : int
+        Sliding window of the SWA sub-pool; 0 runs a FULL pool only.
+    vocab_size : int
+        Token ids are drawn from ``[1, vocab_size)``.
+    max_admit_per_step : int
+        New requests admitted (prefilled) per step.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-C011 for an int out of range, KVC-E003 for a bad shared prefix,
+        KVC-E002 when the pool cannot hold the workload.
+    """
+
+    seed: int = 0
+    page_size: int = 2
+    num_pages: int = 64
+    max_running: int = 4
+    min_prompt_len: int = 6
+    max_prompt_len: int = 12
+    min_new_tokens: int = 2
+    max_new_tokens: int = 8
+    shared_prefix_len: int = 4
+    num_shared_prefixes: int = 2
+    num_layers: int = 2
+    bytes_per_token: int = 32
+    swa_window: int = 0
+    vocab_size: int = 32000
+    max_admit_per_step: int = 1
+
+    def __post_init__(self) -> None:
+        check_int(_FN, "seed", self.seed, low=0)
+        for name in ("page_size", "num_pages", "max_running", "min_prompt_len", "min_new_tokens", "num_layers"):
+            check_int(_FN, name, getattr(self, name), low=1)
+        check_int(_FN, "max_prompt_len", self.max_prompt_len, low=self.min_prompt_len)
+        check_int(_FN, "max_new_tokens", self.max_new_tokens, low=self.min_new_tokens)
+        check_int(_FN, "num_shared_prefixes", self.num_shared_prefixes, low=0)
+        check_int(_FN, "shared_prefix_len", self.shared_prefix_len, low=0)
+        check_int(_FN, "swa_window", self.swa_window, low=0)
+        check_int(_FN, "vocab_size", self.vocab_size, low=2, high=2**31 - 1)
+        check_int(_FN, "max_admit_per_step", self.max_admit_per_step, low=1)
+        bpt = check_int(_FN, "bytes_per_token", self.bytes_per_token, low=REAL_KV_ALIGN_BYTES)
+        if bpt % REAL_KV_ALIGN_BYTES:
+            raise error(
+                "KVC-C011", function=_FN, argument="bytes_per_token", expected="a multiple of 16", got=bpt
+            )
+        shared = self.shared_prefix_len
+        if shared % self.page_size or shared >= self.min_prompt_len:
+            raise error(
+                "KVC-E003", function=_FN, page_size=self.page_size, min_prompt_len=self.min_prompt_len, got=shared
+            )
+        if self.num_pages < self.min_pages:
+            raise error(
+                "KVC-E002",
+                function=_FN,
+                got=self.num_pages,
+                max_running=self.max_running,
+                max_tokens=self.max_tokens,
+                prefixes=self.num_prefix_entries,
+                needed=self.min_pages,
+            )
+
+    @property
+    def max_tokens(self) -> int:
+        """Longest request (prompt + generated tokens)."""
+        return self.max_prompt_len + self.max_new_tokens
+
+    @property
+    def num_prefix_entries(self) -> int:
+        """Cached prefixes the engine can hold (0 when sharing is off)."""
+        return self.num_shared_prefixes if self.shared_prefix_len else 0
+
+    @property
+    def min_pages(self) -> int:
+        """Pages needed so that admission never has to wait for memory."""
+        per_request = _ceil_div(self.max_tokens, self.page_size)
+        cached = self.num_prefix_entries * (self.shared_prefix_len // self.page_size)
+        return 1 + self.max_running * per_request + cached
+
+    @property
+    def num_slots(self) -> int:
+        """KV slots of the full pool (slot 0 included)."""
+        return self.num_pages * self.page_size
+
+    @property
+    def req_rows(self) -> int:
+        """req_to_token rows: the padding row 0 plus one per running request."""
+        return self.max_running + 1
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """Most new tokens one step writes (every request prefilling at once)."""
+        return self.max_running * self.max_prompt_len

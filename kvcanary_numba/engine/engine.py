@@ -1,0 +1,214 @@
+"""ToyEngine: a small, deterministic paged KV engine that drives a CanaryMonitor.
+
+It schedules prefill and decode for a few requests, allocates pages, writes KV
+bytes that are a function of (token, position, layer), shares prefixes through
+a tiny prefix cache, keeps an SWA sub-pool with a full->SWA LUT when asked,
+and calls the monitor hooks around its "forward" in SGLang's order. Faults
+from :data:`~kvcanary_numba.engine.faults.FAULT_CLASSES` can be planted at a
+chosen step; a clean run must report nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from .._arrays import array_module, check_bool, check_int
+from ..constants import RealKvHashMode
+from ..errors import error
+from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch
+from .config import EngineConfig
+from .faults import FAULT_CLASSES, FaultInjector, FaultRecord
+from .memory import KvPool
+from .scheduler import HostBatch, Scheduler
+
+__all__ = ["ToyEngine"]
+
+_FN = "ToyEngine"
+_BATCH_FIELDS = {  # StepBatch field -> HostBatch field
+    "req_pool_indices": "req_pool_indices",
+    "prefix_lens": "prefix_lens",
+    "extend_seq_lens": "extend_seq_lens",
+    "input_ids": "input_ids",
+    "positions": "positions",
+    "out_cache_loc": "out_cache_loc",
+    "expected_input_tokens": "expected_tokens",
+    "expected_input_positions": "expected_positions",
+    "token_ids_flat": "token_ids_flat",
+    "token_offsets": "token_offsets",
+}
+
+
+class ToyEngine:
+    """Deterministic toy paged KV engine with fault injection.
+
+    Parameters
+    ----------
+    config : EngineConfig, optional
+        Pool geometry and workload (default: a small FULL-only pool).
+    device : {"cpu", "cuda"}
+        Where the KV pool, tables and batch arrays live (NumPy or CuPy).
+    faults : iterable of str, or mapping of str to int
+        Fault classes to plant; a mapping gives each its first possible step,
+        names alone use ``fault_step``.
+    fault_step : int
+        Default first step of the faults.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-E001 for an unknown fault, KVC-C011, KVC-C009, KVC-C008, and
+        EngineConfig's codes.
+    """
+
+    def __init__(self, config: EngineConfig | None = None, *, device: str = "cpu",
+                 faults: Iterable[str] | Mapping[str, int] = (), fault_step: int = 8):  # fmt: skip
+        self.config = c = config if config is not None else EngineConfig()
+        self.device = device
+        self.xp = xp = array_module(_FN, device)
+        fault_step = check_int(_FN, "fault_step", fault_step, low=0)
+        schedule = dict(faults) if isinstance(faults, Mapping) else {name: fault_step for name in faults}
+        for name, at in schedule.items():
+            if name not in FAULT_CLASSES:
+                raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(FAULT_CLASSES), got=name)
+            check_int(_FN, f"faults[{name!r}]", at, low=0)
+        self.sched = Scheduler(c)
+        self.kv = KvPool(num_slots=c.num_slots, page_size=c.page_size, bytes_per_token=c.bytes_per_token,
+                         num_layers=c.num_layers, xp=xp)  # fmt: skip
+        self.swa_kv = None
+        if c.swa_window:
+            self.swa_kv = KvPool(num_slots=c.num_slots, page_size=1, bytes_per_token=c.bytes_per_token,
+                                 num_layers=c.num_layers, xp=xp, lane_offset=2 * c.num_layers)  # fmt: skip
+        on_host = xp is np
+        self.req_to_token = self.sched.req_to_token if on_host else xp.asarray(self.sched.req_to_token)
+        self.lut = self.sched.lut if on_host else xp.asarray(self.sched.lut)
+        self._buffers = {} if on_host else self._device_buffers()
+        self.injector = FaultInjector(self, schedule)
+        self.monitor: CanaryMonitor | None = None
+        self.sweep_interval = 0
+        self.oracle = True
+        self.step_index = 0
+
+    def _device_buffers(self) -> dict:
+        c = self.config
+        sizes = dict.fromkeys(_BATCH_FIELDS, c.max_batch_tokens)
+        sizes.update(req_pool_indices=c.max_running, prefix_lens=c.max_running, extend_seq_lens=c.max_running,
+                     token_offsets=c.max_running + 1, token_ids_flat=c.max_running * c.max_tokens)  # fmt: skip
+        return {name: self.xp.zeros(n, dtype=np.int64) for name, n in sizes.items()}
+
+    # --- monitor ------------------------------------------------------------------
+    def attach_monitor(self, *, mode: str = "log", real_kv_hash_mode: RealKvHashMode = RealKvHashMode.ALL,
+                       check_tokens: bool = True, write_input_assert: bool = True, sweep_interval: int = 0,
+                       v_half: bool = False, **options) -> CanaryMonitor:  # fmt: skip
+        """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
+
+        Parameters
+        ----------
+        mode, real_kv_hash_mode
+            Passed to the monitor.
+        check_tokens : bool
+            Verify stored tokens against the requests' token lists.
+        write_input_assert : bool
+            Give the write kernels the oracle's expected tokens and positions.
+        sweep_interval : int
+            Sweep every cached prefix and running chain every N steps (0 = never).
+        v_half : bool
+            Also guard the V half (SGLang's default leaves it off: half the launches).
+        **options
+            Further CanaryMonitor keyword arguments (ring_capacity, health_interval, ...).
+        """
+        c, mode_ = self.config, RealKvHashMode(real_kv_hash_mode)
+        self.sweep_interval = check_int(_FN, "sweep_interval", sweep_interval, low=0)
+        self.oracle = check_bool(_FN, "write_input_assert", write_input_assert)
+        v_half = check_bool(_FN, "v_half", v_half)
+
+        def group(kind: str, pool: KvPool, **extra) -> KvGroup:
+            v_sources = pool.sources("v", mode_) if v_half else ()
+            return KvGroup(kind=kind, num_slots=c.num_slots, k_sources=pool.sources("k", mode_),
+                           v_sources=v_sources, has_v=v_half, **extra)  # fmt: skip
+
+        full = group("full", self.kv)
+        swa = None
+        if self.swa_kv is not None:
+            swa = group("swa", self.swa_kv, swa_window_size=c.swa_window, full_to_swa_index_mapping=self.lut)
+        self.monitor = CanaryMonitor(
+            full=full, swa=swa, device=self.device, mode=mode, real_kv_hash_mode=mode_,
+            write_req_capacity=c.max_running, write_token_capacity=c.max_batch_tokens,
+            check_verify_expected_token=check_tokens, max_requests=c.req_rows, max_context_len=c.max_tokens,
+            **options,
+        )  # fmt: skip
+        return self.monitor
+
+    # --- stepping -------------------------------------------------------------------
+    def _sync_tables(self) -> None:
+        if self.xp is not np:  # host bookkeeping -> device copies the kernels read
+            self.req_to_token.set(self.sched.req_to_token)
+            self.lut.set(self.sched.lut)
+
+    def _device_batch(self, hb: HostBatch) -> StepBatch:
+        arrays = {}
+        for name, source in _BATCH_FIELDS.items():
+            host = getattr(hb, source)
+            if self.xp is np:
+                arrays[name] = host
+            else:
+                arrays[name] = view = self._buffers[name][: host.shape[0]]
+                view.set(host)
+        if not self.oracle:
+            arrays["expected_input_tokens"] = arrays["expected_input_positions"] = None
+        return StepBatch(req_to_token=self.req_to_token, **arrays)
+
+    def _forward(self, hb: HostBatch) -> None:
+        """The model's KV writes: every layer, K and V, of every new token (as fed, faults included)."""
+        self.kv.write(hb.out_cache_loc, hb.input_ids, hb.positions)
+        if self.swa_kv is not None:
+            self.swa_kv.write(self.sched.lut[hb.out_cache_loc], hb.input_ids, hb.positions)
+
+    def step(self) -> HostBatch:
+        """Run one engine step (schedule, monitor pre hook, forward, monitor post hook, finish)."""
+        t, injector, monitor = self.step_index, self.injector, self.monitor
+        injector.before_schedule(t)
+        hb = self.sched.schedule()
+        injector.after_schedule(t, hb)
+        self._sync_tables()
+        if monitor is not None:
+            monitor.pre_forward(self._device_batch(hb))
+        self._forward(hb)
+        if monitor is not None:
+            monitor.post_forward()
+        injector.after_forward(t)
+        self.sched.complete()
+        self.step_index += 1
+        if monitor is not None:
+            self._sync_tables()
+            due = self.sweep_interval and self.step_index % self.sweep_interval == 0
+            monitor.end_step(sweep=self.live_chains() if due else None)
+        return hb
+
+    def run(self, steps: int, progress: Callable[[int, int], None] | None = None) -> None:
+        """Run ``steps`` steps, then flush the monitor's pending readback."""
+        steps = check_int(_FN, "steps", steps, low=0)
+        for i in range(steps):
+            self.step()
+            if progress is not None:
+                progress(i + 1, steps)
+        if self.monitor is not None:
+            self.monitor.flush()
+
+    # --- inspection -------------------------------------------------------------------
+    def live_chains(self) -> list[SlotChain]:
+        """Chains a sweep should cover: every cached prefix and every running request's written KV."""
+        chains = [SlotChain(slots=e.slots) for e in self.sched.entries.values()]
+        chains += [SlotChain(slots=r.slots[: r.kv_len]) for r in self.sched.running if r.kv_len]
+        return chains
+
+    @property
+    def faults(self) -> list[FaultRecord]:
+        """Faults that fired so far."""
+        return list(self.injector.records)
+
+    def catches(self) -> dict[str, list]:
+        """Fault kind -> the monitor's violations that report it (empty list: missed)."""
+        found = self.monitor.violations if self.monitor is not None else []
+        return {f.kind: [v for v in found if f.caught_by(v)] for f in self.injector.records}

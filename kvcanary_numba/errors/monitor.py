@@ -1,0 +1,316 @@
+"""Codes KVC-M… (CanaryMonitor) and KVC-E… (toy engine and CLI)."""
+
+from __future__ import annotations
+
+from .registry import define
+
+define(
+    "KVC-M001",
+    title="Unknown monitor mode",
+    message="{function}: {argument} must be one of {expected}, got {got!r}",
+    meaning=(
+        "A CanaryMonitor reports violations in one of two ways. 'log' writes one logging.warning per "
+        "violation row and lets the engine keep serving (SGLang's production setting). 'raise' raises "
+        "one CanaryViolationError that carries every row found by the first pump that sees any "
+        "(SGLang's CI setting); later rows are still collected in monitor.violations but not raised "
+        "again. A monitor that should not check anything is simply not created."
+    ),
+    triggers=(
+        "Passing SGLang's 'none' (there is no disabled monitor: do not build one).",
+        "A typo or a capitalised name such as 'LOG' or 'warn'.",
+    ),
+    solutions=(
+        "Pass mode='log' or mode='raise'.",
+        "To run without checks, skip creating the monitor and its hooks.",
+    ),
+    before="CanaryMonitor(full=group, mode='none')",
+    after="monitor = CanaryMonitor(full=group, mode='log') if enabled else None",
+    defensive="mode = os.environ.get('KV_CANARY', 'log').strip().lower()",
+    prevention="Parse the mode once from configuration with an explicit list of choices.",
+    related=("KVC-C009",),
+    sglang=("kv-canary: kv_canary must be one of none/log/raise, got {mode!r}",),
+)
+
+define(
+    "KVC-M002",
+    title="Batch larger than write_req_capacity",
+    message="{function}: batch has {got} requests but the monitor was built for write_req_capacity={capacity}",
+    meaning=(
+        "The monitor allocates its WritePlans once, at the largest batch it will see, so that every "
+        "step reuses the same device memory (a captured CUDA graph keeps pointing at it). A step "
+        "with more requests than that capacity cannot be planned; it is rejected on the host before "
+        "anything is launched."
+    ),
+    triggers=(
+        "write_req_capacity set to the decode batch size while prefill batches are larger.",
+        "The engine's max running requests raised after the monitor was built.",
+    ),
+    solutions=(
+        "Build the monitor with write_req_capacity = the largest batch the engine schedules "
+        "(SGLang: max(cuda_graph_max_bs, req_to_token_pool_size)).",
+    ),
+    before="CanaryMonitor(full=group, write_req_capacity=8)  # engine runs 32 requests",
+    after="CanaryMonitor(full=group, write_req_capacity=engine.max_running_requests)",
+    defensive="write_req_capacity = max(max_decode_bs, max_prefill_bs, req_to_token.shape[0])",
+    prevention="Derive every monitor capacity from the engine's own limits in one place.",
+    related=("KVC-M003", "KVC-P002"),
+    sglang=(
+        "kv-canary: forward_batch.batch_size={bs} exceeds pre-allocated write_req_capacity={c}; raise "
+        "--cuda-graph-max-bs or check CanaryLaunchCapacities.from_args",
+        "kv-canary: bs={bs} exceeds write_req_capacity={c}",
+    ),
+)
+
+define(
+    "KVC-M003",
+    title="Step has more tokens than write_token_capacity",
+    message=(
+        "{function}: {argument} holds {got} tokens but the monitor was built for "
+        "write_token_capacity={capacity}"
+    ),
+    meaning=(
+        "Token-sized scratch (the SWA-translated out_cache_loc of each step) is allocated once at "
+        "write_token_capacity, the largest number of new tokens one step writes. A longer step "
+        "cannot be translated without allocating, so it is rejected on the host."
+    ),
+    triggers=(
+        "A prefill chunk longer than the configured capacity.",
+        "Speculative decoding that writes several draft tokens per request.",
+    ),
+    solutions=(
+        "Build the monitor with write_token_capacity = max(max_bs * draft_tokens, max prefill tokens).",
+    ),
+    before="CanaryMonitor(full=f, swa=s, write_token_capacity=64)  # 512-token prefill chunks",
+    after="CanaryMonitor(full=f, swa=s, write_token_capacity=max(64, chunked_prefill_size))",
+    defensive="write_token_capacity = max(max_bs * max(1, num_draft_tokens), chunked_prefill_size)",
+    prevention="Take the capacity from the same setting that bounds the engine's prefill chunks.",
+    related=("KVC-M002",),
+    sglang=(
+        "kv-canary: forward_batch token count exceeds pre-allocated write_entry_capacity; raise "
+        "--chunked-prefill-size / --max-prefill-tokens",
+    ),
+)
+
+define(
+    "KVC-M004",
+    title="Sweep larger than sweep_capacity",
+    message="{function}: the sweep chains hold {got} slots but sweep_capacity is {capacity}",
+    meaning=(
+        "A sweep verifies every slot of the given chains in one launch per buffer, from a VerifyPlan "
+        "allocated once at sweep_capacity entries. Chains with more slots than that do not fit."
+    ),
+    triggers=(
+        "Sweeping the whole prefix cache of a pool larger than the capacity chosen at start-up.",
+        "Passing the same chain several times.",
+    ),
+    solutions=(
+        "Build the monitor with sweep_capacity >= the number of KV slots of the pool (the default).",
+        "Split the chains over several sweep() calls.",
+    ),
+    before="monitor = CanaryMonitor(full=group, sweep_capacity=64); monitor.sweep(all_chains)",
+    after="monitor = CanaryMonitor(full=group)  # sweep_capacity defaults to num_slots",
+    defensive="for part in batched(chains, 64): monitor.sweep(part)",
+    prevention="Size the sweep plan from the pool: a slot belongs to at most one cached chain.",
+    related=("KVC-M002",),
+    sglang=("kv-canary: sweep plan exceeds the preallocated sweep capacity",),
+)
+
+define(
+    "KVC-M005",
+    title="Step hooks called out of order",
+    message="{function}: called while the monitor is {state}; expected order: {expected}",
+    meaning=(
+        "A step is pre_forward(batch) (plan + HEAD verify/write, before the engine writes KV), then "
+        "post_forward() (TAIL verify/write, after the KV is written), then end_step() (sweep, "
+        "readback, health). The TAIL launches reuse the plans of the same step's pre_forward, so "
+        "skipping or repeating a hook would stamp or verify against the wrong plan. SGLang guards "
+        "the same order with a device-side phase checker."
+    ),
+    triggers=(
+        "Calling pre_forward twice without post_forward (a retried forward).",
+        "Calling post_forward for a step whose pre_forward raised.",
+        "Calling end_step between pre_forward and post_forward.",
+    ),
+    solutions=(
+        "Call the three hooks once per step in order, or use `with monitor.forward(batch): ...` "
+        "followed by monitor.end_step().",
+    ),
+    before="monitor.pre_forward(batch); monitor.end_step()",
+    after="monitor.pre_forward(batch); run_forward(); monitor.post_forward(); monitor.end_step()",
+    defensive="with monitor.forward(batch):\n    run_forward()\nmonitor.end_step()",
+    prevention="Wrap the engine's forward in one function that calls the hooks.",
+    related=(),
+    sglang=("kv-canary: nested single forward manager brackets are not supported",),
+    extension=True,
+)
+
+define(
+    "KVC-M006",
+    title="Window size does not match the group kind",
+    message="{function}: {argument} must be {expected} for a {kind} group, got {got!r}",
+    meaning=(
+        "A FULL group verifies every prefix slot (swa_window_size = 0). An SWA group verifies only "
+        "the last swa_window_size positions of each request, in the SWA sub-pool, so its window is "
+        "positive."
+    ),
+    triggers=(
+        "Describing the SWA sub-pool with the default window 0.",
+        "Giving the FULL group the model's sliding window.",
+    ),
+    solutions=("Pass swa_window_size = the model's sliding window for kind='swa' and 0 for kind='full'.",),
+    before="KvGroup(kind='swa', num_slots=n, full_to_swa_index_mapping=lut)",
+    after="KvGroup(kind='swa', num_slots=n, swa_window_size=4096, full_to_swa_index_mapping=lut)",
+    defensive="window = config.sliding_window if kind == 'swa' else 0",
+    prevention="Build both groups from the pool object that knows its window.",
+    related=("KVC-M007", "KVC-C011"),
+    extension=True,
+)
+
+define(
+    "KVC-M007",
+    title="full_to_swa_index_mapping does not match the group kind",
+    message="{function}: full_to_swa_index_mapping must be {expected} for a {kind} group, got {got}",
+    meaning=(
+        "An SWA group addresses its canary buffer with SWA slot indices; the plan translates FULL "
+        "slots through full_to_swa_index_mapping (int64 [full_pool_slots + 1], 0 = evicted or "
+        "padding), and the monitor translates each step's out_cache_loc the same way. A FULL group "
+        "uses FULL slots directly and takes no mapping."
+    ),
+    triggers=(
+        "An SWA group without its LUT.",
+        "Passing the LUT to the FULL group as well.",
+    ),
+    solutions=("Give the LUT to the SWA group only.",),
+    before="KvGroup(kind='swa', num_slots=n, swa_window_size=w)",
+    after="KvGroup(kind='swa', num_slots=n, swa_window_size=w, full_to_swa_index_mapping=pool.full_to_swa)",
+    defensive="lut = pool.full_to_swa if kind == 'swa' else None",
+    prevention="Keep the LUT with the SWA sub-pool object and build the group from it.",
+    related=("KVC-M006",),
+    sglang=(
+        "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when swa_window_size > 0",
+    ),
+)
+
+define(
+    "KVC-M008",
+    title="Token check enabled without its inputs",
+    message="{function}: {argument} is required when check_verify_expected_token=True, got None",
+    meaning=(
+        "With check_verify_expected_token the monitor keeps a device pool of every request's tokens "
+        "[max_requests, max_context_len] int32 and scatters each step's token snapshot into it "
+        "(prompt + output ids, flat, with per-request offsets); verify then compares every prefix "
+        "slot's stored token with it. The pool size must be known at construction and each batch "
+        "must carry the snapshot."
+    ),
+    triggers=(
+        "Building the monitor with check_verify_expected_token=True but no max_context_len.",
+        "A StepBatch without token_ids_flat / token_offsets while the check is on.",
+    ),
+    solutions=(
+        "Pass max_requests (req_to_token rows) and max_context_len when enabling the check.",
+        "Fill StepBatch.token_ids_flat and token_offsets from the requests' token lists.",
+    ),
+    before="CanaryMonitor(full=group, check_verify_expected_token=True)",
+    after="CanaryMonitor(full=group, check_verify_expected_token=True, max_requests=rows, max_context_len=ctx)",
+    defensive="check = snapshot is not None  # enable the check only where the engine keeps token lists",
+    prevention="Enable the token check together with the code that builds token snapshots.",
+    related=("KVC-S001",),
+    sglang=(
+        "kv-canary: CanaryDeviceState.allocate requires req_to_token_alloc_size and max_context_len "
+        "when CanaryConfig.enable_verify_token_assert is on",
+    ),
+)
+
+define(
+    "KVC-E001",
+    title="Unknown fault class",
+    message="{function}: {argument} must name fault classes from {expected}, got {got!r}",
+    meaning=(
+        "The toy engine injects a fixed set of KV-cache bugs, each one a class of real serving bugs "
+        "the canary is meant to catch: token_flip (wrong input token), position_flip (wrong "
+        "position), slot_reuse (a page handed to two requests), stale_page (prefix cache pointing "
+        "at freed pages), kv_byte_flip (KV bytes changed after they were written), "
+        "cached_kv_flip (the same, in a cached page only a sweep sees) and req_to_token (a trampled "
+        "request-to-slot table entry)."
+    ),
+    triggers=("A typo in --faults or ToyEngine(faults=...).", "Using SGLang's perturb mode names."),
+    solutions=("Use the listed names, or 'all' on the command line.",),
+    before="kvcanary demo --faults token,kv_flip",
+    after="kvcanary demo --faults token_flip,kv_byte_flip",
+    defensive="faults = [f for f in faults if f in FAULT_CLASSES]",
+    prevention="Take fault names from kvcanary_numba.engine.FAULT_CLASSES.",
+    related=("KVC-E002",),
+    extension=True,
+)
+
+define(
+    "KVC-E002",
+    title="Toy engine KV pool too small",
+    message=(
+        "{function}: num_pages={got} cannot hold max_running={max_running} requests of up to "
+        "{max_tokens} tokens plus {prefixes} cached prefixes; need at least {needed} pages"
+    ),
+    meaning=(
+        "The toy engine never preempts: it admits a request only when every running request can "
+        "still grow to its maximum length, and it keeps one cached page range per shared prefix. "
+        "The pool (page 0 is reserved as the padding page) must hold that worst case."
+    ),
+    triggers=("Raising max_running or the prompt lengths without raising num_pages.",),
+    solutions=("Raise num_pages to the stated minimum, or lower max_running / the lengths.",),
+    before="EngineConfig(num_pages=8, max_running=8)",
+    after="EngineConfig(num_pages=96, max_running=8)",
+    defensive="num_pages = max(num_pages, EngineConfig.min_pages(...))",
+    prevention="Size the toy pool from the workload parameters.",
+    related=("KVC-E003",),
+    extension=True,
+)
+
+define(
+    "KVC-E003",
+    title="Shared prefix length invalid",
+    message=(
+        "{function}: shared_prefix_len must be a multiple of page_size={page_size} and shorter than "
+        "min_prompt_len={min_prompt_len}, got {got}"
+    ),
+    meaning=(
+        "Requests share a cached system prompt of shared_prefix_len tokens. Prefix sharing maps "
+        "whole pages (a page is owned by one chain), and every request must still prefill at least "
+        "one token of its own, so the shared part is page-aligned and shorter than any prompt."
+    ),
+    triggers=("shared_prefix_len=3 with page_size=2.", "shared_prefix_len equal to the prompt length."),
+    solutions=("Round shared_prefix_len down to a multiple of page_size below min_prompt_len.",),
+    before="EngineConfig(page_size=4, shared_prefix_len=6, min_prompt_len=6)",
+    after="EngineConfig(page_size=4, shared_prefix_len=4, min_prompt_len=6)",
+    defensive="shared = (min_prompt_len - 1) // page_size * page_size",
+    prevention="Derive the shared prefix length from the page size.",
+    related=("KVC-E002",),
+    extension=True,
+)
+
+define(
+    "KVC-M009",
+    title="Monitor argument of the wrong type",
+    message="{function}: {argument} must be a {expected}, got {got}",
+    exception="type",
+    meaning=(
+        "The monitor takes its inputs bundled in small typed objects: KvGroup describes a group "
+        "(slots, sources, window, LUT), StepBatch carries one step's metadata arrays, SlotChain one "
+        "chain of a sweep. Bundling keeps the hooks' signatures stable and lets the monitor check "
+        "the bundle once instead of guessing what a dict or tuple means."
+    ),
+    triggers=(
+        "Passing a dict of arrays instead of a StepBatch to pre_forward.",
+        "Passing a plain list of slots instead of SlotChain objects to sweep.",
+        "Passing kind='swa' group as full= (or a KvGroup of the wrong kind).",
+    ),
+    solutions=(
+        "Wrap the arrays: StepBatch(**arrays).",
+        "Wrap each chain: SlotChain(slots=[...], start_position=0).",
+    ),
+    before="monitor.sweep([[5, 6, 7]])",
+    after="monitor.sweep([SlotChain(slots=[5, 6, 7])])",
+    defensive="chains = [c if isinstance(c, SlotChain) else SlotChain(slots=c) for c in chains]",
+    prevention="Build the bundles in the one adapter between the engine and the monitor.",
+    related=("KVC-V001",),
+    extension=True,
+)

@@ -1,0 +1,200 @@
+"""KV groups of a monitored pool: their canary buffers, launch contexts and plans.
+
+SGLang's layout per group (FULL, and SWA for sliding-window pools): four canary
+buffers ``k_head, k_tail, v_head, v_tail`` (uint8 ``[num_slots, 32]``, the V
+pair only when the pool has a V half). HEAD launches use the head buffers and
+no real-KV sources (the forward has not written the KV yet); TAIL and SWEEP
+launches share the tail buffers and fingerprint the live KV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._arrays import check_array, check_bool, check_int
+from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, CanaryLaunchTag, RealKvHashMode
+from ..context import CanaryContext, RealKvSource
+from ..errors import error
+from ..plans import VerifyPlan, WritePlan
+
+__all__ = ["KvGroup", "GroupState", "Endpoint", "check_groups", "check_type"]
+
+_KINDS = ("full", "swa")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvGroup:
+    """Description of one KV group (sub-pool) the monitor protects.
+
+    Attributes
+    ----------
+    kind : {"full", "swa"}
+        FULL verifies every prefix slot; SWA only the last ``swa_window_size``
+        positions, addressed through ``full_to_swa_index_mapping``.
+    num_slots : int
+        KV slots of the group (slot 0 = padding); canary slot index == KV slot index.
+    k_sources, v_sources : tuple of RealKvSource
+        Live KV fingerprinted by TAIL and SWEEP launches (SGLang: layer 0 only).
+    has_v : bool
+        The pool has a V half (False for MLA-style K-only pools): V launches run.
+    swa_window_size : int
+        0 for FULL, the sliding window for SWA.
+    full_to_swa_index_mapping : int64 [full_slots + 1] or None
+        SWA groups only: FULL slot -> SWA slot, 0 = evicted / padding.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-C009, KVC-C011, KVC-C010, KVC-M006, KVC-M007, and the array codes
+        KVC-C001 … KVC-C006 for the mapping.
+    """
+
+    kind: str
+    num_slots: int
+    k_sources: tuple[RealKvSource, ...] = ()
+    v_sources: tuple[RealKvSource, ...] = ()
+    has_v: bool = True
+    swa_window_size: int = 0
+    full_to_swa_index_mapping: Any = None
+
+    def __post_init__(self) -> None:
+        fn = "KvGroup"
+        if self.kind not in _KINDS:
+            raise error("KVC-C009", function=fn, argument="kind", expected=_KINDS, got=self.kind)
+        check_int(fn, "num_slots", self.num_slots, low=1)
+        check_bool(fn, "has_v", self.has_v)
+        window = check_int(fn, "swa_window_size", self.swa_window_size, low=0)
+        swa = self.kind == "swa"
+        if swa != (window > 0):
+            raise error(
+                "KVC-M006", function=fn, argument="swa_window_size", expected="> 0" if swa else "0",
+                kind=self.kind, got=window,
+            )  # fmt: skip
+        lut = self.full_to_swa_index_mapping
+        if swa != (lut is not None):
+            got = "None" if lut is None else f"an array of shape {getattr(lut, 'shape', '?')}"
+            expected = "an int64 array" if swa else "None"
+            raise error("KVC-M007", function=fn, expected=expected, kind=self.kind, got=got)
+        if swa:
+            check_array(fn, "full_to_swa_index_mapping", lut, dtype=np.int64, ndim=1, min_len=1)
+        object.__setattr__(self, "k_sources", tuple(self.k_sources))
+        object.__setattr__(self, "v_sources", tuple(self.v_sources))
+
+
+def check_type(function: str, argument: str, value: Any, cls: type) -> None:
+    """Require an instance of one of the monitor's bundle types (KVC-M009)."""
+    if not isinstance(value, cls):
+        raise error("KVC-M009", function=function, argument=argument, expected=cls.__name__, got=type(value).__name__)
+
+
+def check_groups(function: str, full: Any, swa: Any) -> list[KvGroup]:
+    """The monitor's groups, FULL first (KVC-M009 for a non-KvGroup, KVC-C009 for the wrong kind)."""
+    groups = []
+    for argument, group in (("full", full), ("swa", swa)):
+        if group is None and argument == "swa":
+            continue
+        check_type(function, argument, group, KvGroup)
+        if group.kind != argument:
+            raise error("KVC-C009", function=function, argument=f"{argument}.kind", expected=(argument,), got=group.kind)
+        groups.append(group)
+    return groups
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One (stage, half) launch target of a group: its tag and launch context."""
+
+    tag: CanaryLaunchTag
+    context: CanaryContext
+
+
+def _tag(stage: str, half: str, kind: str) -> CanaryLaunchTag:
+    return CanaryLaunchTag[f"{stage}_{half}_{kind.upper()}"]
+
+
+class GroupState:
+    """Buffers, endpoints and plans of one group, allocated once.
+
+    Parameters
+    ----------
+    group : KvGroup
+    index : int
+        Position of the group in the monitor (selects its status lanes).
+    xp : module
+        NumPy or CuPy.
+    shared : dict
+        ``violation_ring``, ``violation_write_index``, ``kernel_run_counters``,
+        ``slot_run_counters`` (int64 [12]), ``enable_chain_position_assert``,
+        and ``plan_lanes`` (int32 [4] view: enable, num_valid, write_num_valid_reqs).
+    mode : RealKvHashMode
+    verify_capacity, write_req_capacity, write_token_capacity, sweep_capacity : int
+        Plan and scratch sizes.
+    """
+
+    def __init__(self, group: KvGroup, *, xp, shared: dict, mode: RealKvHashMode, device: str,
+                 verify_capacity: int, write_req_capacity: int, write_token_capacity: int,
+                 sweep_capacity: int):  # fmt: skip
+        self.group, self.kind = group, group.kind
+        self.window = group.swa_window_size
+        self.lut = group.full_to_swa_index_mapping
+        halves = ("K", "V") if group.has_v else ("K",)
+        self.buffers = {
+            (stage, half): xp.zeros((group.num_slots, CANARY_SLOT_BYTES), dtype=np.uint8)
+            for stage in ("HEAD", "TAIL")
+            for half in halves
+        }
+        sources = {"K": group.k_sources, "V": group.v_sources}
+
+        def endpoint(stage: str, half: str) -> Endpoint:
+            tag = _tag(stage, half, group.kind)
+            live = stage != "HEAD"  # HEAD runs before the forward wrote KV: nothing to fingerprint
+            ctx = CanaryContext(
+                canary_buf=self.buffers["HEAD" if stage == "HEAD" else "TAIL", half],
+                kernel_kind=tag,
+                violation_ring=shared["violation_ring"],
+                violation_write_index=shared["violation_write_index"],
+                slot_run_counter=shared["slot_run_counters"][tag : tag + 1],
+                kernel_run_counter=shared["kernel_run_counters"][tag : tag + 1],
+                real_kv_sources=sources[half] if live else (),
+                real_kv_hash_mode=mode if live else RealKvHashMode.NONE,
+                enable_chain_position_assert=shared["enable_chain_position_assert"],
+            )
+            return Endpoint(tag, ctx)
+
+        self.head = [endpoint("HEAD", h) for h in halves]
+        self.tail = [endpoint("TAIL", h) for h in halves]
+        self.sweep = [endpoint("SWEEP", h) for h in halves]
+        lanes = shared["plan_lanes"]
+        vplan = VerifyPlan.allocate(verify_capacity=verify_capacity, device=device)
+        self.verify_plan = dataclasses.replace(vplan, enable=lanes[0:1], verify_num_valid=lanes[1:2])
+        wplan = WritePlan.allocate(write_req_capacity=write_req_capacity, device=device)
+        self.write_plan = dataclasses.replace(wplan, write_num_valid_reqs=lanes[2:3])
+        self.sweep_plan = VerifyPlan.allocate(verify_capacity=sweep_capacity, device=device)
+        # SWA groups write through the LUT: clipped FULL slots, then translated SWA slots.
+        scratch = write_token_capacity if self.lut is not None else 0
+        self.clipped_loc = xp.zeros(scratch, dtype=np.int64)
+        self.swa_loc = xp.zeros(scratch, dtype=np.int64)
+
+    def translate_loc(self, xp, out_cache_loc, n: int):
+        """This group's slots of the step's new tokens: FULL slots as given, SWA slots via the LUT.
+
+        FULL slots outside the LUT are clipped into it (no out-of-bounds read);
+        the LUT is int64 [full_slots + 1], so valid slots are never clipped.
+        """
+        if self.lut is None:
+            return out_cache_loc
+        clipped, out = self.clipped_loc[:n], self.swa_loc[:n]
+        xp.clip(out_cache_loc, 0, self.lut.shape[0] - 1, out=clipped)
+        xp.take(self.lut, clipped, out=out)
+        return out
+
+    def launch_counts(self, stage: str) -> np.ndarray:
+        """Launches per tag of one HEAD or TAIL phase: a verify and a write per endpoint."""
+        counts = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+        for endpoint in self.head if stage == "head" else self.tail:
+            counts[endpoint.tag] += 2
+        return counts

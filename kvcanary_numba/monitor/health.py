@@ -1,0 +1,115 @@
+"""Health check: did every launch the host issued actually run on the device?
+
+Each verify and write launch adds 1 to its tag's ``kernel_run_counter`` on the
+device, even when it has nothing to do. The host counts the launches it issued
+per tag; a periodic check compares both over the interval. A tag whose device
+count grew less than the host's means launches were lost: a captured graph
+that no longer contains them, a stream that never ran, a skipped code path.
+SGLang's checker flags tags whose counter did not move at all; counting
+host launches also catches partial loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..constants import NUM_LAUNCH_TAGS, CanaryLaunchTag
+from .readback import Snapshot
+
+__all__ = ["CanaryStalledError", "HealthChecker", "HealthReport"]
+
+_HISTORY = 4  # host counts kept per step; the GPU snapshot lags one step
+
+
+class CanaryStalledError(RuntimeError):
+    """Raised (mode ``raise``) when launches the host issued did not run on the device."""
+
+    def __init__(self, report: HealthReport):
+        super().__init__(report.message())
+        self.report = report
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    """Result of one health check over steps ``(since_step, step]``.
+
+    Attributes
+    ----------
+    step, since_step : int
+        Interval covered.
+    launched : dict of str to int
+        Launches the host issued per tag name (tags with none are left out).
+    ran : dict of str to int
+        Device ``kernel_run_counter`` growth of the same tags.
+    protected_tokens : int
+        Sum of all ``slot_run_counter`` values: entries ever verified or written.
+    """
+
+    step: int
+    since_step: int
+    launched: dict[str, int]
+    ran: dict[str, int]
+    protected_tokens: int
+
+    @property
+    def stalled(self) -> tuple[str, ...]:
+        """Tags that ran fewer times than they were launched."""
+        return tuple(tag for tag, n in self.launched.items() if self.ran[tag] < n)
+
+    @property
+    def ok(self) -> bool:
+        return not self.stalled
+
+    def message(self) -> str:
+        detail = ", ".join(f"{t} ran {self.ran[t]} of {self.launched[t]}" for t in self.stalled)
+        return (
+            f"kv-canary: kernel_run_counter did not keep up with the launches for tags=[{detail}] "
+            f"between step {self.since_step} and step {self.step}; the canary path is not executing"
+        )
+
+
+class HealthChecker:
+    """Host launch counts and the periodic comparison with the device counters.
+
+    Parameters
+    ----------
+    interval : int
+        Steps between checks; 0 disables checking.
+    warmup_steps : int
+        No check covers a step before this one ends (graph capture, warm-up).
+    """
+
+    def __init__(self, *, interval: int, warmup_steps: int):
+        self.interval, self.warmup_steps = interval, warmup_steps
+        self.host = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)  # cumulative launches issued
+        self._history = np.zeros((_HISTORY, NUM_LAUNCH_TAGS), dtype=np.int64)
+        self._base_step = -1
+        self._base_host = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+        self._base_device = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+        self.last: HealthReport | None = None
+
+    def end_step(self, step: int) -> None:
+        """Remember the host counts as of the end of ``step`` (for the snapshot of that step)."""
+        self._history[step % _HISTORY] = self.host
+
+    def check(self, snapshot: Snapshot) -> HealthReport | None:
+        """Compare if a check is due at ``snapshot.step``; returns the report (None if not due)."""
+        step = snapshot.step
+        if self.interval <= 0 or step + 1 < self.warmup_steps or step - self._base_step < self.interval:
+            return None
+        host = self._history[step % _HISTORY].copy()
+        device = snapshot.kernel_run_counters.copy()
+        launched, ran = host - self._base_host, device - self._base_device
+        names = [tag.name for tag in CanaryLaunchTag]
+        report = HealthReport(
+            step=step,
+            since_step=self._base_step,
+            launched={names[i]: int(launched[i]) for i in range(NUM_LAUNCH_TAGS) if launched[i] > 0},
+            ran={names[i]: int(ran[i]) for i in range(NUM_LAUNCH_TAGS) if launched[i] > 0},
+            protected_tokens=int(snapshot.slot_run_counters.sum()),
+        )
+        self._base_step, self._base_host, self._base_device = step, host, device
+        self.last = report
+        return report

@@ -1,0 +1,302 @@
+"""CanaryMonitor: the per-step canary of one KV pool, in SGLang's order.
+
+A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()`` →
+``end_step()``:
+
+1. pre_forward: (expected-token scatter,) then for each group the plan, then
+   the HEAD launches (verify, then write) of K and V, without real-KV sources.
+2. post_forward: for each group the TAIL launches (verify, then write) with
+   real-KV sources, reusing the step's plans.
+3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then
+   the status readback: new violation rows, overflow warnings, health check.
+
+Every array is allocated in the constructor; the launches of a phase sit in
+one method (:meth:`_launch_pre`, :meth:`_launch_post`) with no host reads, so
+they can be captured into a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import numpy as np
+
+from .._arrays import array_module, check_bool, check_int
+from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
+from ..errors import error
+from ..plan import launch_canary_plan_kernels
+from ..scatter import scatter_req_token_ids
+from ..verify import launch_canary_verify_kernel
+from ..write import launch_canary_write_kernel
+from .batch import StepBatch, allocate_token_pool
+from .groups import GroupState, KvGroup, check_groups, check_type
+from .health import HealthChecker
+from .pump import CanaryViolationError, ViolationPump
+from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
+from .report import Violation
+from .sweep import SlotChain, build_sweep_entries, launch_sweep
+
+__all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
+
+MODES = ("log", "raise")
+_FN = "CanaryMonitor"
+_IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
+_ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
+
+
+class CanaryMonitor:
+    """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
+
+    Parameters
+    ----------
+    full : KvGroup
+        The FULL group (``kind="full"``).
+    swa : KvGroup, optional
+        The SWA group of a sliding-window pool (``kind="swa"``).
+    device : {"cpu", "cuda"}
+        NumPy (reference path) or CuPy (Numba-CUDA kernels) buffers.
+    mode : {"log", "raise"}
+        ``log``: one ``logging.warning`` per violation. ``raise``: one
+        :class:`CanaryViolationError` with all rows, raised once.
+    real_kv_hash_mode : RealKvHashMode, optional
+        Default: PARTIAL when any group has sources, else NONE.
+    ring_capacity : int
+        Violation rows kept (fill-once; later rows are counted, not stored).
+    write_req_capacity : int
+        Largest batch (requests) of a step.
+    write_token_capacity : int, optional
+        Largest number of new tokens of a step (default: FULL slots).
+    verify_capacity : int, optional
+        Verify entries per step and group (default 3 x FULL slots, as SGLang).
+    sweep_capacity : int, optional
+        Slots one sweep may cover (default: FULL slots).
+    check_verify_expected_token : bool
+        Verify stored tokens against a per-request token pool; needs
+        ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
+    max_requests, max_context_len : int, optional
+        Shape of that token pool (req_to_token rows, context length).
+    warmup_steps : int
+        Steps run with the write chain-position assert off (synthetic warm-up
+        positions); 0 turns it on from the start. See :meth:`finish_warmup`.
+    health_interval, health_warmup_steps : int
+        Health check cadence (0 = off) and the steps before the first check.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011.
+    """
+
+    def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
+                 real_kv_hash_mode: RealKvHashMode | None = None, ring_capacity: int = DEFAULT_RING_CAPACITY,
+                 write_req_capacity: int, write_token_capacity: int | None = None,
+                 verify_capacity: int | None = None, sweep_capacity: int | None = None,
+                 check_verify_expected_token: bool = False, max_requests: int | None = None,
+                 max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
+                 health_warmup_steps: int = 100):  # fmt: skip
+        groups = check_groups(_FN, full, swa)
+        if mode not in MODES:
+            raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
+        self.mode, self.device = mode, device
+        self.xp = xp = array_module(_FN, device)
+        if real_kv_hash_mode is None:
+            has_sources = any(g.k_sources or g.v_sources for g in groups)
+            real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
+        self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
+        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1)
+        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1)
+        slots = full.num_slots
+        self.write_token_capacity = check_int(_FN, "write_token_capacity", write_token_capacity or slots, low=1)
+        verify_capacity = check_int(_FN, "verify_capacity", verify_capacity or 3 * slots, low=1)
+        self.sweep_capacity = check_int(_FN, "sweep_capacity", sweep_capacity or slots, low=1)
+        self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
+        self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
+        self.status = StatusBlock(xp, len(groups))
+        self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
+        self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
+        self.groups = [
+            GroupState(
+                g, xp=xp, device=device, mode=self.real_kv_hash_mode, verify_capacity=verify_capacity,
+                write_req_capacity=self.write_req_capacity, write_token_capacity=self.write_token_capacity,
+                sweep_capacity=self.sweep_capacity,
+                shared=dict(violation_ring=self.ring, violation_write_index=self.status.violation_write_index,
+                            kernel_run_counters=self.status.kernel_run_counters,
+                            slot_run_counters=self.status.slot_run_counters,
+                            enable_chain_position_assert=self.enable_chain_position_assert,
+                            plan_lanes=self.status.plan_lanes[i]),
+            )  # fmt: skip
+            for i, g in enumerate(groups)
+        ]
+        self.token_pool = self.valid_lens = None
+        if self.check_tokens:
+            self.token_pool, self.valid_lens = allocate_token_pool(
+                _FN, xp, max_requests=max_requests, max_context_len=max_context_len,
+                write_req_capacity=self.write_req_capacity,
+            )  # fmt: skip
+        self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
+        self.health = HealthChecker(
+            interval=check_int(_FN, "health_interval", health_interval, low=0),
+            warmup_steps=check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0),
+        )
+        self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
+        self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
+        self.pump = ViolationPump(
+            mode=mode, ring=self.ring, readback=self.readback, health=self.health,
+            plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
+        )  # fmt: skip
+        self.step = self.sweeps = 0
+        self._phase, self._batch, self._locs = _IDLE, None, None
+
+    # --- step hooks -------------------------------------------------------------
+    def pre_forward(self, batch: StepBatch) -> None:
+        """Plan the step and run the HEAD launches; call before the engine writes KV.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, and the
+            launch functions' codes for malformed batch arrays.
+        """
+        fn = "CanaryMonitor.pre_forward"
+        if self._phase is not _IDLE:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        check_type(fn, "batch", batch, StepBatch)
+        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
+        self._launch_pre(batch)
+        self._batch, self._phase = batch, _PRE
+        self.pump.mark_planned(self.step)
+        self.health.host += self._pre_launches
+
+    def post_forward(self) -> None:
+        """Run the TAIL launches (verify the prefix against live KV, stamp the new slots)."""
+        if self._phase is not _PRE:
+            raise error("KVC-M005", function="CanaryMonitor.post_forward", state=self._phase, expected=_ORDER)
+        self._launch_post()
+        self._phase = _POST
+        self.health.host += self._post_launches
+
+    @contextlib.contextmanager
+    def forward(self, batch: StepBatch):
+        """``with monitor.forward(batch): write_kv()`` runs pre_forward and post_forward around it."""
+        self.pre_forward(batch)
+        try:
+            yield self
+        except BaseException:
+            self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
+            raise
+        self.post_forward()
+
+    def end_step(self, sweep: Sequence[SlotChain] | None = None) -> None:
+        """Finish the step: optional sweep, then process the (previous, on a GPU) step's readback.
+
+        Raises
+        ------
+        CanaryViolationError
+            Mode ``raise``, the first time violation rows are read back.
+        CanaryStalledError
+            Mode ``raise``, when a health check finds launches that did not run.
+        KvCanaryError
+            KVC-M005 when called between pre_forward and post_forward; sweep's codes.
+        """
+        if self._phase is _PRE:
+            raise error("KVC-M005", function="CanaryMonitor.end_step", state=self._phase, expected=_ORDER)
+        if sweep is not None:
+            self.sweep(sweep)
+        step, self.step = self.step, self.step + 1
+        self._phase, self._batch = _IDLE, None
+        self.health.end_step(step)
+        if self.step == self.warmup_steps:
+            self.finish_warmup()
+        snapshot = self.readback.push(step)
+        self.pump.mark_planned(self.step, False)  # the slot the next step will use
+        if snapshot is not None:
+            self.pump.process(snapshot)
+
+    def finish_warmup(self) -> None:
+        """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
+        self.enable_chain_position_assert.fill(1)
+
+    def sweep(self, chains: Sequence[SlotChain]) -> None:
+        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004, KVC-C011.
+        """
+        fn = "CanaryMonitor.sweep"
+        if self._phase is _PRE:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        for i, chain in enumerate(chains):
+            check_type(fn, f"chains[{i}]", chain, SlotChain)
+        entries = build_sweep_entries(fn, chains, self.sweep_capacity)
+        for g in self.groups:
+            self.health.host += launch_sweep(self.xp, g, entries)
+        self.sweeps += 1
+
+    def flush(self) -> None:
+        """Process every pending readback now (end of a run; waits for the device)."""
+        snapshot = self.readback.flush()
+        if snapshot is not None:
+            self.pump.process(snapshot)
+
+    # --- launches (no host reads, no allocation: capturable) -----------------------
+    def _launch_pre(self, batch: StepBatch) -> None:
+        bs, n = batch.batch_size, batch.num_tokens
+        pool = lens = None
+        if self.check_tokens:
+            pool, lens = self.token_pool, self.valid_lens[:bs]
+            scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
+                                  req_pool_indices=batch.req_pool_indices, pool_out=pool)  # fmt: skip
+            self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
+        asserted = batch.expected_input_tokens is not None
+        self._locs = []
+        for g in self.groups:
+            launch_canary_plan_kernels(
+                verify_plan_out=g.verify_plan, write_plan_out=g.write_plan,
+                req_pool_indices=batch.req_pool_indices, prefix_lens=batch.prefix_lens,
+                extend_seq_lens=batch.extend_seq_lens, req_to_token=batch.req_to_token,
+                swa_window_size=g.window, full_to_swa_index_mapping=g.lut,
+                verify_capacity=g.verify_plan.verify_capacity, req_to_verify_expected_tokens=pool,
+                req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
+            )  # fmt: skip
+            loc = g.translate_loc(self.xp, batch.out_cache_loc, n)
+            self._locs.append(loc)
+            self._launch_endpoints(g, g.head, batch, loc, asserted)
+
+    def _launch_post(self) -> None:
+        batch = self._batch
+        asserted = batch.expected_input_tokens is not None
+        for g, loc in zip(self.groups, self._locs):
+            self._launch_endpoints(g, g.tail, batch, loc, asserted)
+
+    def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
+        for endpoint in endpoints:
+            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
+                                        check_verify_expected_token=self.check_tokens)  # fmt: skip
+            launch_canary_write_kernel(
+                context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
+                positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
+                expected_input_tokens=batch.expected_input_tokens,
+                expected_input_positions=batch.expected_input_positions,
+            )  # fmt: skip
+
+    # --- inspection -------------------------------------------------------------------
+    @property
+    def violations(self) -> list[Violation]:
+        """Every violation decoded so far, in ring order (rows lost to a full ring are not included)."""
+        return self.pump.violations
+
+    def stats(self) -> dict:
+        """Counters as of now (reads the device: not for the hot path)."""
+        words = np.asarray(self.status.words.get() if self.xp is not np else self.status.words)
+        snap = Snapshot(self.step, words)
+        return {
+            "step": self.step,
+            "protected_tokens": int(snap.slot_run_counters.sum()),
+            "kernel_runs": int(snap.kernel_run_counters.sum()),
+            "sweep_passes": self.sweeps,
+            "violations_recorded": snap.write_index,
+            "violations_decoded": len(self.violations),
+        }

@@ -1,0 +1,94 @@
+"""Turning status snapshots into reports: violation rows, overflow warnings, health."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from .health import CanaryStalledError, HealthChecker
+from .readback import Snapshot
+from .report import Violation, decode_rows
+
+__all__ = ["CanaryViolationError", "ViolationPump", "logger"]
+
+logger = logging.getLogger("kvcanary_numba.monitor")
+
+_PLAN_HISTORY = 4  # the GPU snapshot lags a step; remember a few steps' "a plan ran" flags
+
+
+class CanaryViolationError(RuntimeError):
+    """Raised once, in mode ``raise``, with every violation the first failing readback found."""
+
+    def __init__(self, violations: Sequence[Violation]):
+        self.violations = list(violations)
+        lines = "\n".join(v.summary() for v in self.violations)
+        super().__init__(f"kv-canary: {len(self.violations)} violation(s) detected\n{lines}")
+
+
+class ViolationPump:
+    """Processes one status snapshot per step (SGLang's violation pump, overflow warner and health check).
+
+    Parameters
+    ----------
+    mode : {"log", "raise"}
+    ring : array, int64 [capacity, 8]
+        The device (or host) violation ring, copied to the host only when new rows exist.
+    readback : HostReadback or CudaReadback
+    health : HealthChecker
+    plan_capacities : list of (str, int)
+        Group name and verify capacity, in status-lane order.
+    """
+
+    def __init__(self, *, mode: str, ring, readback, health: HealthChecker, plan_capacities):
+        self.mode, self.ring, self.readback, self.health = mode, ring, readback, health
+        self.plan_capacities = list(plan_capacities)
+        self.violations: list[Violation] = []
+        self.planned = np.zeros(_PLAN_HISTORY, dtype=bool)
+        self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
+
+    def mark_planned(self, step: int, planned: bool = True) -> None:
+        """Record whether ``step`` ran a plan (only then is ``enable == 0`` an overflow)."""
+        self.planned[step % _PLAN_HISTORY] = planned
+
+    def process(self, snapshot: Snapshot) -> None:
+        """Warn about plan overflow, decode new rows, run a due health check, then report.
+
+        Raises
+        ------
+        CanaryViolationError, CanaryStalledError
+            Mode ``raise`` only (violations: the first time rows appear).
+        """
+        if self.planned[snapshot.step % _PLAN_HISTORY]:
+            for lane, (name, capacity) in enumerate(self.plan_capacities):
+                if snapshot.plan_enable(lane) == 0:
+                    logger.warning(
+                        "kv-canary: per-forward verify skipped at step %d for the %s group: the plan "
+                        "overflowed verify_capacity=%d; raise verify_capacity",
+                        snapshot.step, name, capacity,
+                    )  # fmt: skip
+        index, capacity = snapshot.write_index, self.ring.shape[0]
+        stored = min(index, capacity)
+        new: list[Violation] = []
+        if stored > self._rows_decoded:
+            new = decode_rows(self.readback.ring(self.ring), self._rows_decoded, stored, step=snapshot.step)
+            self._rows_decoded = stored
+            self.violations.extend(new)
+        if index > capacity and not self._overflow_warned:
+            self._overflow_warned = True
+            logger.warning("kv-canary: violation ring full (capacity %d); later rows are counted, not kept", capacity)
+        report = self.health.check(snapshot)
+        if new:
+            self._report(new)
+        if report is not None and not report.ok:
+            if self.mode == "raise":
+                raise CanaryStalledError(report)
+            logger.error(report.message())
+
+    def _report(self, new: list[Violation]) -> None:
+        if self.mode == "raise" and not self._raised:
+            self._raised = True
+            raise CanaryViolationError(new)
+        for v in new:
+            logger.warning("%s", v.describe())
