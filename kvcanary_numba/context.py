@@ -165,7 +165,8 @@ class CanaryContext:
         Raises
         ------
         KvCanaryError
-            KVC-C011 for non-positive sizes, KVC-C012 for a bad stride; KVC-C009, KVC-C008.
+            KVC-C011 for non-positive sizes or a tag / mode outside its enum, KVC-C012 for a bad
+            stride, KVC-R009 for sources that are not RealKvSource objects; KVC-C009, KVC-C008.
         """
         function = "CanaryContext.allocate"
         num_slots = check_int(function, "num_slots", num_slots, low=1)
@@ -173,16 +174,22 @@ class CanaryContext:
         if stride < CANARY_SLOT_BYTES or stride % 8:
             raise error("KVC-C012", function=function, argument="canary_buf", got=stride)
         ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1)
+        kind = check_int(function, "kernel_kind", kernel_kind, low=0, high=len(CanaryLaunchTag) - 1)
+        mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
+        if not isinstance(real_kv_sources, (tuple, list)) or not all(
+            isinstance(source, RealKvSource) for source in real_kv_sources
+        ):
+            raise error("KVC-R009", function=function, argument="real_kv_sources", got=repr(real_kv_sources)[:80])
         xp = array_module(function, device)
         return cls(
             canary_buf=xp.zeros((num_slots, stride), dtype=np.uint8),
-            kernel_kind=CanaryLaunchTag(kernel_kind),
+            kernel_kind=CanaryLaunchTag(kind),
             violation_ring=xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64),
             violation_write_index=xp.zeros(1, dtype=np.int32),
             slot_run_counter=xp.zeros(1, dtype=np.int64),
             kernel_run_counter=xp.zeros(1, dtype=np.int64),
             real_kv_sources=tuple(real_kv_sources),
-            real_kv_hash_mode=RealKvHashMode(real_kv_hash_mode),
+            real_kv_hash_mode=RealKvHashMode(mode),
             enable_chain_position_assert=xp.ones(1, dtype=np.int32),
         )
 

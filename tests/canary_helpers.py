@@ -371,3 +371,53 @@ class Pipeline:
             pos.extend(range(start, start + n))
             loc.extend(self.req_to_token[rp, start : start + n])
         return i64(ids), i64(pos), i64(loc)
+
+
+#: Faults :func:`plant_fault` can plant, as in the golden vectors.
+FAULTS = ("token", "position", "prev_hash", "real_kv", "req_to_token_swap")
+
+
+def plant_fault(pipe: Pipeline, fault: str, rp: int, position: int) -> tuple[int, int]:
+    """Corrupt what verify will read for ``position`` of request row ``rp``.
+
+    Returns the (slot, FailReason bit) a verify of the prefix must report.
+    ``token`` needs ``position + 1`` in the prefix (the successor's chain sees
+    it), ``req_to_token_swap`` needs ``position + 2``; ``real_kv`` needs a
+    real-KV mode.
+    """
+    slot = int(pipe.req_to_token[rp, position])
+    if fault == "token":
+        fields(pipe.ctx)[slot, TOKEN] += 7
+        return int(pipe.req_to_token[rp, position + 1]), 1
+    if fault == "position":
+        fields(pipe.ctx)[slot, POSITION] += 1
+        return slot, 2
+    if fault == "prev_hash":
+        fields(pipe.ctx)[slot, PREV_HASH] ^= 1 << 40
+        return slot, 1
+    if fault == "real_kv":
+        pipe.kv[slot, 0] ^= 0x80
+        return slot, 4
+    if fault == "req_to_token_swap":
+        other = int(pipe.req_to_token[rp, position + 2])
+        pipe.req_to_token[rp, position], pipe.req_to_token[rp, position + 2] = other, slot
+        return other, 2  # the slot now listed at `position` holds position + 2
+    raise ValueError(f"unknown fault {fault!r}")
+
+
+class FakeCudaArray:
+    """A host array posing as a CUDA array (``__cuda_array_interface__`` only), for dispatch checks.
+
+    Never hand it to a kernel: its pointer is host memory.
+    """
+
+    def __init__(self, array: np.ndarray):
+        self._array = array
+        self.shape, self.dtype = array.shape, array.dtype
+        self.__cuda_array_interface__ = {
+            "shape": array.shape,
+            "typestr": array.dtype.str,
+            "data": (array.ctypes.data, False),
+            "strides": None,
+            "version": 3,
+        }

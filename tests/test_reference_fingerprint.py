@@ -222,3 +222,41 @@ def test_context_sources_must_cover_every_slot():
     with raises_code("KVC-R007") as excinfo:
         run_verify(ctx, verify_plan([1], [0], [-1]))
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
+
+
+# --- RealKvSource construction (geometry checked once, when the source is built) ------------
+
+
+def _source(tensor=None, page_size=1, nbytes=16, read_bytes=16):
+    tensor = np.zeros((4, 64), dtype=np.uint8) if tensor is None else tensor
+    return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=read_bytes)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "code"),
+    [
+        (dict(page_size=0), "KVC-R001"),
+        (dict(page_size=16.0), "KVC-R001"),
+        (dict(nbytes=24, read_bytes=16), "KVC-R002"),
+        (dict(nbytes=0), "KVC-R002"),
+        (dict(read_bytes=0), "KVC-R003"),
+        (dict(read_bytes=32), "KVC-R003"),
+        (dict(nbytes=32, read_bytes=24), "KVC-R003"),
+        (dict(tensor=np.zeros(64, np.uint8)), "KVC-R004"),
+        (dict(tensor=np.zeros((2, 4, 16), np.uint8)), "KVC-R004"),
+        (dict(tensor=np.zeros((64, 4), np.uint8).T), "KVC-R005"),
+        (dict(tensor=np.zeros((4, 24), np.uint8)[:, :16]), "KVC-R005"),
+        (dict(tensor=np.zeros((4, 32), np.uint8), page_size=4, nbytes=16), "KVC-R006"),
+        (dict(tensor=[[0] * 16] * 4), "KVC-C001"),
+    ],
+)
+def test_source_geometry_is_checked_at_construction(kwargs, code):
+    with raises_code(code):
+        _source(**kwargs)
+
+
+def test_source_must_be_16_byte_aligned():
+    raw = np.zeros(4 * 16 + 32, dtype=np.uint8)
+    offset = next(k for k in range(1, 16) if (raw.ctypes.data + k) % 16)
+    with raises_code("KVC-C014"):
+        _source(tensor=raw[offset : offset + 64].reshape(4, 16))

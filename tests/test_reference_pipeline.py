@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from canary_helpers import Pipeline, counters, fields, record, write_index
+from canary_helpers import Pipeline, counters, fields, plant_fault, record, write_index
 
 from kvcanary_numba import CanaryLaunchTag, RealKvHashMode
 
@@ -151,26 +151,6 @@ def test_eagle_offset_plus_one():
 # --- planted faults ------------------------------------------------------------------------
 
 
-def plant(pipe: Pipeline, fault: str, position: int) -> tuple[int, int]:
-    """Corrupt the record at ``position`` of request 1; returns (slot, bit) verify must report."""
-    slot = int(pipe.req_to_token[1, position])
-    if fault == "token":
-        fields(pipe.ctx)[slot, 0] += 7
-        return int(pipe.req_to_token[1, position + 1]), CHAIN  # seen by the successor
-    if fault == "position":
-        fields(pipe.ctx)[slot, 1] += 1
-        return slot, POSITION
-    if fault == "prev_hash":
-        fields(pipe.ctx)[slot, 2] ^= 1 << 40
-        return slot, CHAIN
-    if fault == "real_kv":
-        pipe.kv[slot, 0] ^= 0x80
-        return slot, REAL_KV
-    other = int(pipe.req_to_token[1, position + 2])  # req_to_token swap
-    pipe.req_to_token[1, position], pipe.req_to_token[1, position + 2] = other, slot
-    return other, POSITION
-
-
 @pytest.mark.parametrize("fault", ["token", "position", "prev_hash", "real_kv", "req_to_token_swap"])
 @pytest.mark.parametrize("position", [0, 2, 4])
 def test_planted_fault_is_reported(fault, position):
@@ -178,7 +158,7 @@ def test_planted_fault_is_reported(fault, position):
     fill(pipe, 1, [5, 9, 2, 7, 11, 3, 4, 13, 14])
     fill(pipe, 2, [20, 21, 22])
     assert pipe.step([1, 2], [0, 0], [7, 3]) == ([], [])
-    slot, bit = plant(pipe, fault, position)
+    slot, bit = plant_fault(pipe, fault, 1, position)
     verify_rows, _ = pipe.step([2, 1], [3, 7], [0, 1])
     assert any(r[1] == slot and r[7] & bit for r in verify_rows), verify_rows
     assert all(r[1] in pipe.req_to_token[1, :7] for r in verify_rows)  # request 2 stays clean
