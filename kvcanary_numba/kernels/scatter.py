@@ -1,0 +1,47 @@
+"""Scatter kernel: flat per-request token lists -> rows of the expected-token pool.
+
+Request ``r`` owns ``flat_in[offsets[r]:offsets[r + 1]]`` and writes it, cast to
+int32, into the start of row ``req_pool_indices[r]`` of ``pool_out``, truncated at
+the row width. Semantics are those of :mod:`kvcanary_numba.reference.scatter`:
+a row index outside the pool skips the request, and a token index outside
+``flat_in`` is never read (that column stays as it was).
+"""
+
+from __future__ import annotations
+
+from numba import cuda, int32, int64
+
+#: Explicit signatures (eager compilation and the sm_90 PTX test).
+SIGNATURES = {"scatter": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64)",)}
+
+
+@cuda.jit
+def scatter_kernel(flat_in, offsets, req_pool_indices, pool_out, col_tiles):
+    """Grid-stride over work items ``(request, column tile)``, one column per thread.
+
+    A column tile is ``blockDim.x`` columns wide; ``col_tiles`` tiles cover the
+    pool width. The host knows the width but not the request lengths (they are
+    on the device), so tiles past a request's length exit after three loads.
+    """
+    bs = int64(req_pool_indices.shape[0])
+    num_tokens = int64(flat_in.shape[0])
+    rows = int64(pool_out.shape[0])
+    width = int64(pool_out.shape[1])
+    tile_width = int64(cuda.blockDim.x)
+    for item in range(int64(cuda.blockIdx.x), bs * col_tiles, int64(cuda.gridDim.x)):
+        r = item // col_tiles
+        col = (item - r * col_tiles) * tile_width + int64(cuda.threadIdx.x)
+        rp = int64(req_pool_indices[r])
+        if rp < 0 or rp >= rows:
+            continue
+        start = int64(offsets[r])
+        # Wrap-around subtraction on hostile offsets, as the reference computes it.
+        write_len = min(int64(offsets[r + 1]) - start, width)
+        if col >= write_len:
+            continue
+        src = start + col
+        if 0 <= src < num_tokens:
+            pool_out[rp, col] = int32(flat_in[src])
+
+
+KERNELS = {"scatter": scatter_kernel}

@@ -1,0 +1,165 @@
+"""CUDA launch glue of the plan: offsets kernel, then entries kernel.
+
+Called by :mod:`kvcanary_numba.plan` with validated public keyword arguments
+(minus ``backend``); kernels in :mod:`kvcanary_numba.kernels.plan`.
+
+Launch shapes
+-------------
+Offsets: tiles of ``OFFSETS_BLOCK * OFFSETS_ITEMS`` requests (4096 on a GPU, so
+SGLang's largest batch is one block and never touches the look-back state);
+larger batches chain their tiles with a single-pass look-back, no cap on ``bs``.
+Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, at most
+``ENTRIES_BLOCKS_PER_SM`` blocks per SM and no more than ``verify_capacity``
+needs; the entry count is read on the device. Under the simulator both use
+``SIM_BLOCK`` threads and one request per thread (``SIM_OFFSETS_*``; tests
+shrink the tile to get many tiles out of small batches).
+
+Scratch (allocated once, never freed or moved)
+----------------------------------------------
+The look-back state (int64, zeroed, left zeroed by every launch) and, for
+:func:`launch_canary_plan_kernels`, the verify offsets ``[write_req_capacity + 1]``
+are cached per (device, stream, size); the size depends only on the plan's
+capacity, never on ``bs``. Nothing is allocated per call and nothing syncs with
+the host, so a step can be captured into a CUDA graph -- after one eager step
+with the same plan capacity on the same stream, which allocates the scratch
+(allocation is not allowed during capture). Launches on one stream share the
+scratch in stream order; concurrent streams get their own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import PLAN_BLOCK_SIZE
+from ..kernels import plan as kernels
+from . import _common as common
+
+__all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
+
+#: Offsets kernel: threads per block and requests per thread on a GPU ...
+OFFSETS_BLOCK = 1024
+OFFSETS_ITEMS = 4
+#: ... and under the simulator (tests shrink these to get many tiles from small batches).
+SIM_OFFSETS_BLOCK = common.SIM_BLOCK
+SIM_OFFSETS_ITEMS = 1
+#: Entries kernel: threads per block and resident blocks per SM (SGLang's shape).
+ENTRIES_BLOCK = PLAN_BLOCK_SIZE
+ENTRIES_BLOCKS_PER_SM = 8
+
+_OFFSETS_SIG = kernels.SIGNATURES["plan_offsets"][0]
+_ENTRIES_SIG = kernels.SIGNATURES["plan_entries"][0]
+#: (device id, stream handle) -> {(name, shape, dtype): zeroed array}; never shrinks.
+_scratch: dict[tuple[int, int], dict[tuple, object]] = {}
+
+
+def offsets_shape() -> tuple[int, int]:
+    """(threads per block, requests per thread) of the offsets kernel."""
+    if common.ON_SIMULATOR:
+        return SIM_OFFSETS_BLOCK, SIM_OFFSETS_ITEMS
+    return OFFSETS_BLOCK, OFFSETS_ITEMS
+
+
+def scratch_arrays() -> dict[tuple, object]:
+    """Scratch of the current device and stream (NumPy under the simulator, cached all the same,
+    so simulated tests see the look-back state carried from launch to launch)."""
+    if common.ON_SIMULATOR:
+        key = (-1, 0)
+    else:
+        from numba import cuda
+
+        stream = common.current_stream()
+        key = (cuda.get_current_device().id, int(getattr(stream, "handle", 0) or 0))
+    return _scratch.setdefault(key, {})
+
+
+def _zeros(scratch: dict, name: str, shape: tuple[int, ...], dtype):
+    """The zeroed array ``name`` of ``scratch``, allocated on first use."""
+    key = (name, shape, np.dtype(dtype).str)
+    hit = scratch.get(key)
+    if hit is None:
+        hit = np.zeros(shape, dtype=dtype)
+        if not common.ON_SIMULATOR:
+            from numba import cuda
+
+            hit = cuda.to_device(hit)
+        scratch[key] = hit
+    return hit
+
+
+def _batch(scratch: dict, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping):
+    """Kernel arguments of the batch metadata: (rpi, prefix, extend, req_to_token, lut, has_lut)."""
+    arr = common.kernel_array
+    if full_to_swa_index_mapping is None:
+        lut, has_lut = _zeros(scratch, "dummy", (1,), np.int64), 0
+    else:
+        lut, has_lut = arr(full_to_swa_index_mapping, persistent=True), 1
+    # The per-step metadata is not cached (a new array each step); the tables are long-lived.
+    return (arr(req_pool_indices), arr(prefix_lens), arr(extend_seq_lens), arr(req_to_token, persistent=True),
+            lut, has_lut)
+
+
+def _run_offsets(scratch: dict, batch: tuple, outputs: tuple, *, swa_window_size, verify_capacity) -> None:
+    """Launch the offsets kernel on kernel arguments ``batch`` (see :func:`_batch`) and
+    ``outputs`` = (verify offsets, write offsets, seeds, num_valid, enable, write_num_valid_reqs)."""
+    bs = int(batch[0].shape[0])
+    block, items = offsets_shape()
+    tile = block * items
+    # Sized by the plan's capacity (>= bs), not by bs, so every batch of the plan shares it.
+    capacity_tiles = common.grid_for(max(int(outputs[2].shape[0]), bs), tile)
+    lookback = _zeros(scratch, "lookback", (kernels.LOOKBACK_HEADER + kernels.LOOKBACK_STRIDE * capacity_tiles,),
+                      np.int64)
+    args = (*batch[:4], batch[4], batch[5], int(swa_window_size), int(verify_capacity), items, *outputs, lookback)
+    common.launch(kernels.plan_offsets_kernel, _OFFSETS_SIG, common.grid_for(bs, tile), block, args)
+
+
+def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
+                               full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
+                               out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
+                               out_write_num_valid_reqs, swa_window_size, verify_capacity) -> None:
+    """Offsets step on the device (see :func:`kvcanary_numba.plan.launch_plan_offsets_kernel`).
+
+    The output arrays are the caller's and may be per-call, so their device
+    views are not cached.
+    """
+    scratch = scratch_arrays()
+    batch = _batch(scratch, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping)
+    outputs = tuple(common.kernel_array(x) for x in (
+        out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid,
+        out_verify_enable, out_write_num_valid_reqs))
+    _run_offsets(scratch, batch, outputs, swa_window_size=swa_window_size, verify_capacity=verify_capacity)
+
+
+def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
+                               extend_seq_lens, req_to_token, swa_window_size, full_to_swa_index_mapping,
+                               verify_capacity, req_to_verify_expected_tokens,
+                               req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset) -> None:
+    """Full plan on the device (see :func:`kvcanary_numba.plan.launch_canary_plan_kernels`).
+
+    Two launches, no host sync: the entries kernel reads the entry count and
+    the enable flag the offsets kernel left on the device.
+    """
+    vplan, wplan = verify_plan_out, write_plan_out
+    scratch = scratch_arrays()
+    batch = _batch(scratch, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping)
+    verify_offsets = _zeros(scratch, "verify_offsets", (wplan.write_req_capacity + 1,), np.int64)  # bs <= capacity
+    arr = common.kernel_array
+    outputs = (verify_offsets, *(arr(x, persistent=True) for x in (
+        wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
+        wplan.write_num_valid_reqs)))
+    _run_offsets(scratch, batch, outputs, swa_window_size=swa_window_size, verify_capacity=verify_capacity)
+
+    pool = req_to_verify_expected_tokens
+    if pool is None:
+        pool, lens, has_pool = _zeros(scratch, "dummy", (1, 1), np.int32), _zeros(scratch, "dummy", (1,), np.int64), 0
+    else:
+        pool, lens, has_pool = arr(pool, persistent=True), arr(req_to_verify_expected_tokens_valid_lens), 1
+    rpi, prefix, _, rtt, lut, has_lut = batch
+    args = (
+        rpi, prefix, rtt, lut, has_lut, int(swa_window_size), pool, lens, has_pool,
+        int(kv_token_id_vs_position_offset), verify_offsets, outputs[4],
+        *(arr(x, persistent=True) for x in (vplan.verify_slot_indices, vplan.verify_expected_tokens,
+                                             vplan.verify_expected_positions, vplan.verify_prev_slot_indices)),
+    )
+    block = common.block_size(ENTRIES_BLOCK)
+    grid = common.persistent_grid(verify_capacity, block, blocks_per_sm=ENTRIES_BLOCKS_PER_SM)
+    common.launch(kernels.plan_entries_kernel, _ENTRIES_SIG, grid, block, args)
