@@ -14,16 +14,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 from numba import cuda
 
 from kvcanary_numba import OUT_OF_RANGE_SLOT, VerifyPlan, WritePlan
 from kvcanary_numba import plan as public
-from kvcanary_numba.kernels import ON_SIMULATOR, plan as kernels
+from kvcanary_numba.kernels import ON_SIMULATOR
+from kvcanary_numba.kernels import plan as kernels
 from kvcanary_numba.launch import plan as glue
 from kvcanary_numba.reference import plan as reference
 
 OOR = OUT_OF_RANGE_SLOT
 FILL = -7777
+
+
+def to_kernel(x):
+    """``x`` where the kernels run (a copy), scalars and None as they are."""
+    return to_device(x, KERNEL_DEVICE)
 WIDTH = 16
 
 
@@ -32,16 +39,8 @@ def linear_rtt(rows=9, width=WIDTH):
     return (np.arange(rows)[:, None] * width + np.arange(width)[None, :]).astype(np.int32)
 
 
-def to_device(x):
-    if x is None or ON_SIMULATOR or not isinstance(x, np.ndarray):
-        return x
-    import cupy
-
-    return cupy.asarray(x)
 
 
-def host(x):
-    return x if isinstance(x, np.ndarray) else x.get()
 
 
 def case(rpi, prefix, ext, *, rtt=None, window=0, lut=None, pool=None, lens=None, offset=0, vcap=4096, wcap=None):
@@ -65,17 +64,17 @@ def fresh_plans(inputs: dict, device: str):
 
 
 def host_arrays(plan) -> dict:
-    return {name: host(arr).copy() for name, arr in plan.arrays().items()}
+    return {name: to_host(arr).copy() for name, arr in plan.arrays().items()}
 
 
 def run_both(inputs: dict, *, via_public: bool = False, plans=None) -> tuple[dict, dict]:
     """Plan on the reference and the kernels, assert every array equal; return the kernels' plans."""
     kwargs = {k: v for k, v in inputs.items() if k != "wcap"}
     if plans is None:
-        plans = fresh_plans(inputs, "cpu" if ON_SIMULATOR else "cuda")
+        plans = fresh_plans(inputs, KERNEL_DEVICE)
     ref_v, ref_w = (type(p)(**host_arrays(p)) for p in plans)  # same starting contents
     reference.launch_canary_plan_kernels(verify_plan_out=ref_v, write_plan_out=ref_w, **kwargs)
-    dev_kwargs = {k: to_device(v) for k, v in kwargs.items()}
+    dev_kwargs = {k: to_kernel(v) for k, v in kwargs.items()}
     launch = public.launch_canary_plan_kernels if via_public else glue.launch_canary_plan_kernels
     extra = {"backend": "cuda"} if via_public else {}
     launch(verify_plan_out=plans[0], write_plan_out=plans[1], **dev_kwargs, **extra)
@@ -243,7 +242,7 @@ def test_garbage_batch_equals_reference(seed):
 @pytest.mark.simulator
 def test_replan_on_same_plans_shrinks_batch_and_repeats_byte_equal():
     first = random_batch(np.random.default_rng(7), bs=8, wcap=10)
-    plans = fresh_plans(first, "cpu" if ON_SIMULATOR else "cuda")
+    plans = fresh_plans(first, KERNEL_DEVICE)
     got_first = run_both(first, plans=plans)
     assert run_both(first, plans=plans)[1]["write_offsets"].tolist() == got_first[1]["write_offsets"].tolist()
     small = dict(first, req_pool_indices=first["req_pool_indices"][:3], prefix_lens=first["prefix_lens"][:3],
@@ -269,7 +268,7 @@ def small_tiles(request, monkeypatch):
 
 def _lookback_clear() -> bool:
     """Every cached look-back state is back to zero (tickets, done count, tile flags)."""
-    states = [host(arr) for pool in glue._scratch.values() for key, arr in pool.items() if key[0] == "lookback"]
+    states = [to_host(arr) for pool in glue._scratch.values() for key, arr in pool.items() if key[0] == "lookback"]
     return bool(states) and all(
         not s[:kernels.LOOKBACK_HEADER].any() and not s[kernels.LOOKBACK_HEADER::kernels.LOOKBACK_STRIDE].any()
         for s in states
@@ -295,7 +294,7 @@ def test_lookback_state_resets_between_different_batches(monkeypatch):
     monkeypatch.setattr(glue, prefix + "ITEMS", 1)
     rng = np.random.default_rng(11)
     first = random_batch(rng, bs=9, wcap=9)
-    plans = fresh_plans(first, "cpu" if ON_SIMULATOR else "cuda")
+    plans = fresh_plans(first, KERNEL_DEVICE)
     for batch in (first, random_batch(rng, bs=9, wcap=9), case([1] * 9, [1] * 9, [2] * 9, wcap=9)):
         # Stale tile sums from the previous launch would shift every offset after tile 0.
         batch["wcap"] = 9
@@ -317,10 +316,10 @@ def test_look_back_sums_aggregates_until_an_inclusive_prefix():
     state = np.zeros(head + stride * 5, dtype=np.int64)
     for tile, row in enumerate([(2, 0, 0, 5, 50), (1, 3, 30, 0, 0), (1, 2, 20, 0, 0)]):
         state[head + tile * stride: head + (tile + 1) * stride] = row
-    state_dev, out = to_device(state), to_device(np.zeros(2, dtype=np.int64))
+    state_dev, out = to_kernel(state), to_kernel(np.zeros(2, dtype=np.int64))
     _look_back_probe[1, 1](state_dev, 3, 7, 70, out)
-    assert host(out).tolist() == [10, 100]
-    assert host(state_dev)[head + 3 * stride: head + 4 * stride].tolist() == [2, 7, 70, 17, 170]
+    assert to_host(out).tolist() == [10, 100]
+    assert to_host(state_dev)[head + 3 * stride: head + 4 * stride].tolist() == [2, 7, 70, 17, 170]
 
 
 @pytest.mark.simulator
@@ -341,11 +340,11 @@ def test_offsets_launch_equals_reference(seed):
     args = {name: inputs[name] for name in names}
     want = {k: v.copy() for k, v in outs.items()}
     reference.launch_plan_offsets_kernel(**args, **want)
-    got = {k: to_device(v) for k, v in outs.items()}
+    got = {k: to_kernel(v) for k, v in outs.items()}
     launch = public.launch_plan_offsets_kernel if seed else glue.launch_plan_offsets_kernel
-    launch(**{k: to_device(v) for k, v in args.items()}, **got, **({"backend": "cuda"} if seed else {}))
+    launch(**{k: to_kernel(v) for k, v in args.items()}, **got, **({"backend": "cuda"} if seed else {}))
     for name in outs:
-        np.testing.assert_array_equal(host(got[name]), want[name], err_msg=name)
+        np.testing.assert_array_equal(to_host(got[name]), want[name], err_msg=name)
 
 
 # --- GPU: scale, CUDA graphs, time --------------------------------------------
@@ -393,7 +392,7 @@ def _captured_plan(inputs):
     cupy = pytest.importorskip("cupy")
     stream = cupy.cuda.Stream(non_blocking=True)
     plans = fresh_plans(inputs, "cuda")
-    args = {k: to_device(v) for k, v in inputs.items() if k != "wcap"}
+    args = {k: to_kernel(v) for k, v in inputs.items() if k != "wcap"}
     with stream:
         glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args)
         stream.synchronize()
@@ -412,7 +411,7 @@ def test_gpu_graph_replay_follows_new_inputs():
     before = [host_arrays(p) for p in plans]
     with stream:
         for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens"):
-            args[name][...] = to_device(second[name])
+            args[name][...] = to_kernel(second[name])
         graph.launch(stream)
         stream.synchronize()
     ref = [type(p)(**b) for p, b in zip(plans, before)]
@@ -420,7 +419,7 @@ def test_gpu_graph_replay_follows_new_inputs():
     reference.launch_canary_plan_kernels(verify_plan_out=ref[0], write_plan_out=ref[1], **kwargs)
     for want, got in zip(ref, plans):
         for name, arr in want.arrays().items():
-            np.testing.assert_array_equal(host(getattr(got, name)), arr, err_msg=name)
+            np.testing.assert_array_equal(to_host(getattr(got, name)), arr, err_msg=name)
 
 
 @pytest.mark.gpu

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import scatter as public
-from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch import scatter as glue
 from kvcanary_numba.reference import scatter as reference
@@ -20,16 +20,13 @@ from kvcanary_numba.reference import scatter as reference
 FILL = -5
 
 
-def to_device(x):
-    if ON_SIMULATOR:
-        return x
-    import cupy
-
-    return cupy.asarray(x)
+def to_kernel(x):
+    """``x`` where the kernels run (a copy), scalars and None as they are."""
+    return to_device(x, KERNEL_DEVICE)
 
 
-def host(x):
-    return x if isinstance(x, np.ndarray) else x.get()
+
+
 
 
 def run_both(flat, offsets, rows, pool, *, via_public=False) -> np.ndarray:
@@ -37,13 +34,13 @@ def run_both(flat, offsets, rows, pool, *, via_public=False) -> np.ndarray:
     flat, offsets, rows = (np.asarray(a, dtype=np.int64) for a in (flat, offsets, rows))
     want = pool.copy()
     reference.scatter_req_token_ids(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=want)
-    got = to_device(pool.copy())
-    args = dict(flat_in=to_device(flat), offsets=to_device(offsets), req_pool_indices=to_device(rows), pool_out=got)
+    got = to_kernel(pool.copy())
+    args = dict(flat_in=to_kernel(flat), offsets=to_kernel(offsets), req_pool_indices=to_kernel(rows), pool_out=got)
     if via_public:
         public.scatter_req_token_ids(**args, backend="cuda")
     else:
         glue.scatter_req_token_ids(**args)
-    got = host(got)
+    got = to_host(got)
     np.testing.assert_array_equal(got, want)
     return got
 

@@ -54,9 +54,9 @@ _scratch: dict[tuple[int, int], dict[tuple, object]] = {}
 
 def offsets_shape() -> tuple[int, int]:
     """(threads per block, requests per thread) of the offsets kernel."""
-    if common.ON_SIMULATOR:
-        return SIM_OFFSETS_BLOCK, SIM_OFFSETS_ITEMS
-    return OFFSETS_BLOCK, OFFSETS_ITEMS
+    block, items = (SIM_OFFSETS_BLOCK, SIM_OFFSETS_ITEMS) if common.ON_SIMULATOR else (OFFSETS_BLOCK, OFFSETS_ITEMS)
+    # The block scan's shared arrays hold MAX_SCAN_BLOCK threads; more items per thread instead.
+    return min(block, kernels.MAX_SCAN_BLOCK), items
 
 
 def scratch_arrays() -> dict[tuple, object]:
