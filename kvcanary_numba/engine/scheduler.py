@@ -38,7 +38,7 @@ class Request:
     prompt_len: int
     max_new: int
     prefix_id: int | None
-    cached_len: int = 0
+    cached_len: int = 0  # leading positions held by the prefix cache (hit, or handed over after prefill)
     kv_len: int = 0
     slots: list[int] = field(default_factory=list)
     pages: list[int] = field(default_factory=list)
@@ -84,7 +84,7 @@ class Scheduler:
         self.running: list[Request] = []
         self.next_rid = 1
         self.forced_prefix: int | None = None  # fault hook: the next request uses this prefix
-        self.finished = 0
+        self.finished = self.prefix_hits = 0
 
     def _tokens(self, n: int) -> list[int]:
         return [int(t) for t in self.rng.integers(1, self.cfg.vocab_size, size=n)]
@@ -113,6 +113,7 @@ class Scheduler:
         self.next_rid += 1
         entry = self.entries.get(prefix_id) if shared else None
         if entry is not None:
+            self.prefix_hits += 1
             entry.refs += 1
             req.entry, req.cached_len, req.kv_len = entry, len(entry.slots), len(entry.slots)
             req.slots = list(entry.slots)
@@ -196,6 +197,7 @@ class Scheduler:
             self.swa.transfer(s, req.rid, CACHE_OWNER)
         entry = PrefixEntry(req.prefix_id, req.tokens[:n], req.slots[:n], pages, swa_slots, refs=1)
         self.entries[req.prefix_id] = req.entry = entry
+        req.cached_len = n  # its first n positions now belong to the cache
 
     def _evict_window(self, req: Request) -> None:
         """Free the SWA slots of positions that left the window (``< kv_len - window``)."""

@@ -1,0 +1,98 @@
+"""A hand-driven KV pool for the CanaryMonitor tests: explicit tokens, slots and positions per step."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcanary_numba import RealKvHashMode, RealKvSource
+from kvcanary_numba.monitor import CanaryMonitor, KvGroup, StepBatch
+
+NUM_SLOTS = 16
+BYTES = 32
+ROWS, WIDTH = 4, 16
+
+
+def token_bytes(token: int, salt: int) -> np.ndarray:
+    """32 KV bytes of a token: any fixed function does; salt separates K from V."""
+    return ((np.arange(BYTES) * 7 + token * 13 + salt) % 251).astype(np.uint8)
+
+
+def source(array: np.ndarray) -> RealKvSource:
+    return RealKvSource(tensor=array, page_size=1, num_bytes_per_token=BYTES, read_bytes=BYTES)
+
+
+class Driver:
+    """Requests as lists of (token, slot); each step appends new tokens and runs the monitor hooks."""
+
+    def __init__(self, *, swa_window: int = 0, has_v: bool = True, **monitor_options):
+        self.k = np.zeros((NUM_SLOTS, BYTES), dtype=np.uint8)
+        self.v = np.zeros((NUM_SLOTS, BYTES), dtype=np.uint8)
+        self.req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
+        self.requests: dict[int, list[tuple[int, int]]] = {}
+        swa = None
+        if swa_window:
+            # SWA slot = FULL slot + 1 (mod NUM_SLOTS, never 0): a visible translation.
+            self.lut = np.zeros(NUM_SLOTS + 1, dtype=np.int64)
+            self.lut[1:NUM_SLOTS - 1] = np.arange(2, NUM_SLOTS)
+            self.swa_k = np.zeros((NUM_SLOTS, BYTES), dtype=np.uint8)
+            swa = KvGroup(kind="swa", num_slots=NUM_SLOTS, k_sources=(source(self.swa_k),), has_v=False,
+                          swa_window_size=swa_window, full_to_swa_index_mapping=self.lut)  # fmt: skip
+        options = dict(write_req_capacity=ROWS - 1, real_kv_hash_mode=RealKvHashMode.ALL, health_interval=0)
+        options.update(monitor_options)
+        full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(self.k),),
+                       v_sources=(source(self.v),) if has_v else (), has_v=has_v)  # fmt: skip
+        self.monitor = CanaryMonitor(full=full, swa=swa, **options)
+
+    def batch(self, new: dict[int, list[tuple[int, int]]], *, positions=None, expected=None) -> StepBatch:
+        """Batch of the given new (token, slot) per request row; ``positions`` overrides the fed positions."""
+        rows, prefix, extend, ids, pos, loc, flat, offsets = [], [], [], [], [], [], [], [0]
+        for row, tokens in new.items():
+            seq = self.requests.setdefault(row, [])
+            rows.append(row)
+            prefix.append(len(seq))
+            extend.append(len(tokens))
+            for i, (token, slot) in enumerate(tokens):
+                self.req_to_token[row, len(seq) + i] = slot
+                ids.append(token)
+                pos.append(len(seq) + i)
+                loc.append(slot)
+            flat += [t for t, _ in seq] + [t for t, _ in tokens]
+            offsets.append(len(flat))
+        i64 = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
+        fed = i64(positions if positions is not None else pos)
+        return StepBatch(
+            req_pool_indices=i64(rows), prefix_lens=i64(prefix), extend_seq_lens=i64(extend),
+            req_to_token=self.req_to_token, input_ids=i64(ids), positions=fed, out_cache_loc=i64(loc),
+            expected_input_tokens=i64(expected) if expected is not None else None,
+            expected_input_positions=i64(pos) if expected is not None else None,
+            token_ids_flat=i64(flat), token_offsets=i64(offsets),
+        )  # fmt: skip
+
+    def step(self, new: dict[int, list[tuple[int, int]]], *, fed_tokens=None, sweep=None, **batch_options):
+        """One monitored step; the forward writes the KV of the fed tokens (``fed_tokens`` overrides)."""
+        batch = self.batch(new, **batch_options)
+        if fed_tokens is not None:
+            batch.input_ids[:] = fed_tokens
+        with self.monitor.forward(batch):
+            for token, slot in zip(batch.input_ids, batch.out_cache_loc):
+                self.k[slot] = token_bytes(int(token), 0)
+                self.v[slot] = token_bytes(int(token), 1)
+                if hasattr(self, "swa_k"):
+                    self.swa_k[self.lut[slot]] = token_bytes(int(token), 2)
+        for row, tokens in new.items():
+            self.requests[row] += tokens
+        self.monitor.end_step(sweep=sweep)
+        return batch
+
+    def rows(self, since: int = 0) -> list[tuple[str, int, int, tuple[str, ...]]]:
+        """(tag, slot, position, reasons) of the violations decoded so far, from index ``since``."""
+        return [(v.tag, v.slot_idx, v.position, v.reasons) for v in self.monitor.violations[since:]]
+
+
+def monitor_records(buffer: np.ndarray) -> np.ndarray:
+    """A canary buffer as int64 [slots, 4]: token, position, prev_hash, real_kv_hash."""
+    return np.asarray(buffer).view("<i8")[:, :4]
+
+
+def make(**options) -> CanaryMonitor:
+    return Driver(**options).monitor
