@@ -1,0 +1,164 @@
+"""Render the error catalogue (index + one page per code) from the package registry.
+
+Pure functions from registry entries to Markdown, so tests can check the pages
+without building the site. ``kvc_hooks.py`` turns the results into virtual
+files at ``errors/<CODE>.md`` (URL ``errors/<CODE>/``, what
+``kvcanary_numba.errors.docs_url`` links to).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+#: Characters Markdown would turn into markup or HTML when they appear in prose.
+_MARKUP = re.compile(r"([\\*_\[\]<>|])")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+MODEL_CODE = "KVC-P001"
+
+
+def page_path(code: str) -> str:
+    """Docs-relative source path of the page of ``code``."""
+    return f"errors/{code}.md"
+
+
+def escape(text: str) -> str:
+    """Escape Markdown markup in prose, keeping `code spans` the author wrote."""
+    out, last = [], 0
+    for match in _CODE_SPAN.finditer(text):
+        out.append(_MARKUP.sub(r"\\\1", text[last : match.start()]))
+        out.append(match.group(0))
+        last = match.end()
+    out.append(_MARKUP.sub(r"\\\1", text[last:]))
+    return "".join(out)
+
+
+def code_span(text: str) -> str:
+    """``text`` as an inline code span, whatever backticks it contains."""
+    fence = "`"
+    while fence in text:
+        fence += "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(text: str, language: str = "python") -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+
+
+def _exception_text(entry) -> str:
+    if entry.exception == "type":
+        return "`KvCanaryTypeError` (a `KvCanaryError`, `ValueError` and `TypeError`)"
+    return "`KvCanaryError` (a `ValueError`)"
+
+
+def _related_item(code: str, registry: Mapping) -> str:
+    other = registry.get(code)
+    if other is None:  # not registered (yet): no link, so the strict build stays green
+        return f"- {code_span(code)} (not in the catalogue)"
+    return f"- [{code}]({code}.md) — {escape(other.title)}"
+
+
+def render_entry(entry, registry: Mapping) -> str:
+    """Markdown page of one registry entry."""
+    parts = [
+        f"# {entry.code}: {escape(entry.title)}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Operation | {escape(entry.operation)} |",
+        f"| Raises | {_exception_text(entry)} |",
+        f"| SGLang | {'no such check: extension of kvcanary_numba' if entry.extension else 'same check as SGLang'} |",
+        "",
+        "## Message",
+        "",
+        code_block(entry.message, "text"),
+        "",
+        f"The fields in braces are filled in by the raise site. Every message ends with "
+        f"{code_span(f'[{entry.code}] See {entry.url}')}.",
+        "",
+        "## What it means",
+        "",
+        escape(entry.meaning),
+        "",
+        "## When it happens",
+        "",
+        *(f"- {escape(t)}" for t in entry.triggers),
+        "",
+        "## How to fix it",
+        "",
+        *(f"- {escape(s)}" for s in entry.solutions),
+        "",
+        "## Example fix",
+        "",
+        f"Before (raises {entry.code}):",
+        "",
+        code_block(entry.before),
+        "",
+        "After:",
+        "",
+        code_block(entry.after),
+        "",
+        "## Defensive pattern",
+        "",
+        code_block(entry.defensive),
+        "",
+        "## Prevention",
+        "",
+        escape(entry.prevention),
+        "",
+        "## Related errors",
+        "",
+        *([_related_item(c, registry) for c in entry.related] or ["None."]),
+        "",
+        "## SGLang counterpart",
+        "",
+    ]
+    if entry.sglang:
+        parts += ["SGLang's kv-canary rejects the same input with:", ""]
+        parts += [f"- {code_span(m)}" for m in entry.sglang]
+    elif entry.extension:
+        parts.append("None: SGLang has no such check; this is an extension of kvcanary_numba.")
+    else:
+        parts.append("SGLang performs the same check without a message of its own (a generic tensor check).")
+    parts += ["", f"Extension: **{'yes' if entry.extension else 'no'}**.", ""]
+    return "\n".join(parts)
+
+
+def _table(entries) -> list[str]:
+    rows = ["| Code | Title | Message |", "|---|---|---|"]
+    for e in entries:
+        rows.append(f"| [{e.code}]({e.code}.md) | {escape(e.title)} | {code_span(e.message)} |")
+    return rows
+
+
+def group_by_operation(registry: Mapping, operations: Mapping) -> dict[str, list]:
+    """Operation letter -> entries of that operation, in code order; empty groups dropped."""
+    groups: dict[str, list] = {letter: [] for letter in operations}
+    for code in sorted(registry):
+        groups.setdefault(code[4], []).append(registry[code])
+    return {letter: entries for letter, entries in groups.items() if entries}
+
+
+def render_index(registry: Mapping, operations: Mapping, intro: str) -> str:
+    """The catalogue index: ``intro`` Markdown, a filter box, one table per operation."""
+    parts = [
+        "# Error catalogue",
+        "",
+        intro.strip(),
+        "",
+        f"The catalogue holds **{len(registry)}** codes. Type part of a code or of a message to filter "
+        "the tables (the site search above also finds codes and message text).",
+        "",
+        '<input id="kvc-error-filter" class="md-input" type="search" '
+        'placeholder="Filter by code or message, e.g. P001 or write_offsets" aria-label="Filter errors">',
+        "",
+    ]
+    for letter, entries in group_by_operation(registry, operations).items():
+        title = operations.get(letter, f"Other ({letter})")
+        parts += [f"## {escape(title)}", "", *_table(entries), ""]
+    return "\n".join(parts)

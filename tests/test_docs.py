@@ -1,0 +1,244 @@
+"""The documentation site: strict build, one catalogue page per code, tested code blocks.
+
+``build_site()`` builds the site once per test process (``mkdocs build --strict``)
+and is shared with ``test_docs_browser.py``. The generators in ``docs/hooks/`` are
+also tested directly, without a build.
+"""
+
+from __future__ import annotations
+
+import atexit
+import html
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from kvcanary_numba.errors import DOCS_URL, OPERATIONS, REGISTRY, docs_url
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+SNIPPETS = DOCS / "snippets"
+sys.path.insert(0, str(DOCS / "hooks"))
+
+import docgen_api  # noqa: E402
+import docgen_bench  # noqa: E402
+import docgen_errors  # noqa: E402
+
+_BUILD: dict[str, object] = {}
+
+
+def build_site() -> pathlib.Path:
+    """Build the site with ``mkdocs build --strict`` once per process; fail with its log."""
+    if not _BUILD:
+        out = pathlib.Path(tempfile.mkdtemp(prefix="kvcanary-site-"))
+        atexit.register(shutil.rmtree, out, ignore_errors=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        )
+        _BUILD.update(site=out, rc=proc.returncode, log=proc.stdout + proc.stderr)
+    if _BUILD["rc"] != 0:
+        pytest.fail(f"mkdocs build --strict failed:\n{_BUILD['log'][-8000:]}")
+    return _BUILD["site"]  # type: ignore[return-value]
+
+
+def page_text(site: pathlib.Path, url_path: str) -> str:
+    return (site / url_path / "index.html").read_text(encoding="utf-8")
+
+
+# --- the build -------------------------------------------------------------------------
+
+
+def test_site_builds_strict():
+    site = build_site()
+    assert (site / "index.html").is_file()
+    assert (site / "search" / "search_index.json").is_file()
+
+
+def test_site_url_is_the_registry_docs_url():
+    match = re.search(r"^site_url:\s*(\S+)\s*$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
+    assert match, "mkdocs.yml has no site_url"
+    site_url = match.group(1)
+    assert site_url == DOCS_URL.rstrip("/") + "/"
+    for code in REGISTRY:
+        assert docs_url(code) == f"{site_url}errors/{code}/"
+
+
+@pytest.mark.parametrize("code", sorted(REGISTRY))
+def test_every_code_has_a_page(code):
+    entry = REGISTRY[code]
+    text = html.unescape(re.sub(r"<[^>]+>", "", page_text(build_site(), f"errors/{code}")))
+    assert f"{code}: {entry.title}" in text
+    assert entry.message in text
+    for heading in ("What it means", "When it happens", "How to fix it", "Example fix",
+                    "Defensive pattern", "Prevention", "Related errors", "SGLang counterpart"):
+        assert heading in text, f"{code}: section {heading!r} missing"
+    for sglang in entry.sglang:
+        assert sglang in text
+
+
+def test_error_index_lists_every_code_under_its_operation():
+    text = page_text(build_site(), "errors")
+    sections = re.split(r"<h2 ", text)
+    for code, entry in REGISTRY.items():
+        section = next((s for s in sections if html.escape(entry.operation, quote=False) in s.split("</h2>")[0]), None)
+        assert section is not None, f"no index section for {entry.operation!r}"
+        assert f'href="{code}/"' in section, f"{code} not linked in its operation's table"
+    assert 'id="kvc-error-filter"' in text
+    assert "KVC-P001" in sections[0], "the model entry is featured in the intro"
+
+
+def test_api_reference_has_a_page_per_module():
+    site = build_site()
+    found = docgen_api.discover(ROOT / "kvcanary_numba")
+    public = {dotted for dotted, _ in found["Public API"]}
+    for name in ("plan", "write", "verify", "scatter", "fingerprint", "plans", "context", "errors"):
+        assert f"kvcanary_numba.{name}" in public
+    for modules in found.values():
+        for dotted, _ in modules:
+            page = site / docgen_api.page_path(dotted).removesuffix(".md") / "index.html"
+            assert page.is_file(), dotted
+    text = page_text(site, "api/verify")
+    assert "launch_canary_verify_kernel" in text and "KVC-" in text  # docstring with its Raises section
+
+
+def test_benchmarks_page_is_built():
+    text = page_text(build_site(), "benchmarks")
+    assert "Benchmarks" in text
+    if not list((ROOT / "benchmarks" / "results").glob("*.json")):
+        assert "No results yet" in text
+
+
+# --- snippets and code blocks ----------------------------------------------------------
+
+SNIPPET_FILES = sorted(SNIPPETS.glob("*.py"))
+_INCLUDE = re.compile(r'--8<--\s+"([^"]+)"')
+_FENCE = re.compile(r"^(`{3,})([^\n`]*)\n(.*?)^\1\s*$", re.MULTILINE | re.DOTALL)
+
+
+def _markdown_sources() -> dict[str, str]:
+    """Hand-written Markdown, plus the Markdown the hooks generate around includes."""
+    sources = {str(p.relative_to(DOCS)): p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md")}
+    sources["hooks"] = "\n".join(p.read_text(encoding="utf-8") for p in (DOCS / "hooks").glob("*.py"))
+    return sources
+
+
+@pytest.mark.parametrize("path", SNIPPET_FILES, ids=lambda p: p.name)
+def test_snippet_runs(path):
+    proc = subprocess.run([sys.executable, path.name], cwd=SNIPPETS, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+
+def test_every_include_resolves_to_a_file_and_section():
+    for name, text in _markdown_sources().items():
+        for target in _INCLUDE.findall(text):
+            file, _, section = target.partition(":")
+            path = SNIPPETS / file
+            assert path.is_file(), f"{name}: includes missing {file}"
+            if section:
+                body = path.read_text(encoding="utf-8")
+                assert f"--8<-- [start:{section}]" in body and f"--8<-- [end:{section}]" in body, (
+                    f"{name}: section {section!r} not marked in {file}"
+                )
+
+
+def test_every_snippet_is_included_somewhere():
+    included = {t.partition(":")[0] for text in _markdown_sources().values() for t in _INCLUDE.findall(text)}
+    imported = {"tiny_engine.py"}  # imported by faults.py as well as included
+    for path in SNIPPETS.iterdir():
+        if path.suffix in (".py", ".md"):
+            assert path.name in included or path.name in imported, f"{path.name} is not used by any page"
+
+
+def test_every_code_block_comes_from_a_snippet():
+    for name, text in _markdown_sources().items():
+        if name == "hooks":
+            continue
+        for _fence, language, body in _FENCE.findall(text):
+            if language.strip() == "mermaid":
+                continue
+            assert _INCLUDE.fullmatch(body.strip()), (
+                f"{name}: code block not pulled from a tested snippet file:\n{body[:300]}"
+            )
+
+
+# --- the generators, without a build ---------------------------------------------------
+
+
+def test_escape_keeps_code_spans_and_escapes_markup():
+    assert docgen_errors.escape("a_b *c* [d] <e>") == r"a\_b \*c\* \[d\] \<e\>"
+    assert docgen_errors.escape("run `x[0]_*` now") == "run `x[0]_*` now"
+    assert docgen_errors.code_span("a`b") == "``a`b``"
+    assert docgen_errors.code_span("`x") == "`` `x ``"
+
+
+def test_entry_page_links_only_registered_related_codes():
+    entry = REGISTRY["KVC-P001"]
+    fake = type(entry)(**{**{f: getattr(entry, f) for f in entry.__dataclass_fields__}, "related": ("KVC-P002", "KVC-X999")})
+    text = docgen_errors.render_entry(fake, REGISTRY)
+    assert "[KVC-P002](KVC-P002.md)" in text
+    assert "`KVC-X999` (not in the catalogue)" in text and "(KVC-X999.md)" not in text
+
+
+def test_entry_page_states_extension_and_sglang_counterpart():
+    extension = next(e for e in REGISTRY.values() if e.extension and not e.sglang)
+    assert "SGLang has no such check" in docgen_errors.render_entry(extension, REGISTRY)
+    ported = REGISTRY["KVC-P001"]
+    text = docgen_errors.render_entry(ported, REGISTRY)
+    assert "Extension: **no**" in text and f"`{ported.sglang[0]}`" in text
+
+
+def test_index_groups_follow_operations_order():
+    groups = docgen_errors.group_by_operation(REGISTRY, OPERATIONS)
+    assert list(groups) == [letter for letter in OPERATIONS if letter in groups]
+    assert sum(len(v) for v in groups.values()) == len(REGISTRY)
+
+
+def test_api_discovery_skips_private_and_launch_modules():
+    found = docgen_api.discover(ROOT / "kvcanary_numba")
+    names = [dotted for modules in found.values() for dotted, _ in modules]
+    assert not any(part.startswith("_") for name in names for part in name.split("."))
+    assert not any(name.startswith("kvcanary_numba.launch") for name in names)
+    assert docgen_api.page_path("kvcanary_numba.kernels.verify") == "api/kernels/verify.md"
+
+
+def _write(path: pathlib.Path, content) -> pathlib.Path:
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    return path
+
+
+def test_benchmarks_without_results_say_so(tmp_path):
+    text, images = docgen_bench.render(tmp_path / "missing", "img")
+    assert "No results yet" in text and images == {}
+
+
+def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
+    records = [
+        {"op": "verify", "variant": "ALL", "size": 1 << 20, "median_us": 40.0, "gbps": 2000},
+        {"op": "verify", "variant": "ALL", "size": 1 << 22, "median_us": 150.0},
+        {"op": "verify", "variant": "NONE", "entries": 1 << 22, "median_ms": 0.1},
+        {"op": "plan", "bs": 4096},                  # no time yet: listed, not plotted
+        "not a record",
+    ]
+    _write(tmp_path / "a.json", {"meta": {"device": "H200"}, "results": records})
+    _write(tmp_path / "b.json", '{"results": [{"op": "write", "size": 8')  # truncated file
+    _write(tmp_path / "c.json", [{"kernel": "write", "tokens": 8, "time_us": 3.5}])
+    text, images = docgen_bench.render(tmp_path, "img")
+    assert sorted(images) == ["img/a-verify.svg", "img/c-write.svg"]
+    assert all(b"<svg" in data for data in images.values())
+    assert "could not be read" in text and "1 result entries are not objects" in text
+    assert "| H200 |" in text and "4096" in text  # meta and the unplotted record are in the tables
+    series = docgen_bench.series(records[:4])
+    assert series["verify"]["NONE"] == [(float(1 << 22), 100.0)]
+    assert "plan" not in series
