@@ -125,6 +125,13 @@ def verify_plan(
     return plan
 
 
+def chain_plan(slots: Sequence[int], positions: Sequence[int] | None = None) -> VerifyPlan:
+    """Verify plan of one linear chain: positions 0, 1, ... (unless given), prev = previous slot."""
+    slots = list(slots)
+    positions = list(range(len(slots))) if positions is None else list(positions)
+    return verify_plan(slots, positions, [-1, *slots[:-1]])
+
+
 def write_plan(
     lengths: Sequence[int], seeds: Sequence[int], *, capacity: int | None = None, num_valid: int | None = None
 ) -> WritePlan:

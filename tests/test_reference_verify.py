@@ -11,6 +11,7 @@ from canary_helpers import (
     FakeCudaArray,
     KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
+    chain_plan,
     counters,
     fields,
     make_context,
@@ -45,11 +46,6 @@ def verify(ctx, plan, check=False):
     run_verify(ctx, plan, check)
     np.testing.assert_array_equal(ctx.canary_buf, before)
     return ring_rows(ctx)
-
-
-def chain_plan(slots, positions=None):
-    positions = list(range(len(slots))) if positions is None else positions
-    return verify_plan(slots, positions, [-1, *slots[:-1]])
 
 
 # --- chain ---------------------------------------------------------------------
