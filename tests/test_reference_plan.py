@@ -12,6 +12,8 @@ import json
 import numpy as np
 import pytest
 from helpers import raises_code
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvcanary_numba import OUT_OF_RANGE_SLOT, VerifyPlan, WritePlan
 from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
@@ -402,6 +404,35 @@ def test_random_plans_match_loop(seed):
     if int(vplan.enable[0]):
         got = entries(vplan)
         assert all(q == -1 for p, q in zip(got["positions"], got["prevs"]) if p == 0)
+
+
+@st.composite
+def batches(draw):
+    """A batch with padding rows, rows and positions outside the table, an optional LUT and pool."""
+    rows, cols = draw(st.integers(1, 6)), draw(st.integers(1, 12))
+    bs = draw(st.integers(0, 8))
+    ints = lambda lo, hi, n: np.array(draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), np.int64)  # noqa: E731
+    rtt = ints(-2, 40, rows * cols).astype(np.int32).reshape(rows, cols)
+    batch = dict(rpi=ints(-1, rows + 1, bs), prefix=ints(-2, cols + 3, bs), ext=ints(-1, 4, bs), rtt=rtt)
+    window = draw(st.sampled_from([0, 1, 4]))
+    lut = ints(-2, 60, draw(st.integers(1, 50))) if window else None
+    pool = lens = None
+    if draw(st.booleans()):
+        pool = ints(-1, 99, (rows + 1) * 6).astype(np.int32).reshape(rows + 1, 6)
+        lens = ints(-1, 8, bs)
+    extra = dict(window=window, lut=lut, pool=pool, lens=lens, offset=draw(st.integers(-1, 1)))
+    return batch, extra, draw(st.integers(1, 40))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches())
+def test_plan_property_matches_loop(case):
+    batch, extra, vcap = case
+    vplan, wplan = run_plan(batch["rpi"], batch["prefix"], batch["ext"], batch["rtt"], vcap=vcap,
+                            wcap=len(batch["rpi"]) + 1, **extra)
+    assert_matches_loop(vplan, wplan, loop_plan(batch["rpi"], batch["prefix"], batch["ext"], batch["rtt"], **extra))
+    if not int(vplan.enable[0]):  # overflow leaves every entry as it was
+        assert (vplan.verify_slot_indices == FILL).all() and (vplan.verify_prev_slot_indices == FILL).all()
 
 
 # --- golden vectors: SGLang's own plan outputs, bit for bit ---
