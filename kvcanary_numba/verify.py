@@ -138,14 +138,14 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
     """
     arrays = check_context(_FUNCTION, context, writes_buffer=False, needs_chain_flag=False)
     check_plan_type(_FUNCTION, "plan", plan, VerifyPlan)
-    capacity = check_array(_FUNCTION, "plan.verify_slot_indices", plan.verify_slot_indices, dtype=np.int64, ndim=1)
-    entries = (capacity.shape[0],)
+    slots = check_array(_FUNCTION, "plan.verify_slot_indices", plan.verify_slot_indices, dtype=np.int64, ndim=1)
+    entries = slots.shape
+    arrays.append(("plan.verify_slot_indices", slots))
     arrays += check_bundle(
         _FUNCTION,
         "plan",
         plan,
         [
-            ("verify_slot_indices", np.int64, entries),
             ("verify_expected_tokens", np.int64, entries),
             ("verify_expected_positions", np.int64, entries),
             ("verify_prev_slot_indices", np.int64, entries),

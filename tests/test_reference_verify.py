@@ -32,7 +32,7 @@ from canary_helpers import (
 
 from helpers import raises_code
 
-from kvcanary_numba import OUT_OF_RANGE_SLOT, CanaryLaunchTag, FailReason, RealKvHashMode, RealKvSource, VerifyPlan
+from kvcanary_numba import OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode, RealKvSource, VerifyPlan
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 
 CHAIN, POSITION, REAL_KV, TOKEN = 1, 2, 4, 32

@@ -11,7 +11,6 @@ from canary_helpers import (
     KNOWN_REAL_KV_HASH,
     chain_prev_hashes,
     counters,
-    fields,
     make_context,
     random_source,
     record,
