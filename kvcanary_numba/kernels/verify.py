@@ -1,0 +1,146 @@
+"""Verify kernel: check planned prefix slots against their canary records.
+
+Semantics: docs/concepts/semantics.md ("Verify", "Ring") and reference notes §5.
+One persistent grid strides over the plan's entries; reads of the plan are
+coalesced, each entry reads its slot's record (and its predecessor's) and, with
+real-KV sources, the slot's KV bytes as 16-byte vectors. Nothing is written
+except violation rows and counters.
+
+``slot_run_counter`` grows by the number of submitted entries, which is known
+before the loop (``min(verify_num_valid, capacity)``), so one thread adds it:
+no per-thread counting or reduction is needed.
+
+Variants (compile-time closure constants): ``check_token`` (read the expected
+tokens or not) x ``nsrc`` (real-KV sources folded, 0 in NONE mode), named
+``verify_tok{0|1}_src{0..4}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, int32, int64, uint64
+
+from ..constants import (
+    FIELD_POSITION,
+    FIELD_PREV_HASH,
+    FIELD_REAL_KV_HASH,
+    FIELD_TOKEN,
+    MAX_REAL_KV_SOURCES,
+    FailReason,
+)
+from ..hashing import to_signed
+from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
+from .hashing import CHAIN_HEAD, slot_hash
+
+__all__ = ["KERNELS", "SIGNATURES", "record_violation"]
+
+_ZERO = np.int64(0)
+_MINUS_ONE = np.int64(-1)
+_CHAIN_HEAD_I64 = np.int64(to_signed(int(CHAIN_HEAD)))
+_TOKEN = np.int64(FIELD_TOKEN)
+_POSITION = np.int64(FIELD_POSITION)
+_PREV = np.int64(FIELD_PREV_HASH)
+_REAL = np.int64(FIELD_REAL_KV_HASH)
+_CHAIN_BIT = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+_POSITION_BIT = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
+_REAL_KV_BIT = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+_TOKEN_BIT = np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
+_SLOT_RANGE_BIT = np.int64(FailReason.SLOT_OUT_OF_RANGE)
+_PREV_RANGE_BIT = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
+
+
+@cuda.jit(device=True)
+def record_violation(ring, write_index, kind, slot, position, stored_token, expected_token, chain_hash, aux, bits):
+    """Append one 8-field row to the fill-once ring (all values int64).
+
+    The index keeps counting past the capacity; rows that do not fit are dropped.
+    """
+    seq = cuda.atomic.add(write_index, 0, int32(1))
+    if seq >= 0 and seq < ring.shape[0]:  # seq < 0 only after 2**31 rows (int32 wrap)
+        ring[seq, 0] = kind
+        ring[seq, 1] = slot
+        ring[seq, 2] = position
+        ring[seq, 3] = stored_token
+        ring[seq, 4] = expected_token
+        ring[seq, 5] = chain_hash
+        ring[seq, 6] = aux
+        ring[seq, 7] = bits
+        cuda.threadfence_system()  # rows reach a host mapping before the index is seen
+
+
+def _make_verify(check_token: bool, nsrc: int):
+    def verify(
+        buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
+        ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
+    ):  # fmt: skip
+        tid = cuda.grid(1)
+        if tid == 0:
+            cuda.atomic.add(kernel_counter, 0, int64(1))
+        if enable[0] == 0:
+            return
+        capacity = int64(slots.shape[0])
+        active = min(max(int64(num_valid[0]), _ZERO), capacity)
+        if tid == 0 and active > 0:
+            cuda.atomic.add(slot_counter, 0, active)
+        num_slots = int64(buf.shape[0])
+        for i in range(int64(tid), active, int64(cuda.gridsize(1))):
+            slot = slots[i]
+            if slot == _ZERO:  # padding slot: never verified
+                continue
+            position = expected_positions[i]
+            token = expected_tokens[i] if check_token else _MINUS_ONE
+            if uint64(slot) >= uint64(num_slots):  # negative or past the buffer: no load
+                record_violation(
+                    ring, write_index, kind, slot, position, _MINUS_ONE, token, _ZERO, num_slots, _SLOT_RANGE_BIT
+                )
+                continue
+            stored_token = buf[slot, _TOKEN]
+            stored_position = buf[slot, _POSITION]
+            stored_hash = buf[slot, _PREV]
+            stored_real = buf[slot, _REAL]
+            prev = prev_slots[i]
+            bits = _ZERO
+            aux = stored_hash  # prev == 0: predecessor unreachable, chain not checked
+            if prev < _ZERO:
+                aux = _CHAIN_HEAD_I64
+                if stored_hash != aux:
+                    bits |= _CHAIN_BIT
+            elif prev >= num_slots:
+                aux = prev
+                bits |= _PREV_RANGE_BIT
+            elif prev != _ZERO:
+                aux = int64(slot_hash(buf, prev))
+                if stored_hash != aux:
+                    bits |= _CHAIN_BIT
+            if check_token:
+                if token != _MINUS_ONE and stored_token != token:
+                    bits |= _TOKEN_BIT
+            if stored_position != position:
+                bits |= _POSITION_BIT
+            expected_real = _ZERO
+            if nsrc > 0:
+                expected_real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+            if stored_real != expected_real:
+                bits |= _REAL_KV_BIT
+            if bits != _ZERO:
+                record_violation(
+                    ring, write_index, kind, slot, stored_position, stored_token, token, stored_hash, aux, bits
+                )
+
+    verify.__name__ = verify.__qualname__ = f"verify_tok{int(check_token)}_src{nsrc}"
+    return cuda.jit(verify)
+
+
+def kernel_name(check_token: bool, nsrc: int) -> str:
+    """Name of the variant in :data:`KERNELS`."""
+    return f"verify_tok{int(bool(check_token))}_src{int(nsrc)}"
+
+
+KERNELS = {
+    kernel_name(check, n): _make_verify(check, n) for check in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
+}
+SIGNATURE = (
+    "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int32[::1], int32[::1], "
+    f"int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE})"
+)
+SIGNATURES = {name: (SIGNATURE,) for name in KERNELS}

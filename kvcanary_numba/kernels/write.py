@@ -1,0 +1,275 @@
+"""Write kernels: stamp the canary records of the slots a forward pass writes.
+
+Semantics: docs/concepts/semantics.md ("Write", "Ring") and reference notes §4.
+
+The chain is serial within a request: each stored prev_hash is the running
+hash of the entries before it. Everything else is not, so ``write`` runs one
+block per request (grid-striding over requests) and walks the request's
+entries in chunks of ``WRITE_BLOCK``:
+
+1. every thread loads one entry (slot, token, position, expected values) into
+   registers and the slot / token / position into shared memory;
+2. thread 0 runs the hash recurrence over the chunk, leaving each entry's
+   prev_hash (and expected position for the chain-position assert) in shared
+   memory, while the other warps fold their entry's real-KV bytes and check
+   whether a later entry of the chunk targets the same slot (warp 0 does that
+   after the recurrence, so it does not stall thread 0);
+3. every thread records its rows and stores its record, unless a later entry
+   of the request writes the same slot (so the last one wins, as in the
+   sequential reference; chunks are stored in order).
+
+``write_baseline`` is SGLang's design (one thread per request, everything
+serial, runtime flags) with the same semantics; benchmarks compare against it.
+Requests run concurrently in both, so two requests of one launch writing the
+same slot race (as in SGLang).
+
+Variants of ``write``: ``input_assert`` (compare with the expected inputs) x
+``nsrc`` (real-KV sources folded), named ``write_assert{0|1}_src{0..4}``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, int64, uint64
+
+from ..constants import (
+    FIELD_POSITION,
+    FIELD_PREV_HASH,
+    FIELD_REAL_KV_HASH,
+    FIELD_TOKEN,
+    MAX_REAL_KV_SOURCES,
+    WARP_SIZE,
+    FailReason,
+)
+from . import ON_SIMULATOR
+from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
+from .hashing import CHAIN_HEAD, mix3, slot_hash
+from .verify import record_violation
+
+__all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "kernel_name"]
+
+#: Threads per block of ``write`` = entries per chunk (small under the simulator).
+WRITE_BLOCK = 32 if ON_SIMULATOR else 256
+
+_ZERO = np.int64(0)
+_ONE = np.int64(1)
+_MINUS_ONE = np.int64(-1)
+_WARP = np.int64(WARP_SIZE)
+_TOKEN = np.int64(FIELD_TOKEN)
+_POSITION = np.int64(FIELD_POSITION)
+_PREV = np.int64(FIELD_PREV_HASH)
+_REAL = np.int64(FIELD_REAL_KV_HASH)
+_TOKEN_BIT = np.int64(FailReason.WRITE_TOKEN_MISMATCH)
+_POSITION_BIT = np.int64(FailReason.WRITE_POSITION_MISMATCH)
+_SLOT_RANGE_BIT = np.int64(FailReason.SLOT_OUT_OF_RANGE)
+_SEED_RANGE_BIT = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
+_RANGE_BIT = np.int64(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
+
+
+@cuda.jit(device=True)
+def _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert, expected_token,
+                  expected_position, track, chain_position, num_slots):  # fmt: skip
+    """Rows of one non-skipped entry, in the reference's order; True if its slot can be stored."""
+    if input_assert:
+        bits = _ZERO
+        if token != expected_token:
+            bits |= _TOKEN_BIT
+        if position != expected_position:
+            bits |= _POSITION_BIT
+        if bits != _ZERO:
+            record_violation(
+                ring, write_index, kind, slot, position, token, expected_token, chain_hash, expected_position, bits
+            )
+    if track and position != chain_position:
+        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, chain_position,
+                         _POSITION_BIT)  # fmt: skip
+    if slot >= num_slots:
+        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_RANGE_BIT)
+        return False
+    return True
+
+
+@cuda.jit(device=True)
+def _store(buf, slot, token, position, chain_hash, real):
+    buf[slot, _TOKEN] = token
+    buf[slot, _POSITION] = position
+    buf[slot, _PREV] = chain_hash
+    buf[slot, _REAL] = real
+
+
+@cuda.jit(device=True)
+def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
+    """Clipped entry range of request ``r``; records the range row if clipping changed it."""
+    start = offsets[r]
+    end = offsets[r + _ONE]
+    if end <= start:
+        return _ZERO, _ZERO
+    lo = max(start, _ZERO)
+    hi = min(end, num_tokens)
+    if report and (lo != start or hi != end):
+        record_violation(ring, write_index, kind, _MINUS_ONE, _MINUS_ONE, start, end, _ZERO, num_tokens, _RANGE_BIT)
+    return lo, hi
+
+
+@cuda.jit(device=True)
+def _seed_state(buf, seed, num_slots, ring, write_index, kind):
+    """(running hash, stored seed position) at a request's start; records the seed row."""
+    if seed >= num_slots:
+        record_violation(ring, write_index, kind, seed, _MINUS_ONE, _MINUS_ONE, _MINUS_ONE, _ZERO, num_slots,
+                         _SEED_RANGE_BIT)  # fmt: skip
+    elif seed >= _ZERO:
+        return slot_hash(buf, seed), buf[seed, _POSITION]
+    return CHAIN_HEAD, _ZERO
+
+
+@cuda.jit(device=True)
+def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
+    """Real-KV hash of thread ``t``'s entry and whether no later entry of the chunk has its slot."""
+    real = _ZERO
+    last = True
+    if slot >= _ZERO and slot < num_slots:
+        if nsrc > 0:
+            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+        for k in range(t + _ONE, n):
+            if s_slot[k] == slot:
+                last = False
+    return real, last
+
+
+def _make_write(input_assert: bool, nsrc: int):
+    def write(
+        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
+        w0, w1, w2, w3, params,
+    ):  # fmt: skip
+        s_slot = cuda.shared.array(WRITE_BLOCK, int64)
+        s_token = cuda.shared.array(WRITE_BLOCK, int64)
+        s_position = cuda.shared.array(WRITE_BLOCK, int64)
+        s_hash = cuda.shared.array(WRITE_BLOCK, int64)
+        s_expect = cuda.shared.array(WRITE_BLOCK, int64)
+        t = int64(cuda.threadIdx.x)
+        if cuda.blockIdx.x == 0 and t == _ZERO:
+            cuda.atomic.add(kernel_counter, 0, _ONE)
+        num_reqs = min(max(int64(num_valid_reqs[0]), _ZERO), int64(seeds.shape[0]))
+        num_tokens = int64(input_ids.shape[0])
+        num_slots = int64(buf.shape[0])
+        chain_on = chain_flag[0] != 0
+        running = CHAIN_HEAD  # the recurrence state lives in thread 0 only
+        prev_position = _ZERO
+        stored = _ZERO
+        for r in range(int64(cuda.blockIdx.x), num_reqs, int64(cuda.gridDim.x)):
+            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, t == _ZERO)
+            if hi <= lo:
+                continue
+            seed = seeds[r]
+            track = chain_on and seed >= _ZERO and seed < num_slots
+            if t == _ZERO:
+                running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+            for c0 in range(lo, hi, WRITE_BLOCK):
+                n = min(int64(WRITE_BLOCK), hi - c0)
+                i = c0 + t
+                slot = _MINUS_ONE
+                token = _ZERO
+                position = _ZERO
+                expected_token = _ZERO
+                expected_position = _ZERO
+                if t < n:
+                    slot = out_cache_loc[i]
+                    token = input_ids[i]
+                    position = positions[i]
+                    if input_assert:
+                        expected_token = expected_tokens[i]
+                        expected_position = expected_positions[i]
+                s_slot[t] = slot
+                s_token[t] = token
+                s_position[t] = position
+                cuda.syncthreads()
+                real = _ZERO
+                last = True
+                if t == _ZERO:
+                    for k in range(n):
+                        if s_slot[k] < _ZERO:
+                            continue  # skipped: no store, no count, chain unchanged
+                        s_hash[k] = int64(running)
+                        if track:
+                            s_expect[k] = prev_position + _ONE
+                            prev_position = s_position[k]
+                        if s_slot[k] < num_slots:
+                            stored += _ONE
+                        running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
+                elif t >= _WARP:
+                    real, last = _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
+                cuda.syncthreads()
+                if t < _WARP:
+                    real, last = _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
+                if slot >= _ZERO:
+                    chain_hash = s_hash[t]
+                    ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
+                                       expected_token, expected_position, track, s_expect[t], num_slots)  # fmt: skip
+                    if ok and last:
+                        _store(buf, slot, token, position, chain_hash, real)
+                cuda.syncthreads()  # the next chunk reuses the shared arrays
+        if t == _ZERO and stored > _ZERO:
+            cuda.atomic.add(slot_counter, 0, stored)
+
+    write.__name__ = write.__qualname__ = kernel_name(input_assert, nsrc)
+    return cuda.jit(write)
+
+
+def _write_baseline(
+    buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+    expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
+    w0, w1, w2, w3, params, input_assert, nsrc,
+):  # fmt: skip
+    # One thread walks one request, everything in order (SGLang's layout).
+    r = int64(cuda.grid(1))
+    if r == _ZERO:
+        cuda.atomic.add(kernel_counter, 0, _ONE)
+    num_reqs = min(max(int64(num_valid_reqs[0]), _ZERO), int64(seeds.shape[0]))
+    if r >= num_reqs:
+        return
+    num_slots = int64(buf.shape[0])
+    lo, hi = _request_range(offsets, r, int64(input_ids.shape[0]), ring, write_index, kind, True)
+    if hi <= lo:
+        return
+    seed = seeds[r]
+    track = chain_flag[0] != 0 and seed >= _ZERO and seed < num_slots
+    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+    stored = _ZERO
+    for i in range(lo, hi):
+        slot = out_cache_loc[i]
+        if slot < _ZERO:
+            continue
+        token = input_ids[i]
+        position = positions[i]
+        chain_hash = int64(running)
+        expected_token = expected_tokens[i] if input_assert != _ZERO else _ZERO
+        expected_position = expected_positions[i] if input_assert != _ZERO else _ZERO
+        if _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != _ZERO,
+                         expected_token, expected_position, track, prev_position + _ONE, num_slots):  # fmt: skip
+            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+            _store(buf, slot, token, position, chain_hash, real)
+            stored += _ONE
+        if track:
+            prev_position = position
+        running = mix3(running, uint64(token), uint64(position))
+    if stored > _ZERO:
+        cuda.atomic.add(slot_counter, 0, stored)
+
+
+def kernel_name(input_assert: bool, nsrc: int) -> str:
+    """Name of the ``write`` variant in :data:`KERNELS`."""
+    return f"write_assert{int(bool(input_assert))}_src{int(nsrc)}"
+
+
+KERNELS = {
+    kernel_name(flag, n): _make_write(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
+}
+KERNELS["write_baseline"] = write_baseline = cuda.jit(_write_baseline)
+
+SIGNATURE = (
+    "void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
+    f"int64[::1], int32[::1], int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE}"
+)
+SIGNATURES = {name: (SIGNATURE + ")",) for name in KERNELS}
+SIGNATURES["write_baseline"] = (SIGNATURE + ", int64, int64)",)

@@ -1,0 +1,64 @@
+"""Launch glue of the verify kernel (``kvcanary_numba.kernels.verify``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..constants import VERIFY_BLOCK_SIZE
+from ..kernels import verify as _kernels
+from . import _common
+from .fingerprint import source_args
+
+__all__ = ["launch_canary_verify_kernel"]
+
+
+def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
+    """Run the verify kernel for ``plan`` on CuPy's current stream (or the simulator).
+
+    Arguments are those of :func:`kvcanary_numba.launch_canary_verify_kernel`
+    minus ``backend``, already validated: CUDA arrays on a GPU, NumPy arrays
+    under the simulator.
+
+    Parameters
+    ----------
+    context : CanaryContext
+        Canary buffer (uint8 [num_slots, stride], read only), ring (int64
+        [capacity, 8]), write index (int32 [1]), counters (int64 [1]), tag,
+        real-KV sources and mode.
+    plan : VerifyPlan
+        int64 [verify_capacity] slots / expected tokens / positions / prev
+        slots, int32 [1] ``verify_num_valid`` and ``enable``.
+    check_verify_expected_token : bool
+        Selects the variant that reads ``verify_expected_tokens``.
+
+    Notes
+    -----
+    The grid is sized from ``verify_capacity`` (the host never reads
+    ``verify_num_valid``) and capped at what stays resident; the kernel
+    grid-strides over the active entries.
+    """
+    buf = context.canary_buf
+    words = _common.reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True)
+    slots = _common.kernel_array(plan.verify_slot_indices, persistent=True)
+    fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
+    nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
+    name = _kernels.kernel_name(check_verify_expected_token, nsrc)
+    block = _common.block_size(VERIFY_BLOCK_SIZE)
+    args = (
+        words,
+        slots,
+        _common.kernel_array(plan.verify_expected_tokens, persistent=True),
+        _common.kernel_array(plan.verify_expected_positions, persistent=True),
+        _common.kernel_array(plan.verify_prev_slot_indices, persistent=True),
+        _common.kernel_array(plan.verify_num_valid, persistent=True),
+        _common.kernel_array(plan.enable, persistent=True),
+        _common.kernel_array(context.violation_ring, persistent=True),
+        _common.kernel_array(context.violation_write_index, persistent=True),
+        _common.kernel_array(context.slot_run_counter, persistent=True),
+        _common.kernel_array(context.kernel_run_counter, persistent=True),
+        int(context.kernel_kind),
+        *spans,
+        params,
+    )
+    grid = _common.persistent_grid(plan.verify_slot_indices.shape[0], block)
+    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)

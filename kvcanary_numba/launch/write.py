@@ -1,0 +1,115 @@
+"""Launch glue of the write kernels (``kvcanary_numba.kernels.write``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import write as _kernels
+from . import _common
+from .fingerprint import source_args
+
+__all__ = ["launch_canary_write_kernel", "launch_write_baseline"]
+
+
+def _arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions):
+    buf = context.canary_buf
+    tokens = _common.kernel_array(input_ids)
+    token_positions = _common.kernel_array(positions)
+    # Without the write-input assert the expected arrays are None; the variant
+    # never reads them, so the (read-only) inputs stand in for them.
+    fallback = _common.reinterpret(input_ids, np.uint64)
+    nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
+    args = (
+        _common.reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True),
+        _common.kernel_array(plan.write_offsets, persistent=True),
+        _common.kernel_array(plan.write_seed_slot_indices, persistent=True),
+        _common.kernel_array(plan.write_num_valid_reqs, persistent=True),
+        tokens,
+        token_positions,
+        _common.kernel_array(out_cache_loc),
+        tokens if expected_input_tokens is None else _common.kernel_array(expected_input_tokens),
+        token_positions if expected_input_positions is None else _common.kernel_array(expected_input_positions),
+        _common.kernel_array(context.enable_chain_position_assert, persistent=True),
+        _common.kernel_array(context.violation_ring, persistent=True),
+        _common.kernel_array(context.violation_write_index, persistent=True),
+        _common.kernel_array(context.slot_run_counter, persistent=True),
+        _common.kernel_array(context.kernel_run_counter, persistent=True),
+        int(context.kernel_kind),
+        *spans,
+        params,
+    )
+    return nsrc, args
+
+
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+) -> None:
+    """Run the block-per-request write kernel on CuPy's current stream (or the simulator).
+
+    Arguments are those of :func:`kvcanary_numba.launch_canary_write_kernel`
+    minus ``backend``, already validated: CUDA arrays on a GPU, NumPy arrays
+    under the simulator.
+
+    Parameters
+    ----------
+    context : CanaryContext
+        Canary buffer (uint8 [num_slots, stride], written), ring, write index,
+        counters, ``enable_chain_position_assert`` (int32 [1]), tag, real-KV
+        sources and mode.
+    plan : WritePlan
+        int64 [capacity + 1] offsets, int64 [capacity] seeds, int32 [1]
+        ``write_num_valid_reqs``.
+    input_ids, positions, out_cache_loc : int64 [num_tokens]
+        Entries' tokens, positions and target slots.
+    enable_write_input_assert : bool
+        Selects the variant that compares with the expected inputs.
+    expected_input_tokens, expected_input_positions : int64 [num_tokens] or None
+        Present exactly when ``enable_write_input_assert``.
+
+    Notes
+    -----
+    One block of ``WRITE_BLOCK`` threads per request, grid-striding over the
+    requests when the capacity exceeds what stays resident.
+    """
+    nsrc, args = _arguments(
+        context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+    )
+    name = _kernels.kernel_name(enable_write_input_assert, nsrc)
+    block = _kernels.WRITE_BLOCK
+    grid = _common.persistent_grid(plan.write_seed_slot_indices.shape[0], 1, blocks_per_sm=8)
+    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
+
+
+def launch_write_baseline(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+) -> None:
+    """Same as :func:`launch_canary_write_kernel` with one thread per request (SGLang's layout).
+
+    For benchmarks and tests only: the whole request, real-KV folds included,
+    runs serially in one thread.
+    """
+    nsrc, args = _arguments(
+        context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+    )
+    capacity = plan.write_seed_slot_indices.shape[0]
+    block = 1  # SGLang's kWriteBlockSize
+    kernel = _kernels.KERNELS["write_baseline"]
+    signature = _kernels.SIGNATURES["write_baseline"][0]
+    args = (*args, int(bool(enable_write_input_assert)), nsrc)
+    _common.launch(kernel, signature, _common.grid_for(capacity, block), block, args)
