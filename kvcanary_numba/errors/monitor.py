@@ -71,7 +71,9 @@ define(
     meaning=(
         "Token-sized scratch (the SWA-translated out_cache_loc of each step) is allocated once at "
         "write_token_capacity, the largest number of new tokens one step writes. A longer step "
-        "cannot be translated without allocating, so it is rejected on the host."
+        "cannot be translated without allocating, so it is rejected on the host. SGLang's runtime "
+        "raises a RuntimeError for the same condition at its forward-batch boundary (naming "
+        "--chunked-prefill-size / --max-prefill-tokens); here it is a catalogued input error."
     ),
     triggers=(
         "A prefill chunk longer than the configured capacity.",
@@ -85,10 +87,7 @@ define(
     defensive="write_token_capacity = max(max_bs * max(1, num_draft_tokens), chunked_prefill_size)",
     prevention="Take the capacity from the same setting that bounds the engine's prefill chunks.",
     related=("KVC-M002",),
-    sglang=(
-        "kv-canary: forward_batch token count exceeds pre-allocated write_entry_capacity; raise "
-        "--chunked-prefill-size / --max-prefill-tokens",
-    ),
+    extension=True,
 )
 
 define(
@@ -97,7 +96,9 @@ define(
     message="{function}: the sweep chains hold {got} slots but sweep_capacity is {capacity}",
     meaning=(
         "A sweep verifies every slot of the given chains in one launch per buffer, from a VerifyPlan "
-        "allocated once at sweep_capacity entries. Chains with more slots than that do not fit."
+        "allocated once at sweep_capacity entries. Chains with more slots than that do not fit. "
+        "(Current SGLang builds a fresh plan sized to each radix walk; an older version raised a "
+        "RuntimeError when the walk outgrew a preallocated capacity, as this check does.)"
     ),
     triggers=(
         "Sweeping the whole prefix cache of a pool larger than the capacity chosen at start-up.",
@@ -112,7 +113,7 @@ define(
     defensive="for part in batched(chains, 64): monitor.sweep(part)",
     prevention="Size the sweep plan from the pool: a slot belongs to at most one cached chain.",
     related=("KVC-M002",),
-    sglang=("kv-canary: sweep plan exceeds the preallocated sweep capacity",),
+    extension=True,
 )
 
 define(
@@ -124,7 +125,8 @@ define(
         "post_forward() (TAIL verify/write, after the KV is written), then end_step() (sweep, "
         "readback, health). The TAIL launches reuse the plans of the same step's pre_forward, so "
         "skipping or repeating a hook would stamp or verify against the wrong plan. SGLang guards "
-        "the same order with a device-side phase checker."
+        "the same order with a device-side phase checker and assertions rather than a catalogued "
+        "error. A sweep is refused between pre_forward and post_forward for the same reason."
     ),
     triggers=(
         "Calling pre_forward twice without post_forward (a retried forward).",
@@ -139,8 +141,7 @@ define(
     after="monitor.pre_forward(batch); run_forward(); monitor.post_forward(); monitor.end_step()",
     defensive="with monitor.forward(batch):\n    run_forward()\nmonitor.end_step()",
     prevention="Wrap the engine's forward in one function that calls the hooks.",
-    related=(),
-    sglang=("kv-canary: nested single forward manager brackets are not supported",),
+    related=("KVC-M004",),
     extension=True,
 )
 
