@@ -20,9 +20,6 @@ from ..hashing import splitmix64_array
 
 __all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
 
-#: Gathered bytes per chunk; bounds the temporary memory of ALL mode on big batches.
-_CHUNK_BYTES = 1 << 24
-
 
 def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
     """Slots every source has bytes for: ``min(rows * page_size)`` (0 without sources)."""
@@ -33,18 +30,30 @@ def _bytes_per_slot(src: RealKvSource, mode: RealKvHashMode) -> int:
     return PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(src.read_bytes)
 
 
-def _fold_source(src: RealKvSource, nbytes: int, slots: np.ndarray) -> np.ndarray:
-    """Inner fold of one source for in-range ``slots`` (int64 [n]) -> uint64 [n]."""
+def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
+    """The source's bytes as one 1-D little-endian u64 array, and its row stride in words.
+
+    Rows may be strided (a layer of a larger pool); the span runs from the first
+    byte of row 0 to the end of the last row. Row strides and slot offsets are
+    multiples of 16 bytes (RealKvSource checks), so every slot starts on a word.
+    """
     table = src.bytes_view()
+    rows, row_bytes = table.shape
+    stride = int(table.strides[0]) if rows > 1 else 0
+    total = (rows - 1) * stride + row_bytes
+    flat = np.lib.stride_tricks.as_strided(table, shape=(total,), strides=(1,), writeable=False)
+    return flat[: total // 8 * 8].view("<u8"), stride // 8
+
+
+def _fold_source(src: RealKvSource, nbytes: int, slots: np.ndarray) -> np.ndarray:
+    """Inner fold of one source for covered ``slots`` (int64 [n]) -> uint64 [n]."""
+    words, row_stride = _word_span(src)
     page = np.int64(src.page_size)
-    rows = slots // page
-    col0 = (slots % page) * np.int64(src.num_bytes_per_token)
-    # Fancy indexing gathers exactly the nbytes of each slot, never the holes.
-    strip = table[rows[:, None], col0[:, None] + np.arange(nbytes, dtype=np.int64)]
-    words = np.ascontiguousarray(strip).view("<u8")
+    # Word index of each slot's first word; only its nbytes are read, never the holes.
+    first = (slots // page) * np.int64(row_stride) + (slots % page) * np.int64(src.num_bytes_per_token // 8)
     acc = np.zeros(slots.shape[0], dtype=np.uint64)
-    for column in range(words.shape[1]):
-        acc = splitmix64_array(acc ^ words[:, column])
+    for k in range(nbytes // 8):
+        acc = splitmix64_array(acc ^ words[first + k])
     return acc
 
 
@@ -75,14 +84,12 @@ def fold_slots(
     if mode == RealKvHashMode.NONE or not real_kv_sources:
         return out
     covered = np.flatnonzero((slots >= 0) & (slots < slots_covered(real_kv_sources)))
-    nbytes_max = max(_bytes_per_slot(src, mode) for src in real_kv_sources)
-    chunk = max(1, _CHUNK_BYTES // nbytes_max)
-    for begin in range(0, covered.shape[0], chunk):
-        where = covered[begin : begin + chunk]
-        acc = np.zeros(where.shape[0], dtype=np.uint64)
-        for src in real_kv_sources:
-            acc = splitmix64_array(acc ^ _fold_source(src, _bytes_per_slot(src, mode), slots[where]))
-        out[where] = acc
+    if covered.shape[0] == 0:
+        return out  # also keeps empty sources from being viewed at all
+    acc = np.zeros(covered.shape[0], dtype=np.uint64)
+    for src in real_kv_sources:
+        acc = splitmix64_array(acc ^ _fold_source(src, _bytes_per_slot(src, mode), slots[covered]))
+    out[covered] = acc
     return out
 
 
