@@ -110,7 +110,8 @@ def test_api_reference_has_a_page_per_module():
             page = site / docgen_api.page_path(dotted).removesuffix(".md") / "index.html"
             assert page.is_file(), dotted
     text = page_text(site, "api/verify")
-    assert "launch_canary_verify_kernel" in text and "KVC-" in text  # docstring with its Raises section
+    assert "launch_canary_verify_kernel" in text
+    assert 'href="../../errors/KVC-V001/"' in text  # codes in Raises sections link to the catalogue
 
 
 def test_benchmarks_page_is_built():
@@ -197,6 +198,20 @@ def test_entry_page_states_extension_and_sglang_counterpart():
     ported = REGISTRY["KVC-P001"]
     text = docgen_errors.render_entry(ported, REGISTRY)
     assert "Extension: **no**" in text and f"`{ported.sglang[0]}`" in text
+
+
+def test_link_codes_links_registered_codes_outside_links():
+    html = '<p>KVC-P001, <a href="x">KVC-P002</a>, KVC-X999 <code>KVC-C011</code></p>'
+    linked = docgen_errors.link_codes(html, "../../", REGISTRY)
+    assert '<a href="../../errors/KVC-P001/">KVC-P001</a>' in linked
+    assert '<a href="x">KVC-P002</a>' in linked and "errors/KVC-P002/" not in linked
+    assert "errors/KVC-X999/" not in linked
+    assert '<code><a href="../../errors/KVC-C011/">KVC-C011</a></code>' in linked
+
+
+def test_plain_roles_render_sphinx_roles_as_code():
+    html = ":class:<code>~kvcanary_numba.context.CanaryContext</code>, :func:<code>a.b</code>"
+    assert docgen_api.plain_roles(html) == "<code>CanaryContext</code>, <code>a.b</code>"
 
 
 def test_index_groups_follow_operations_order():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 PACKAGE = "kvcanary_numba"
 
@@ -17,6 +18,8 @@ SECTIONS: dict[str, str] = {
     "NumPy references (executable spec)": "reference",
     "Numba-CUDA kernels": "kernels",
 }
+#: A Sphinx cross-reference role before a code span, as rendered from a docstring.
+_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
 #: Subpackages that are sections of their own or internal (launch glue).
 SUBPACKAGES = frozenset(s for s in SECTIONS.values() if s) | {"launch"}
 #: Reading order of the public modules; anything else follows alphabetically.
@@ -90,3 +93,8 @@ def render_index(found: dict[str, list[tuple[str, str]]]) -> str:
             parts.append(f"| [`{dotted}`]({link}) | {summary.replace('|', '/')} |")
         parts.append("")
     return "\n".join(parts)
+
+
+def plain_roles(html: str) -> str:
+    """Render Sphinx roles (``:class:`~a.B```) that mkdocstrings leaves as text as plain code (``B``)."""
+    return _ROLE.sub(lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html)

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 #: Characters Markdown would turn into markup or HTML when they appear in prose.
 _MARKUP = re.compile(r"([\\*_\[\]<>|])")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_ERROR_CODE = re.compile(r"\bKVC-[A-Z]\d{3}\b")
+_HTML_TAG = re.compile(r"(<[^>]+>)")
 
 MODEL_CODE = "KVC-P001"
 
@@ -68,7 +70,7 @@ def render_entry(entry, registry: Mapping) -> str:
     parts = [
         f"# {entry.code}: {escape(entry.title)}",
         "",
-        "| | |",
+        f"| Code | {code_span(entry.code)} |",
         "|---|---|",
         f"| Operation | {escape(entry.operation)} |",
         f"| Raises | {_exception_text(entry)} |",
@@ -162,3 +164,23 @@ def render_index(registry: Mapping, operations: Mapping, intro: str) -> str:
         title = operations.get(letter, f"Other ({letter})")
         parts += [f"## {escape(title)}", "", *_table(entries), ""]
     return "\n".join(parts)
+
+
+def link_codes(html: str, to_root: str, registry: Mapping) -> str:
+    """Link each registered ``KVC-X000`` in the text of rendered ``html`` to its catalogue page.
+
+    ``to_root`` is the relative URL of the site root from the page (``"../../"``).
+    Codes already inside a link, and unregistered codes, are left alone.
+    """
+    parts, in_link = _HTML_TAG.split(html), 0
+    for i, part in enumerate(parts):
+        if part.startswith("<"):
+            if re.match(r"<a[\s>]", part):
+                in_link += 1
+            elif part.startswith("</a"):
+                in_link -= 1
+        elif not in_link and "KVC-" in part:
+            parts[i] = _ERROR_CODE.sub(
+                lambda m: f'<a href="{to_root}errors/{m[0]}/">{m[0]}</a>' if m[0] in registry else m[0], part
+            )
+    return "".join(parts)

@@ -86,3 +86,11 @@ def on_files(files: Files, config, **kwargs):
     for name, data in images.items():
         _add(files, config, name, data)
     return files
+
+
+def on_page_content(html: str, page, config, files, **kwargs):
+    """API pages: render Sphinx roles as plain code and link error codes to the catalogue."""
+    if not page.file.src_uri.startswith("api/"):
+        return html
+    html = docgen_api.plain_roles(html)
+    return docgen_errors.link_codes(html, "../" * page.url.count("/"), _registry().REGISTRY)

@@ -6,9 +6,9 @@ from kvcanary_numba.errors import lookup
 # --8<-- [start:catch]
 try:
     VerifyPlan.allocate(verify_capacity=0)
-except KvCanaryError as exc:     # also a ValueError; dtype problems are also TypeErrors
+except KvCanaryError as exc:     # a ValueError (dtype problems: also a TypeError)
     print(exc.code)              # KVC-C011
-    print(exc)                   # "...must be a positive int, got 0 [KVC-C011] See https://.../errors/KVC-C011/"
+    print(exc)                   # "... got 0 [KVC-C011] See https://.../errors/KVC-C011/"
     print(exc.entry.solutions)   # the catalogue entry travels with the exception
     caught = exc
 # --8<-- [end:catch]

@@ -22,9 +22,12 @@ batch = dict(
 vplan = VerifyPlan.allocate(verify_capacity=64)
 wplan = WritePlan.allocate(write_req_capacity=4)
 launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=64, **batch)
-print(wplan.write_offsets)            # [ 0  8  9 10  0]  request r writes tokens [offsets[r], offsets[r + 1])
-print(wplan.write_seed_slot_indices)  # [-1 35 57 -1]     slot holding each request's last cached token
-print(vplan.verify_num_valid, vplan.enable)  # [14] [1]   0 + 4 + 10 prefix slots to re-check
+# request r writes tokens [write_offsets[r], write_offsets[r + 1]) of the step:
+print(wplan.write_offsets)                   # [ 0  8  9 10  0]
+# the slot holding each request's last cached token (-1: nothing cached):
+print(wplan.write_seed_slot_indices)         # [-1 35 57 -1]
+# 0 + 4 + 10 cached tokens to re-check:
+print(vplan.verify_num_valid, vplan.enable)  # [14] [1]
 # --8<-- [end:plan]
 assert wplan.write_offsets.tolist() == [0, 8, 9, 10, 0]
 assert wplan.write_seed_slot_indices.tolist() == [-1, 35, 57, -1]
@@ -37,7 +40,8 @@ assert vplan.verify_expected_positions[4:14].tolist() == list(range(10))
 # --8<-- [start:overflow]
 small = VerifyPlan.allocate(verify_capacity=10)
 launch_canary_plan_kernels(verify_plan_out=small, write_plan_out=wplan, verify_capacity=10, **batch)
-print(small.verify_num_valid, small.enable)  # [10] [0]: 14 entries do not fit, verify skips this step
+# 14 entries do not fit: verify skips this step
+print(small.verify_num_valid, small.enable)  # [10] [0]
 # --8<-- [end:overflow]
 assert int(small.verify_num_valid[0]) == 10 and int(small.enable[0]) == 0
 assert wplan.write_offsets.tolist() == [0, 8, 9, 10, 0]  # the write plan is complete all the same
@@ -52,10 +56,12 @@ try:
         out_verify_offsets_scratch=np.zeros(bs + 1, dtype=np.int64),
         out_write_offsets=np.zeros(capacity, dtype=np.int64),  # BUG: needs capacity + 1
         out_write_seed_slot_indices=np.zeros(capacity, dtype=np.int64),
-        out_verify_num_valid=np.zeros(1, dtype=np.int32), out_verify_enable=np.zeros(1, dtype=np.int32),
+        out_verify_num_valid=np.zeros(1, dtype=np.int32),
+        out_verify_enable=np.zeros(1, dtype=np.int32),
         out_write_num_valid_reqs=np.zeros(1, dtype=np.int32))
 except KvCanaryError as exc:
-    print(exc.code, exc.entry.title)  # KVC-P002 write_offsets length is not write_req_capacity + 1
+    print(exc.code)         # KVC-P002
+    print(exc.entry.title)  # write_offsets length is not write_req_capacity + 1
     caught = exc
 # --8<-- [end:plus_one]
 assert caught.code == "KVC-P002", caught

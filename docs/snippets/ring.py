@@ -5,7 +5,8 @@ from kvcanary_numba.constants import VIOLATION_FIELD_NAMES
 from kvcanary_numba.verify import launch_canary_verify_kernel
 
 # --8<-- [start:overflow]
-ctx = CanaryContext.allocate(num_slots=16, ring_capacity=2, kernel_kind=CanaryLaunchTag.SWEEP_K_FULL)
+ctx = CanaryContext.allocate(num_slots=16, ring_capacity=2,
+                             kernel_kind=CanaryLaunchTag.SWEEP_K_FULL)
 plan = VerifyPlan.allocate(verify_capacity=5)
 plan.verify_slot_indices[:] = [1, 2, 3, 4, 5]   # never written: all-zero records
 plan.verify_expected_positions[:] = 7

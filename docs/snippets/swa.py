@@ -21,9 +21,9 @@ launch_canary_plan_kernels(
     req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
     kv_token_id_vs_position_offset=0)
 n = int(vplan.verify_num_valid[0])
-print(vplan.verify_expected_positions[:n])  # [6 7 8 9]  only the last W positions of the prefix
-print(vplan.verify_slot_indices[:n])        # [3 4 1 2]  already translated to SWA slots
-print(vplan.verify_prev_slot_indices[:n])   # [5 3 4 1]  the window head links to its real predecessor
+print(vplan.verify_expected_positions[:n])  # [6 7 8 9]  the last W positions only
+print(vplan.verify_slot_indices[:n])        # [3 4 1 2]  already SWA slots
+print(vplan.verify_prev_slot_indices[:n])   # [5 3 4 1]  the head links to its predecessor
 print(wplan.write_seed_slot_indices[:1])    # [2]        SWA slot of position 9
 # --8<-- [end:swa]
 assert n == W
