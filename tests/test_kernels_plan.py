@@ -256,14 +256,17 @@ def test_replan_on_same_plans_shrinks_batch_and_repeats_byte_equal():
 # --- batch sizes around the tile: the multi-block look-back -------------------
 
 
-@pytest.fixture(params=[(1, 1), (4, 2), (5, 3)], ids=lambda s: f"tile{s[0]}x{s[1]}")
-def small_tiles(request, monkeypatch):
-    """Shrink the offsets tile to ``threads x items`` requests; returns the tile size."""
-    threads, items = request.param
+def set_tile(monkeypatch, threads: int, items: int) -> int:
+    """Shrink the offsets tile to ``threads x items`` requests (simulator or GPU); returns its size."""
     prefix = "SIM_OFFSETS_" if ON_SIMULATOR else "OFFSETS_"
     monkeypatch.setattr(glue, prefix + "BLOCK", threads)
     monkeypatch.setattr(glue, prefix + "ITEMS", items)
     return threads * items
+
+
+@pytest.fixture(params=[(1, 1), (4, 2), (5, 3)], ids=lambda s: f"tile{s[0]}x{s[1]}")
+def small_tiles(request, monkeypatch):
+    return set_tile(monkeypatch, *request.param)
 
 
 def _lookback_clear() -> bool:
@@ -289,9 +292,7 @@ def test_bs_around_tile_size_equals_reference(small_tiles, offset_from_tile):
 
 @pytest.mark.simulator
 def test_lookback_state_resets_between_different_batches(monkeypatch):
-    prefix = "SIM_OFFSETS_" if ON_SIMULATOR else "OFFSETS_"
-    monkeypatch.setattr(glue, prefix + "BLOCK", 2)
-    monkeypatch.setattr(glue, prefix + "ITEMS", 1)
+    set_tile(monkeypatch, 2, 1)
     rng = np.random.default_rng(11)
     first = random_batch(rng, bs=9, wcap=9)
     plans = fresh_plans(first, KERNEL_DEVICE)
