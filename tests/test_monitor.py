@@ -340,3 +340,22 @@ def test_gpu_readback_is_one_step_late_and_flush_catches_up():
     assert d.monitor.violations == []
     d.monitor.flush()
     assert d.rows() == [("SWEEP_K_FULL", 4, 1, ("verify_real_kv_hash",))]
+
+
+@pytest.mark.parametrize("name", ["write_token_capacity", "verify_capacity", "sweep_capacity", "ring_capacity"])
+def test_zero_capacities_are_rejected_not_defaulted(name):
+    with raises_code("KVC-C011"):
+        Driver(**{name: 0})
+
+
+def test_swa_translation_follows_the_plan_rules():
+    from kvcanary_numba.constants import OUT_OF_RANGE_SLOT
+
+    d = Driver(has_v=False, swa_window=2)
+    group = d.monitor.groups[1]
+    loc = np.array([3, -1, 15, NUM_SLOTS + 1, 0], dtype=np.int64)
+    got = group.translate_loc(np, loc, len(loc))
+    # 3 -> 4 (LUT), negative passes through, 15 -> 0 (not resident), past the LUT -> out of range, 0 -> 0
+    np.testing.assert_array_equal(got, [4, -1, 0, OUT_OF_RANGE_SLOT, 0])
+    assert np.shares_memory(got, group.loc_scratch[0])  # scratch, no per-step allocation
+    assert d.monitor.groups[0].translate_loc(np, loc, 5) is loc  # FULL: the engine's own array

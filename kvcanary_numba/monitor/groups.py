@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from .._arrays import check_array, check_bool, check_int
-from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, CanaryLaunchTag, RealKvHashMode
+from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from ..context import CanaryContext, RealKvSource
 from ..errors import error
 from ..plans import VerifyPlan, WritePlan
 
-__all__ = ["KvGroup", "GroupState", "Endpoint", "check_groups", "check_type"]
+__all__ = ["KvGroup", "GroupState", "Endpoint", "check_groups", "check_type", "translate_slots"]
 
 _KINDS = ("full", "swa")
 
@@ -83,6 +83,22 @@ class KvGroup:
             check_array(fn, "full_to_swa_index_mapping", lut, dtype=np.int64, ndim=1, min_len=1)
         object.__setattr__(self, "k_sources", tuple(self.k_sources))
         object.__setattr__(self, "v_sources", tuple(self.v_sources))
+
+
+def translate_slots(xp, lut, index, *, out, clipped, mask):
+    """``lut[index]`` with the plan's rules, into ``out`` without allocating.
+
+    Negative indices pass through (skipped entries stay skipped), indices past
+    the LUT become ``OUT_OF_RANGE_SLOT`` (reported by the kernels, never read);
+    ``clipped`` (int64) and ``mask`` (bool) are scratch of ``index``'s shape.
+    """
+    xp.clip(index, 0, lut.shape[0] - 1, out=clipped)
+    xp.take(lut, clipped, out=out)
+    xp.less(index, 0, out=mask)
+    xp.copyto(out, index, where=mask)
+    xp.greater_equal(index, lut.shape[0], out=mask)
+    xp.copyto(out, np.int64(OUT_OF_RANGE_SLOT), where=mask)
+    return out
 
 
 def check_type(function: str, argument: str, value: Any, cls: type) -> None:
@@ -174,23 +190,17 @@ class GroupState:
         wplan = WritePlan.allocate(write_req_capacity=write_req_capacity, device=device)
         self.write_plan = dataclasses.replace(wplan, write_num_valid_reqs=lanes[2:3])
         self.sweep_plan = VerifyPlan.allocate(verify_capacity=sweep_capacity, device=device)
-        # SWA groups write through the LUT: clipped FULL slots, then translated SWA slots.
+        # SWA groups write through the LUT: scratch for the translated slots of one step.
         scratch = write_token_capacity if self.lut is not None else 0
-        self.clipped_loc = xp.zeros(scratch, dtype=np.int64)
-        self.swa_loc = xp.zeros(scratch, dtype=np.int64)
+        self.loc_scratch = (xp.zeros(scratch, dtype=np.int64), xp.zeros(scratch, dtype=np.int64),
+                            xp.zeros(scratch, dtype=bool))  # fmt: skip
 
     def translate_loc(self, xp, out_cache_loc, n: int):
-        """This group's slots of the step's new tokens: FULL slots as given, SWA slots via the LUT.
-
-        FULL slots outside the LUT are clipped into it (no out-of-bounds read);
-        the LUT is int64 [full_slots + 1], so valid slots are never clipped.
-        """
+        """This group's slots of the step's ``n`` new tokens: FULL slots as given, SWA slots via the LUT."""
         if self.lut is None:
             return out_cache_loc
-        clipped, out = self.clipped_loc[:n], self.swa_loc[:n]
-        xp.clip(out_cache_loc, 0, self.lut.shape[0] - 1, out=clipped)
-        xp.take(self.lut, clipped, out=out)
-        return out
+        out, clipped, mask = (a[:n] for a in self.loc_scratch)
+        return translate_slots(xp, self.lut, out_cache_loc, out=out, clipped=clipped, mask=mask)
 
     def launch_counts(self, stage: str) -> np.ndarray:
         """Launches per tag of one HEAD or TAIL phase: a verify and a write per endpoint."""

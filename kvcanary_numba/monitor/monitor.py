@@ -10,9 +10,8 @@ A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()``
 3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then
    the status readback: new violation rows, overflow warnings, health check.
 
-Every array is allocated in the constructor; the launches of a phase sit in
-one method (:meth:`_launch_pre`, :meth:`_launch_post`) with no host reads, so
-they can be captured into a CUDA graph.
+Every array is allocated in the constructor; each phase's launches sit in one
+method (:meth:`_launch_pre`, :meth:`_launch_post`) with no host reads: capturable.
 """
 
 from __future__ import annotations
@@ -107,9 +106,13 @@ class CanaryMonitor:
         ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1)
         self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1)
         slots = full.num_slots
-        self.write_token_capacity = check_int(_FN, "write_token_capacity", write_token_capacity or slots, low=1)
-        verify_capacity = check_int(_FN, "verify_capacity", verify_capacity or 3 * slots, low=1)
-        self.sweep_capacity = check_int(_FN, "sweep_capacity", sweep_capacity or slots, low=1)
+
+        def capacity(name: str, value, default: int) -> int:
+            return check_int(_FN, name, default if value is None else value, low=1)
+
+        self.write_token_capacity = capacity("write_token_capacity", write_token_capacity, slots)
+        verify_capacity = capacity("verify_capacity", verify_capacity, 3 * slots)
+        self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
         self.status = StatusBlock(xp, len(groups))
@@ -120,11 +123,8 @@ class CanaryMonitor:
                 g, xp=xp, device=device, mode=self.real_kv_hash_mode, verify_capacity=verify_capacity,
                 write_req_capacity=self.write_req_capacity, write_token_capacity=self.write_token_capacity,
                 sweep_capacity=self.sweep_capacity,
-                shared=dict(violation_ring=self.ring, violation_write_index=self.status.violation_write_index,
-                            kernel_run_counters=self.status.kernel_run_counters,
-                            slot_run_counters=self.status.slot_run_counters,
-                            enable_chain_position_assert=self.enable_chain_position_assert,
-                            plan_lanes=self.status.plan_lanes[i]),
+                shared=dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert,
+                            **self.status.launch_views(i)),
             )  # fmt: skip
             for i, g in enumerate(groups)
         ]
@@ -178,7 +178,7 @@ class CanaryMonitor:
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
-        """``with monitor.forward(batch): write_kv()`` runs pre_forward and post_forward around it."""
+        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward."""
         self.pre_forward(batch)
         try:
             yield self
@@ -282,7 +282,6 @@ class CanaryMonitor:
                 expected_input_positions=batch.expected_input_positions,
             )  # fmt: skip
 
-    # --- inspection -------------------------------------------------------------------
     @property
     def violations(self) -> list[Violation]:
         """Every violation decoded so far, in ring order (rows lost to a full ring are not included)."""
@@ -290,8 +289,7 @@ class CanaryMonitor:
 
     def stats(self) -> dict:
         """Counters as of now (reads the device: not for the hot path)."""
-        words = np.asarray(self.status.words.get() if self.xp is not np else self.status.words)
-        snap = Snapshot(self.step, words)
+        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
         return {
             "step": self.step,
             "protected_tokens": int(snap.slot_run_counters.sum()),

@@ -47,6 +47,15 @@ class StatusBlock:
         self.slot_run_counters = self.words[_SLOT:_GROUPS]
         self.plan_lanes = [lanes[2 * (_GROUPS + 2 * g) : 2 * (_GROUPS + 2 * g) + 4] for g in range(num_groups)]
 
+    def launch_views(self, group: int) -> dict:
+        """The views one group's contexts and plans write into (write index, counters, plan lanes)."""
+        return dict(
+            violation_write_index=self.violation_write_index,
+            kernel_run_counters=self.kernel_run_counters,
+            slot_run_counters=self.slot_run_counters,
+            plan_lanes=self.plan_lanes[group],
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

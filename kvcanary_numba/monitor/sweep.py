@@ -16,9 +16,10 @@ from typing import Sequence
 import numpy as np
 
 from .._arrays import check_int
-from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT
+from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, NUM_LAUNCH_TAGS
 from ..errors import error
 from ..verify import launch_canary_verify_kernel
+from .groups import translate_slots
 
 __all__ = ["SlotChain", "build_sweep_entries", "fill_sweep_plan", "launch_sweep"]
 
@@ -73,10 +74,9 @@ def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: in
 
 
 def _translate(xp, lut, index):
-    """``lut[index]`` for index >= 0 (``OUT_OF_RANGE_SLOT`` past the LUT), index itself when negative."""
-    inside = xp.clip(index, 0, lut.shape[0] - 1)
-    mapped = xp.where(index < lut.shape[0], lut[inside], OUT_OF_RANGE_SLOT)
-    return xp.where(index < 0, index, mapped)
+    """SWA slots of a sweep's FULL slots (eager path: scratch allocated per call)."""
+    scratch = dict(out=xp.empty_like(index), clipped=xp.empty_like(index), mask=xp.empty(index.shape, dtype=bool))
+    return translate_slots(xp, lut, index, **scratch)
 
 
 def fill_sweep_plan(xp, plan, entries: tuple[np.ndarray, ...], lut) -> None:
