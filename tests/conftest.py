@@ -24,6 +24,13 @@ def _nvidia_gpu_present() -> bool:
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "0" if _nvidia_gpu_present() else "1")
 
+# pytest imports numba before this file (to resolve the NumbaPerformanceWarning
+# filter in pyproject), so numba's config has already read the environment:
+# re-read it. numba.cuda itself is not imported yet, so the switch takes effect.
+from numba.core import config as _numba_config  # noqa: E402
+
+_numba_config.reload_config()
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
