@@ -257,3 +257,5 @@ def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
     series = docgen_bench.series(records[:4])
     assert series["verify"]["NONE"] == [(float(1 << 22), 100.0)]
     assert "plan" not in series
+    assert docgen_bench.size_key(records[:4], "plan") == "bs"
+    assert docgen_bench.size_key(records[:4], "verify") == "size"  # size and entries disagree

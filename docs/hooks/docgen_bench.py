@@ -72,7 +72,14 @@ def series(records: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]
     return {op: {v: sorted(pts) for v, pts in vs.items()} for op, vs in out.items()}
 
 
-def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]]) -> bytes:
+def size_key(records: list[dict], op: str) -> str:
+    """The size field the records of ``op`` use (axis label), ``size`` when they disagree."""
+    keys = {next((k for k in SIZE_KEYS if k in r), None) for r in records if _first(r, OP_KEYS) == op}
+    keys.discard(None)
+    return keys.pop() if len(keys) == 1 else "size"
+
+
+def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str = "size") -> bytes:
     """Log-log time-versus-size plot of one operation, as SVG bytes."""
     import matplotlib
 
@@ -85,7 +92,7 @@ def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]]) -> bytes:
         ax.plot(xs, ys, marker="o", label=variant)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("size")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("median time (µs)")
     ax.set_title(op)
     ax.grid(True, which="both", alpha=0.3)
@@ -127,10 +134,10 @@ def render(results_dir: pathlib.Path, image_dir: str) -> tuple[str, dict[str, by
         if problem:
             parts += [f"!!! warning \"Partial results\"\n    `{path.name}` {problem}.", ""]
         if meta:
-            parts += ["| | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in meta.items()), ""]
+            parts += ["| run | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in meta.items()), ""]
         for op, lines in series(records).items():
             name = f"{image_dir}/{path.stem}-{''.join(c if c.isalnum() else '-' for c in op)}.svg"
-            images[name] = plot_svg(op, lines)
+            images[name] = plot_svg(op, lines, size_key(records, op))
             parts += [f"![{op}: time versus size]({name})", ""]
         parts += (_table(records) if records else ["No result records in this file."]) + [""]
     return "\n".join(parts), images
