@@ -81,8 +81,11 @@ def run_demo(*, steps: int, faults: Sequence[str], device: str, config: EngineCo
         label = fault or "clean"
         with _quiet_monitor():
             engine.run(steps, progress=(lambda i, n, label=label: progress(label, i, n)) if progress else None)
+            # A fault whose preconditions held only late gets the steps it needs to be seen (a sweep).
+            last = max((r.step for r in engine.faults), default=-1)
+            engine.run(max(0, last + SWEEP_INTERVAL + 1 - engine.step_index))
         catches = [v for hits in engine.catches().values() for v in hits]
-        runs.append(DemoRun(fault, steps, engine.faults, list(monitor.violations), catches))
+        runs.append(DemoRun(fault, engine.step_index, engine.faults, list(monitor.violations), catches))
     return runs
 
 
