@@ -1,0 +1,328 @@
+"""Write kernels (simulator or GPU) against the NumPy reference and pinned values.
+
+Every launch goes through ``run_pair`` (kernels and reference on identical
+inputs, byte-equal buffer / ring multiset / index / counters); the tests then
+check the expected records and rows (reference notes §10.4, semantics.md).
+The one-thread-per-request baseline is compared against the reference too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from canary_helpers import (
+    HEAD,
+    KNOWN_PATTERN,
+    KNOWN_REAL_KV_HASH,
+    chain_prev_hashes,
+    counters,
+    fields,
+    i64,
+    make_context,
+    random_source,
+    record,
+    ring_rows,
+    slot_hash,
+    stamp,
+    write_plan,
+)
+from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
+from numba import cuda
+
+from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode, RealKvSource
+from kvcanary_numba.hashing import splitmix64_mix3, to_signed
+from kvcanary_numba.kernels.write import WRITE_BLOCK, _prepare
+from kvcanary_numba.launch.write import launch_write_baseline
+from kvcanary_numba.reference.write import launch_canary_write_kernel as reference_write
+
+pytestmark = pytest.mark.simulator
+
+WTOKEN, WPOS, SLOT_RANGE, SEED_RANGE, RANGE = 8, 16, 64, 128, 256
+PARTIAL, ALL = RealKvHashMode.PARTIAL, RealKvHashMode.ALL
+
+
+def args(plan, tokens, positions, slots, expected_tokens=None, expected_positions=None):
+    asserted = expected_tokens is not None
+    return dict(
+        plan=plan,
+        input_ids=i64(tokens),
+        positions=i64(positions),
+        out_cache_loc=i64(slots),
+        enable_write_input_assert=asserted,
+        expected_input_tokens=i64(expected_tokens) if asserted else None,
+        expected_input_positions=i64(expected_positions) if asserted else None,
+    )
+
+
+def write(ctx, plan, tokens, positions, slots, expected_tokens=None, expected_positions=None):
+    """Kernel and reference write (they must agree); returns the reference's rows in order."""
+    run_pair(ctx, "write", **args(plan, tokens, positions, slots, expected_tokens, expected_positions))
+    return ring_rows(ctx)
+
+
+# --- chain and seeds --------------------------------------------------------------
+
+
+def test_negative_seed_anchors_the_chain():
+    ctx = make_context()
+    assert write(ctx, write_plan([1], [-1]), [42], [0], [3]) == []
+    assert record(ctx, 3) == (42, 0, HEAD, 0) and counters(ctx) == (1, 1)
+
+
+def test_seed_resume_five_steps_hardcoded():
+    ctx = make_context(64)
+    stamp(ctx, 42, 7, 10, HEAD)
+    slots = [1, 2, 3, 4, 5]
+    assert write(ctx, write_plan([5], [42]), [101, 202, 303, 404, 505], range(11, 16), slots) == []
+    want = chain_prev_hashes([101, 202, 303, 404, 505], range(11, 16), splitmix64_mix3(HEAD, 7, 10))
+    assert [record(ctx, s) for s in slots] == [(101 * (k + 1), 11 + k, want[k], 0) for k in range(5)]
+
+
+def test_seed_slot_zero_is_used_as_is():
+    ctx = make_context()
+    stamp(ctx, 0, 9, 4, 0x55)
+    write(ctx, write_plan([1], [0]), [1], [5], [6])
+    assert record(ctx, 6)[2] == splitmix64_mix3(0x55, 9, 4)
+
+
+def test_requests_are_independent_chains():
+    ctx = make_context(32)
+    stamp(ctx, 20, 1, 3, HEAD)
+    plan = write_plan([2, 0, 3, 1], [-1, 5, 20, 20], capacity=6)
+    write(ctx, plan, [1, 2, 3, 4, 5, 6], [0, 1, 4, 5, 6, 4], [1, 2, 3, 4, 5, 6])
+    assert [record(ctx, s)[2] for s in (1, 3, 6)] == [HEAD, slot_hash(ctx, 20), slot_hash(ctx, 20)]
+    assert record(ctx, 4)[2] == splitmix64_mix3(slot_hash(ctx, 20), 3, 4)
+
+
+def test_chain_ignores_real_kv_hash(rng):
+    sources = [random_source(rng, 16, nbytes=64), random_source(rng, 16, page_size=4, nbytes=32)]
+    ctx = make_context(sources=sources, mode=ALL)
+    write(ctx, write_plan([3], [-1]), [10, 20, 30], [0, 1, 2], [4, 5, 6])
+    assert [record(ctx, s)[2] for s in (4, 5, 6)] == chain_prev_hashes([10, 20, 30], [0, 1, 2])
+    assert all(record(ctx, s)[3] != 0 for s in (4, 5, 6))
+
+
+# --- write-input and chain-position asserts ------------------------------------------
+
+
+def test_input_assert_rows():
+    ctx = make_context()
+    assert write(ctx, write_plan([2], [-1]), [1, 2], [0, 1], [3, 4], [1, 2], [0, 1]) == []
+    rows = write(ctx, write_plan([3], [-1]), [42, 7, 5], [0, 7, 2], [3, 4, 5], [99, 7, 6], [0, 0, 3])
+    prevs = [to_signed(h) for h in chain_prev_hashes([42, 7, 5], [0, 7, 2])]
+    # The seed is -1, so the chain-position assert is inactive: only input-assert rows.
+    assert rows == [(0, 3, 0, 42, 99, prevs[0], 0, WTOKEN), (0, 4, 7, 7, 7, prevs[1], 0, WPOS), (0, 5, 2, 5, 6, prevs[2], 3, WTOKEN | WPOS)]
+
+
+def test_input_assert_off_never_reads_expected_arrays():
+    ctx = make_context()
+    assert write(ctx, write_plan([2], [-1]), [1, 2], [0, 1], [3, 4]) == []
+
+
+def test_chain_position_assert():
+    ctx = make_context()
+    stamp(ctx, 9, 1, 4, HEAD)
+    # seed position 4: expects 5, 6, ...; a skipped entry does not advance it.
+    rows = write(ctx, write_plan([5], [9]), [1, 2, 3, 4, 5], [5, 6, 9, 8, 9], [1, 2, -1, 3, 4])
+    assert [(r[1], r[2], r[6], r[7]) for r in rows] == [(3, 8, 7, WPOS)]
+    assert counters(ctx)[0] == 4
+
+
+@pytest.mark.parametrize(("chain_assert", "seed"), [(0, 9), (1, -1), (1, 16)])
+def test_chain_position_assert_inactive(chain_assert, seed):
+    ctx = make_context(chain_assert=chain_assert)
+    stamp(ctx, 9, 1, 4, HEAD)
+    rows = write(ctx, write_plan([2], [seed]), [1, 2], [50, 70], [1, 2])
+    assert all(r[7] != WPOS for r in rows)
+
+
+def test_both_asserts_fire_as_two_rows():
+    ctx = make_context()
+    stamp(ctx, 9, 1, 4, HEAD)
+    rows = write(ctx, write_plan([1], [9]), [1], [7], [2], [1], [5])
+    assert sorted(r[7] for r in rows) == [WPOS, WPOS] and {r[6] for r in rows} == {5}
+
+
+# --- slots, requests, counters --------------------------------------------------------
+
+
+def test_negative_slots_are_skipped_entirely():
+    ctx = make_context()
+    write(ctx, write_plan([3], [-1]), [5, 6, 7], [0, 1, 1], [5, -1, 7])
+    assert record(ctx, 7)[2] == splitmix64_mix3(HEAD, 5, 0) and counters(ctx) == (2, 1)
+    assert not fields(ctx)[[s for s in range(16) if s not in (5, 7)]].any()
+
+
+@pytest.mark.parametrize("num_valid", [-3, 0, 1, 99])
+def test_requests_walked_are_clamped(num_valid):
+    ctx = make_context()
+    write(ctx, write_plan([1, 1], [-1, -1], capacity=2, num_valid=num_valid), [1, 2], [0, 0], [3, 4])
+    walked = min(max(num_valid, 0), 2)
+    assert counters(ctx) == (walked, 1) and bool(record(ctx, 4)[0]) == (walked == 2)
+
+
+def test_empty_token_arrays():
+    ctx = make_context()
+    assert write(ctx, write_plan([0, 0], [-1, -1]), [], [], []) == [] and counters(ctx) == (0, 1)
+
+
+def test_more_requests_than_blocks_and_entries_than_threads(rng):
+    lengths = [WRITE_BLOCK - 1, WRITE_BLOCK, WRITE_BLOCK + 1, 2 * WRITE_BLOCK + 3, 0, 1, 5]
+    total = sum(lengths)
+    ctx = make_context(total + 1, ring_capacity=256)
+    slots = rng.permutation(np.arange(1, total + 1))
+    tokens, positions = rng.integers(0, 1000, total), rng.integers(0, 3, total)
+    write(ctx, write_plan(lengths, [-1] * len(lengths)), tokens, positions, slots, tokens, positions + (rng.random(total) < 0.05))
+    assert counters(ctx) == (total, 1)
+
+
+def test_duplicate_slots_in_one_request_last_entry_wins():
+    n = 2 * WRITE_BLOCK + 5
+    ctx = make_context(n + 1)
+    slots = np.arange(1, n + 1)
+    slots[[3, 9, WRITE_BLOCK + 2, 2 * WRITE_BLOCK + 1]] = 7  # within a chunk and across chunks
+    slots[[1, 2]] = 0  # padding entries all landing in slot 0
+    write(ctx, write_plan([n], [-1]), np.arange(n) + 100, np.arange(n), slots)
+    assert record(ctx, 7)[0] == 100 + 2 * WRITE_BLOCK + 1 and record(ctx, 0)[0] == 102
+
+
+@cuda.jit
+def _last_entry_probe(slots, n, num_slots, last, w):
+    t = cuda.threadIdx.x
+    shared = cuda.shared.array(WRITE_BLOCK, np.int64)
+    shared[t] = slots[t]
+    cuda.syncthreads()
+    _, is_last = _prepare(slots[t], np.int64(t), n, shared, num_slots, 0, w, w, w, w, (0,) * 16)
+    last[t] = 1 if is_last else 0
+
+
+def test_only_the_last_entry_of_a_chunk_stores_its_slot():
+    # White box: under the simulator threads happen to store in index order, so
+    # the "last one wins" rule is checked on the device function itself.
+    slots = np.full(WRITE_BLOCK, -1, dtype=np.int64)
+    slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (never stored, so never compared)
+    last = np.zeros(WRITE_BLOCK, dtype=np.int32)
+    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, last, np.zeros(2, dtype=np.uint64))]
+    _last_entry_probe[1, WRITE_BLOCK](dev[0], 7, 9, dev[1], dev[2])
+    assert to_host(dev[1])[:7].tolist() == [0, 0, 1, 1, 1, 1, 1]
+
+
+# --- real-KV fingerprints ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [PARTIAL, ALL])
+def test_known_answer_stored_at_slot_zero(mode):
+    tensor = np.zeros((16, 32), dtype=np.uint8)
+    tensor[0, :16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
+    src = RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=32, read_bytes=16)
+    ctx = make_context(sources=(src,), mode=mode)
+    write(ctx, write_plan([1], [-1]), [1], [0], [0])
+    assert record(ctx, 0)[3] == KNOWN_REAL_KV_HASH
+
+
+@pytest.mark.parametrize("mode", [RealKvHashMode.NONE, PARTIAL, ALL])
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+def test_fingerprints_match_the_reference(rng, mode, count):
+    geometry = [(1, 32, 32, 16), (4, 16, 16, 0), (16, 64, 48, 0), (2, 128, 128, 32)][:count]
+    sources = [random_source(rng, 32, page_size=p, nbytes=n, read_bytes=r, hole=h) for p, n, r, h in geometry]
+    ctx = make_context(32, sources=sources, mode=mode)
+    write(ctx, write_plan([4, 3], [-1, -1]), range(7), [0, 1, 2, 3, 0, 1, 2], [3, 15, 16, 31, 1, 2, 17])
+    assert all((record(ctx, s)[3] != 0) == (mode != RealKvHashMode.NONE) for s in (3, 15, 16, 31, 1, 2, 17))
+
+
+def test_fold_order_matters(rng):
+    a, b = random_source(rng, 16), random_source(rng, 16)
+    forward, backward = make_context(sources=(a, b), mode=ALL), make_context(sources=(b, a), mode=ALL)
+    write(forward, write_plan([1], [-1]), [1], [0], [5])
+    write(backward, write_plan([1], [-1]), [1], [0], [5])
+    assert record(forward, 5)[3] != record(backward, 5)[3]
+
+
+# --- extensions: out-of-range ranges, seeds and slots -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offsets", "rows"),
+    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([-2, 2], [(0, -1, -1, -2, 2, 0, 4, RANGE)])],
+)
+def test_ranges_outside_the_tokens(offsets, rows):
+    ctx = make_context()
+    plan = write_plan([0], [-1])
+    plan.write_offsets[:] = offsets
+    assert write(ctx, plan, [1, 2, 3, 4], [0, 1, 2, 3], [1, 2, 3, 4]) == rows
+
+
+@pytest.mark.parametrize("seed", [16, 2**40, OUT_OF_RANGE_SLOT])
+def test_out_of_range_seed(seed):
+    ctx = make_context()
+    rows = write(ctx, write_plan([2], [seed]), [1, 2], [40, 90], [3, 4])
+    assert rows == [(0, seed, -1, -1, -1, 0, 16, SEED_RANGE)] and record(ctx, 3)[2] == HEAD
+
+
+@pytest.mark.parametrize("slot", [16, 2**40, OUT_OF_RANGE_SLOT])
+def test_out_of_range_slot_is_reported_and_chain_advances(slot):
+    ctx = make_context()
+    rows = write(ctx, write_plan([3], [-1]), [1, 2, 3], [0, 1, 2], [3, slot, 4])
+    prevs = chain_prev_hashes([1, 2, 3], [0, 1, 2])
+    assert rows == [(0, slot, 1, 2, 2, to_signed(prevs[1]), 16, SLOT_RANGE)]
+    assert record(ctx, 4)[2] == prevs[2] and counters(ctx) == (2, 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_garbage_matches_the_reference(seed):
+    rng = np.random.default_rng(seed)
+    sources = [random_source(rng, 48, page_size=4, nbytes=32, hole=16), random_source(rng, 48, nbytes=16)]
+    ctx = make_context(48, stride=40 + 8 * (seed % 2), sources=sources[: seed % 3], mode=[ALL, PARTIAL][seed % 2], ring_capacity=8)
+    ctx.enable_chain_position_assert[0] = seed % 2
+    fields(ctx)[...] = rng.integers(-2, 60, size=fields(ctx).shape)
+    bs, capacity, n = 5, 7, 36
+    # Requests run concurrently on the GPU, so no two of them store one slot and no
+    # seed is a slot stored in the same launch (that order is a race, as in SGLang).
+    seeds = np.where(rng.random(bs) < 0.3, rng.integers(-2, 1, bs), rng.integers(38, 52, bs))
+    plan = write_plan(rng.integers(0, 15, bs), seeds, capacity=capacity, num_valid=int(rng.integers(-1, 9)))
+    plan.write_offsets[rng.integers(0, capacity + 1)] = rng.integers(-5, n + 5)  # a broken offset
+    garbage = lambda values: np.where(rng.random(n) < 0.1, rng.integers(-(2**63), 2**63 - 1, n), values)  # noqa: E731
+    slots = garbage(np.where(rng.random(n) < 0.1, rng.integers(-2, 0, n), rng.permutation(np.arange(1, 38))[:n]))
+    tokens, positions = garbage(rng.integers(0, 9, n)), garbage(rng.integers(0, 9, n))
+    expected = (garbage(rng.integers(0, 9, n)), garbage(rng.integers(0, 9, n))) if seed % 4 < 2 else (None, None)
+    write(ctx, plan, tokens, positions, slots, *expected)
+
+
+# --- the one-thread-per-request baseline ------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_baseline_matches_the_reference(seed):
+    rng = np.random.default_rng(100 + seed)
+    ctx = make_context(48, sources=[random_source(rng, 48, page_size=2, nbytes=32)], mode=ALL, ring_capacity=512)
+    fields(ctx)[...] = rng.integers(0, 9, size=fields(ctx).shape)
+    plan = write_plan(rng.integers(0, 12, 4), rng.integers(-1, 50, 4), capacity=5)
+    n = int(plan.write_offsets[4])
+    kwargs = args(plan, rng.integers(0, 9, n), rng.integers(0, 9, n), rng.integers(-1, 50, n), rng.integers(0, 9, n), rng.integers(0, 9, n))
+    device = to_device(ctx, KERNEL_DEVICE)
+    launch_write_baseline(context=device, **{k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()})
+    reference_write(context=ctx, **kwargs)
+    np.testing.assert_array_equal(to_host(device.canary_buf), ctx.canary_buf)
+    assert counters(ctx) == tuple(int(to_host(a)[0]) for a in (device.slot_run_counter, device.kernel_run_counter))
+    got = sorted(tuple(int(v) for v in r) for r in to_host(device.violation_ring)[: int(to_host(device.violation_write_index)[0])])
+    assert got == sorted(ring_rows(ctx))
+
+
+# --- at scale on a GPU ---------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", [RealKvHashMode.NONE, ALL])
+@pytest.mark.parametrize(("requests", "length"), [(8, 32768), (300, 700)])
+def test_gpu_long_requests_match_the_reference(mode, requests, length):
+    rng = np.random.default_rng(requests)
+    total = requests * length
+    sources = [random_source(rng, total + 2, page_size=16, nbytes=256)]
+    ctx = make_context(total + 2, sources=sources, mode=mode, ring_capacity=1 << 14)
+    stamp(ctx, 1, 1, 0, HEAD)  # seeds are -1, 0 or 1, slots never written here (no cross-request race)
+    slots = rng.permutation(np.arange(2, total + 2))
+    slots[rng.random(total) < 0.01] = -1
+    positions = np.tile(np.arange(1, length + 1), requests)
+    positions[rng.random(total) < 0.001] += 7
+    plan = write_plan([length] * requests, rng.integers(-1, 2, requests))
+    write(ctx, plan, rng.integers(0, 1 << 40, total), positions, slots, None, None)
