@@ -1,0 +1,102 @@
+"""Every kernel of every ``kvcanary_numba/kernels/*.py`` module compiles for sm_90.
+
+The CUDA simulator runs kernels as Python and accepts code a real GPU build
+rejects (e.g. 64-bit warp shuffles, mixed-signedness promotions), so each
+module is compiled with ``cuda.compile_ptx(..., cc=(9, 0))`` in a subprocess
+without the simulator; no GPU is needed. A kernel without a declared signature
+(the ``KERNELS`` / ``SIGNATURES`` convention of :mod:`kvcanary_numba.kernels`)
+fails. For the canary kernels the PTX is also checked for what their speed
+relies on: 16-byte vector loads of real-KV bytes, no calls and no local memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import kvcanary_numba.kernels
+
+KERNELS_DIR = pathlib.Path(kvcanary_numba.kernels.__file__).parent
+MODULES = sorted(p.stem for p in KERNELS_DIR.glob("*.py") if p.stem != "__init__")
+#: Modules whose PTX must be call-free and stack-free, and vector-load real-KV bytes.
+CANARY_MODULES = ("fingerprint", "verify", "write")
+
+SCRIPT = r"""
+import importlib, json, sys
+from types import SimpleNamespace
+
+import numba.cuda.dispatcher as dispatcher
+
+# Device functions ask the current device for its compute capability; there is
+# no device here, and the target is fixed anyway.
+dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
+
+from numba import cuda
+from kvcanary_numba.kernels import is_kernel
+
+module = importlib.import_module("kvcanary_numba.kernels." + sys.argv[1])
+kernels = getattr(module, "KERNELS", {})
+signatures = getattr(module, "SIGNATURES", {})
+declared = {id(k) for k in kernels.values()}
+report = {
+    "undeclared": sorted(n for n, obj in vars(module).items() if is_kernel(obj) and id(obj) not in declared),
+    "unsigned": sorted(n for n in kernels if not signatures.get(n)),
+    "unknown": sorted(set(signatures) - set(kernels)),
+    "ptx": {},
+}
+for name, kernel in kernels.items():
+    for signature in signatures.get(name, ()):
+        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+        body = ptx[ptx.index(".entry"):]
+        report["ptx"][name] = {
+            "target": "sm_90" in ptx,
+            "v2_loads": body.count("v2.u64"),
+            "calls": body.count("call"),
+            "local": body.count(".local"),
+        }
+print(json.dumps(report))
+"""
+
+_running: dict[str, subprocess.Popen] = {}
+
+
+def _start_all() -> None:
+    # One process per module, all started at once: compiling is CPU bound and slow.
+    if _running:
+        return
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    for module in MODULES:
+        _running[module] = subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, module], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+
+
+def _report(module: str) -> dict:
+    _start_all()
+    out, err = _running[module].communicate(timeout=900)
+    assert _running[module].returncode == 0, f"compiling kernels.{module} failed:\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_every_kernels_module_is_checked():
+    assert {"fingerprint", "hashing", "verify", "write"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
+    report = _report(module)
+    assert report["undeclared"] == [], "kernels missing from KERNELS"
+    assert report["unsigned"] == [], "kernels without SIGNATURES"
+    assert report["unknown"] == [], "SIGNATURES for unknown kernels"
+    assert all(entry["target"] for entry in report["ptx"].values())
+    if module in CANARY_MODULES:
+        assert report["ptx"], "no kernels compiled"
+        for name, entry in report["ptx"].items():
+            assert entry["calls"] == 0 and entry["local"] == 0, (name, entry)
+            folds = not name.endswith("_src0")
+            assert (entry["v2_loads"] > 0) == folds, (name, entry)
