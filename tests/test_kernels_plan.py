@@ -198,6 +198,13 @@ def test_pinned_unresolvable_rows_and_positions():
 # --- random and garbage batches ----------------------------------------------
 
 
+@pytest.mark.simulator
+def test_huge_prefix_lengths_overflow_like_the_reference():
+    huge = 2**62
+    vplan, _ = run_both(case([1, 2, 3], [huge, huge, huge], [1, 1, 1], vcap=64))
+    assert (int(vplan["enable"][0]), int(vplan["verify_num_valid"][0])) == (0, 64)
+
+
 def random_batch(rng, bs=None, *, rows=9, width=WIDTH, wcap=None):
     """A plausible batch: padding rows, SWA or not, expected-token pool or not."""
     bs = int(rng.integers(1, 40)) if bs is None else bs

@@ -240,6 +240,15 @@ def test_verify_capacity_fits_or_overflows(slack, enable):
     assert wplan.write_seed_slot_indices.tolist() == [19, 38]
 
 
+def test_huge_prefix_lengths_overflow_instead_of_wrapping():
+    # Three prefixes near 2**62 sum past 2**63: the plan must report an overflow, not a wrapped total.
+    huge = 2**62
+    vplan, _ = run_plan([1, 2, 3], [huge, huge, huge], [1, 1, 1], vcap=64)
+    assert int(vplan.enable[0]) == 0
+    assert int(vplan.verify_num_valid[0]) == 64
+    assert (vplan.verify_slot_indices == FILL).all()
+
+
 def test_zero_extend_writes_empty_write_plan():
     vplan, wplan = run_plan([1, 2], [4, 6], [0, 0], wcap=4)
     assert wplan.write_offsets.tolist() == [0] * 5
@@ -491,9 +500,10 @@ def test_offsets_step_matches_full_plan(seed):
                       ("out_write_num_valid_reqs", wplan.write_num_valid_reqs)]:
         np.testing.assert_array_equal(outs[name], arr, err_msg=name)
     want = loop_plan(rpi, prefix, ext, rtt, window=window, lut=lut)
-    counts = [_verify_count(r, p, window) for r, p in zip(rpi, prefix)]
+    # Each request's count is capped at verify_capacity + 1 (enough to overflow on its own).
+    counts = [min(_verify_count(r, p, window), vcap + 1) for r, p in zip(rpi, prefix)]
     per_request = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-    assert per_request[-1] == len(want["slots"])
+    assert per_request[-1] == len(want["slots"]) or per_request[-1] > vcap
     np.testing.assert_array_equal(scratch[: bs + 1], per_request)
     assert (scratch[bs + 1 :] == FILL).all()  # only [0, bs] is scratch output
 
@@ -669,7 +679,7 @@ def test_offsets_rejects_bad_arguments(code, changes):
 def test_offsets_accepts_exact_scratch_and_zero_capacity():
     kwargs = offsets_kwargs(verify_capacity=0)
     launch_plan_offsets_kernel(**kwargs)
-    assert kwargs["out_verify_offsets_scratch"].tolist() == [0, 1, 3]
+    assert kwargs["out_verify_offsets_scratch"].tolist() == [0, 1, 2]  # lengths 1 and 2, each capped at 0 + 1
     assert (int(kwargs["out_verify_num_valid"][0]), int(kwargs["out_verify_enable"][0])) == (0, 0)
 
 

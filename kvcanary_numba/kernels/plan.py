@@ -191,7 +191,7 @@ def plan_offsets_kernel(
     own_w = int64(0)
     for i in range(first, last):
         v, w = request_lengths(i, req_pool_indices, prefix_lens, extend_seq_lens, window)
-        own_v += v
+        own_v += min(v, verify_capacity + 1)  # alone it overflows; capped so the sum cannot wrap
         own_w += w
     sv[tid] = own_v
     sw[tid] = own_w
@@ -209,6 +209,7 @@ def plan_offsets_kernel(
         out_verify_offsets[i] = run_v
         out_write_offsets[i] = run_w
         v, w = request_lengths(i, req_pool_indices, prefix_lens, extend_seq_lens, window)
+        v = min(v, verify_capacity + 1)
         seed = _NO_PRED
         prefix = int64(prefix_lens[i])
         if w > 0 and prefix > 0:  # w > 0 implies an active row

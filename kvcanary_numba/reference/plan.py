@@ -39,8 +39,12 @@ def _exclusive_sum(lengths: np.ndarray) -> np.ndarray:
     return out
 
 
-def _request_layout(req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size):
-    """Per request: (active, clamped prefix, window start, verify length, write length)."""
+def _request_layout(req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size, verify_capacity):
+    """Per request: (active, clamped prefix, window start, verify length, write length).
+
+    A verify length above ``verify_capacity + 1`` overflows the plan on its own;
+    capping it there keeps hostile prefix lengths from wrapping the int64 total.
+    """
     active = req_pool_indices != REQ_POOL_IDX_PADDING
     prefix = np.maximum(prefix_lens, 0)
     extend = np.maximum(extend_seq_lens, 0)
@@ -48,7 +52,7 @@ def _request_layout(req_pool_indices, prefix_lens, extend_seq_lens, swa_window_s
         start = np.maximum(prefix - np.int64(swa_window_size), 0)
     else:
         start = np.zeros_like(prefix)
-    verify_len = np.where(active, prefix - start, 0)
+    verify_len = np.minimum(np.where(active, prefix - start, 0), np.int64(verify_capacity) + 1)
     write_len = np.where(active, extend, 0)
     return active, prefix, start, verify_len, write_len
 
@@ -96,7 +100,7 @@ def launch_plan_offsets_kernel(
     """
     bs = req_pool_indices.shape[0]
     active, prefix, _, verify_len, write_len = _request_layout(
-        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size
+        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size, verify_capacity
     )
     verify_offsets = _exclusive_sum(verify_len)
     total = int(verify_offsets[bs])
@@ -162,7 +166,7 @@ def launch_canary_plan_kernels(
         return  # overflow: SGLang leaves the entries alone, verify is off this step
 
     _, _, start, verify_len, _ = _request_layout(
-        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size
+        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size, verify_capacity
     )
     owner = np.repeat(np.arange(bs, dtype=np.int64), verify_len)  # request of each entry
     # Entry i of request r sits at position start[r] + (i - offsets[r]).
