@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -395,25 +394,18 @@ def test_rows_stay_in_entry_order_across_kinds():
     assert ring_rows(ctx) == scalar_verify_rows(ctx, plan, False)
 
 
-# --- speed -------------------------------------------------------------------------------------
+# --- scale ---------------------------------------------------------------------------------------
+# Speed against a Python loop is measured by benchmarks/run.py (no timed assertions in tests).
 
 
-@pytest.mark.slow
-def test_million_entries_100x_faster_than_a_python_loop(rng):
-    n, sample = 1_000_000, 4_000
+def test_million_entry_clean_chain_has_no_violation(rng):
+    n = 1_000_000
     ctx = make_context(n + 1, ring_capacity=16)
     slots = np.arange(1, n + 1)
     run_write(ctx, write_plan([n], [-1]), rng.integers(0, 50_000, n), range(n), slots)
-    plan = chain_plan(list(slots))
-    run_verify(ctx, plan)  # warm the pages
-    start = time.perf_counter()
-    run_verify(ctx, plan)
-    vectorised = time.perf_counter() - start
-    head = verify_plan(slots[:sample], range(sample), [-1, *slots[: sample - 1]])
-    start = time.perf_counter()
-    assert scalar_verify_rows(ctx, head, False) == []
-    loop = (time.perf_counter() - start) * n / sample
-    assert write_index(ctx) == 0 and loop / vectorised >= 100, (loop, vectorised)
+    run_verify(ctx, chain_plan(list(slots)))
+    assert write_index(ctx) == 0
+    assert int(ctx.slot_run_counter[0]) == 2 * n  # n written, then n verified
 
 
 # --- argument validation -------------------------------------------------------------------
