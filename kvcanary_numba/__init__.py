@@ -15,13 +15,40 @@ from .constants import (
 )
 from .context import CanaryContext, RealKvSource
 from .errors import KvCanaryError, KvCanaryTypeError
+from .fingerprint import compute_real_kv_hash
 from .hashing import chain_head, splitmix64, splitmix64_mix3
+from .monitor import (
+    CanaryMonitor,
+    CanaryStalledError,
+    CanaryViolationError,
+    KvGroup,
+    SlotChain,
+    StepBatch,
+    Violation,
+)
+from .plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
 from .plans import VerifyPlan, WritePlan
+from .scatter import scatter_req_token_ids
+from .verify import launch_canary_verify_kernel
+from .write import launch_canary_write_kernel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CANARY_CHAIN_ANCHOR",
+    "CanaryMonitor",
+    "CanaryStalledError",
+    "CanaryViolationError",
+    "KvGroup",
+    "SlotChain",
+    "StepBatch",
+    "Violation",
+    "compute_real_kv_hash",
+    "launch_canary_plan_kernels",
+    "launch_canary_verify_kernel",
+    "launch_canary_write_kernel",
+    "launch_plan_offsets_kernel",
+    "scatter_req_token_ids",
     "CANARY_CHAIN_HEAD",
     "CANARY_SLOT_BYTES",
     "MAX_REAL_KV_SOURCES",

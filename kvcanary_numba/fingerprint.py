@@ -11,7 +11,7 @@ from .constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from .context import RealKvSource
 from .errors import error
 
-__all__ = ["compute_real_kv_hash", "check_real_kv_sources"]
+__all__ = ["compute_real_kv_hash"]
 
 _FUNCTION = "compute_real_kv_hash"
 

@@ -13,7 +13,7 @@ from .errors import error
 from .fingerprint import check_real_kv_sources
 from .plans import VerifyPlan
 
-__all__ = ["launch_canary_verify_kernel", "check_context", "check_plan_type"]
+__all__ = ["launch_canary_verify_kernel"]
 
 _FUNCTION = "launch_canary_verify_kernel"
 #: Canary fields are 8-byte words; the GPU loads them as such.
