@@ -30,8 +30,9 @@ from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
 from numba import cuda
 
 from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode, RealKvSource
+from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
-from kvcanary_numba.kernels.write import WRITE_BLOCK, _prepare
+from kvcanary_numba.kernels.write import _prepare
 from kvcanary_numba.launch.write import launch_write_baseline
 from kvcanary_numba.reference.write import launch_canary_write_kernel as reference_write
 
@@ -167,7 +168,7 @@ def test_empty_token_arrays():
 
 
 def test_more_requests_than_blocks_and_entries_than_threads(rng):
-    lengths = [WRITE_BLOCK - 1, WRITE_BLOCK, WRITE_BLOCK + 1, 2 * WRITE_BLOCK + 3, 0, 1, 5]
+    lengths = [CHUNK - 1, CHUNK, CHUNK + 1, 2 * CHUNK + 3, 0, 1, 5]
     total = sum(lengths)
     ctx = make_context(total + 1, ring_capacity=256)
     slots = rng.permutation(np.arange(1, total + 1))
@@ -177,19 +178,19 @@ def test_more_requests_than_blocks_and_entries_than_threads(rng):
 
 
 def test_duplicate_slots_in_one_request_last_entry_wins():
-    n = 2 * WRITE_BLOCK + 5
+    n = 2 * CHUNK + 5
     ctx = make_context(n + 1)
     slots = np.arange(1, n + 1)
-    slots[[3, 9, WRITE_BLOCK + 2, 2 * WRITE_BLOCK + 1]] = 7  # within a chunk and across chunks
+    slots[[3, 9, CHUNK + 2, 2 * CHUNK + 1]] = 7  # within a chunk and across chunks
     slots[[1, 2]] = 0  # padding entries all landing in slot 0
     write(ctx, write_plan([n], [-1]), np.arange(n) + 100, np.arange(n), slots)
-    assert record(ctx, 7)[0] == 100 + 2 * WRITE_BLOCK + 1 and record(ctx, 0)[0] == 102
+    assert record(ctx, 7)[0] == 100 + 2 * CHUNK + 1 and record(ctx, 0)[0] == 102
 
 
 @cuda.jit
 def _last_entry_probe(slots, n, num_slots, last, w):
     t = cuda.threadIdx.x
-    shared = cuda.shared.array(WRITE_BLOCK, np.int64)
+    shared = cuda.shared.array(CHUNK, np.int64)
     shared[t] = slots[t]
     cuda.syncthreads()
     _, is_last = _prepare(slots[t], np.int64(t), n, shared, num_slots, 0, w, w, w, w, (0,) * 16)
@@ -199,11 +200,11 @@ def _last_entry_probe(slots, n, num_slots, last, w):
 def test_only_the_last_entry_of_a_chunk_stores_its_slot():
     # White box: under the simulator threads happen to store in index order, so
     # the "last one wins" rule is checked on the device function itself.
-    slots = np.full(WRITE_BLOCK, -1, dtype=np.int64)
+    slots = np.full(CHUNK, -1, dtype=np.int64)
     slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (never stored, so never compared)
-    last = np.zeros(WRITE_BLOCK, dtype=np.int32)
+    last = np.zeros(CHUNK, dtype=np.int32)
     dev = [to_device(a, KERNEL_DEVICE) for a in (slots, last, np.zeros(2, dtype=np.uint64))]
-    _last_entry_probe[1, WRITE_BLOCK](dev[0], 7, 9, dev[1], dev[2])
+    _last_entry_probe[1, CHUNK](dev[0], 7, 9, dev[1], dev[2])
     assert to_host(dev[1])[:7].tolist() == [0, 0, 1, 1, 1, 1, 1]
 
 

@@ -6,7 +6,8 @@ module is compiled with ``cuda.compile_ptx(..., cc=(9, 0))`` in a subprocess
 without the simulator; no GPU is needed. A kernel without a declared signature
 (the ``KERNELS`` / ``SIGNATURES`` convention of :mod:`kvcanary_numba.kernels`)
 fails. For the canary kernels the PTX is also checked for what their speed
-relies on: 16-byte vector loads of real-KV bytes, no calls and no local memory.
+relies on: 16-byte vector loads of real-KV bytes, no calls, no local memory and
+(where nvJitLink is installed) no register spills in the sm_90 build.
 """
 
 from __future__ import annotations
@@ -49,15 +50,37 @@ report = {
     "unknown": sorted(set(signatures) - set(kernels)),
     "ptx": {},
 }
+
+
+def sass_spills(ptx):
+    # Spill bytes of the sm_90 build (nvJitLink ships with numba-cuda[cu13]); None if unavailable.
+    try:
+        import re
+        from cuda.bindings import nvjitlink
+    except ImportError:
+        return None
+    data = ptx.encode()
+    options = ["-arch=sm_90", "-verbose"]
+    handle = nvjitlink.create(len(options), options)
+    nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+    nvjitlink.complete(handle)
+    log = bytearray(nvjitlink.get_info_log_size(handle))
+    nvjitlink.get_info_log(handle, log)
+    nvjitlink.destroy(handle)
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", log.decode(errors="replace")))
+
+
 for name, kernel in kernels.items():
     for signature in signatures.get(name, ()):
-        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+        bounds = kernel.targetoptions.get("launch_bounds")
+        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0), launch_bounds=bounds)
         body = ptx[ptx.index(".entry"):]
         report["ptx"][name] = {
             "target": "sm_90" in ptx,
             "v2_loads": body.count("v2.u64"),
             "calls": body.count("call"),
             "local": body.count(".local"),
+            "spills": sass_spills(ptx) if sys.argv[2] == "1" else None,
         }
 print(json.dumps(report))
 """
@@ -72,7 +95,7 @@ def _start_all() -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     for module in MODULES:
         _running[module] = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, module], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", SCRIPT, module, str(int(module in CANARY_MODULES))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
 
 
@@ -97,6 +120,6 @@ def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
     if module in CANARY_MODULES:
         assert report["ptx"], "no kernels compiled"
         for name, entry in report["ptx"].items():
-            assert entry["calls"] == 0 and entry["local"] == 0, (name, entry)
+            assert entry["calls"] == 0 and entry["local"] == 0 and not entry["spills"], (name, entry)
             folds = not name.endswith("_src0")
             assert (entry["v2_loads"] > 0) == folds, (name, entry)

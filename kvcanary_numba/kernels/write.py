@@ -3,20 +3,23 @@
 Semantics: docs/concepts/semantics.md ("Write", "Ring") and reference notes §4.
 
 The chain is serial within a request: each stored prev_hash is the running
-hash of the entries before it. Everything else is not, so ``write`` runs one
-block per request (grid-striding over requests) and walks the request's
-entries in chunks of ``WRITE_BLOCK``:
+hash of the entries before it. Everything else is not, so in ``write`` each
+warp walks one request at a time (grid-striding over requests, ``WRITE_WARPS``
+warps per block) in chunks of 32 entries:
 
-1. every thread loads one entry (slot, token, position, expected values) into
-   registers and the slot / token / position into shared memory;
-2. thread 0 runs the hash recurrence over the chunk, leaving each entry's
-   prev_hash (and expected position for the chain-position assert) in shared
-   memory, while the other warps fold their entry's real-KV bytes and check
-   whether a later entry of the chunk targets the same slot (warp 0 does that
-   after the recurrence, so it does not stall thread 0);
-3. every thread records its rows and stores its record, unless a later entry
-   of the request writes the same slot (so the last one wins, as in the
-   sequential reference; chunks are stored in order).
+1. every lane loads one entry (slot, token, position, expected values) into
+   registers and slot / token / position into the warp's shared row;
+2. lane 0 runs the hash recurrence over the chunk, leaving each entry's
+   prev_hash (and the chain-position assert's expected position) in shared
+   memory; the loop is latency bound, and the SM runs other warps meanwhile;
+3. every lane folds its slot's real-KV bytes, checks whether a later entry of
+   the chunk targets the same slot, records its rows and stores its record
+   unless it was not the last (so the last entry wins, as in the sequential
+   reference; chunks are stored in order).
+
+A warp per request (not a block) keeps decode batches, one entry per request,
+as parallel as the baseline, while a long prefill request still does only the
+recurrence serially.
 
 ``write_baseline`` is SGLang's design (one thread per request, everything
 serial, runtime flags) with the same semantics; benchmarks compare against it.
@@ -46,10 +49,13 @@ from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
 from .hashing import CHAIN_HEAD, mix3, slot_hash
 from .verify import record_violation
 
-__all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "kernel_name"]
+__all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
 
-#: Threads per block of ``write`` = entries per chunk (small under the simulator).
-WRITE_BLOCK = 32 if ON_SIMULATOR else 256
+#: Warps per block of ``write``; each warp walks its own requests (one under the
+#: simulator, which has no warp barrier and so synchronises whole blocks).
+WRITE_WARPS = 1 if ON_SIMULATOR else 8
+#: Threads per block of ``write``.
+WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
 
 _ZERO = np.int64(0)
 _ONE = np.int64(1)
@@ -136,57 +142,67 @@ def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
     return real, last
 
 
+@cuda.jit(device=True)
+def _warp_sync():
+    # The simulator has no syncwarp; there a block is a single warp, so a block
+    # barrier is the same thing.
+    if ON_SIMULATOR:
+        cuda.syncthreads()
+    else:
+        cuda.syncwarp()
+
+
 def _make_write(input_assert: bool, nsrc: int):
     def write(
         buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
         expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
         w0, w1, w2, w3, params,
     ):  # fmt: skip
-        s_slot = cuda.shared.array(WRITE_BLOCK, int64)
-        s_token = cuda.shared.array(WRITE_BLOCK, int64)
-        s_position = cuda.shared.array(WRITE_BLOCK, int64)
-        s_hash = cuda.shared.array(WRITE_BLOCK, int64)
-        s_expect = cuda.shared.array(WRITE_BLOCK, int64)
-        t = int64(cuda.threadIdx.x)
-        if cuda.blockIdx.x == 0 and t == _ZERO:
+        lane = int64(cuda.threadIdx.x % WARP_SIZE)
+        warp = cuda.threadIdx.x // WARP_SIZE
+        s_slot = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_token = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, _ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), _ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
         num_slots = int64(buf.shape[0])
         chain_on = chain_flag[0] != 0
-        running = CHAIN_HEAD  # the recurrence state lives in thread 0 only
+        running = CHAIN_HEAD  # the recurrence state lives in lane 0 only
         prev_position = _ZERO
         stored = _ZERO
-        for r in range(int64(cuda.blockIdx.x), num_reqs, int64(cuda.gridDim.x)):
-            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, t == _ZERO)
+        first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
+        for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
+            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == _ZERO)
             if hi <= lo:
                 continue
             seed = seeds[r]
             track = chain_on and seed >= _ZERO and seed < num_slots
-            if t == _ZERO:
+            if lane == _ZERO:
                 running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
-            for c0 in range(lo, hi, WRITE_BLOCK):
-                n = min(int64(WRITE_BLOCK), hi - c0)
-                i = c0 + t
+            for c0 in range(lo, hi, _WARP):
+                n = min(_WARP, hi - c0)
+                i = c0 + lane
                 slot = _MINUS_ONE
                 token = _ZERO
                 position = _ZERO
                 expected_token = _ZERO
                 expected_position = _ZERO
-                if t < n:
+                if lane < n:
                     slot = out_cache_loc[i]
                     token = input_ids[i]
                     position = positions[i]
                     if input_assert:
                         expected_token = expected_tokens[i]
                         expected_position = expected_positions[i]
-                s_slot[t] = slot
-                s_token[t] = token
-                s_position[t] = position
-                cuda.syncthreads()
-                real = _ZERO
-                last = True
-                if t == _ZERO:
+                s_slot[lane] = slot
+                s_token[lane] = token
+                s_position[lane] = position
+                _warp_sync()
+                if lane == _ZERO:
                     for k in range(n):
                         if s_slot[k] < _ZERO:
                             continue  # skipped: no store, no count, chain unchanged
@@ -197,19 +213,16 @@ def _make_write(input_assert: bool, nsrc: int):
                         if s_slot[k] < num_slots:
                             stored += _ONE
                         running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
-                elif t >= _WARP:
-                    real, last = _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
-                cuda.syncthreads()
-                if t < _WARP:
-                    real, last = _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
+                _warp_sync()
+                real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
                 if slot >= _ZERO:
-                    chain_hash = s_hash[t]
+                    chain_hash = s_hash[lane]
                     ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                                       expected_token, expected_position, track, s_expect[t], num_slots)  # fmt: skip
+                                       expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
-                cuda.syncthreads()  # the next chunk reuses the shared arrays
-        if t == _ZERO and stored > _ZERO:
+                _warp_sync()  # the next chunk reuses the shared rows
+        if lane == _ZERO and stored > _ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
     write.__name__ = write.__qualname__ = kernel_name(input_assert, nsrc)

@@ -58,6 +58,7 @@ __all__ = [
     "ON_SIMULATOR",
     "SIM_BLOCK",
     "SIM_MAX_BLOCKS",
+    "THREADS_PER_SM",
     "block_size",
     "byte_span",
     "compile_eagerly",

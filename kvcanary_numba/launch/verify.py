@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..constants import VERIFY_BLOCK_SIZE
 from ..kernels import verify as _kernels
 from . import _common
 from .fingerprint import source_args
@@ -43,7 +42,7 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
     name = _kernels.kernel_name(check_verify_expected_token, nsrc)
-    block = _common.block_size(VERIFY_BLOCK_SIZE)
+    block = _common.block_size(_kernels.VERIFY_THREADS)
     args = (
         words,
         slots,

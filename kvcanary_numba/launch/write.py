@@ -76,7 +76,7 @@ def launch_canary_write_kernel(
 
     Notes
     -----
-    One block of ``WRITE_BLOCK`` threads per request, grid-striding over the
+    One warp per request (``WRITE_WARPS`` per block), grid-striding over the
     requests when the capacity exceeds what stays resident.
     """
     nsrc, args = _arguments(
@@ -84,7 +84,10 @@ def launch_canary_write_kernel(
     )
     name = _kernels.kernel_name(enable_write_input_assert, nsrc)
     block = _kernels.WRITE_BLOCK
-    grid = _common.persistent_grid(plan.write_seed_slot_indices.shape[0], 1, blocks_per_sm=8)
+    # One warp per request; no more blocks than stay resident (warps then stride).
+    capacity = plan.write_seed_slot_indices.shape[0]
+    per_sm = _common.THREADS_PER_SM // block
+    grid = _common.persistent_grid(capacity, _kernels.WRITE_WARPS, blocks_per_sm=per_sm)
     _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
 
 
