@@ -309,6 +309,49 @@ def test_baseline_matches_the_reference(seed):
     assert got == sorted(ring_rows(ctx))
 
 
+# --- plan -> verify -> write pipelines (reference notes §10.6) ----------------------------
+
+
+def _paired_verify(ctx, plan, check=False, backend="numpy"):
+    run_pair(ctx, "verify", plan=plan, check_verify_expected_token=check)
+
+
+def _paired_write(ctx, plan, tokens, positions, slots, expected_tokens=None, expected_positions=None, backend="numpy"):
+    run_pair(ctx, "write", **args(plan, tokens, positions, slots, expected_tokens, expected_positions))
+
+
+def _pipeline_cases():
+    """The CPU pipeline tests, with their parametrizations expanded (their asserts then run as they are)."""
+    import itertools
+
+    import test_reference_pipeline
+
+    cases = []
+    for name, test in vars(test_reference_pipeline).items():
+        if not name.startswith("test_"):
+            continue
+        axes = []
+        for mark in getattr(test, "pytestmark", []):
+            if mark.name == "parametrize":
+                names = [n.strip() for n in mark.args[0].split(",")] if isinstance(mark.args[0], str) else mark.args[0]
+                axes.append([dict(zip(names, v if len(names) > 1 else (v,))) for v in mark.args[1]])
+        for combo in itertools.product(*axes):
+            kwargs = {k: v for part in combo for k, v in part.items()}
+            label = "-".join(str(v) for v in kwargs.values())
+            cases.append(pytest.param(test, kwargs, id=f"{name[5:]}[{label}]" if label else name[5:]))
+    return cases
+
+
+@pytest.mark.parametrize(("case", "kwargs"), _pipeline_cases())
+def test_cpu_pipeline_scenarios_run_the_kernels_too(case, kwargs, monkeypatch):
+    # Each verify and write of the scenario also runs on the kernels and must agree with the reference.
+    import canary_helpers
+
+    monkeypatch.setattr(canary_helpers, "run_verify", _paired_verify)
+    monkeypatch.setattr(canary_helpers, "run_write", _paired_write)
+    case(**kwargs)
+
+
 # --- at scale on a GPU ---------------------------------------------------------------------
 
 
