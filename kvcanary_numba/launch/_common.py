@@ -8,6 +8,8 @@ API
 ---
 ``ON_SIMULATOR``
     True under ``NUMBA_ENABLE_CUDASIM=1`` (NumPy arrays, slow simulated threads).
+``array_layout(x)``
+    (pointer, shape, byte strides, dtype) of a NumPy, CuPy or CAI array, cheaply.
 ``kernel_array(x, *, persistent=False)``
     ``x`` as a kernel argument, same dtype and shape: NumPy as is; a CUDA array
     as a Numba device-array view (no copy, no stream sync).
@@ -35,8 +37,9 @@ API
     before capturing a CUDA graph. No-op under the simulator.
 ``launch(kernel, signature, grid, block, args)``
     Launch on CuPy's current stream through the compiled kernel (no type
-    dispatch, no low-occupancy warning). Under the simulator the arguments'
-    Numba types are first checked against ``signature`` (``TypeError`` on drift).
+    dispatch, no low-occupancy warning). The arguments' Numba types are checked
+    against ``signature`` (``TypeError`` on drift): every launch under the
+    simulator, the first launch of each kernel and signature on a GPU.
 ``current_stream()``
     Numba stream of CuPy's current stream (``0``: legacy default stream, and
     always under the simulator).
@@ -55,6 +58,7 @@ from ..kernels import ON_SIMULATOR
 
 __all__ = [
     "CACHE_SIZE",
+    "array_layout",
     "ON_SIMULATOR",
     "SIM_BLOCK",
     "SIM_MAX_BLOCKS",
@@ -96,13 +100,35 @@ def _cai_view(x: Any, ptr: int, dtype: np.dtype, shape: tuple, strides: tuple | 
     return cuda.from_cuda_array_interface(desc, owner=x, sync=False)
 
 
+def array_layout(x: Any) -> tuple[int, tuple, tuple, np.dtype]:
+    """(data pointer, shape, strides in bytes, dtype) of a NumPy or CUDA array.
+
+    CuPy arrays are read through attributes (far cheaper than building their
+    ``__cuda_array_interface__`` dict); other CUDA arrays through that dict.
+    """
+    ptr = getattr(getattr(x, "data", None), "ptr", None)  # CuPy: MemoryPointer.ptr
+    if ptr is not None:
+        return int(ptr), tuple(x.shape), tuple(x.strides), x.dtype
+    if isinstance(x, np.ndarray):
+        return int(x.ctypes.data), x.shape, x.strides, x.dtype
+    cai = x.__cuda_array_interface__
+    shape, dtype = tuple(int(n) for n in cai["shape"]), np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is None:
+        strides, step = [], dtype.itemsize
+        for extent in reversed(shape):
+            strides.append(step)
+            step *= max(extent, 1)
+        strides = reversed(strides)
+    return int(cai["data"][0] or 0), shape, tuple(int(n) for n in strides), dtype
+
+
 def _cached(x: Any, key: tuple, persistent: bool, build):
     if not persistent:
         return build()
-    # id(x) is stable while the entry holds x, and the CAI tuple catches views
+    # id(x) is stable while the entry holds x, and the layout catches views
     # rebuilt in place with other memory.
-    cai = x.__cuda_array_interface__
-    full = (id(x), cai["data"][0], tuple(cai["shape"]), cai.get("strides"), cai["typestr"], *key)
+    full = (id(x), *array_layout(x), *key)
     hit = _views.get(full)
     if hit is not None:
         _views.move_to_end(full)
@@ -120,8 +146,8 @@ def kernel_array(x: Any, *, persistent: bool = False):
         return x
 
     def build():
-        cai = x.__cuda_array_interface__
-        return _cai_view(x, cai["data"][0], np.dtype(cai["typestr"]), tuple(cai["shape"]), cai.get("strides"))
+        ptr, shape, strides, dtype = array_layout(x)
+        return _cai_view(x, ptr, dtype, shape, strides)
 
     return _cached(x, ("same",), persistent, build)
 
@@ -134,10 +160,10 @@ def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent
         return flat if shape is None else flat.reshape(tuple(shape))
 
     def build():
-        cai = x.__cuda_array_interface__
-        nbytes = int(np.prod(cai["shape"], dtype=np.int64)) * np.dtype(cai["typestr"]).itemsize
+        ptr, in_shape, _, in_dtype = array_layout(x)
+        nbytes = int(np.prod(in_shape, dtype=np.int64)) * in_dtype.itemsize
         out_shape = (nbytes // dtype.itemsize,) if shape is None else tuple(int(n) for n in shape)
-        return _cai_view(x, cai["data"][0], dtype, out_shape, None)
+        return _cai_view(x, ptr, dtype, out_shape, None)
 
     return _cached(x, ("reinterpret", dtype.str, None if shape is None else tuple(shape)), persistent, build)
 
@@ -161,11 +187,8 @@ def byte_span(x: Any, dtype, *, persistent: bool = False):
         return u8.view(dtype)
 
     def build():
-        cai = x.__cuda_array_interface__
-        shape = tuple(cai["shape"])
-        itemsize = np.dtype(cai["typestr"]).itemsize
-        strides = cai.get("strides") or (shape[1] * itemsize, itemsize)
-        return _cai_view(x, cai["data"][0], dtype, (_span_items(shape, strides, itemsize, dtype.itemsize),), None)
+        ptr, shape, strides, in_dtype = array_layout(x)
+        return _cai_view(x, ptr, dtype, (_span_items(shape, strides, in_dtype.itemsize, dtype.itemsize),), None)
 
     return _cached(x, ("span", dtype.str), persistent, build)
 
@@ -243,17 +266,28 @@ def _same_type(declared, actual) -> bool:
     return declared == actual
 
 
-def check_signature(signature: str, args: Sequence[Any]) -> None:
-    """Raise ``TypeError`` if ``args`` do not have the Numba types of ``signature``."""
-    from numba import typeof
+def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
+    """Raise ``TypeError`` if ``args`` do not have the Numba types of ``signature``.
 
-    declared = _declared_types(signature)
+    Under the simulator the types come from ``numba.typeof``; on a GPU pass the
+    ``kernel``, whose compiled argument types and argument typing are used.
+    """
+    if kernel is None or ON_SIMULATOR:
+        from numba import typeof
+
+        declared = _declared_types(signature)
+    else:
+        declared, typeof = compile_kernel(kernel, signature).argument_types, kernel.typeof_pyval
     if len(declared) != len(args):
         raise TypeError(f"kernel launch: {len(args)} arguments for signature {signature}")
     for i, (want, arg) in enumerate(zip(declared, args)):
         got = typeof(arg)
         if not _same_type(want, got):
             raise TypeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
+
+
+#: (kernel, signature) pairs whose first GPU launch had its argument types checked.
+_checked: set[tuple[int, str]] = set()
 
 
 _streams: dict[int, tuple[Any, Any]] = {}
@@ -290,4 +324,9 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
         kernel[int(grid), int(block)](*args)
         return
     compiled = compile_kernel(kernel, signature)
+    key = (id(kernel), signature)
+    if key not in _checked:
+        # The compiled launch trusts its arguments; check the glue once per kernel.
+        check_signature(signature, args, kernel)
+        _checked.add(key)
     compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)

@@ -7,7 +7,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._arrays import inspect_array
 from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..kernels import fingerprint as _kernels
 from . import _common
@@ -19,9 +18,9 @@ _GPU_BLOCK = 256
 
 
 def _row_stride_words(source) -> int:
-    info = inspect_array("compute_real_kv_hash", "real_kv_sources.tensor", source.tensor)
+    _, shape, strides, _ = _common.array_layout(source.tensor)
     # A single row is never strided over (its row index is always 0).
-    return info.strides[0] // _WORD if info.shape[0] > 1 else 0
+    return strides[0] // _WORD if shape[0] > 1 else 0
 
 
 def source_args(sources: Sequence[Any], mode: RealKvHashMode, fallback) -> tuple[int, tuple, tuple, int]:

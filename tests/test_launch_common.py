@@ -1,0 +1,60 @@
+"""Launch utilities (kvcanary_numba.launch._common) that run without a GPU."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from canary_helpers import FakeCudaArray
+
+from kvcanary_numba.kernels import fingerprint, is_kernel
+from kvcanary_numba.launch import _common
+
+
+def test_array_layout_of_numpy_and_cuda_array_interface():
+    base = np.zeros((4, 6), dtype=np.int32)
+    view = base[::2, 1:]
+    assert _common.array_layout(view) == (view.ctypes.data, (2, 5), (48, 4), np.dtype(np.int32))
+    fake = FakeCudaArray(base)  # C-contiguous: no strides in its interface
+    assert _common.array_layout(fake) == (base.ctypes.data, (4, 6), (24, 4), np.dtype(np.int32))
+    cupy_like = types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), shape=(3,), strides=(8,), dtype=np.dtype("i8"))
+    assert _common.array_layout(cupy_like) == (4096, (3,), (8,), np.dtype("i8"))
+
+
+def test_reinterpret_and_byte_span_share_memory():
+    buf = np.zeros((3, 32), dtype=np.uint8)
+    words = _common.reinterpret(buf, np.int64, (3, 4))
+    words[2, 1] = -1
+    assert buf[2, 8:16].tolist() == [255] * 8 and _common.reinterpret(buf, np.uint64).shape == (12,)
+    rows = np.arange(4 * 48, dtype=np.uint8).reshape(4, 48)[::2, :32]  # 96-byte row stride
+    span = _common.byte_span(rows, np.uint64)
+    assert span.shape == ((96 + 32) // 8,) and np.shares_memory(span, rows)
+    assert span.view(np.uint8)[96:104].tolist() == rows[1, :8].tolist()
+    assert _common.byte_span(rows[:0], np.uint64).shape == (0,)
+
+
+@pytest.mark.parametrize(("n", "block", "want"), [(0, 32, 1), (1, 32, 1), (32, 32, 1), (33, 32, 2), (10**6, 32, 2)])
+def test_grids_under_the_simulator_stay_small(n, block, want):
+    if not _common.ON_SIMULATOR:
+        pytest.skip("simulator grid sizes")
+    assert _common.persistent_grid(n, block) == want and _common.block_size(512) == _common.SIM_BLOCK
+    assert _common.grid_for(n, block) == max(1, -(-n // block))
+
+
+def test_check_signature_catches_type_drift():
+    signature = "void(int64[:, ::1], uint64[::1], int64, UniTuple(int64, 2))"
+    good = (np.zeros((2, 2), np.int64), np.zeros(3, np.uint64), 5, (1, 2))
+    _common.check_signature(signature, good)
+    for index, bad in [(0, np.zeros(4, np.int64)), (1, np.zeros(6, np.uint64)[::2]), (1, np.zeros(3, np.int64)), (3, (1,))]:
+        with pytest.raises(TypeError, match=f"argument {index}"):
+            _common.check_signature(signature, good[:index] + (bad,) + good[index + 1 :])
+    with pytest.raises(TypeError, match="arguments"):
+        _common.check_signature(signature, good[:3])
+
+
+def test_compile_eagerly_covers_every_declared_signature():
+    count = _common.compile_eagerly(fingerprint)
+    assert count == sum(len(sigs) for sigs in fingerprint.SIGNATURES.values()) == 5
+    assert all(is_kernel(k) for k in fingerprint.KERNELS.values())
+    assert not is_kernel(fingerprint.fold_source) and not is_kernel(len)
