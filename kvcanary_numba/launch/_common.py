@@ -38,8 +38,9 @@ API
 ``launch(kernel, signature, grid, block, args)``
     Launch on CuPy's current stream through the compiled kernel (no type
     dispatch, no low-occupancy warning). The arguments' Numba types are checked
-    against ``signature`` (``TypeError`` on drift): every launch under the
-    simulator, the first launch of each kernel and signature on a GPU.
+    against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
+    input): every launch under the simulator, the first launch of each kernel
+    and signature on a GPU.
 ``current_stream()``
     Numba stream of CuPy's current stream (``0``: legacy default stream, and
     always under the simulator).
@@ -267,7 +268,7 @@ def _same_type(declared, actual) -> bool:
 
 
 def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
-    """Raise ``TypeError`` if ``args`` do not have the Numba types of ``signature``.
+    """Raise ``RuntimeError`` if ``args`` do not have the Numba types of ``signature``.
 
     Under the simulator the types come from ``numba.typeof``; on a GPU pass the
     ``kernel``, whose compiled argument types and argument typing are used.
@@ -279,11 +280,11 @@ def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
     else:
         declared, typeof = compile_kernel(kernel, signature).argument_types, kernel.typeof_pyval
     if len(declared) != len(args):
-        raise TypeError(f"kernel launch: {len(args)} arguments for signature {signature}")
+        raise RuntimeError(f"kernel launch: {len(args)} arguments for signature {signature}")
     for i, (want, arg) in enumerate(zip(declared, args)):
         got = typeof(arg)
         if not _same_type(want, got):
-            raise TypeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
+            raise RuntimeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
 
 
 #: (kernel, signature) pairs whose first GPU launch had its argument types checked.
