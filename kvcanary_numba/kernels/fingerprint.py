@@ -22,11 +22,10 @@ from llvmlite import ir
 from numba import cuda, int64, uint64
 
 from . import ON_SIMULATOR
-from .hashing import splitmix64
+from .hashing import ONE, ZERO, splitmix64
 
 __all__ = ["KERNELS", "SIGNATURES", "fold_source", "load_pair", "real_kv_hash"]
 
-_ONE = np.int64(1)
 _TWO = np.int64(2)
 
 if ON_SIMULATOR:
@@ -34,7 +33,7 @@ if ON_SIMULATOR:
     @cuda.jit(device=True)
     def load_pair(words, i):
         """Words ``i`` and ``i + 1`` of ``words`` (``i`` even): one 16-byte load on a GPU."""
-        return words[i], words[i + _ONE]
+        return words[i], words[i + ONE]
 
 else:
     from numba import types
@@ -60,13 +59,13 @@ else:
 @cuda.jit(device=True)
 def fold_source(words, slot, row_stride, page_size, words_per_token, read_words):
     """Fold of one source's ``read_words`` words for in-range ``slot``; uint64."""
-    if page_size == _ONE:  # token-granular pools: skip the 64-bit division
+    if page_size == ONE:  # token-granular pools: skip the 64-bit division
         base = slot * row_stride
     else:
         row = slot // page_size
         base = row * row_stride + (slot - row * page_size) * words_per_token
     acc = uint64(0)
-    for k in range(int64(0), read_words, _TWO):
+    for k in range(ZERO, read_words, _TWO):
         lo, hi = load_pair(words, base + k)
         acc = splitmix64(acc ^ lo)
         acc = splitmix64(acc ^ hi)

@@ -19,12 +19,25 @@ from ..constants import (
     CANARY_CHAIN_HEAD,
     FIELD_POSITION,
     FIELD_PREV_HASH,
+    FIELD_REAL_KV_HASH,
     FIELD_TOKEN,
     SPLITMIX64_MUL1,
     SPLITMIX64_MUL2,
 )
 
-__all__ = ["CHAIN_HEAD", "mix3", "slot_hash", "splitmix64"]
+__all__ = [
+    "CHAIN_HEAD",
+    "MINUS_ONE",
+    "ONE",
+    "POSITION",
+    "PREV_HASH",
+    "REAL_KV",
+    "TOKEN",
+    "ZERO",
+    "mix3",
+    "slot_hash",
+    "splitmix64",
+]
 
 CHAIN_HEAD = np.uint64(CANARY_CHAIN_HEAD)
 _MUL1 = np.uint64(SPLITMIX64_MUL1)
@@ -32,9 +45,14 @@ _MUL2 = np.uint64(SPLITMIX64_MUL2)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
-_TOKEN = np.int64(FIELD_TOKEN)
-_POSITION = np.int64(FIELD_POSITION)
-_PREV = np.int64(FIELD_PREV_HASH)
+#: Record columns and small constants as int64, so device index arithmetic stays int64.
+TOKEN = np.int64(FIELD_TOKEN)
+POSITION = np.int64(FIELD_POSITION)
+PREV_HASH = np.int64(FIELD_PREV_HASH)
+REAL_KV = np.int64(FIELD_REAL_KV_HASH)
+ZERO = np.int64(0)
+ONE = np.int64(1)
+MINUS_ONE = np.int64(-1)
 
 
 @cuda.jit(device=True)
@@ -57,4 +75,4 @@ def mix3(a, b, c):
 def slot_hash(buf, slot):
     """Chain hash of the record at in-range ``slot`` of ``buf`` (int64 [num_slots, stride // 8])."""
     s = int64(slot)
-    return mix3(uint64(buf[s, _PREV]), uint64(buf[s, _TOKEN]), uint64(buf[s, _POSITION]))
+    return mix3(uint64(buf[s, PREV_HASH]), uint64(buf[s, TOKEN]), uint64(buf[s, POSITION]))

@@ -20,18 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int32, int64, uint64
 
-from ..constants import (
-    FIELD_POSITION,
-    FIELD_PREV_HASH,
-    FIELD_REAL_KV_HASH,
-    FIELD_TOKEN,
-    MAX_REAL_KV_SOURCES,
-    FailReason,
-)
+from ..constants import MAX_REAL_KV_SOURCES, FailReason
 from ..hashing import to_signed
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
-from .hashing import CHAIN_HEAD, slot_hash
+from .hashing import CHAIN_HEAD, MINUS_ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
 
 __all__ = ["KERNELS", "SIGNATURES", "VERIFY_THREADS", "kernel_name", "record_violation"]
 
@@ -39,13 +32,7 @@ __all__ = ["KERNELS", "SIGNATURES", "VERIFY_THREADS", "kernel_name", "record_vio
 #: at the register counts of the fold variants).
 VERIFY_THREADS = 256
 
-_ZERO = np.int64(0)
-_MINUS_ONE = np.int64(-1)
 _CHAIN_HEAD_I64 = np.int64(to_signed(int(CHAIN_HEAD)))
-_TOKEN = np.int64(FIELD_TOKEN)
-_POSITION = np.int64(FIELD_POSITION)
-_PREV = np.int64(FIELD_PREV_HASH)
-_REAL = np.int64(FIELD_REAL_KV_HASH)
 _CHAIN_BIT = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
 _POSITION_BIT = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
 _REAL_KV_BIT = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
@@ -84,50 +71,50 @@ def _make_verify(check_token: bool, nsrc: int):
         if enable[0] == 0:
             return
         capacity = int64(slots.shape[0])
-        active = min(max(int64(num_valid[0]), _ZERO), capacity)
+        active = min(max(int64(num_valid[0]), ZERO), capacity)
         if tid == 0 and active > 0:
             cuda.atomic.add(slot_counter, 0, active)
         num_slots = int64(buf.shape[0])
         for i in range(int64(tid), active, int64(cuda.gridsize(1))):
             slot = slots[i]
-            if slot == _ZERO:  # padding slot: never verified
+            if slot == ZERO:  # padding slot: never verified
                 continue
             position = expected_positions[i]
-            token = expected_tokens[i] if check_token else _MINUS_ONE
+            token = expected_tokens[i] if check_token else MINUS_ONE
             if uint64(slot) >= uint64(num_slots):  # negative or past the buffer: no load
                 record_violation(
-                    ring, write_index, kind, slot, position, _MINUS_ONE, token, _ZERO, num_slots, _SLOT_RANGE_BIT
+                    ring, write_index, kind, slot, position, MINUS_ONE, token, ZERO, num_slots, _SLOT_RANGE_BIT
                 )
                 continue
-            stored_token = buf[slot, _TOKEN]
-            stored_position = buf[slot, _POSITION]
-            stored_hash = buf[slot, _PREV]
-            stored_real = buf[slot, _REAL]
+            stored_token = buf[slot, TOKEN]
+            stored_position = buf[slot, POSITION]
+            stored_hash = buf[slot, PREV_HASH]
+            stored_real = buf[slot, REAL_KV]
             prev = prev_slots[i]
-            bits = _ZERO
+            bits = ZERO
             aux = stored_hash  # prev == 0: predecessor unreachable, chain not checked
-            if prev < _ZERO:
+            if prev < ZERO:
                 aux = _CHAIN_HEAD_I64
                 if stored_hash != aux:
                     bits |= _CHAIN_BIT
             elif prev >= num_slots:
                 aux = prev
                 bits |= _PREV_RANGE_BIT
-            elif prev != _ZERO:
+            elif prev != ZERO:
                 aux = int64(slot_hash(buf, prev))
                 if stored_hash != aux:
                     bits |= _CHAIN_BIT
             if check_token:
-                if token != _MINUS_ONE and stored_token != token:
+                if token != MINUS_ONE and stored_token != token:
                     bits |= _TOKEN_BIT
             if stored_position != position:
                 bits |= _POSITION_BIT
-            expected_real = _ZERO
+            expected_real = ZERO
             if nsrc > 0:
                 expected_real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
             if stored_real != expected_real:
                 bits |= _REAL_KV_BIT
-            if bits != _ZERO:
+            if bits != ZERO:
                 record_violation(
                     ring, write_index, kind, slot, stored_position, stored_token, token, stored_hash, aux, bits
                 )

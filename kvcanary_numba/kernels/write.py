@@ -35,18 +35,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import (
-    FIELD_POSITION,
-    FIELD_PREV_HASH,
-    FIELD_REAL_KV_HASH,
-    FIELD_TOKEN,
-    MAX_REAL_KV_SOURCES,
-    WARP_SIZE,
-    FailReason,
-)
+from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
-from .hashing import CHAIN_HEAD, mix3, slot_hash
+from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation
 
 __all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
@@ -57,14 +49,7 @@ WRITE_WARPS = 1 if ON_SIMULATOR else 8
 #: Threads per block of ``write``.
 WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
 
-_ZERO = np.int64(0)
-_ONE = np.int64(1)
-_MINUS_ONE = np.int64(-1)
 _WARP = np.int64(WARP_SIZE)
-_TOKEN = np.int64(FIELD_TOKEN)
-_POSITION = np.int64(FIELD_POSITION)
-_PREV = np.int64(FIELD_PREV_HASH)
-_REAL = np.int64(FIELD_REAL_KV_HASH)
 _TOKEN_BIT = np.int64(FailReason.WRITE_TOKEN_MISMATCH)
 _POSITION_BIT = np.int64(FailReason.WRITE_POSITION_MISMATCH)
 _SLOT_RANGE_BIT = np.int64(FailReason.SLOT_OUT_OF_RANGE)
@@ -77,12 +62,12 @@ def _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, in
                   expected_position, track, chain_position, num_slots):  # fmt: skip
     """Rows of one non-skipped entry, in the reference's order; True if its slot can be stored."""
     if input_assert:
-        bits = _ZERO
+        bits = ZERO
         if token != expected_token:
             bits |= _TOKEN_BIT
         if position != expected_position:
             bits |= _POSITION_BIT
-        if bits != _ZERO:
+        if bits != ZERO:
             record_violation(
                 ring, write_index, kind, slot, position, token, expected_token, chain_hash, expected_position, bits
             )
@@ -97,23 +82,23 @@ def _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, in
 
 @cuda.jit(device=True)
 def _store(buf, slot, token, position, chain_hash, real):
-    buf[slot, _TOKEN] = token
-    buf[slot, _POSITION] = position
-    buf[slot, _PREV] = chain_hash
-    buf[slot, _REAL] = real
+    buf[slot, TOKEN] = token
+    buf[slot, POSITION] = position
+    buf[slot, PREV_HASH] = chain_hash
+    buf[slot, REAL_KV] = real
 
 
 @cuda.jit(device=True)
 def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
     """Clipped entry range of request ``r``; records the range row if clipping changed it."""
     start = offsets[r]
-    end = offsets[r + _ONE]
+    end = offsets[r + ONE]
     if end <= start:
-        return _ZERO, _ZERO
-    lo = max(start, _ZERO)
+        return ZERO, ZERO
+    lo = max(start, ZERO)
     hi = min(end, num_tokens)
     if report and (lo != start or hi != end):
-        record_violation(ring, write_index, kind, _MINUS_ONE, _MINUS_ONE, start, end, _ZERO, num_tokens, _RANGE_BIT)
+        record_violation(ring, write_index, kind, MINUS_ONE, MINUS_ONE, start, end, ZERO, num_tokens, _RANGE_BIT)
     return lo, hi
 
 
@@ -121,22 +106,22 @@ def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
 def _seed_state(buf, seed, num_slots, ring, write_index, kind):
     """(running hash, stored seed position) at a request's start; records the seed row."""
     if seed >= num_slots:
-        record_violation(ring, write_index, kind, seed, _MINUS_ONE, _MINUS_ONE, _MINUS_ONE, _ZERO, num_slots,
+        record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
                          _SEED_RANGE_BIT)  # fmt: skip
-    elif seed >= _ZERO:
-        return slot_hash(buf, seed), buf[seed, _POSITION]
-    return CHAIN_HEAD, _ZERO
+    elif seed >= ZERO:
+        return slot_hash(buf, seed), buf[seed, POSITION]
+    return CHAIN_HEAD, ZERO
 
 
 @cuda.jit(device=True)
 def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
     """Real-KV hash of thread ``t``'s entry and whether no later entry of the chunk has its slot."""
-    real = _ZERO
+    real = ZERO
     last = True
-    if slot >= _ZERO and slot < num_slots:
+    if slot >= ZERO and slot < num_slots:
         if nsrc > 0:
             real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-        for k in range(t + _ONE, n):
+        for k in range(t + ONE, n):
             if s_slot[k] == slot:
                 last = False
     return real, last
@@ -166,31 +151,31 @@ def _make_write(input_assert: bool, nsrc: int):
         s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
-            cuda.atomic.add(kernel_counter, 0, _ONE)
-        num_reqs = min(max(int64(num_valid_reqs[0]), _ZERO), int64(seeds.shape[0]))
+            cuda.atomic.add(kernel_counter, 0, ONE)
+        num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
         num_slots = int64(buf.shape[0])
         chain_on = chain_flag[0] != 0
         running = CHAIN_HEAD  # the recurrence state lives in lane 0 only
-        prev_position = _ZERO
-        stored = _ZERO
+        prev_position = ZERO
+        stored = ZERO
         first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
         for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
-            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == _ZERO)
+            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
                 continue
             seed = seeds[r]
-            track = chain_on and seed >= _ZERO and seed < num_slots
-            if lane == _ZERO:
+            track = chain_on and seed >= ZERO and seed < num_slots
+            if lane == ZERO:
                 running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
             for c0 in range(lo, hi, _WARP):
                 n = min(_WARP, hi - c0)
                 i = c0 + lane
-                slot = _MINUS_ONE
-                token = _ZERO
-                position = _ZERO
-                expected_token = _ZERO
-                expected_position = _ZERO
+                slot = MINUS_ONE
+                token = ZERO
+                position = ZERO
+                expected_token = ZERO
+                expected_position = ZERO
                 if lane < n:
                     slot = out_cache_loc[i]
                     token = input_ids[i]
@@ -202,27 +187,27 @@ def _make_write(input_assert: bool, nsrc: int):
                 s_token[lane] = token
                 s_position[lane] = position
                 _warp_sync()
-                if lane == _ZERO:
+                if lane == ZERO:
                     for k in range(n):
-                        if s_slot[k] < _ZERO:
+                        if s_slot[k] < ZERO:
                             continue  # skipped: no store, no count, chain unchanged
                         s_hash[k] = int64(running)
                         if track:
-                            s_expect[k] = prev_position + _ONE
+                            s_expect[k] = prev_position + ONE
                             prev_position = s_position[k]
                         if s_slot[k] < num_slots:
-                            stored += _ONE
+                            stored += ONE
                         running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
                 _warp_sync()
                 real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
-                if slot >= _ZERO:
+                if slot >= ZERO:
                     chain_hash = s_hash[lane]
                     ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
                                        expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
                 _warp_sync()  # the next chunk reuses the shared rows
-        if lane == _ZERO and stored > _ZERO:
+        if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
     write.__name__ = write.__qualname__ = kernel_name(input_assert, nsrc)
@@ -236,9 +221,9 @@ def _write_baseline(
 ):  # fmt: skip
     # One thread walks one request, everything in order (SGLang's layout).
     r = int64(cuda.grid(1))
-    if r == _ZERO:
-        cuda.atomic.add(kernel_counter, 0, _ONE)
-    num_reqs = min(max(int64(num_valid_reqs[0]), _ZERO), int64(seeds.shape[0]))
+    if r == ZERO:
+        cuda.atomic.add(kernel_counter, 0, ONE)
+    num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
     if r >= num_reqs:
         return
     num_slots = int64(buf.shape[0])
@@ -246,27 +231,27 @@ def _write_baseline(
     if hi <= lo:
         return
     seed = seeds[r]
-    track = chain_flag[0] != 0 and seed >= _ZERO and seed < num_slots
+    track = chain_flag[0] != 0 and seed >= ZERO and seed < num_slots
     running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
-    stored = _ZERO
+    stored = ZERO
     for i in range(lo, hi):
         slot = out_cache_loc[i]
-        if slot < _ZERO:
+        if slot < ZERO:
             continue
         token = input_ids[i]
         position = positions[i]
         chain_hash = int64(running)
-        expected_token = expected_tokens[i] if input_assert != _ZERO else _ZERO
-        expected_position = expected_positions[i] if input_assert != _ZERO else _ZERO
-        if _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != _ZERO,
-                         expected_token, expected_position, track, prev_position + _ONE, num_slots):  # fmt: skip
+        expected_token = expected_tokens[i] if input_assert != ZERO else ZERO
+        expected_position = expected_positions[i] if input_assert != ZERO else ZERO
+        if _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != ZERO,
+                         expected_token, expected_position, track, prev_position + ONE, num_slots):  # fmt: skip
             real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
             _store(buf, slot, token, position, chain_hash, real)
-            stored += _ONE
+            stored += ONE
         if track:
             prev_position = position
         running = mix3(running, uint64(token), uint64(position))
-    if stored > _ZERO:
+    if stored > ZERO:
         cuda.atomic.add(slot_counter, 0, stored)
 
 

@@ -8,7 +8,31 @@ from ..kernels import verify as _kernels
 from . import _common
 from .fingerprint import source_args
 
-__all__ = ["launch_canary_verify_kernel"]
+__all__ = ["context_args", "launch_canary_verify_kernel"]
+
+
+def context_args(context, fallback) -> tuple[int, object, tuple]:
+    """Kernel arguments that come from a CanaryContext, shared by verify and write.
+
+    Returns ``nsrc`` (real-KV sources folded, selects the variant), the canary
+    buffer as int64 ``[num_slots, stride // 8]`` (the kernels' first argument)
+    and their last arguments: ring, write index, slot and kernel counters,
+    tag, the four source spans and the source parameters. ``fallback``: see
+    :func:`.fingerprint.source_args`.
+    """
+    buf = context.canary_buf
+    words = _common.reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True)
+    nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
+    tail = (
+        _common.kernel_array(context.violation_ring, persistent=True),
+        _common.kernel_array(context.violation_write_index, persistent=True),
+        _common.kernel_array(context.slot_run_counter, persistent=True),
+        _common.kernel_array(context.kernel_run_counter, persistent=True),
+        int(context.kernel_kind),
+        *spans,
+        params,
+    )
+    return nsrc, words, tail
 
 
 def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
@@ -36,28 +60,19 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     ``verify_num_valid``) and capped at what stays resident; the kernel
     grid-strides over the active entries.
     """
-    buf = context.canary_buf
-    words = _common.reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True)
-    slots = _common.kernel_array(plan.verify_slot_indices, persistent=True)
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
-    nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
+    nsrc, words, tail = context_args(context, fallback)
     name = _kernels.kernel_name(check_verify_expected_token, nsrc)
     block = _common.block_size(_kernels.VERIFY_THREADS)
     args = (
         words,
-        slots,
+        _common.kernel_array(plan.verify_slot_indices, persistent=True),
         _common.kernel_array(plan.verify_expected_tokens, persistent=True),
         _common.kernel_array(plan.verify_expected_positions, persistent=True),
         _common.kernel_array(plan.verify_prev_slot_indices, persistent=True),
         _common.kernel_array(plan.verify_num_valid, persistent=True),
         _common.kernel_array(plan.enable, persistent=True),
-        _common.kernel_array(context.violation_ring, persistent=True),
-        _common.kernel_array(context.violation_write_index, persistent=True),
-        _common.kernel_array(context.slot_run_counter, persistent=True),
-        _common.kernel_array(context.kernel_run_counter, persistent=True),
-        int(context.kernel_kind),
-        *spans,
-        params,
+        *tail,
     )
     grid = _common.persistent_grid(plan.verify_slot_indices.shape[0], block)
     _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
