@@ -33,8 +33,10 @@ API
     The kernel compiled for one declared signature (cached; see
     :mod:`kvcanary_numba.kernels` for the ``KERNELS`` / ``SIGNATURES`` convention).
 ``compile_eagerly(module, names=None)``
-    Compile every declared signature of a kernels module (or some kernels), e.g.
-    before capturing a CUDA graph. No-op under the simulator.
+    Compile every declared signature of a kernels module (or some kernels) and
+    load it into the current context, e.g. before capturing a CUDA graph (a
+    first launch inside a capture would have to load the module). No-op under
+    the simulator.
 ``launch(kernel, signature, grid, block, args)``
     Launch on CuPy's current stream through the compiled kernel (no type
     dispatch, no low-occupancy warning). The arguments' Numba types are checked
@@ -237,7 +239,9 @@ def compile_kernel(kernel, signature: str):
     key = (id(kernel), signature)
     hit = _compiled.get(key)
     if hit is None:
-        hit = _compiled[key] = kernel.compile(signature)
+        hit = kernel.compile(signature)
+        hit.bind()  # load the module now: not allowed later inside CUDA-graph capture
+        _compiled[key] = hit
     return hit
 
 
