@@ -21,10 +21,12 @@ API
     but may be strided (a layer of a KV pool): from the first byte of row 0 to
     the end of the last row, whole items only. Row r starts at item
     ``r * x.strides[0] // itemsize``.
-    ``persistent=True`` caches the view of a long-lived array (canary buffer,
-    ring, counters, plans, KV sources): later calls with the same array object
-    skip building it. The cache holds a reference to at most ``CACHE_SIZE``
-    arrays; do not mark per-step temporaries persistent.
+
+    For these three builders ``persistent=True`` caches the view of a
+    long-lived array (canary buffer, ring, counters, plans, KV sources): later
+    calls with the same array object skip building it. The cache holds a
+    reference to at most ``CACHE_SIZE`` arrays; do not mark per-step
+    temporaries persistent.
 ``block_size(gpu_block)``, ``grid_for(n, block)``, ``persistent_grid(n, block)``
     Threads per block (``SIM_BLOCK`` under the simulator), blocks covering
     ``n`` items, and a grid-stride grid capped at what the GPU keeps resident
@@ -43,6 +45,8 @@ API
     against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
     input): every launch under the simulator, the first launch of each kernel
     and signature on a GPU.
+``check_signature(signature, args, kernel=None)``
+    The check ``launch`` makes, callable on its own.
 ``current_stream()``
     Numba stream of CuPy's current stream (``0``: legacy default stream, and
     always under the simulator).
@@ -68,6 +72,7 @@ __all__ = [
     "THREADS_PER_SM",
     "block_size",
     "byte_span",
+    "check_signature",
     "compile_eagerly",
     "compile_kernel",
     "current_stream",
