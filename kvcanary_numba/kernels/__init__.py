@@ -27,8 +27,9 @@ Every module that defines a kernel declares:
     uint8 canary buffer as ``int64[:, ::1]``); Python ints are ``int64``.
 
 The launch glue compiles exactly these signatures (``launch._common.compile_kernel``)
-and, under the simulator, checks every launch's arguments against them, so a
-type drift fails in CPU tests instead of silently recompiling on a GPU.
+and checks launch arguments against them (every launch under the simulator,
+the first one of each kernel on a GPU), so a type drift fails in CPU tests
+instead of passing a mistyped argument to a compiled kernel.
 ``tests/test_ptx.py`` compiles every declared signature for sm_90 (without the
 simulator) and fails on any kernel without one.
 
