@@ -8,7 +8,6 @@ registered :class:`~kvcanary_numba.errors.KvCanaryError`.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
 import numpy as np
@@ -20,18 +19,33 @@ BACKEND_NAMES = ("auto", "numpy", "cuda")
 DEVICE_NAMES = ("cpu", "cuda")
 
 
-@dataclass(frozen=True, slots=True)
 class ArrayInfo:
-    """What validation needs to know about one array, whatever its library."""
+    """What validation needs to know about one array, whatever its library.
 
-    kind: Backend
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    c_contiguous: bool
-    strides: tuple[int, ...]
-    ptr: int
-    writeable: bool
-    device: int | None
+    Attributes: ``kind`` ("numpy" | "cuda"), ``shape``, ``dtype``,
+    ``c_contiguous``, ``strides`` (bytes), ``writeable``, ``device`` (CUDA
+    device id or None) and ``ptr`` (data address, read only when asked for:
+    NumPy's ``ctypes.data`` alone costs several microseconds).
+    """
+
+    __slots__ = ("kind", "shape", "dtype", "c_contiguous", "strides", "writeable", "device", "_ptr", "_array")
+
+    def __init__(self, kind: Backend, shape: tuple[int, ...], dtype: np.dtype, c_contiguous: bool,
+                 strides: tuple[int, ...], ptr: int | None, writeable: bool, device: int | None, array: Any = None):
+        self.kind, self.shape, self.dtype, self.c_contiguous = kind, shape, dtype, c_contiguous
+        self.strides, self.writeable, self.device = strides, writeable, device
+        self._ptr, self._array = ptr, array
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            self._ptr = int(self._array.__array_interface__["data"][0])
+            self._array = None
+        return self._ptr
+
+    def __repr__(self) -> str:
+        return (f"ArrayInfo(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"c_contiguous={self.c_contiguous}, device={self.device})")
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -51,38 +65,52 @@ def _is_c_contiguous(shape, strides, itemsize) -> bool:
     )
 
 
+#: Array types read through their attributes instead of ``__cuda_array_interface__``
+#: (building that dict is the slow part): type -> True once recognised as CuPy.
+_ATTRIBUTE_TYPES: dict[type, bool] = {}
+
+
+def _is_cupy(array: Any) -> bool:
+    kind = type(array)
+    hit = _ATTRIBUTE_TYPES.get(kind)
+    if hit is None:
+        hit = _ATTRIBUTE_TYPES[kind] = kind.__module__.split(".")[0] == "cupy" and hasattr(array, "data")
+    return hit
+
+
 def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     """Describe ``array`` or raise KVC-C001 if it is neither NumPy nor CUDA."""
     if isinstance(array, np.ndarray):
-        return ArrayInfo(
-            kind="numpy",
-            shape=tuple(array.shape),
-            dtype=array.dtype,
-            c_contiguous=bool(array.flags.c_contiguous),
-            strides=tuple(array.strides),
-            ptr=int(array.ctypes.data),
-            writeable=bool(array.flags.writeable),
-            device=None,
-        )
+        flags = array.flags
+        return ArrayInfo("numpy", array.shape, array.dtype, flags.c_contiguous, array.strides, None,
+                         flags.writeable, None, array)  # fmt: skip
+    if _is_cupy(array):  # same facts as its interface, without building the dict
+        return ArrayInfo("cuda", array.shape, array.dtype, array.flags.c_contiguous, array.strides,
+                         array.data.ptr, True, array.device.id)  # fmt: skip
     cai = getattr(array, "__cuda_array_interface__", None)
     if not isinstance(cai, dict):
         raise error("KVC-C001", function=function, argument=argument, got=type(array).__name__)
-    shape = tuple(int(n) for n in cai["shape"])
-    dtype = np.dtype(cai["typestr"])
+    shape = tuple(map(int, cai["shape"]))
+    dtype = _dtype(cai["typestr"])
     strides = cai.get("strides")
-    strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(strides)
+    if strides is None:  # the interface's way of saying C-contiguous
+        strides, contiguous = _c_strides(shape, dtype.itemsize), True
+    else:
+        strides = tuple(strides)
+        contiguous = _is_c_contiguous(shape, strides, dtype.itemsize)
     ptr, readonly = cai["data"]
     device = getattr(getattr(array, "device", None), "id", None)
-    return ArrayInfo(
-        kind="cuda",
-        shape=shape,
-        dtype=dtype,
-        c_contiguous=_is_c_contiguous(shape, strides, dtype.itemsize),
-        strides=strides,
-        ptr=int(ptr or 0),
-        writeable=not readonly,
-        device=device,
-    )
+    return ArrayInfo("cuda", shape, dtype, contiguous, strides, int(ptr or 0), not readonly, device)
+
+
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(typestr: str) -> np.dtype:
+    hit = _DTYPES.get(typestr)
+    if hit is None:
+        hit = _DTYPES[typestr] = np.dtype(typestr)
+    return hit
 
 
 def check_array(
@@ -119,8 +147,8 @@ def check_array(
         Require C-contiguity (KVC-C006).
     """
     info = inspect_array(function, argument, array)
-    want = np.dtype(dtype)
-    if info.dtype != want:
+    if info.dtype != dtype:  # dtype == scalar type compares without building a dtype
+        want = np.dtype(dtype)
         raise error("KVC-C002", function=function, argument=argument, expected=want.name, got=info.dtype.name)
     if len(info.shape) != ndim:
         raise error("KVC-C003", function=function, argument=argument, expected=ndim, got=info.shape)

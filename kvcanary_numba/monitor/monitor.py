@@ -12,6 +12,8 @@ A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()``
 
 Every array is allocated in the constructor; each phase's launches sit in one
 method (:meth:`_launch_pre`, :meth:`_launch_post`) with no host reads: capturable.
+On a GPU the launches run prepared (:mod:`.fastpath`), or replay a captured
+CUDA graph (:meth:`CanaryMonitor.capture_graph`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..scatter import scatter_req_token_ids
 from ..verify import launch_canary_verify_kernel
 from ..write import launch_canary_write_kernel
 from .batch import StepBatch, allocate_token_pool
+from .fastpath import FastPath, capture_step, run_pre
 from .groups import GroupState, KvGroup, check_groups, check_type
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
@@ -146,7 +149,9 @@ class CanaryMonitor:
             plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
         )  # fmt: skip
         self.step = self.sweeps = 0
-        self._phase, self._batch, self._locs = _IDLE, None, None
+        self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
+        self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
+        self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -163,7 +168,7 @@ class CanaryMonitor:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         check_type(fn, "batch", batch, StepBatch)
         batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
-        self._launch_pre(batch)
+        self._post = run_pre(self, batch)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.host += self._pre_launches
@@ -172,7 +177,7 @@ class CanaryMonitor:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots)."""
         if self._phase is not _PRE:
             raise error("KVC-M005", function="CanaryMonitor.post_forward", state=self._phase, expected=_ORDER)
-        self._launch_post()
+        self._post()
         self._phase = _POST
         self.health.host += self._post_launches
 
@@ -213,6 +218,22 @@ class CanaryMonitor:
         if snapshot is not None:
             self.pump.process(snapshot)
 
+    def capture_graph(self, batch: StepBatch) -> None:
+        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
+        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
+
+        The engine must refill the batch arrays in place (same objects and shapes)
+        between steps. Health counting is unchanged: each replay counts its launches.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-C008 on the CPU path, KVC-M005 between pre_forward and end_step,
+            and pre_forward's codes for the batch.
+        """
+        self.graph = None
+        self.graph = capture_step(self, batch, busy=None if self._phase is _IDLE else self._phase, order=_ORDER)
+
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
         self.enable_chain_position_assert.fill(1)
@@ -243,16 +264,23 @@ class CanaryMonitor:
 
     # --- launches (no host reads, no allocation: capturable) -----------------------
     def _launch_pre(self, batch: StepBatch) -> None:
-        bs, n = batch.batch_size, batch.num_tokens
+        self._launch_plan_head(batch, *self._prepare_inputs(batch))
+
+    def _prepare_inputs(self, batch: StepBatch):
+        """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens."""
         pool = lens = None
         if self.check_tokens:
-            pool, lens = self.token_pool, self.valid_lens[:bs]
+            pool, lens = self.token_pool, self.valid_lens[: batch.batch_size]
             scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
-                                  req_pool_indices=batch.req_pool_indices, pool_out=pool)  # fmt: skip
+                                  req_pool_indices=batch.req_pool_indices, pool_out=pool,
+                                  backend=self._backend)  # fmt: skip
             self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
+        self._locs = [g.translate_loc(self.xp, batch.out_cache_loc, batch.num_tokens) for g in self.groups]
+        return pool, lens
+
+    def _launch_plan_head(self, batch: StepBatch, pool, lens) -> None:
         asserted = batch.expected_input_tokens is not None
-        self._locs = []
-        for g in self.groups:
+        for g, loc in zip(self.groups, self._locs):
             launch_canary_plan_kernels(
                 verify_plan_out=g.verify_plan, write_plan_out=g.write_plan,
                 req_pool_indices=batch.req_pool_indices, prefix_lens=batch.prefix_lens,
@@ -260,9 +288,8 @@ class CanaryMonitor:
                 swa_window_size=g.window, full_to_swa_index_mapping=g.lut,
                 verify_capacity=g.verify_plan.verify_capacity, req_to_verify_expected_tokens=pool,
                 req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
+                backend=self._backend,
             )  # fmt: skip
-            loc = g.translate_loc(self.xp, batch.out_cache_loc, n)
-            self._locs.append(loc)
             self._launch_endpoints(g, g.head, batch, loc, asserted)
 
     def _launch_post(self) -> None:
@@ -274,12 +301,12 @@ class CanaryMonitor:
     def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
         for endpoint in endpoints:
             launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
-                                        check_verify_expected_token=self.check_tokens)  # fmt: skip
+                                        check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
             launch_canary_write_kernel(
                 context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
                 positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
                 expected_input_tokens=batch.expected_input_tokens,
-                expected_input_positions=batch.expected_input_positions,
+                expected_input_positions=batch.expected_input_positions, backend=self._backend,
             )  # fmt: skip
 
     @property

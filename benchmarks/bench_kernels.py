@@ -1,0 +1,161 @@
+"""Kernel benchmarks: the copy roofline, verify, write and plan sweeps (GPU).
+
+Bandwidth is counted from the *minimum* bytes each kernel must move (byte
+models below, documented in ``benchmarks/NOTES.md``), not from what it happens
+to move, so a kernel that over-fetches scores lower.
+"""
+
+from __future__ import annotations
+
+from kvcanary_numba import RealKvHashMode
+from kvcanary_numba.constants import PARTIAL_READ_BYTES
+from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba.write import launch_canary_write_kernel
+
+from .timing import copy_bandwidth, device_times
+from .workloads import plan_case, verify_case, write_case
+
+__all__ = ["plan_bytes", "roofline", "verify_bytes", "verify_sweep", "write_bytes", "write_sweep", "plan_sweep"]
+
+MODES = {"NONE": RealKvHashMode.NONE, "PARTIAL": RealKvHashMode.PARTIAL, "ALL": RealKvHashMode.ALL}
+#: Real-KV bytes per token of the benchmark sources (ALL mode reads all of them).
+KV_BYTES = 128
+#: Input sets are rotated until they jointly exceed this (the H200's L2 is 50 MB).
+ROTATE_BYTES = 200 << 20
+RECORD = 32  # canary record bytes
+WORD = 8
+
+
+def _kv_read(mode: RealKvHashMode, read_bytes: int) -> int:
+    return {RealKvHashMode.NONE: 0, RealKvHashMode.PARTIAL: PARTIAL_READ_BYTES}.get(mode, read_bytes)
+
+
+def verify_bytes(entries: int, mode: RealKvHashMode, read_bytes: int = KV_BYTES, check_token: bool = False) -> int:
+    """Minimum bytes of a clean verify: per entry the plan's slot, position and predecessor
+    (+ expected token), the slot's 32-byte record (the predecessor's record is the previous
+    entry's, already read) and the real-KV bytes folded (0 / 16 / read_bytes)."""
+    plan = 3 * WORD + (WORD if check_token else 0)
+    return entries * (plan + RECORD + _kv_read(mode, read_bytes))
+
+
+def write_bytes(tokens: int, requests: int, mode: RealKvHashMode, read_bytes: int = KV_BYTES) -> int:
+    """Minimum bytes of a write: per token input_ids, positions, out_cache_loc read and the
+    record stored, plus the KV bytes folded; per request its offsets, seed and seed record."""
+    return tokens * (3 * WORD + RECORD + _kv_read(mode, read_bytes)) + requests * (3 * WORD + RECORD)
+
+
+def plan_bytes(bs: int, entries: int) -> int:
+    """Minimum bytes of a plan: per request rpi, prefix, extend read and offset, seed written;
+    per verify entry its req_to_token slot read (int32; the predecessor is the same row's
+    previous element) and the four int64 plan fields written."""
+    return bs * 5 * WORD + entries * (4 + 4 * WORD)
+
+
+def _rotation(set_bytes: int, cap: int = 4) -> int:
+    return int(min(cap, max(1, -(-ROTATE_BYTES // max(set_bytes, 1)))))
+
+
+def _free() -> None:
+    """Drop cached device views and pooled memory between cases."""
+    import cupy
+
+    from kvcanary_numba.launch import _common
+
+    _common._views.clear()
+    cupy.get_default_memory_pool().free_all_blocks()
+
+
+def roofline(run) -> dict:
+    """Device-to-device copy bandwidth of this GPU (bytes read + written per second)."""
+    nbytes = (64 << 20) if run.quick else (1 << 30)
+    result = copy_bandwidth(nbytes, iters=5 if run.quick else 10)
+    run.add({"op": "copy", "variant": "cudaMemcpy D2D", "size": nbytes, **result})
+    return result
+
+
+def verify_sweep(run) -> None:
+    import cupy
+
+    sizes = [1 << 16, 1 << 18] if run.quick else [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
+    for entries in sizes:
+        for name, mode in MODES.items():
+            if not run.deadline.allows(60):
+                run.skip("verify", f"{name} {entries}")
+                continue
+            nbytes = verify_bytes(entries, mode)
+            sets = [verify_case(cupy, entries=entries, mode=mode, bytes_per_token=KV_BYTES, seed=s)
+                    for s in range(_rotation(nbytes))]  # fmt: skip
+
+            def call(i):
+                ctx, plan, _ = sets[i % len(sets)]
+                launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
+
+            result = device_times(call, iters=run.iters, host_us=150)
+            rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
+            run.add({"op": "verify", "variant": name, "entries": entries, **result, "bytes": nbytes,
+                     **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+            del sets
+            _free()
+
+
+def write_sweep(run) -> None:
+    import cupy
+
+    from kvcanary_numba.launch import write as write_glue
+
+    if run.quick:
+        shapes = [(r, t) for r in (1, 8) for t in (1, 128)]
+        baseline = {(8, 128)}
+    else:
+        shapes = [(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)]
+        baseline = {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)}
+    for requests, tokens in shapes:
+        for name in ("ALL", "NONE") if (requests, tokens) in baseline else ("ALL",):
+            if not run.deadline.allows(45):
+                run.skip("write", f"{name} {requests}x{tokens}")
+                continue
+            mode = MODES[name]
+            nbytes = write_bytes(requests * tokens, requests, mode)
+            sets = [write_case(cupy, requests=requests, tokens=tokens, mode=mode, bytes_per_token=KV_BYTES, seed=s)
+                    for s in range(_rotation(nbytes))]  # fmt: skip
+            impls = [("", launch_canary_write_kernel)]
+            if name == "ALL" and (requests, tokens) in baseline:
+                impls.append(("baseline thread/request ", write_glue.launch_write_baseline))
+            for prefix, launch in impls:
+
+                def call(i, launch=launch):
+                    ctx, plan, inputs = sets[i % len(sets)]
+                    launch(context=ctx, plan=plan, **inputs)
+
+                iters = run.iters if prefix == "" else max(3, run.iters // 4)
+                result = device_times(call, iters=iters, host_us=150)
+                run.add({"op": "write", "variant": f"{prefix}{name} r={requests}", "tokens": requests * tokens,
+                         "requests": requests, "tokens_per_request": tokens, **result, "bytes": nbytes,
+                         **run.bandwidth(nbytes, result), "input_sets": len(sets)})  # fmt: skip
+            del sets
+            _free()
+
+
+def plan_sweep(run, prefix: int = 128) -> None:
+    import cupy
+
+    sizes = [1, 16, 256] if run.quick else [1, 16, 256, 4096, 16384, 65536]
+    for bs in sizes:
+        if not run.deadline.allows(30):
+            run.skip("plan", f"bs={bs}")
+            continue
+        entries = bs * prefix
+        sets = [plan_case(cupy, bs=bs, prefix=prefix, seed=s) for s in range(_rotation(plan_bytes(bs, entries)))]
+
+        def call(i):
+            launch_canary_plan_kernels(**sets[i % len(sets)])
+
+        result = device_times(call, iters=run.iters, host_us=250)
+        vplan = sets[0]["verify_plan_out"]
+        num_valid, enable = int(vplan.verify_num_valid.get()[0]), int(vplan.enable.get()[0])
+        run.add({"op": "plan", "variant": f"decode prefix={prefix}", "bs": bs, "verify_entries": entries, **result,
+                 "bytes": plan_bytes(bs, entries), **run.bandwidth(plan_bytes(bs, entries), result),
+                 "ok": num_valid == entries and enable == 1, "input_sets": len(sets)})  # fmt: skip
+        del sets
+        _free()

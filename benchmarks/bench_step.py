@@ -1,0 +1,172 @@
+"""Per-step cost on a GPU: launch overhead per path, the plan -> verify -> write step,
+and whole CanaryMonitor steps (decode and prefill) eager, prepared and graph-replayed.
+
+Host time is what the CPU spends issuing the canary's launches (the device is
+idle before each timed call); device time is the CUDA-event time of those
+launches on the GPU (the engine's KV write in between is excluded).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvcanary_numba import RealKvHashMode
+from kvcanary_numba.constants import CanaryLaunchTag
+from kvcanary_numba.launch.prepared import PreparedLaunch, recording
+from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba.write import launch_canary_write_kernel
+
+from .baselines import naive_verify_launch
+from .timing import _spin, device_times, host_times, stats, synchronize
+from .workloads import MonitorWorkload, plan_case, verify_case
+
+__all__ = ["launch_overhead", "monitor_steps", "op_step"]
+
+
+def _capture(fn):
+    """``fn()`` captured into a CUDA graph on a side stream; returns the graph."""
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        fn()  # allocations and scratch happen outside the capture
+        stream.synchronize()
+        stream.begin_capture()
+        try:
+            fn()
+        finally:
+            graph = stream.end_capture()
+    return graph
+
+
+def launch_overhead(run) -> None:
+    """Host µs per launch of one verify kernel (empty plan: the device work is ~nothing)."""
+    import cupy
+
+    ctx, plan, _ = verify_case(cupy, entries=1024, mode=RealKvHashMode.NONE)
+    plan.enable[...] = 0  # the kernel only bumps its run counter
+    kwargs = dict(context=ctx, plan=plan, check_verify_expected_token=False)
+    from kvcanary_numba.launch import verify as glue
+
+    with recording() as rec:
+        launch_canary_verify_kernel(**kwargs)
+    prepared = PreparedLaunch.from_record(rec.launches[0])
+    graph = _capture(lambda: [prepared.launch() for _ in range(10)])
+    paths = {
+        "naive numba dispatcher (CuPy args)": naive_verify_launch(ctx, plan),
+        "public API (validated)": lambda _: launch_canary_verify_kernel(**kwargs),
+        "launch glue (no validation)": lambda _: glue.launch_canary_verify_kernel(**kwargs),
+        "prepared (cuLaunchKernel)": lambda _: prepared.launch(),
+    }
+    for name, fn in paths.items():
+        result = host_times(fn, iters=run.iters * 5, warmup=5, sync=synchronize)
+        run.add({"op": "launch overhead", "variant": name, "launches": 1, **result, "raw": prepared.raw})
+    result = host_times(lambda _: graph.launch(), iters=run.iters * 5, warmup=5, sync=synchronize)
+    run.add({"op": "launch overhead", "variant": "graph replay of 10 launches", "launches": 10, **result,
+             "per_launch_us": round(result["median_us"] / 10, 3)})  # fmt: skip
+
+
+def op_step(run) -> None:
+    """plan -> verify -> write of one decode batch (one canary endpoint): host time eager and replayed."""
+    import cupy
+
+    bs, prefix = (64, 256) if run.quick else (256, 4096)
+    # Clean chains of prefix + 1 positions: the plan verifies [0, prefix), the write re-stamps position prefix.
+    ctx, _, meta = verify_case(cupy, entries=bs * (prefix + 1), mode=RealKvHashMode.PARTIAL, chain_len=prefix + 1)
+    plan_kwargs = plan_case(cupy, bs=bs, prefix=prefix, slots=meta["slots"])
+    inputs = dict(input_ids=cupy.asarray(meta["tokens"][:, prefix]), positions=cupy.full(bs, prefix, dtype=np.int64),
+                  out_cache_loc=cupy.asarray(meta["slots"][:, prefix]), enable_write_input_assert=False,
+                  expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
+    vplan, wplan = plan_kwargs["verify_plan_out"], plan_kwargs["write_plan_out"]
+    ctx = ctx.replace(kernel_kind=CanaryLaunchTag.HEAD_K_FULL)
+
+    def eager(_=None):
+        launch_canary_plan_kernels(**plan_kwargs)
+        launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=False)
+        launch_canary_write_kernel(context=ctx, plan=wplan, **inputs)
+
+    with recording() as rec:
+        eager()
+    prepared = [PreparedLaunch.from_record(r) for r in rec.launches]
+
+    def fast(_=None):
+        for launch in prepared:
+            launch.launch()
+
+    graph = _capture(fast)
+    for name, fn in (("eager (public API)", eager), ("prepared", fast), ("graph replay", lambda _: graph.launch())):
+        result = host_times(fn, iters=run.iters * 2, warmup=3, sync=synchronize)
+        run.add({"op": "step plan+verify+write host", "variant": name, "bs": bs, "prefix": prefix,
+                 "launches": len(prepared), **result})  # fmt: skip
+    rows = int(ctx.violation_write_index.get()[0])
+    run.add({"op": "step plan+verify+write device", "variant": "prepared", "bs": bs, "prefix": prefix,
+             **device_times(fast, iters=run.iters, host_us=60), "rows": rows})  # fmt: skip
+
+
+def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> None:
+    import cupy
+
+    w = MonitorWorkload(cupy, requests=requests, prefix=prefix, extend=extend, mode=RealKvHashMode.PARTIAL)
+    w.prefill()
+    w.fill(w.batch, w.length, w.extend)  # the repeated (idempotent) step
+    m = w.monitor
+    fast = m.fast
+    launches = int(m._pre_launches.sum() + m._post_launches.sum())
+    for path in ("eager (public API)", "prepared", "graph replay"):
+        if not run.deadline.allows(20):
+            run.skip("monitor step", f"{name} {path}")
+            continue
+        m.fast = None if path.startswith("eager") else fast
+        if path == "graph replay":
+            m.capture_graph(w.batch)
+        host, device, end = [], [], []
+        import cupy as cp
+
+        events = [cp.cuda.Event() for _ in range(4)]
+        for i in range(3 + run.iters):
+            synchronize()
+            _spin(4000 if path.startswith("eager") else 1500)  # keeps the GPU busy while the host issues
+            events[0].record()
+            t0 = _now()
+            m.pre_forward(w.batch)
+            t1 = _now()
+            events[1].record()
+            w.write_kv(w.batch)
+            events[2].record()
+            t2 = _now()
+            m.post_forward()
+            t3 = _now()
+            events[3].record()
+            m.end_step()
+            t4 = _now()
+            events[3].synchronize()
+            if i >= 3:
+                host.append((t1 - t0 + t3 - t2) * 1e6)
+                end.append((t4 - t3) * 1e6)
+                device.append((cp.cuda.get_elapsed_time(events[0], events[1])
+                               + cp.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
+        m.graph = None
+        rows = int(m.status.words.get()[0:1].view(np.int32)[0])
+        common = {"op": "monitor step", "variant": f"{name} {path}", "bs": requests, "prefix": prefix,
+                  "extend": extend, "launches": launches, "rows": rows}  # fmt: skip
+        run.add({**common, **stats(host), "measure": "host"})
+        run.add({**common, "op": "monitor step device", **stats(device), "measure": "device"})
+        run.add({**common, "op": "monitor end_step host", **stats(end), "measure": "host"})
+    m.fast = fast
+
+
+def monitor_steps(run) -> None:
+    cases = [("decode", 16, 256, 1), ("prefill", 2, 0, 512)] if run.quick else \
+        [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)]  # fmt: skip
+    for case in cases:
+        _monitor_case(run, *case)
+        from .bench_kernels import _free
+
+        _free()
+
+
+def _now() -> float:
+    import time
+
+    return time.perf_counter()

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One GPU session on the H200, run from the repository root:
+#
+#   bash benchmarks/gpu_session.sh                          # all steps (10-15 minutes)
+#   bash benchmarks/gpu_session.sh tests vectors sanitizer  # run 1 (fits a 10-minute command)
+#   bash benchmarks/gpu_session.sh bench                    # run 2 (about 6 minutes)
+#
+# Steps: tests (pytest -m gpu), vectors (golden-vector replay on the GPU), bench (the full
+# benchmark: JSON, markdown and PNG plots), sanitizer (compute-sanitizer memcheck of
+# benchmarks/sanitizer_check.py; expect 0 errors). Each step is time-bounded with `timeout`,
+# logs to $OUT/<step>.log and the run continues when one fails; $OUT/summary.txt lists the exit
+# codes. $OUT defaults to ./gpu-out. Golden vectors: $KVCANARY_VECTORS, else ./.vectors,
+# ./shared/vectors or ../shared/vectors.
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+STEPS=("$@")
+[ ${#STEPS[@]} -eq 0 ] && STEPS=(tests vectors bench sanitizer)
+SUMMARY="$OUT/summary.txt"
+echo "gpu_session $(date -u +%FT%TZ) steps: ${STEPS[*]}" >>"$SUMMARY"
+
+run_step() {  # name, limit in seconds, command...
+    local name=$1 limit=$2 start rc
+    shift 2
+    echo "=== $name (limit ${limit}s): $*"
+    start=$(date +%s)
+    timeout --kill-after=15 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    [ $rc -eq 124 ] && echo "(timed out after ${limit}s)" >>"$OUT/$name.log"
+    printf '%-10s rc=%-4s %4ss\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$SUMMARY"
+    tail -n 6 "$OUT/$name.log"
+}
+
+find_vectors() {
+    for dir in "${KVCANARY_VECTORS:-}" "$PWD/.vectors" "$PWD/shared/vectors" "$PWD/../shared/vectors"; do
+        [ -n "$dir" ] && ls "$dir"/*.npz >/dev/null 2>&1 && { echo "$dir"; return 0; }
+    done
+    return 1
+}
+
+find_sanitizer() {
+    command -v compute-sanitizer && return 0
+    timeout 30 find /usr/local /opt /usr/lib "$(python3 -c 'import sys; print(sys.prefix)')" /tmp/site \
+        -maxdepth 6 -name compute-sanitizer -type f -perm -u+x 2>/dev/null | head -n 1 | grep . && return 0
+    return 1
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
+for step in "${STEPS[@]}"; do
+    case $step in
+    tests)
+        run_step tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider \
+            --ignore=tests/test_vectors.py --junitxml="$OUT/tests.xml" tests ;;
+    vectors)
+        if dir=$(find_vectors); then
+            export KVCANARY_VECTORS=$dir
+            run_step vectors 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
+                --junitxml="$OUT/vectors.xml" tests/test_vectors.py
+        else
+            echo "vectors    rc=NA   golden vectors not found (set KVCANARY_VECTORS)" | tee -a "$SUMMARY"
+        fi ;;
+    bench)
+        run_step bench 390 python3 benchmarks/run.py --out "$OUT/bench" --budget 330 ;;
+    sanitizer)
+        if tool=$(find_sanitizer); then
+            run_step sanitizer 300 "$tool" --tool memcheck --error-exitcode 3 --print-limit 20 \
+                python3 benchmarks/sanitizer_check.py
+            grep -h "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$SUMMARY"
+        else
+            echo "sanitizer  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
+            run_step sanitizer_plain 120 python3 benchmarks/sanitizer_check.py
+        fi ;;
+    *)
+        echo "unknown step $step (tests, vectors, bench, sanitizer)" | tee -a "$SUMMARY" ;;
+    esac
+done
+echo "--- summary ($SUMMARY)"
+cat "$SUMMARY"

@@ -1,0 +1,166 @@
+"""kvcanary benchmark suite: one run measures the kernels, the per-step host path and the
+baselines on this machine, checks the SPEC §5 targets and writes JSON, markdown and plots.
+
+Usage::
+
+    python benchmarks/run.py                 # everything this machine can run (GPU sections need CuPy + a GPU)
+    python benchmarks/run.py --quick         # small sizes, seconds
+    python benchmarks/run.py --cpu           # CPU comparisons only
+    kvcanary bench -- --quick --out /tmp/r   # the same through the CLI
+
+Each section runs under a wall-clock budget (``--budget``, default 330 s for the
+whole run): cases that would start after it are listed as skipped, and a
+section that fails is recorded in ``meta.errors`` while the run goes on (exit
+status 1). See ``benchmarks/NOTES.md`` for the byte models and predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run as a script: make ``benchmarks`` and the package importable
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.report import write_results  # noqa: E402
+from benchmarks.timing import Deadline  # noqa: E402
+
+GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor")
+CPU_SECTIONS = ("cpu", "validation")
+
+
+class Run:
+    """State of one benchmark run shared by the sections."""
+
+    def __init__(self, *, quick: bool, iters: int, budget: float):
+        self.quick, self.iters = quick, iters
+        self.deadline = Deadline(budget)
+        self.records: list[dict] = []
+        self.skipped: list[str] = []
+        self.copy_gbps: float | None = None
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+        label = record.get("variant", "")
+        size = next((record[k] for k in ("entries", "tokens", "bs", "size", "n") if k in record), "")
+        print(f"  {record['op']:<32} {label:<44} {size!s:>10} {record.get('median_us', '-')!s:>12} us", flush=True)
+
+    def skip(self, section: str, case: str) -> None:
+        self.skipped.append(f"{section}: {case}")
+
+    def bandwidth(self, nbytes: int, result: dict) -> dict:
+        gbps = nbytes / (result["median_us"] * 1e-6) / 1e9
+        out = {"gbps": round(gbps, 1)}
+        if self.copy_gbps:
+            out["copy_fraction"] = round(gbps / self.copy_gbps, 3)
+        return out
+
+
+def _gpu_available() -> bool:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no usable GPU, whatever the reason
+        return False
+
+
+def _meta(args, gpu: bool) -> dict:
+    import numpy
+
+    meta = {"name": args.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "quick": args.quick, "gpu": gpu, "python": platform.python_version(), "numpy": numpy.__version__,
+            "host": platform.node(), "cpu": platform.processor() or platform.machine()}  # fmt: skip
+    try:
+        meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
+                                        text=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for module in ("numba", "numba_cuda", "cupy"):
+        try:
+            meta[module] = __import__(module).__version__
+        except Exception:  # noqa: BLE001 - optional
+            pass
+    if gpu:
+        import cupy
+
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        meta["device"] = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        meta["sms"] = int(props["multiProcessorCount"])
+        meta["driver"] = cupy.cuda.runtime.driverGetVersion()
+    return meta
+
+
+def _sections(names: list[str]):
+    from benchmarks import bench_cpu
+
+    table = {"cpu": bench_cpu.cpu_verify, "validation": bench_cpu.validation_cost}
+    if any(n in GPU_SECTIONS for n in names):
+        from benchmarks import bench_kernels, bench_step
+
+        def roofline(run):
+            run.copy_gbps = bench_kernels.roofline(run)["gbps"]
+
+        table.update(roofline=roofline, verify=bench_kernels.verify_sweep, write=bench_kernels.write_sweep,
+                     plan=bench_kernels.plan_sweep, launch=bench_step.launch_overhead, step=bench_step.op_step,
+                     monitor=bench_step.monitor_steps)  # fmt: skip
+    if any(n in ("verify", "write", "plan") for n in names) and "roofline" not in names:
+        names = ["roofline", *names]  # bandwidth fractions need it
+    return [(n, table[n]) for n in names if n in table]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
+    parser.add_argument("--cpu", action="store_true", help="CPU comparisons only (no GPU needed)")
+    parser.add_argument("--only", default="", help=f"comma-separated sections of {GPU_SECTIONS + CPU_SECTIONS}")
+    parser.add_argument("--out", default=str(HERE / "results"), help="results folder (default benchmarks/results)")
+    parser.add_argument("--name", default=None, help="file stem of the results (default: device and mode)")
+    parser.add_argument("--budget", type=float, default=330.0, help="wall-clock seconds for the whole run")
+    parser.add_argument("--iters", type=int, default=None, help="timed iterations per case (default 20, quick 5)")
+    args = parser.parse_args(argv)
+    gpu = _gpu_available() and not args.cpu
+    wanted = [s for s in args.only.split(",") if s] or list((GPU_SECTIONS if gpu else ()) + CPU_SECTIONS)
+    unknown = sorted(set(wanted) - set(GPU_SECTIONS + CPU_SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}")
+    if not gpu:
+        wanted = [s for s in wanted if s in CPU_SECTIONS]
+    args.name = args.name or ("gpu" if gpu else "cpu") + ("-quick" if args.quick else "")
+    run = Run(quick=args.quick, iters=args.iters or (5 if args.quick else 20), budget=args.budget)
+    meta = _meta(args, gpu)
+    if gpu:
+        meta["device_slug"] = meta["device"].lower().replace(" ", "-")
+    errors = []
+    started = time.monotonic()
+    for name, section in _sections(wanted):
+        if name != "roofline" and not run.deadline.allows(5):
+            run.skip(name, "whole section (budget spent)")
+            continue
+        print(f"[{time.monotonic() - started:6.1f}s] {name}", flush=True)
+        try:
+            section(run)
+        except Exception as exc:  # noqa: BLE001 - record and go on: one failure must not lose the run
+            errors.append({"section": name, "error": f"{type(exc).__name__}: {exc}",
+                           "traceback": traceback.format_exc(limit=8)})  # fmt: skip
+            print(errors[-1]["traceback"], file=sys.stderr, flush=True)
+    meta.update(seconds=round(time.monotonic() - started, 1), sections=wanted, skipped=run.skipped, errors=errors,
+                copy_gbps=run.copy_gbps)  # fmt: skip
+    out = pathlib.Path(args.out)
+    write_results(out, args.name, meta, run.records)
+    print(f"wrote {out / (args.name + '.json')} and .md ({len(run.records)} records, {len(errors)} errors)")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

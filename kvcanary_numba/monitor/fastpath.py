@@ -1,0 +1,252 @@
+"""The monitor's per-step launches on a GPU: prepared launches and CUDA-graph replay.
+
+An eager step goes through the public launch functions: every argument is
+validated and every kernel argument re-wrapped, ten launches per step for a
+FULL pool with K and V. :class:`FastPath` does that once per batch *shape*:
+
+1. the first step with a new combination of batch shapes runs the public
+   functions under :func:`~kvcanary_numba.launch.prepared.recording` (full
+   validation, nothing launched) and keeps the result as
+   :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` objects, one
+   :class:`PreparedPhase` for HEAD (plans, verify, write) and one for TAIL;
+2. every step then checks only the engine's per-step arrays whose Python
+   object changed (dtype, contiguity, device; same shapes by construction),
+   re-packs the pointers of those that moved, and launches.
+
+The expected-token scatter and the SWA slot translation (CuPy operations)
+still run eagerly before the prepared launches, in the same stream order.
+
+:class:`CapturedStep` goes one step further: both phases of one fixed batch
+are captured into two CUDA graphs (CuPy stream capture) and replayed per step.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+from .._arrays import inspect_array
+from ..errors import error
+from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
+from ..launch.prepared import PreparedLaunch, RecordedLaunch, array_layout, recording
+from .batch import StepBatch
+from .groups import check_type
+
+__all__ = ["CapturedStep", "FastPath", "PreparedPhase", "run_pre"]
+
+#: StepBatch fields the launches read (the engine's per-step arrays).
+BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
+               "out_cache_loc", "expected_input_tokens", "expected_input_positions")
+_FN = "CanaryMonitor.pre_forward"
+
+
+def _kind(name: str, array: Any) -> tuple:
+    info = inspect_array(_FN, f"batch.{name}", array)
+    return info.kind, info.dtype, info.c_contiguous, info.device
+
+
+class PreparedPhase:
+    """Prepared launches of one phase and which arguments follow which per-step array.
+
+    Parameters
+    ----------
+    records : list of RecordedLaunch
+        The phase's launches, as recorded.
+    roles : dict of str to array or None
+        The per-step arrays at recording time, by role name. An argument the
+        glue built from one of them is rebound to that role's array each step.
+    """
+
+    def __init__(self, records: list[RecordedLaunch], roles: dict[str, Any]):
+        self.launches = [PreparedLaunch.from_record(r) for r in records]
+        owner: dict[int, str] = {}
+        for name, array in roles.items():
+            if array is not None:
+                owner.setdefault(id(array), name)  # aliased roles: the key keeps the aliasing fixed
+        self.bindings: dict[str, list] = {}
+        for launch, record in zip(self.launches, records):
+            for index, origin in enumerate(record.origins):
+                name = None if origin is None else owner.get(id(origin.source))
+                if name is not None:
+                    self.bindings.setdefault(name, []).append((launch, index, origin))
+        self._bound = {name: roles[name] for name in self.bindings}
+        self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
+
+    def bind(self, roles: dict[str, Any]) -> bool:
+        """Point the launches at this step's arrays; False if one differs in kind (dtype,
+        contiguity, device) from the recorded one, so the caller must take the validated path."""
+        for name, binds in self.bindings.items():
+            array = roles[name]
+            if array is self._bound[name]:
+                continue
+            if _kind(name, array) != self._kinds[name]:
+                return False
+            layout = array_layout(array)
+            for launch, index, origin in binds:
+                launch.rebind(index, array, origin, layout)
+            self._bound[name] = array
+        return True
+
+    def launch(self, stream: int | None = None) -> None:
+        for launch in self.launches:
+            launch.launch(stream)
+
+
+def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
+    arrays = list(roles.values())
+    ids = [None if a is None else id(a) for a in arrays]
+    alias = tuple(-1 if i is None else ids.index(i) for i in ids)
+    return asserted, tuple(None if a is None else tuple(a.shape) for a in arrays), alias
+
+
+def compile_monitor_kernels(monitor) -> int:
+    """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones)."""
+    from ..launch import _common
+    from ..kernels import plan, verify, write
+
+    nsrc = {0}
+    for g in monitor.groups:
+        for endpoint in g.tail:
+            ctx = endpoint.context
+            used = len(ctx.real_kv_sources) if ctx.real_kv_hash_mode != RealKvHashMode.NONE else 0
+            nsrc.add(min(used, MAX_REAL_KV_SOURCES))
+    count = _common.compile_eagerly(plan)
+    count += _common.compile_eagerly(verify, [verify.kernel_name(monitor.check_tokens, n) for n in nsrc])
+    return count + _common.compile_eagerly(write, [write.kernel_name(False, n) for n in nsrc])
+
+
+class FastPath:
+    """Prepared per-step launches of one monitor (see the module docstring).
+
+    Parameters
+    ----------
+    monitor : CanaryMonitor
+    max_shapes : int
+        Batch-shape combinations kept prepared (least recently used dropped).
+    """
+
+    def __init__(self, monitor, *, max_shapes: int = 32, compile: bool = True):
+        self.monitor, self.max_shapes = monitor, max_shapes
+        if compile:
+            compile_monitor_kernels(monitor)
+        self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
+        self._step: tuple | None = None
+        self.prepared = 0  # phases recorded so far (one per new batch shape)
+
+    def roles(self, batch, lens) -> dict[str, Any]:
+        roles = {name: getattr(batch, name) for name in BATCH_ROLES}
+        roles["valid_lens"] = lens
+        roles.update((f"loc{i}", loc) for i, loc in enumerate(self.monitor._locs))
+        return roles
+
+    def phases(self, batch, pool, lens, roles) -> tuple[PreparedPhase, PreparedPhase]:
+        """The prepared phases of this batch's shapes, recording them on first use."""
+        key = _key(batch.expected_input_tokens is not None, roles)
+        hit = self._phases.get(key)
+        if hit is not None:
+            self._phases.move_to_end(key)
+            return hit
+        m = self.monitor
+        with recording() as head:
+            m._launch_plan_head(batch, pool, lens)  # validates everything, launches nothing
+        m._batch = batch
+        with recording() as tail:
+            m._launch_post()
+        hit = self._phases[key] = (PreparedPhase(head.launches, roles), PreparedPhase(tail.launches, roles))
+        self.prepared += 1
+        if len(self._phases) > self.max_shapes:
+            self._phases.popitem(last=False)
+        return hit
+
+    def pre(self, batch) -> None:
+        """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared)."""
+        m = self.monitor
+        pool, lens = m._prepare_inputs(batch)
+        roles = self.roles(batch, lens)
+        head, tail = self.phases(batch, pool, lens, roles)
+        if not (head.bind(roles) and tail.bind(roles)):
+            self._step = None
+            m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
+            return
+        head.launch()
+        self._step = (tail, roles)
+
+    def post(self) -> None:
+        """TAIL phase of the batch given to :meth:`pre`."""
+        if self._step is None:
+            self.monitor._launch_post()
+            return
+        tail, _ = self._step
+        tail.launch()
+
+
+class CapturedStep:
+    """One monitor step of one fixed batch, captured as two CUDA graphs (HEAD and TAIL).
+
+    Replays run on CuPy's current stream. Constraints: the engine updates the
+    batch arrays *in place* (same objects, same shapes: pad batches to a fixed
+    size with padding rows, ``req_pool_indices == 0``); the canary's own state
+    (plans, buffers, ring, counters, scratch) is fixed at construction; the
+    graphs contain no host reads, so readback stays in ``end_step``.
+    """
+
+    def __init__(self, monitor, batch):
+        import cupy
+
+        self.batch = batch
+        fast = monitor.fast
+        stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
+        with stream:
+            pool, lens = monitor._prepare_inputs(batch)
+            # Recording allocates this stream's plan scratch, outside the capture.
+            fast.phases(batch, pool, lens, fast.roles(batch, lens))
+            stream.synchronize()
+            self.head = self._capture(stream, lambda: fast.pre(batch))
+            self.tail = self._capture(stream, fast.post)
+        self.replays = 0
+
+    @staticmethod
+    def _capture(stream, body: Callable[[], None]):
+        stream.begin_capture()  # CuPy's default mode: relaxed
+        try:
+            body()
+        finally:
+            graph = stream.end_capture()
+        return graph
+
+    def pre(self) -> None:
+        self.head.launch()
+        self.replays += 1
+
+    def post(self) -> None:
+        self.tail.launch()
+
+
+def capture_step(monitor, batch, *, busy: str | None, order: str) -> CapturedStep:
+    """Checks of :meth:`CanaryMonitor.capture_graph`, then the capture."""
+    fn = "CanaryMonitor.capture_graph"
+    if monitor.fast is None or not _gpu(monitor):
+        raise error("KVC-C008", function=fn, argument="device", got=monitor.device,
+                    reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU)")  # fmt: skip
+    if busy is not None:
+        raise error("KVC-M005", function=fn, state=busy, expected=order)
+    check_type(fn, "batch", batch, StepBatch)
+    batch.check_fits(fn, monitor.write_req_capacity, monitor.write_token_capacity, monitor.check_tokens)
+    return CapturedStep(monitor, batch)
+
+
+def _gpu(monitor) -> bool:
+    return monitor.xp.__name__ == "cupy"
+
+
+def run_pre(monitor, batch) -> Callable[[], None]:
+    """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner."""
+    graph = monitor.graph
+    if graph is not None and graph.batch is batch:
+        graph.pre()
+        return graph.post
+    if monitor.fast is not None:
+        monitor.fast.pre(batch)
+        return monitor.fast.post
+    monitor._launch_pre(batch)
+    return monitor._launch_post

@@ -1,0 +1,165 @@
+"""The benchmark suite on a CPU: ``--quick --cpu`` runs end to end and writes the documented
+JSON; its inputs are clean, its baselines really verify, its byte models and target checks
+compute what NOTES.md says. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import run as bench_run  # noqa: E402
+from benchmarks.baselines import cupy_verify, python_verify  # noqa: E402
+from benchmarks.bench_kernels import plan_bytes, verify_bytes, write_bytes  # noqa: E402
+from benchmarks.report import SCHEMA_VERSION, evaluate_targets  # noqa: E402
+from benchmarks.workloads import MonitorWorkload, verify_case, write_case  # noqa: E402
+
+from kvcanary_numba import RealKvHashMode  # noqa: E402
+from kvcanary_numba.verify import launch_canary_verify_kernel  # noqa: E402
+from kvcanary_numba.write import launch_canary_write_kernel  # noqa: E402
+
+NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL
+
+
+@pytest.fixture(scope="module")
+def quick_cpu_run(tmp_path_factory) -> tuple[int, pathlib.Path]:
+    out = tmp_path_factory.mktemp("bench")
+    status = bench_run.main(["--quick", "--cpu", "--out", str(out), "--name", "ci"])
+    return status, out
+
+
+def test_quick_cpu_run_writes_the_documented_json(quick_cpu_run):
+    status, out = quick_cpu_run
+    assert status == 0
+    doc = json.loads((out / "ci.json").read_text())
+    assert doc["schema"] == SCHEMA_VERSION
+    meta = doc["meta"]
+    assert meta["name"] == "ci" and meta["gpu"] is False and meta["quick"] is True
+    assert meta["errors"] == [] and set(meta["sections"]) == {"cpu", "validation"}
+    for key in ("date", "python", "numpy", "seconds", "skipped", "plots"):
+        assert key in meta
+    assert {t["target"] for t in doc["targets"]} >= {"plan bs=4096: device time"}
+    for target in doc["targets"]:
+        assert set(target) == {"target", "value", "threshold", "better", "unit", "met", "note"}
+    records = doc["results"]
+    assert {r["op"] for r in records} == {"cpu verify", "validation"}
+    for r in records:
+        assert isinstance(r["variant"], str) and r["median_us"] > 0
+        assert any(k in r for k in ("entries", "n"))
+    cpu = [r for r in records if r["op"] == "cpu verify"]
+    assert len(cpu) == 4 and all(r["clean"] for r in cpu)  # both paths found the clean data clean
+    assert all(r["speedup"] > 1 for r in cpu if "speedup" in r)
+    text = (out / "ci.md").read_text()
+    assert "## Targets" in text and "| cpu verify |" not in text and "## cpu verify" in text
+
+
+def test_cli_bench_passes_arguments_to_the_script(tmp_path):
+    from kvcanary_numba import cli
+
+    assert cli.main(["bench", "--", "--quick", "--cpu", "--only", "validation", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "cpu-quick.json").read_text())
+    assert {r["op"] for r in doc["results"]} == {"validation"}
+
+
+def test_unknown_section_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        bench_run.main(["--cpu", "--only", "nope", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+
+
+# --- inputs and baselines -------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [NONE, PARTIAL, ALL])
+def test_verify_cases_are_clean_and_every_baseline_agrees(mode):
+    ctx, plan, meta = verify_case(np, entries=300, mode=mode, bytes_per_token=32, chain_len=64)
+    assert meta["chains"] == 5 and plan.verify_slot_indices.shape == (300,)
+    launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=True, backend="numpy")
+    assert int(ctx.violation_write_index[0]) == 0
+    assert python_verify(ctx, plan, 300) == 0
+    assert not cupy_verify(np, ctx, plan, 300).any()
+
+
+@pytest.mark.parametrize(("fault", "failing"), [("token", [71]), ("prev_hash", [70, 71]), ("position", [70, 71]),
+                                               ("real_kv", [70])])  # fmt: skip
+def test_baselines_catch_what_the_reference_catches(fault, failing):
+    ctx, plan, _ = verify_case(np, entries=128, mode=ALL, bytes_per_token=32, chain_len=64)
+    slot = int(plan.verify_slot_indices[70])
+    words = ctx.canary_buf.view(np.int64)
+    if fault == "real_kv":
+        ctx.real_kv_sources[0].tensor[slot, 5] ^= 0x10
+    else:  # a record field of entry 70; its successor's chain hash covers token, position and prev_hash
+        words[slot, ("token", "position", "prev_hash").index(fault)] ^= 4
+    launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False, backend="numpy")
+    assert int(ctx.violation_write_index[0]) == len(failing)
+    assert sorted(ctx.violation_ring[: len(failing), 1]) == sorted(int(plan.verify_slot_indices[i]) for i in failing)
+    assert python_verify(ctx, plan, 128) == len(failing)
+    assert np.flatnonzero(cupy_verify(np, ctx, plan, 128)).tolist() == failing
+
+
+def test_write_cases_restamp_identical_records():
+    ctx, plan, inputs = write_case(np, requests=3, tokens=5, mode=ALL, bytes_per_token=32)
+    launch_canary_write_kernel(context=ctx, plan=plan, **inputs, backend="numpy")
+    first = ctx.canary_buf.copy()
+    assert (first.view(np.int64)[1:, 3] != 0).all()  # every slot written, with its fingerprint
+    launch_canary_write_kernel(context=ctx, plan=plan, **inputs, backend="numpy")
+    np.testing.assert_array_equal(ctx.canary_buf, first)
+    assert int(ctx.violation_write_index[0]) == 0
+
+
+def test_monitor_workload_steps_are_clean_and_repeatable():
+    w = MonitorWorkload(np, requests=3, prefix=6, extend=2, max_steps=2, bytes_per_token=32)
+    w.prefill()
+    w.step(advance=False)
+    buffers = {k: b.copy() for k, b in w.monitor.groups[0].buffers.items()}
+    w.step(advance=False)  # the same step again: nothing changes
+    for key, buf in w.monitor.groups[0].buffers.items():
+        np.testing.assert_array_equal(buf, buffers[key])
+    w.step()
+    w.step()
+    w.monitor.flush()
+    assert w.monitor.violations == [] and w.length == 10
+    assert w.monitor.stats()["protected_tokens"] > 0
+
+
+# --- byte models and targets ---------------------------------------------------
+
+
+def test_byte_models_count_the_documented_minimum():
+    assert verify_bytes(1, NONE) == 3 * 8 + 32
+    assert verify_bytes(1, PARTIAL) == 56 + 16
+    assert verify_bytes(1, ALL, read_bytes=128) == 56 + 128
+    assert verify_bytes(10, NONE, check_token=True) == 10 * 64
+    assert write_bytes(1, 0, ALL, read_bytes=128) == 24 + 32 + 128
+    assert write_bytes(0, 1, NONE) == 24 + 32
+    assert plan_bytes(1, 0) == 40 and plan_bytes(0, 1) == 36
+
+
+def test_targets_read_the_records_they_name():
+    records = [
+        {"op": "verify", "variant": "NONE", "entries": 1 << 22, "copy_fraction": 0.9},
+        {"op": "verify", "variant": "ALL", "entries": 1 << 24, "copy_fraction": 0.7},
+        {"op": "verify", "variant": "ALL", "entries": 1 << 20, "copy_fraction": 0.1},  # too small to count
+        {"op": "write", "variant": "ALL r=8", "tokens_per_request": 32768, "median_us": 100.0},
+        {"op": "write", "variant": "baseline thread/request ALL r=8", "tokens_per_request": 32768, "median_us": 500.0},
+        {"op": "plan", "bs": 4096, "median_us": 25.0},
+        {"op": "plan", "bs": 65536, "median_us": 90.0, "ok": True},
+        {"op": "step plan+verify+write host", "variant": "graph replay", "median_us": 20.0},
+    ]
+    targets = {t["target"].split(":")[0]: t for t in evaluate_targets(records)}
+    verify = targets["verify >= 4M entries, NONE and ALL"]
+    assert verify["value"] == 0.7 and verify["met"] is False
+    write = targets["write 8 x 32k ALL"]
+    assert write["value"] == 5.0 and write["met"] is True
+    assert targets["plan bs=4096"]["met"] is True
+    assert targets["plan bs=65536 works (entries and enable read back)"]["met"] is True
+    assert targets["step host time, replayed from a CUDA graph"]["met"] is False
+    assert targets["step host time, eager with prepared launches (the monitor's GPU path)"]["met"] is None
+    assert targets["CPU verify"]["met"] is None

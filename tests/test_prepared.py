@@ -1,0 +1,289 @@
+"""Prepared launches (``launch/prepared.py``) and the monitor's fast path (``monitor/fastpath.py``).
+
+On a CPU the packed parameter layout is checked against the sm_90 PTX of the
+kernels (compiled without a GPU, in a subprocess), the recorder against the
+launch glue, and prepared launches and the monitor fast path against the
+ordinary launch path under the simulator. On a GPU (``gpu`` tests) the raw
+``cuLaunchKernel`` path, the monitor fast path and CUDA-graph replays must give
+results identical to eager launches.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import raises_code
+from monitor_helpers import Driver, monitor_records
+
+from kvcanary_numba import RealKvHashMode, RealKvSource
+from kvcanary_numba.fingerprint import compute_real_kv_hash
+from kvcanary_numba.launch import _common
+from kvcanary_numba.launch.prepared import Origin, PreparedLaunch, array_layout, pack_arguments, recording
+from kvcanary_numba.monitor import StepBatch
+from kvcanary_numba.monitor.fastpath import FastPath
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SIMULATED = _common.ON_SIMULATOR
+
+
+class CaiArray:
+    """Just a ``__cuda_array_interface__`` (never launched): for layout arithmetic."""
+
+    def __init__(self, shape, typestr, ptr, strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}  # fmt: skip
+
+
+# --- parameter packing (no GPU, no simulator needed) ---------------------------------
+
+_PTX_SCRIPT = r"""
+import importlib, json, re, sys
+from types import SimpleNamespace
+import numba.cuda.dispatcher as dispatcher
+dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0))
+from numba import cuda
+out = {}
+for spec in sys.argv[1:]:
+    module_name, name = spec.split(":")
+    module = importlib.import_module("kvcanary_numba.kernels." + module_name)
+    ptx, _ = cuda.compile_ptx(module.KERNELS[name].py_func, module.SIGNATURES[name][0], cc=(9, 0))
+    entry = re.search(r"\.entry\s+[^(]+\((.*?)\)", ptx, re.S).group(1)
+    out[spec] = re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z]+)(\d+)\s", entry)
+print(json.dumps(out))
+"""
+_PTX_KERNELS = ("verify:verify_tok1_src2", "write:write_assert1_src1", "plan:plan_offsets", "plan:plan_entries",
+                "scatter:scatter", "fingerprint:fingerprint_src1")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def ptx_params() -> dict:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, *_PTX_KERNELS], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("spec", _PTX_KERNELS)
+def test_packed_slots_match_the_kernel_parameters_of_the_sm90_build(spec, ptx_params):
+    import importlib
+
+    module_name, name = spec.split(":")
+    module = importlib.import_module(f"kvcanary_numba.kernels.{module_name}")
+    types = _common._declared_types(module.SIGNATURES[name][0])
+    args = [CaiArray((3,) * t.ndim, np.dtype(str(t.dtype)).str, 4096) if hasattr(t, "ndim") else
+            (tuple(range(len(t))) if hasattr(t, "__len__") else 7) for t in types]  # fmt: skip
+    slots, starts = pack_arguments(types, args)
+    widths = [ctypes.sizeof(s) * 8 for s in slots]
+    assert widths == [int(bits) for _, bits in ptx_params[spec]]
+    assert starts[0] == 0 and len(starts) == len(types)
+
+
+def test_array_slots_follow_numbas_abi():
+    from numba.core import types
+
+    a2 = types.Array(types.int64, 2, "C")
+    strided = CaiArray((4, 3), "<i8", 0x1000, strides=(64, 8))  # rows of a wider table
+    slots, starts = pack_arguments([a2, types.int32, a2, types.UniTuple(types.int64, 2)],
+                                   [CaiArray((4, 3), "<i8", 0x2000), -5, strided, (11, 12)])  # fmt: skip
+    values = [s.value or 0 for s in slots]
+    assert starts == [0, 9, 10, 19]
+    assert values[:9] == [0, 0, 12, 8, 0x2000, 4, 3, 24, 8]  # meminfo, parent, nitems, itemsize, data, shape, strides
+    assert values[9] == -5 and isinstance(slots[9], ctypes.c_int32)
+    assert values[10:19] == [0, 0, 12, 8, 0x1000, 4, 3, 64, 8]
+    assert values[19:] == [11, 12]
+
+
+def test_layouts_of_views_are_computed_without_building_them():
+    ids = CaiArray((5,), "<i8", 0x3000)
+    assert array_layout(ids) == (0x3000, (5,), (8,), 8)
+    assert Origin(ids, "kernel_array").layout(array_layout(ids)) == (0x3000, (5,), (8,), 8)
+    assert Origin(ids, "reinterpret", (np.uint64,)).layout(array_layout(ids)) == (0x3000, (5,), (8,), 8)
+    buf = CaiArray((4, 32), "|u1", 0x4000)
+    assert Origin(buf, "reinterpret", (np.int64,)).layout(array_layout(buf)) == (0x4000, (16,), (8,), 8)
+    assert Origin(buf, "reinterpret", (np.int64, (4, 4))).layout(array_layout(buf)) is None  # shaped: build it
+    assert Origin(buf, "byte_span", (np.uint64,)).layout(array_layout(buf)) is None
+    host = np.zeros((2, 3), dtype=np.int32)
+    assert array_layout(host) == (host.__array_interface__["data"][0], (2, 3), (12, 4), 4)
+
+
+# --- recording and prepared launches (simulator or GPU) ----------------------------
+
+
+def _sources(n_slots: int = 64, row: int = 32):
+    data = (np.arange(n_slots * row, dtype=np.int64) * 37 % 251).astype(np.uint8).reshape(n_slots, row)
+    return (RealKvSource(tensor=data, page_size=1, num_bytes_per_token=row, read_bytes=row),)
+
+
+def _fingerprint_inputs(xp, slots):
+    sources = tuple(RealKvSource(tensor=xp.asarray(s.tensor), page_size=1, num_bytes_per_token=32, read_bytes=32)
+                    for s in _sources())  # fmt: skip
+    return sources, xp.asarray(np.asarray(slots, dtype=np.int64)), xp.zeros(len(slots), dtype=np.int64)
+
+
+def _xp():
+    if SIMULATED:
+        return np
+    import cupy
+
+    return cupy
+
+
+def _host(x):
+    return x if isinstance(x, np.ndarray) else x.get()
+
+
+@pytest.mark.simulator
+def test_recording_launches_nothing_and_restores_the_glue():
+    xp = _xp()
+    sources, slots, out = _fingerprint_inputs(xp, [1, 2, 3])
+    originals = {name: getattr(_common, name) for name in ("launch", "kernel_array", "reinterpret", "byte_span")}
+    with recording() as rec:
+        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
+                             out=out, backend="cuda")  # fmt: skip
+    assert not _host(out).any()  # nothing ran
+    assert {name: getattr(_common, name) for name in originals} == originals
+    (launch,) = rec.launches
+    assert launch.signature.startswith("void(int64[::1], int64[::1]")
+    assert launch.origins[0].source is slots and launch.origins[0].builder == "kernel_array"
+    assert launch.origins[1].source is out
+    assert launch.origins[3].source is sources[0].tensor and launch.origins[3].builder == "byte_span"
+    with pytest.raises(ZeroDivisionError), recording():
+        1 / 0  # noqa: B018
+    assert _common.launch is originals["launch"]
+
+
+@pytest.mark.simulator
+def test_prepared_launch_matches_the_ordinary_launch_and_follows_rebinding():
+    xp = _xp()
+    sources, slots, out = _fingerprint_inputs(xp, [1, 5, 63, 0, 64])
+    kwargs = dict(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL)
+    expected = xp.zeros(5, dtype=np.int64)
+    compute_real_kv_hash(slot_indices=slots, out=expected, backend="cuda", **kwargs)
+    with recording() as rec:
+        compute_real_kv_hash(slot_indices=slots, out=out, backend="cuda", **kwargs)
+    (record,) = rec.launches
+    prepared = PreparedLaunch.from_record(record)
+    assert prepared.raw == (not SIMULATED)
+    prepared.launch()
+    np.testing.assert_array_equal(_host(out), _host(expected))
+    assert _host(out)[4] == 0 and _host(out)[0] != 0  # slot 64 is past the source: 0, as documented
+
+    # New per-step arrays of the same length: only their slots are re-packed.
+    new_slots, new_out = xp.asarray(np.array([2, 3, 4, 6, 7], dtype=np.int64)), xp.zeros(5, dtype=np.int64)
+    prepared.rebind(0, new_slots, record.origins[0])
+    prepared.rebind(1, new_out, record.origins[1])
+    prepared.launch()
+    compute_real_kv_hash(slot_indices=new_slots, out=expected, backend="cuda", **kwargs)
+    np.testing.assert_array_equal(_host(new_out), _host(expected))
+    assert len(set(_host(new_out).tolist())) == 5
+
+
+# --- the monitor fast path (simulator) ---------------------------------------------
+
+
+def _driver(kind: str, **options) -> Driver:
+    """``reference``: NumPy references; ``eager``: kernels via the public functions; ``fast``: prepared."""
+    driver = Driver(**options)
+    m = driver.monitor
+    if kind != "reference":
+        m._backend = "cuda"  # NumPy arrays run the kernels under the simulator
+    if kind == "fast":
+        m.fast = FastPath(m, compile=False)
+    return driver
+
+
+_STEPS = [
+    ({1: [(11, 1), (12, 2)], 2: [(21, 5)]}, None),
+    ({1: [(13, 3)], 2: [(22, 6)]}, None),
+    ({1: [(14, 4)], 2: [(23, 7)]}, "flip"),  # same shapes as the step before: rebinding only
+    ({1: [(15, 8)], 2: [(24, 9)]}, None),
+]
+
+
+def _run(driver: Driver) -> Driver:
+    for new, fault in _STEPS:
+        if fault == "flip":
+            driver.k[2, 0] ^= 1  # a KV byte of slot 2 changes after its write
+        driver.step(new)
+    driver.monitor.flush()
+    return driver
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}], ids=["full_kv", "full_plus_swa"])
+def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
+    runs = {kind: _run(_driver(kind, **options)) for kind in ("reference", "eager", "fast")}
+    ref = runs["reference"].monitor
+    # The flipped byte stays flipped: the TAIL verifies of steps 3 and 4 both report it.
+    assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
+    for kind in ("eager", "fast"):
+        m = runs[kind].monitor
+        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
+        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
+        for g, g_ref in zip(m.groups, ref.groups):
+            for key, buf in g.buffers.items():
+                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
+    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs.
+    assert runs["fast"].monitor.fast.prepared == 2
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
+    driver = _run(_driver("fast"))
+    m = driver.monitor
+    batch = driver.batch({1: [(16, 10)], 2: [(25, 11)]})
+    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__},
+                       "positions": batch.positions.astype(np.int32)})  # fmt: skip
+    with raises_code("KVC-C002"):
+        m.pre_forward(bad)
+    strided = np.zeros(4, dtype=np.int64)[::2]
+    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__}, "out_cache_loc": strided})
+    m._phase = "idle"  # the failed pre_forward left the monitor idle; keep the check explicit
+    with raises_code("KVC-C006"):
+        m.pre_forward(bad)
+
+
+def test_graph_capture_needs_a_gpu_monitor():
+    driver = Driver()
+    batch = driver.batch({1: [(11, 1)]})
+    with raises_code("KVC-C008"):
+        driver.monitor.capture_graph(batch)
+
+
+# --- GPU: raw launches, fast path and graphs against eager launches ------------------
+
+
+def _gpu_driver(kind: str):
+    from benchmarks.workloads import GpuDriver  # noqa: PLC0415 - GPU-only helper
+
+    return GpuDriver(kind)
+
+
+@pytest.mark.gpu
+def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
+    runs = {kind: _gpu_driver(kind).run(steps=6) for kind in ("eager", "fast", "graph")}
+    for kind in ("fast", "graph"):
+        for name, array in runs["eager"].items():
+            np.testing.assert_array_equal(runs[kind][name], array, err_msg=f"{kind}: {name}")
+    assert runs["eager"]["violations"].shape[0] >= 1  # the planted fault was caught by every path
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replays_are_counted_by_the_health_check():
+    driver = _gpu_driver("graph")
+    driver.run(steps=4)
+    m = driver.monitor
+    assert m.graph is not None and m.graph.replays == 4
+    snap = m.status.words.get()
+    krc = snap[1:13]
+    assert np.array_equal(krc, m.health.host)  # every replayed launch ran once on the device
