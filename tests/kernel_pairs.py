@@ -68,7 +68,11 @@ def _copy_layout(array: np.ndarray, xp) -> Any:
 
 
 def to_host(value: Any) -> np.ndarray:
-    return value if isinstance(value, np.ndarray) else value.get()
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "copy_to_host"):  # a Numba device array (e.g. cached launch scratch)
+        return value.copy_to_host()
+    return value.get()
 
 
 def _rows(ctx: CanaryContext) -> Counter:

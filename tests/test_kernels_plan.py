@@ -364,7 +364,7 @@ def scale_batch(rng, bs, *, window=0, pool=False):
     rows = min(bs + 1, 2048)
     lut_len = 1 << 22
     return case(
-        rng.integers(0, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 5, bs),
+        rng.integers(0 if bs > 1 else 1, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 5, bs),
         rtt=rng.integers(1, lut_len, (rows, width)).astype(np.int32), window=window,
         lut=rng.permutation(lut_len).astype(np.int64) if window else None,
         pool=rng.integers(0, 1 << 30, (rows, width)).astype(np.int32) if pool else None,
