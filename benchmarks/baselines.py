@@ -3,9 +3,9 @@
 - :func:`cupy_verify`: the verify checks written with CuPy array operations
   (gathers and a vectorised splitmix64, one temporary per operation), the way
   one would write it without a custom kernel. Returns the failing-entry mask.
-- :func:`naive_verify_launch`: the verify kernel launched through Numba's
-  dispatcher, ``kernel[grid, block](cupy arrays...)``: typing, wrapping and
-  ABI packing on every call.
+- :func:`naive_launch`: a recorded launch (the glue's kernel, grid and block)
+  made through Numba's dispatcher, ``kernel[grid, block](cupy arrays...)``:
+  typing, wrapping and ABI packing on every call.
 - :func:`python_verify`: a per-entry Python loop over the same records, the
   shape of SGLang's torch reference (one tensor read per field, Python ints
   for the hashes); the CPU path is compared against it.
@@ -19,7 +19,7 @@ from kvcanary_numba.constants import CANARY_CHAIN_HEAD, PARTIAL_READ_BYTES, SPLI
 from kvcanary_numba.constants import RealKvHashMode
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 
-__all__ = ["cupy_verify", "naive_verify_launch", "python_verify"]
+__all__ = ["cupy_verify", "naive_launch", "python_verify"]
 
 
 def _splitmix(xp, x):
@@ -60,28 +60,29 @@ def cupy_verify(xp, context, plan, entries: int):
     return bad & (slots != 0)
 
 
-def naive_verify_launch(context, plan, *, check_token: bool = False):
-    """A callable launching the verify kernel through Numba's dispatcher with CuPy arguments."""
-    from kvcanary_numba.constants import VERIFY_BLOCK_SIZE
-    from kvcanary_numba.kernels import verify as kernels
-    from kvcanary_numba.launch import _common
-    from kvcanary_numba.launch.fingerprint import source_args
+def _plain(origin, arg):
+    """The argument as the caller's own array (CuPy), without Numba's view of it."""
+    if origin is None:
+        return arg
+    x = origin.source
+    if origin.builder == "kernel_array":
+        return x
+    dtype = np.dtype(origin.params[0])
+    if origin.builder == "reinterpret":
+        shape = origin.params[1] if len(origin.params) > 1 else None
+        flat = x.reshape(-1).view(np.uint8).view(dtype)
+        return flat if shape is None else flat.reshape(tuple(shape))
+    return x.reshape(-1).view(dtype)  # byte_span of a contiguous source
 
-    fallback = plan.verify_slot_indices.view(np.uint64)
-    nsrc, _, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    spans = [s.tensor.view(np.uint64).reshape(-1) for s in context.real_kv_sources[:nsrc]]
-    spans += [fallback] * (4 - nsrc)
-    kernel = kernels.KERNELS[kernels.kernel_name(check_token, nsrc)]
-    block = VERIFY_BLOCK_SIZE
-    grid = _common.persistent_grid(plan.verify_slot_indices.shape[0], block)
-    buf = context.canary_buf.view(np.int64)
-    args = (buf, plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
-            plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable, context.violation_ring,
-            context.violation_write_index, context.slot_run_counter, context.kernel_run_counter,
-            int(context.kernel_kind), *spans, params)  # fmt: skip
+
+def naive_launch(record):
+    """A callable launching ``record``'s kernel through Numba's dispatcher with CuPy arguments
+    (``kernel[grid, block](...)``): typing, wrapping and ABI packing on every call."""
+    args = tuple(_plain(origin, arg) for origin, arg in zip(record.origins, record.args))
+    configured = record.kernel[record.grid, record.block]
 
     def launch(_=None):
-        kernel[grid, block](*args)
+        configured(*args)
 
     return launch
 

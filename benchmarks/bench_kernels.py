@@ -13,6 +13,7 @@ from kvcanary_numba.plan import launch_canary_plan_kernels
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
+from .baselines import cupy_verify
 from .timing import copy_bandwidth, device_times
 from .workloads import plan_case, verify_case, write_case
 
@@ -75,35 +76,49 @@ def roofline(run) -> dict:
 
 
 def verify_sweep(run) -> None:
-    import cupy
-
     sizes = [1 << 16, 1 << 18] if run.quick else [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
     for entries in sizes:
-        for name, mode in MODES.items():
-            if not run.deadline.allows(60):
-                run.skip("verify", f"{name} {entries}")
-                continue
-            nbytes = verify_bytes(entries, mode)
-            sets = [verify_case(cupy, entries=entries, mode=mode, bytes_per_token=KV_BYTES, seed=s)
-                    for s in range(_rotation(nbytes))]  # fmt: skip
+        for name in MODES:
+            run.case("verify", f"{name} {entries}", lambda: _verify(run, name, entries), reserve=60, cleanup=_free)
 
-            def call(i):
-                ctx, plan, _ = sets[i % len(sets)]
-                launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
 
-            result = device_times(call, iters=run.iters, host_us=150)
-            rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
-            run.add({"op": "verify", "variant": name, "entries": entries, **result, "bytes": nbytes,
-                     **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
-            del sets
-            _free()
+def _verify(run, name: str, entries: int) -> None:
+    import cupy
+
+    mode = MODES[name]
+    nbytes = verify_bytes(entries, mode)
+    sets = [verify_case(cupy, entries=entries, mode=mode, bytes_per_token=KV_BYTES, seed=s)
+            for s in range(_rotation(nbytes))]  # fmt: skip
+
+    def call(i):
+        ctx, plan, _ = sets[i % len(sets)]
+        launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
+
+    result = device_times(call, iters=run.iters, host_us=150)
+    rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
+    run.add({"op": "verify", "variant": name, "entries": entries, **result, "bytes": nbytes,
+             **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+    if name != "PARTIAL" and (run.quick or entries >= 1 << 20):
+        _cupy_baseline(run, name, entries, nbytes, sets)
+
+
+def _cupy_baseline(run, name: str, entries: int, nbytes: int, sets) -> None:
+    """The same verify written with CuPy array operations (baselines.cupy_verify)."""
+    import cupy
+
+    ctx, plan, _ = sets[0]
+    failing = int(cupy_verify(cupy, ctx, plan, entries).sum())  # 0 on clean data
+
+    def call(i):
+        ctx, plan, _ = sets[i % len(sets)]
+        cupy_verify(cupy, ctx, plan, entries)
+
+    result = device_times(call, iters=max(3, run.iters // 4), host_us=3000)
+    run.add({"op": "verify", "variant": f"CuPy array ops {name}", "entries": entries, **result, "bytes": nbytes,
+             **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": failing})  # fmt: skip
 
 
 def write_sweep(run) -> None:
-    import cupy
-
-    from kvcanary_numba.launch import write as write_glue
-
     if run.quick:
         shapes = [(r, t) for r in (1, 8) for t in (1, 128)]
         baseline = {(8, 128)}
@@ -111,51 +126,57 @@ def write_sweep(run) -> None:
         shapes = [(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)]
         baseline = {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)}
     for requests, tokens in shapes:
-        for name in ("ALL", "NONE") if (requests, tokens) in baseline else ("ALL",):
-            if not run.deadline.allows(45):
-                run.skip("write", f"{name} {requests}x{tokens}")
-                continue
-            mode = MODES[name]
-            nbytes = write_bytes(requests * tokens, requests, mode)
-            sets = [write_case(cupy, requests=requests, tokens=tokens, mode=mode, bytes_per_token=KV_BYTES, seed=s)
-                    for s in range(_rotation(nbytes))]  # fmt: skip
-            impls = [("", launch_canary_write_kernel)]
-            if name == "ALL" and (requests, tokens) in baseline:
-                impls.append(("baseline thread/request ", write_glue.launch_write_baseline))
-            for prefix, launch in impls:
+        both = (requests, tokens) in baseline
+        for name in ("ALL", "NONE") if both else ("ALL",):
+            run.case("write", f"{name} {requests}x{tokens}", reserve=45, cleanup=_free,
+                     body=lambda: _write(run, name, requests, tokens, with_baseline=both and name == "ALL"))  # fmt: skip
 
-                def call(i, launch=launch):
-                    ctx, plan, inputs = sets[i % len(sets)]
-                    launch(context=ctx, plan=plan, **inputs)
 
-                iters = run.iters if prefix == "" else max(3, run.iters // 4)
-                result = device_times(call, iters=iters, host_us=150)
-                run.add({"op": "write", "variant": f"{prefix}{name} r={requests}", "tokens": requests * tokens,
-                         "requests": requests, "tokens_per_request": tokens, **result, "bytes": nbytes,
-                         **run.bandwidth(nbytes, result), "input_sets": len(sets)})  # fmt: skip
-            del sets
-            _free()
+def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -> None:
+    import cupy
+
+    from kvcanary_numba.launch import write as write_glue
+
+    mode = MODES[name]
+    nbytes = write_bytes(requests * tokens, requests, mode)
+    sets = [write_case(cupy, requests=requests, tokens=tokens, mode=mode, bytes_per_token=KV_BYTES, seed=s)
+            for s in range(_rotation(nbytes))]  # fmt: skip
+    impls = [("", launch_canary_write_kernel)]
+    if with_baseline:
+        impls.append(("baseline thread/request ", write_glue.launch_write_baseline))
+    for prefix, launch in impls:
+
+        def call(i, launch=launch):
+            ctx, plan, inputs = sets[i % len(sets)]
+            launch(context=ctx, plan=plan, **inputs)
+
+        iters = run.iters if prefix == "" else max(3, run.iters // 4)
+        result = device_times(call, iters=iters, host_us=150)
+        rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
+        run.add({"op": "write", "variant": f"{prefix}{name} r={requests}", "tokens": requests * tokens,
+                 "requests": requests, "tokens_per_request": tokens, **result, "bytes": nbytes,
+                 **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
 
 
 def plan_sweep(run, prefix: int = 128) -> None:
-    import cupy
-
     sizes = [1, 16, 256] if run.quick else [1, 16, 256, 4096, 16384, 65536]
     for bs in sizes:
-        if not run.deadline.allows(30):
-            run.skip("plan", f"bs={bs}")
-            continue
-        entries = bs * prefix
-        sets = [plan_case(cupy, bs=bs, prefix=prefix, seed=s) for s in range(_rotation(plan_bytes(bs, entries)))]
+        run.case("plan", f"bs={bs}", lambda: _plan(run, bs, prefix), cleanup=_free)
 
-        def call(i):
-            launch_canary_plan_kernels(**sets[i % len(sets)])
 
-        result = device_times(call, iters=run.iters, host_us=250)
-        vplan = sets[0]["verify_plan_out"]
-        num_valid, enable = int(vplan.verify_num_valid.get()[0]), int(vplan.enable.get()[0])
-        run.add({"op": "plan", "variant": f"decode prefix={prefix}", "bs": bs, "verify_entries": entries, **result,
-                 "bytes": plan_bytes(bs, entries), **run.bandwidth(plan_bytes(bs, entries), result),
-                 "ok": num_valid == entries and enable == 1, "input_sets": len(sets)})  # fmt: skip
-        del sets
-        _free()
+def _plan(run, bs: int, prefix: int) -> None:
+    import cupy
+
+    entries = bs * prefix
+    nbytes = plan_bytes(bs, entries)
+    sets = [plan_case(cupy, bs=bs, prefix=prefix, seed=s) for s in range(_rotation(nbytes))]
+
+    def call(i):
+        launch_canary_plan_kernels(**sets[i % len(sets)])
+
+    result = device_times(call, iters=run.iters, host_us=250)
+    vplan = sets[0]["verify_plan_out"]
+    num_valid, enable = int(vplan.verify_num_valid.get()[0]), int(vplan.enable.get()[0])
+    run.add({"op": "plan", "variant": f"decode prefix={prefix}", "bs": bs, "verify_entries": entries, **result,
+             "bytes": nbytes, **run.bandwidth(nbytes, result), "ok": num_valid == entries and enable == 1,
+             "input_sets": len(sets)})  # fmt: skip

@@ -8,16 +8,20 @@ launches on the GPU (the engine's KV write in between is excluded).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.launch.prepared import PreparedLaunch, recording
+from kvcanary_numba.monitor.fastpath import capture_graph
 from kvcanary_numba.plan import launch_canary_plan_kernels
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
-from .baselines import naive_verify_launch
+from .baselines import naive_launch
+from .bench_kernels import _free
 from .timing import _spin, device_times, host_times, stats, synchronize
 from .workloads import MonitorWorkload, plan_case, verify_case
 
@@ -32,12 +36,7 @@ def _capture(fn):
     with stream:
         fn()  # allocations and scratch happen outside the capture
         stream.synchronize()
-        stream.begin_capture()
-        try:
-            fn()
-        finally:
-            graph = stream.end_capture()
-    return graph
+        return capture_graph(stream, fn)
 
 
 def launch_overhead(run) -> None:
@@ -54,7 +53,7 @@ def launch_overhead(run) -> None:
     prepared = PreparedLaunch.from_record(rec.launches[0])
     graph = _capture(lambda: [prepared.launch() for _ in range(10)])
     paths = {
-        "naive numba dispatcher (CuPy args)": naive_verify_launch(ctx, plan),
+        "naive numba dispatcher (CuPy args)": naive_launch(rec.launches[0]),
         "public API (validated)": lambda _: launch_canary_verify_kernel(**kwargs),
         "launch glue (no validation)": lambda _: glue.launch_canary_verify_kernel(**kwargs),
         "prepared (cuLaunchKernel)": lambda _: prepared.launch(),
@@ -110,50 +109,57 @@ def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> No
     w = MonitorWorkload(cupy, requests=requests, prefix=prefix, extend=extend, mode=RealKvHashMode.PARTIAL)
     w.prefill()
     w.fill(w.batch, w.length, w.extend)  # the repeated (idempotent) step
-    m = w.monitor
-    fast = m.fast
-    launches = int(m._pre_launches.sum() + m._post_launches.sum())
+    m, fast = w.monitor, w.monitor.fast
     for path in ("eager (public API)", "prepared", "graph replay"):
-        if not run.deadline.allows(20):
-            run.skip("monitor step", f"{name} {path}")
-            continue
-        m.fast = None if path.startswith("eager") else fast
-        if path == "graph replay":
-            m.capture_graph(w.batch)
-        host, device, end = [], [], []
-        import cupy as cp
 
-        events = [cp.cuda.Event() for _ in range(4)]
-        for i in range(3 + run.iters):
-            synchronize()
-            _spin(4000 if path.startswith("eager") else 1500)  # keeps the GPU busy while the host issues
-            events[0].record()
-            t0 = _now()
-            m.pre_forward(w.batch)
-            t1 = _now()
-            events[1].record()
-            w.write_kv(w.batch)
-            events[2].record()
-            t2 = _now()
-            m.post_forward()
-            t3 = _now()
-            events[3].record()
-            m.end_step()
-            t4 = _now()
-            events[3].synchronize()
-            if i >= 3:
-                host.append((t1 - t0 + t3 - t2) * 1e6)
-                end.append((t4 - t3) * 1e6)
-                device.append((cp.cuda.get_elapsed_time(events[0], events[1])
-                               + cp.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
-        m.graph = None
-        rows = int(m.status.words.get()[0:1].view(np.int32)[0])
-        common = {"op": "monitor step", "variant": f"{name} {path}", "bs": requests, "prefix": prefix,
-                  "extend": extend, "launches": launches, "rows": rows}  # fmt: skip
-        run.add({**common, **stats(host), "measure": "host"})
-        run.add({**common, "op": "monitor step device", **stats(device), "measure": "device"})
-        run.add({**common, "op": "monitor end_step host", **stats(end), "measure": "host"})
-    m.fast = fast
+        def body(path=path):
+            try:
+                m.fast = None if path.startswith("eager") else fast
+                if path == "graph replay":
+                    m.capture_graph(w.batch)
+                _monitor_path(run, w, f"{name} {path}", spin_us=4000 if path.startswith("eager") else 1500)
+            finally:
+                m.fast, m.graph = fast, None
+
+        run.case("monitor", f"{name} {path}", body, reserve=20)
+
+
+def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
+    """Host time of pre_forward + post_forward (and of end_step), device time of their launches."""
+    import cupy
+
+    m = w.monitor
+    host, device, end = [], [], []
+    events = [cupy.cuda.Event() for _ in range(4)]
+    for i in range(3 + run.iters):
+        synchronize()
+        _spin(spin_us)  # the GPU stays busy while the host issues, so the events time only the GPU
+        events[0].record()
+        t0 = time.perf_counter()
+        m.pre_forward(w.batch)
+        t1 = time.perf_counter()
+        events[1].record()
+        w.write_kv(w.batch)
+        events[2].record()
+        t2 = time.perf_counter()
+        m.post_forward()
+        t3 = time.perf_counter()
+        events[3].record()
+        m.end_step()
+        t4 = time.perf_counter()
+        events[3].synchronize()
+        if i >= 3:
+            host.append((t1 - t0 + t3 - t2) * 1e6)
+            end.append((t4 - t3) * 1e6)
+            device.append((cupy.cuda.get_elapsed_time(events[0], events[1])
+                           + cupy.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
+    launches = int(m._pre_launches.sum() + m._post_launches.sum())
+    rows = int(m.status.words[0:1].view(np.int32).get()[0])
+    common = {"variant": variant, "bs": w.requests, "prefix": w.prefix, "extend": w.extend, "launches": launches,
+              "rows": rows}  # fmt: skip
+    run.add({"op": "monitor step host", **common, **stats(host)})
+    run.add({"op": "monitor step device", **common, **stats(device)})
+    run.add({"op": "monitor end_step host", **common, **stats(end)})
 
 
 def monitor_steps(run) -> None:
@@ -161,12 +167,4 @@ def monitor_steps(run) -> None:
         [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)]  # fmt: skip
     for case in cases:
         _monitor_case(run, *case)
-        from .bench_kernels import _free
-
         _free()
-
-
-def _now() -> float:
-    import time
-
-    return time.perf_counter()

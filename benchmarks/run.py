@@ -17,6 +17,7 @@ status 1). See ``benchmarks/NOTES.md`` for the byte models and predictions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import pathlib
@@ -45,7 +46,18 @@ class Run:
         self.deadline = Deadline(budget)
         self.records: list[dict] = []
         self.skipped: list[str] = []
+        self.errors: list[dict] = []
         self.copy_gbps: float | None = None
+
+    @contextlib.contextmanager
+    def guard(self, section: str, case: str = ""):
+        """Record an exception of one case (or section) in ``errors`` and go on."""
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - one failure must not lose the run
+            self.errors.append({"section": section, "case": case, "error": f"{type(exc).__name__}: {exc}",
+                                "traceback": traceback.format_exc(limit=8)})  # fmt: skip
+            print(self.errors[-1]["traceback"], file=sys.stderr, flush=True)
 
     def add(self, record: dict) -> None:
         self.records.append(record)
@@ -55,6 +67,17 @@ class Run:
 
     def skip(self, section: str, case: str) -> None:
         self.skipped.append(f"{section}: {case}")
+
+    def case(self, section: str, case: str, body, *, reserve: float = 30.0, cleanup=None) -> None:
+        """Run ``body()`` unless less than ``reserve`` seconds of budget are left (then it is listed
+        as skipped); an exception is recorded, not raised; ``cleanup()`` runs afterwards."""
+        if not self.deadline.allows(reserve):
+            self.skip(section, case)
+            return
+        with self.guard(section, case):
+            body()
+        if cleanup is not None:
+            cleanup()
 
     def bandwidth(self, nbytes: int, result: dict) -> dict:
         gbps = nbytes / (result["median_us"] * 1e-6) / 1e9
@@ -141,25 +164,23 @@ def main(argv: list[str] | None = None) -> int:
     meta = _meta(args, gpu)
     if gpu:
         meta["device_slug"] = meta["device"].lower().replace(" ", "-")
-    errors = []
     started = time.monotonic()
-    for name, section in _sections(wanted):
+    sections = []
+    with run.guard("setup"):
+        sections = _sections(wanted)
+    for name, section in sections:
         if name != "roofline" and not run.deadline.allows(5):
             run.skip(name, "whole section (budget spent)")
             continue
         print(f"[{time.monotonic() - started:6.1f}s] {name}", flush=True)
-        try:
+        with run.guard(name):
             section(run)
-        except Exception as exc:  # noqa: BLE001 - record and go on: one failure must not lose the run
-            errors.append({"section": name, "error": f"{type(exc).__name__}: {exc}",
-                           "traceback": traceback.format_exc(limit=8)})  # fmt: skip
-            print(errors[-1]["traceback"], file=sys.stderr, flush=True)
-    meta.update(seconds=round(time.monotonic() - started, 1), sections=wanted, skipped=run.skipped, errors=errors,
-                copy_gbps=run.copy_gbps)  # fmt: skip
+    meta.update(seconds=round(time.monotonic() - started, 1), sections=wanted, skipped=run.skipped,
+                errors=run.errors, copy_gbps=run.copy_gbps)  # fmt: skip
     out = pathlib.Path(args.out)
     write_results(out, args.name, meta, run.records)
-    print(f"wrote {out / (args.name + '.json')} and .md ({len(run.records)} records, {len(errors)} errors)")
-    return 1 if errors else 0
+    print(f"wrote {out / (args.name + '.json')} and .md ({len(run.records)} records, {len(run.errors)} errors)")
+    return 1 if run.errors else 0
 
 
 if __name__ == "__main__":

@@ -128,5 +128,4 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 10) -> dict:
     result = device_times(copy, iters=iters, warmup=2)
     result["bytes_moved"] = 2 * src.nbytes
     result["gbps"] = round(2 * src.nbytes / (result["median_us"] * 1e-6) / 1e9, 1)
-    del src, dst
     return result

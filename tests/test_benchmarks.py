@@ -5,7 +5,9 @@ compute what NOTES.md says. No timing is asserted."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -26,6 +28,7 @@ from kvcanary_numba.verify import launch_canary_verify_kernel  # noqa: E402
 from kvcanary_numba.write import launch_canary_write_kernel  # noqa: E402
 
 NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +166,30 @@ def test_targets_read_the_records_they_name():
     assert targets["step host time, replayed from a CUDA graph"]["met"] is False
     assert targets["step host time, eager with prepared launches (the monitor's GPU path)"]["met"] is None
     assert targets["CPU verify"]["met"] is None
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="NumPy arrays through the kernels")
+def test_naive_dispatcher_launch_runs_the_recorded_kernel_on_the_callers_arrays():
+    from benchmarks.baselines import naive_launch
+
+    from kvcanary_numba.launch.prepared import recording
+
+    ctx, plan, _ = verify_case(np, entries=64, mode=ALL, bytes_per_token=32, chain_len=32)
+    words = ctx.canary_buf.view(np.int64)
+    words[int(plan.verify_slot_indices[40]), 1] += 1  # one planted position fault (and its successor's link)
+    with recording() as rec:
+        launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=True, backend="cuda")
+    assert int(ctx.kernel_run_counter[0]) == 0  # recorded, not run
+    naive_launch(rec.launches[0])()
+    assert int(ctx.kernel_run_counter[0]) == 1 and int(ctx.slot_run_counter[0]) == 64
+    assert sorted(ctx.violation_ring[:2, 1]) == sorted(plan.verify_slot_indices[[40, 41]])
+
+
+def test_sanitizer_script_runs_every_kernel_on_garbage(tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM=os.environ.get("NUMBA_ENABLE_CUDASIM", "1"))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sanitizer_check.py")], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "all launches completed" in done.stdout
+    assert "rows mode=2:" in done.stdout

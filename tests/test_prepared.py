@@ -25,7 +25,7 @@ from monitor_helpers import Driver, monitor_records
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fingerprint import compute_real_kv_hash
 from kvcanary_numba.launch import _common
-from kvcanary_numba.launch.prepared import Origin, PreparedLaunch, array_layout, pack_arguments, recording
+from kvcanary_numba.launch.prepared import Origin, PreparedLaunch, pack_arguments, recording
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
 
@@ -102,16 +102,16 @@ def test_array_slots_follow_numbas_abi():
 
 
 def test_layouts_of_views_are_computed_without_building_them():
+    i8, u8, b = np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.uint8)
     ids = CaiArray((5,), "<i8", 0x3000)
-    assert array_layout(ids) == (0x3000, (5,), (8,), 8)
-    assert Origin(ids, "kernel_array").layout(array_layout(ids)) == (0x3000, (5,), (8,), 8)
-    assert Origin(ids, "reinterpret", (np.uint64,)).layout(array_layout(ids)) == (0x3000, (5,), (8,), 8)
+    assert _common.array_layout(ids) == (0x3000, (5,), (8,), i8)
+    assert Origin(ids, "kernel_array").layout(_common.array_layout(ids)) == (0x3000, (5,), (8,), i8)
+    assert Origin(ids, "reinterpret", (np.uint64,)).layout(_common.array_layout(ids)) == (0x3000, (5,), (8,), u8)
     buf = CaiArray((4, 32), "|u1", 0x4000)
-    assert Origin(buf, "reinterpret", (np.int64,)).layout(array_layout(buf)) == (0x4000, (16,), (8,), 8)
-    assert Origin(buf, "reinterpret", (np.int64, (4, 4))).layout(array_layout(buf)) is None  # shaped: build it
-    assert Origin(buf, "byte_span", (np.uint64,)).layout(array_layout(buf)) is None
-    host = np.zeros((2, 3), dtype=np.int32)
-    assert array_layout(host) == (host.__array_interface__["data"][0], (2, 3), (12, 4), 4)
+    assert _common.array_layout(buf) == (0x4000, (4, 32), (32, 1), b)
+    assert Origin(buf, "reinterpret", (np.int64,)).layout(_common.array_layout(buf)) == (0x4000, (16,), (8,), i8)
+    assert Origin(buf, "reinterpret", (np.int64, (4, 4))).layout(_common.array_layout(buf)) is None  # built instead
+    assert Origin(buf, "byte_span", (np.uint64,)).layout(_common.array_layout(buf)) is None
 
 
 # --- recording and prepared launches (simulator or GPU) ----------------------------
@@ -171,7 +171,7 @@ def test_prepared_launch_matches_the_ordinary_launch_and_follows_rebinding():
         compute_real_kv_hash(slot_indices=slots, out=out, backend="cuda", **kwargs)
     (record,) = rec.launches
     prepared = PreparedLaunch.from_record(record)
-    assert prepared.raw == (not SIMULATED)
+    assert prepared.raw == (not SIMULATED), prepared.fallback_reason
     prepared.launch()
     np.testing.assert_array_equal(_host(out), _host(expected))
     assert _host(out)[4] == 0 and _host(out)[0] != 0  # slot 64 is past the source: 0, as documented
@@ -263,27 +263,49 @@ def test_graph_capture_needs_a_gpu_monitor():
 # --- GPU: raw launches, fast path and graphs against eager launches ------------------
 
 
-def _gpu_driver(kind: str):
-    from benchmarks.workloads import GpuDriver  # noqa: PLC0415 - GPU-only helper
+def _gpu_run(kind: str, steps: int = 6) -> tuple[dict, object]:
+    """Decode steps of a small pool on the GPU (``eager`` / ``fast`` / ``graph``), a KV byte
+    flipped before step 3; returns host copies of everything the canary keeps, and the monitor."""
+    import cupy
 
-    return GpuDriver(kind)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(cupy, requests=4, prefix=40, max_steps=steps, bytes_per_token=32, mode=RealKvHashMode.ALL)
+    m = w.monitor
+    if kind == "eager":
+        m.fast = None
+    w.prefill()
+    if kind == "graph":
+        w.fill(w.batch, w.length, w.extend)
+        m.capture_graph(w.batch)
+    for i in range(steps):
+        if i == 3:
+            w.k[int(w.table[2, 5]), 0] ^= 1  # corrupt the KV of request 2, position 5
+        w.step()
+    m.flush()
+    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
+    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = m.status.words.get()
+    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
+    return out, m
 
 
 @pytest.mark.gpu
 def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
-    runs = {kind: _gpu_driver(kind).run(steps=6) for kind in ("eager", "fast", "graph")}
+    runs = {kind: _gpu_run(kind)[0] for kind in ("eager", "fast", "graph")}
+    assert runs["eager"]["violations"].shape[0] >= 1  # the flipped byte was caught
     for kind in ("fast", "graph"):
         for name, array in runs["eager"].items():
             np.testing.assert_array_equal(runs[kind][name], array, err_msg=f"{kind}: {name}")
-    assert runs["eager"]["violations"].shape[0] >= 1  # the planted fault was caught by every path
 
 
 @pytest.mark.gpu
-def test_gpu_graph_replays_are_counted_by_the_health_check():
-    driver = _gpu_driver("graph")
-    driver.run(steps=4)
-    m = driver.monitor
+def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
+    _, m = _gpu_run("graph", steps=4)
+    launches = [launch for phases in m.fast._phases.values() for phase in phases for launch in phase.launches]
+    assert launches and all(launch.raw for launch in launches), [l.fallback_reason for l in launches]
     assert m.graph is not None and m.graph.replays == 4
-    snap = m.status.words.get()
-    krc = snap[1:13]
-    assert np.array_equal(krc, m.health.host)  # every replayed launch ran once on the device
+    krc = m.status.words.get()[1:13]
+    np.testing.assert_array_equal(krc, m.health.host)  # every launch the host counted ran once on the device

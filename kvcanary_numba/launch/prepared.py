@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -39,47 +40,23 @@ import numpy as np
 
 from . import _common
 
-__all__ = ["Origin", "PreparedLaunch", "RecordedLaunch", "array_layout", "pack_arguments", "recording"]
+__all__ = ["Origin", "PreparedLaunch", "RecordedLaunch", "pack_arguments", "recording"]
 
 _INTP = ctypes.c_ssize_t
 _VOIDP = ctypes.c_void_p
 _record_lock = threading.Lock()
+logger = logging.getLogger("kvcanary_numba.launch")
 
 
 # --- array layouts --------------------------------------------------------------
+# A layout is ``_common.array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
 
-def array_layout(x: Any) -> tuple[int, tuple, tuple, int]:
-    """(data pointer, shape, strides in bytes, itemsize) of a kernel array argument.
-
-    CuPy arrays are read through attributes (cheap); anything else through
-    ``__cuda_array_interface__`` (C strides when it gives none) or, for NumPy,
-    ``__array_interface__``.
-    """
-    data = getattr(x, "data", None)
-    ptr = getattr(data, "ptr", None)  # CuPy: MemoryPointer.ptr
-    if ptr is not None:
-        return int(ptr), tuple(x.shape), tuple(x.strides), int(x.dtype.itemsize)
-    if isinstance(x, np.ndarray):
-        return int(x.__array_interface__["data"][0]), x.shape, x.strides, x.itemsize
-    cai = x.__cuda_array_interface__
-    shape = tuple(int(n) for n in cai["shape"])
-    itemsize = np.dtype(cai["typestr"]).itemsize
-    strides = cai.get("strides")
-    if strides is None:
-        strides, step = [], itemsize
-        for extent in reversed(shape):
-            strides.append(step)
-            step *= max(extent, 1)
-        strides = tuple(reversed(strides))
-    return int(cai["data"][0] or 0), shape, tuple(int(s) for s in strides), itemsize
-
-
-def _array_values(layout: tuple[int, tuple, tuple, int]) -> list[int]:
-    ptr, shape, strides, itemsize = layout
+def _array_values(layout: tuple) -> list[int]:
+    ptr, shape, strides, dtype = layout
     nitems = 1
     for extent in shape:
         nitems *= extent
-    return [0, 0, nitems, itemsize, ptr, *shape, *strides]
+    return [0, 0, nitems, dtype.itemsize, ptr, *shape, *strides]
 
 
 # --- packing --------------------------------------------------------------------
@@ -105,7 +82,7 @@ def _slot_values(ty, value) -> list:
     from numba.core import types
 
     if isinstance(ty, types.Array):
-        return _array_values(array_layout(value))
+        return _array_values(_common.array_layout(value))
     if isinstance(ty, types.BaseTuple):
         return [v for member, item in zip(ty, value) for v in _slot_values(member, item)]
     return [value]
@@ -145,20 +122,20 @@ class Origin:
         return getattr(_common, self.builder)(source, *self.params, **dict(self.options))
 
     def layout(self, source_layout: tuple) -> tuple | None:
-        """The view's :func:`array_layout` computed from its source's, or None when it
-        takes building the view (shaped reinterpretations, byte spans)."""
+        """The view's layout computed from its source's, or None when it takes building
+        the view (shaped reinterpretations, byte spans)."""
         if self.builder == "kernel_array":
             return source_layout
         options = dict(self.options)
         shape = self.params[1] if len(self.params) > 1 else options.get("shape")
         if self.builder != "reinterpret" or shape is not None:
             return None
-        itemsize = np.dtype(self.params[0] if self.params else options["dtype"]).itemsize
-        ptr, extents, _, source_itemsize = source_layout
-        nbytes = source_itemsize
+        dtype = np.dtype(self.params[0] if self.params else options["dtype"])
+        ptr, extents, _, source_dtype = source_layout
+        nbytes = source_dtype.itemsize
         for extent in extents:
             nbytes *= extent
-        return ptr, (nbytes // itemsize,), (itemsize,), itemsize
+        return ptr, (nbytes // dtype.itemsize,), (dtype.itemsize,), dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,28 +226,34 @@ class PreparedLaunch:
     ----------
     raw : bool
         True when launches go straight to ``cuLaunchKernel``; False under the
-        simulator (ordinary launch path).
+        simulator, or when preparing failed (``fallback_reason`` says why, a
+        warning is logged): then the ordinary launch path runs.
     """
 
-    __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "_func", "_types", "_slots",
+    __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "_func", "_slots",
                  "_starts", "_pointers", "_params", "_layouts")
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
         self.grid, self.block = int(grid), int(block)
         self.args = list(args)
-        self.raw = not _common.ON_SIMULATOR
         self._layouts: dict[int, tuple] = {}
-        if not self.raw:
+        self.raw, self.fallback_reason = False, None
+        if _common.ON_SIMULATOR:
             return
-        compiled = _common.compile_kernel(kernel, signature)
-        compiled.bind()  # loads the module into the current context
-        self._func = compiled._codelibrary.get_cufunc().handle
-        self._types = tuple(compiled.argument_types)
-        self._slots, self._starts = pack_arguments(self._types, self.args)
-        self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
-        self._params = ctypes.addressof(self._pointers)
-        _driver.check_abi(self._func, [ctypes.sizeof(s) for s in self._slots])
+        _common.check_signature(signature, self.args, kernel)  # the glue's types, once
+        try:
+            compiled = _common.compile_kernel(kernel, signature)  # compiled and loaded
+            self._func = compiled._codelibrary.get_cufunc().handle
+            self._slots, self._starts = pack_arguments(compiled.argument_types, self.args)
+            self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
+            self._params = ctypes.addressof(self._pointers)
+            _driver.check_abi(self._func, [ctypes.sizeof(s) for s in self._slots])
+        except Exception as exc:  # noqa: BLE001 - never worse than the ordinary launch
+            self.fallback_reason = f"{type(exc).__name__}: {exc}"
+            logger.warning("prepared launch of %s falls back to the ordinary launch: %s", signature, exc)
+            return
+        self.raw = True
 
     @classmethod
     def from_record(cls, record: RecordedLaunch) -> "PreparedLaunch":
@@ -280,17 +263,17 @@ class PreparedLaunch:
         """Point array argument ``index`` at ``source`` (same dtype and ndim as before).
 
         ``origin`` says how the glue derived the argument from its source (None:
-        the array itself); ``layout`` is ``array_layout(source)`` when the caller
-        has it. On a GPU only the slots of this argument are re-packed, and only
+        the array itself); ``layout`` is ``_common.array_layout(source)`` when the
+        caller has it. On a GPU only the slots of this argument are re-packed, and only
         when the pointer or shape changed.
         """
         if not self.raw:
             self.args[index] = origin.rebuild(source) if origin is not None else _common.kernel_array(source)
             return
-        source_layout = array_layout(source) if layout is None else layout
+        source_layout = _common.array_layout(source) if layout is None else layout
         view_layout = source_layout if origin is None else origin.layout(source_layout)
         if view_layout is None:  # rare: shaped views; build one to read its layout
-            view_layout = array_layout(origin.rebuild(source))
+            view_layout = _common.array_layout(origin.rebuild(source))
         self.args[index] = source  # keeps the memory alive while the launch may use it
         if self._layouts.get(index) == view_layout:
             return

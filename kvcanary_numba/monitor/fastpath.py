@@ -28,11 +28,12 @@ from typing import Any, Callable
 from .._arrays import inspect_array
 from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
-from ..launch.prepared import PreparedLaunch, RecordedLaunch, array_layout, recording
+from ..launch._common import array_layout
+from ..launch.prepared import PreparedLaunch, RecordedLaunch, recording
 from .batch import StepBatch
 from .groups import check_type
 
-__all__ = ["CapturedStep", "FastPath", "PreparedPhase", "run_pre"]
+__all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "capture_step", "run_pre"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays).
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
@@ -201,18 +202,9 @@ class CapturedStep:
             # Recording allocates this stream's plan scratch, outside the capture.
             fast.phases(batch, pool, lens, fast.roles(batch, lens))
             stream.synchronize()
-            self.head = self._capture(stream, lambda: fast.pre(batch))
-            self.tail = self._capture(stream, fast.post)
+            self.head = capture_graph(stream, lambda: fast.pre(batch))
+            self.tail = capture_graph(stream, fast.post)
         self.replays = 0
-
-    @staticmethod
-    def _capture(stream, body: Callable[[], None]):
-        stream.begin_capture()  # CuPy's default mode: relaxed
-        try:
-            body()
-        finally:
-            graph = stream.end_capture()
-        return graph
 
     def pre(self) -> None:
         self.head.launch()
@@ -220,6 +212,16 @@ class CapturedStep:
 
     def post(self) -> None:
         self.tail.launch()
+
+
+def capture_graph(stream, body: Callable[[], None]):
+    """The CUDA graph of what ``body()`` issues on the CuPy ``stream`` (current during the call)."""
+    stream.begin_capture()  # CuPy's default mode: relaxed
+    try:
+        body()
+    finally:
+        graph = stream.end_capture()
+    return graph
 
 
 def capture_step(monitor, batch, *, busy: str | None, order: str) -> CapturedStep:
