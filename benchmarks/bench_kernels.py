@@ -22,6 +22,15 @@ __all__ = ["plan_bytes", "roofline", "verify_bytes", "verify_sweep", "write_byte
 MODES = {"NONE": RealKvHashMode.NONE, "PARTIAL": RealKvHashMode.PARTIAL, "ALL": RealKvHashMode.ALL}
 #: Real-KV bytes per token of the benchmark sources (ALL mode reads all of them).
 KV_BYTES = 128
+#: Case sizes of each sweep, ``quick`` and ``full`` (dry runs and tests may shrink them).
+SIZES = {
+    "verify": {"quick": [1 << 16, 1 << 18], "full": [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]},
+    # (requests, tokens per request) shapes, and those also run in NONE mode and against the baseline
+    "write": {"quick": ([(1, 1), (1, 128), (8, 1), (8, 128)], {(8, 128)}),
+              "full": ([(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)],
+                       {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)})},
+    "plan": {"quick": [1, 16, 256], "full": [1, 16, 256, 4096, 16384, 65536]},
+}
 #: Input sets are rotated until they jointly exceed this (the H200's L2 is 50 MB).
 ROTATE_BYTES = 200 << 20
 RECORD = 32  # canary record bytes
@@ -76,8 +85,7 @@ def roofline(run) -> dict:
 
 
 def verify_sweep(run) -> None:
-    sizes = [1 << 16, 1 << 18] if run.quick else [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
-    for entries in sizes:
+    for entries in SIZES["verify"][run.mode]:
         for name in MODES:
             run.case("verify", f"{name} {entries}", lambda: _verify(run, name, entries), reserve=60, cleanup=_free)
 
@@ -119,12 +127,7 @@ def _cupy_baseline(run, name: str, entries: int, nbytes: int, sets) -> None:
 
 
 def write_sweep(run) -> None:
-    if run.quick:
-        shapes = [(r, t) for r in (1, 8) for t in (1, 128)]
-        baseline = {(8, 128)}
-    else:
-        shapes = [(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)]
-        baseline = {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)}
+    shapes, baseline = SIZES["write"][run.mode]
     for requests, tokens in shapes:
         both = (requests, tokens) in baseline
         for name in ("ALL", "NONE") if both else ("ALL",):
@@ -159,8 +162,7 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
 
 
 def plan_sweep(run, prefix: int = 128) -> None:
-    sizes = [1, 16, 256] if run.quick else [1, 16, 256, 4096, 16384, 65536]
-    for bs in sizes:
+    for bs in SIZES["plan"][run.mode]:
         run.case("plan", f"bs={bs}", lambda: _plan(run, bs, prefix), cleanup=_free)
 
 

@@ -25,7 +25,14 @@ from .bench_kernels import _free
 from .timing import _spin, device_times, host_times, stats, synchronize
 from .workloads import MonitorWorkload, plan_case, verify_case
 
-__all__ = ["launch_overhead", "monitor_steps", "op_step"]
+__all__ = ["SIZES", "launch_overhead", "monitor_steps", "op_step"]
+
+#: (bs, prefix) of the plan -> verify -> write step; (name, requests, prefix, extend) monitor cases.
+SIZES = {
+    "step": {"quick": (64, 256), "full": (256, 4096)},
+    "monitor": {"quick": [("decode", 16, 256, 1), ("prefill", 2, 0, 512)],
+                "full": [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)]},
+}
 
 
 def _capture(fn):
@@ -70,12 +77,13 @@ def op_step(run) -> None:
     """plan -> verify -> write of one decode batch (one canary endpoint): host time eager and replayed."""
     import cupy
 
-    bs, prefix = (64, 256) if run.quick else (256, 4096)
+    bs, prefix = SIZES["step"][run.mode]
     # Clean chains of prefix + 1 positions: the plan verifies [0, prefix), the write re-stamps position prefix.
     ctx, _, meta = verify_case(cupy, entries=bs * (prefix + 1), mode=RealKvHashMode.PARTIAL, chain_len=prefix + 1)
     plan_kwargs = plan_case(cupy, bs=bs, prefix=prefix, slots=meta["slots"])
-    inputs = dict(input_ids=cupy.asarray(meta["tokens"][:, prefix]), positions=cupy.full(bs, prefix, dtype=np.int64),
-                  out_cache_loc=cupy.asarray(meta["slots"][:, prefix]), enable_write_input_assert=False,
+    column = lambda a: cupy.asarray(np.ascontiguousarray(a[:, prefix]))  # noqa: E731
+    inputs = dict(input_ids=column(meta["tokens"]), positions=cupy.full(bs, prefix, dtype=np.int64),
+                  out_cache_loc=column(meta["slots"]), enable_write_input_assert=False,
                   expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
     vplan, wplan = plan_kwargs["verify_plan_out"], plan_kwargs["write_plan_out"]
     ctx = ctx.replace(kernel_kind=CanaryLaunchTag.HEAD_K_FULL)
@@ -163,8 +171,6 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
 
 
 def monitor_steps(run) -> None:
-    cases = [("decode", 16, 256, 1), ("prefill", 2, 0, 512)] if run.quick else \
-        [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)]  # fmt: skip
-    for case in cases:
+    for case in SIZES["monitor"][run.mode]:
         _monitor_case(run, *case)
         _free()

@@ -7,7 +7,8 @@
 #
 # Steps: tests (pytest -m gpu), vectors (golden-vector replay on the GPU), bench (the full
 # benchmark: JSON, markdown and PNG plots), sanitizer (compute-sanitizer memcheck of
-# benchmarks/sanitizer_check.py; expect 0 errors). Each step is time-bounded with `timeout`,
+# benchmarks/sanitizer_check.py; expect 0 errors); quick (not in the default list): the
+# benchmark at small sizes, a smoke test of every section. Each step is time-bounded with `timeout`,
 # logs to $OUT/<step>.log and the run continues when one fails; $OUT/summary.txt lists the exit
 # codes. $OUT defaults to ./gpu-out. Golden vectors: $KVCANARY_VECTORS, else ./.vectors,
 # ./shared/vectors or ../shared/vectors.
@@ -63,6 +64,8 @@ for step in "${STEPS[@]}"; do
         fi ;;
     bench)
         run_step bench 390 python3 benchmarks/run.py --out "$OUT/bench" --budget 330 ;;
+    quick)  # a smoke run of every section at small sizes (about a minute, mostly compilation)
+        run_step quick 240 python3 benchmarks/run.py --quick --out "$OUT/quick" --budget 200 ;;
     sanitizer)
         if tool=$(find_sanitizer); then
             run_step sanitizer 300 "$tool" --tool memcheck --error-exitcode 3 --print-limit 20 \
@@ -73,7 +76,7 @@ for step in "${STEPS[@]}"; do
             run_step sanitizer_plain 120 python3 benchmarks/sanitizer_check.py
         fi ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, quick)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

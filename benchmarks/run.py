@@ -43,6 +43,7 @@ class Run:
 
     def __init__(self, *, quick: bool, iters: int, budget: float):
         self.quick, self.iters = quick, iters
+        self.mode = "quick" if quick else "full"  # the key of the sections' SIZES tables
         self.deadline = Deadline(budget)
         self.records: list[dict] = []
         self.skipped: list[str] = []

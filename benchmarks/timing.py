@@ -72,6 +72,8 @@ def _spin_kernel():
 def _spin(microseconds: int) -> None:
     from kvcanary_numba.launch import _common
 
+    if _common.ON_SIMULATOR:  # no nanosleep there, and nothing to time
+        return
     _common.launch(_spin_kernel(), "void(int64)", 1, 1, (int(microseconds),))
 
 

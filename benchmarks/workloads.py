@@ -54,7 +54,7 @@ def _context(xp, buf, *, sources, mode, tag=CanaryLaunchTag.TAIL_K_FULL, ring_ca
     )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=1)  # the modes of one size share their chains
+@functools.lru_cache(maxsize=4)  # the modes of one size share their chains
 def _chains(seed: int, requests: int, length: int):
     """Host chains: slots [R, L] (a permutation of 1..R*L), tokens [R, L], prev_hash [R, L] (uint64)."""
     rng = np.random.default_rng([seed, requests, length])

@@ -97,7 +97,8 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
     arrays = list(roles.values())
     ids = [None if a is None else id(a) for a in arrays]
     alias = tuple(-1 if i is None else ids.index(i) for i in ids)
-    return asserted, tuple(None if a is None else tuple(a.shape) for a in arrays), alias
+    # Not an array (no shape): a key of its own; recording then raises the validated path's error.
+    return asserted, tuple(None if a is None else tuple(getattr(a, "shape", (-1,))) for a in arrays), alias
 
 
 def compile_monitor_kernels(monitor) -> int:
