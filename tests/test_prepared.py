@@ -161,6 +161,24 @@ def test_recording_launches_nothing_and_restores_the_glue():
 
 
 @pytest.mark.simulator
+def test_recording_leaves_other_threads_launches_alone():
+    import threading
+
+    xp = _xp()
+    sources, slots, out = _fingerprint_inputs(xp, [1, 2])
+    _, other_slots, other_out = _fingerprint_inputs(xp, [3, 4])
+    kwargs = dict(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, backend="cuda")
+    with recording() as rec:
+        worker = threading.Thread(target=lambda: compute_real_kv_hash(slot_indices=other_slots, out=other_out,
+                                                                      **kwargs))  # fmt: skip
+        worker.start()
+        worker.join()
+        compute_real_kv_hash(slot_indices=slots, out=out, **kwargs)
+    assert _host(other_out).all() and not _host(out).any()  # the worker's launch ran, ours was recorded
+    assert len(rec.launches) == 1 and rec.launches[0].origins[0].source is slots
+
+
+@pytest.mark.simulator
 def test_prepared_launch_matches_the_ordinary_launch_and_follows_rebinding():
     xp = _xp()
     sources, slots, out = _fingerprint_inputs(xp, [1, 5, 63, 0, 64])

@@ -169,13 +169,15 @@ def recording():
     """Record the launches of launch-glue calls made in the block instead of running them.
 
     The glue's view builders and ``launch`` of :mod:`._common` are swapped for
-    the duration (module attributes the glue looks up at call time), under a
-    lock: record from one thread, outside CUDA-graph capture. Everything else
-    the glue does still happens (scratch allocation, view caching), so a phase
-    can be recorded before it is captured.
+    the duration (module attributes the glue looks up at call time); calls from
+    other threads pass straight through to the originals, and one recording
+    runs at a time (a lock). Everything else the glue does still happens
+    (validation, scratch allocation, view caching), so a phase can be recorded
+    before it is captured into a CUDA graph.
     """
     rec = _Recording()
     names = ("kernel_array", "reinterpret", "byte_span", "launch")
+    me = threading.get_ident()
     with _record_lock:
         saved = {name: getattr(_common, name) for name in names}
 
@@ -184,11 +186,16 @@ def recording():
 
             def build(x, *params, persistent=False, **options):
                 view = original(x, *params, persistent=persistent, **options)
+                if threading.get_ident() != me:  # another thread's glue: untouched
+                    return view
                 return rec.note(view, Origin(x, name, params, tuple(sorted(options.items()))))
 
             return build
 
         def record(kernel, signature, grid, block, args):
+            if threading.get_ident() != me:
+                saved["launch"](kernel, signature, grid, block, args)
+                return
             args = tuple(args)
             origins = tuple(rec.origin_of(a) for a in args)
             rec.launches.append(RecordedLaunch(kernel, signature, int(grid), int(block), args, origins))
