@@ -24,7 +24,8 @@ if str(HERE.parent) not in sys.path:
 from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan  # noqa: E402
 from kvcanary_numba.constants import CanaryLaunchTag  # noqa: E402
 from kvcanary_numba.fingerprint import compute_real_kv_hash  # noqa: E402
-from kvcanary_numba.launch.prepared import PreparedLaunch, recording  # noqa: E402
+from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
+from kvcanary_numba.launch.recording import recording  # noqa: E402
 from kvcanary_numba.plan import launch_canary_plan_kernels  # noqa: E402
 from kvcanary_numba.scatter import scatter_req_token_ids  # noqa: E402
 from kvcanary_numba.verify import launch_canary_verify_kernel  # noqa: E402

@@ -173,7 +173,7 @@ def test_targets_read_the_records_they_name():
 def test_naive_dispatcher_launch_runs_the_recorded_kernel_on_the_callers_arrays():
     from benchmarks.baselines import naive_launch
 
-    from kvcanary_numba.launch.prepared import recording
+    from kvcanary_numba.launch.recording import recording
 
     ctx, plan, _ = verify_case(np, entries=64, mode=ALL, bytes_per_token=32, chain_len=32)
     words = ctx.canary_buf.view(np.int64)

@@ -25,7 +25,8 @@ from monitor_helpers import Driver, monitor_records
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fingerprint import compute_real_kv_hash
 from kvcanary_numba.launch import _common
-from kvcanary_numba.launch.prepared import Origin, PreparedLaunch, pack_arguments, recording
+from kvcanary_numba.launch.prepared import PreparedLaunch, pack_arguments
+from kvcanary_numba.launch.recording import Origin, recording
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
 

@@ -21,30 +21,24 @@ Under Numba's CUDA simulator there is no driver: a prepared launch keeps its
 arguments and runs the ordinary launch (:func:`._common.launch`), so the
 rebinding logic is tested on a CPU with the same results as the normal path.
 
-:func:`recording` collects the launches an ordinary launch-glue call *would*
-make (kernel, signature, grid, block, arguments) without running them, and
-where every array argument came from, so callers can prepare whole phases
-(the monitor does: :mod:`kvcanary_numba.monitor.fastpath`).
+:func:`.recording.recording` collects the launches an ordinary launch-glue
+call *would* make, and where every array argument came from, so callers can
+prepare whole phases (the monitor does: :mod:`kvcanary_numba.monitor.fastpath`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
-import threading
-from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 from . import _common
+from .recording import Origin, RecordedLaunch
 
-__all__ = ["Origin", "PreparedLaunch", "RecordedLaunch", "pack_arguments", "recording"]
+__all__ = ["PreparedLaunch", "pack_arguments"]
 
 _INTP = ctypes.c_ssize_t
 _VOIDP = ctypes.c_void_p
-_record_lock = threading.Lock()
 logger = logging.getLogger("kvcanary_numba.launch")
 
 
@@ -104,110 +98,6 @@ def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list
         for ctype, v in zip(_slot_types(ty), _slot_values(ty, value)):
             slots.append(ctype(v))
     return slots, starts
-
-
-# --- recording ------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """How the launch glue built one kernel array argument: ``builder(source, *params, **options)``."""
-
-    source: Any
-    builder: str  # "kernel_array" | "reinterpret" | "byte_span"
-    params: tuple = ()
-    options: tuple = ()  # sorted (name, value) keyword arguments other than ``persistent``
-
-    def rebuild(self, source: Any):
-        """The same view of another array (never cached: ``source`` may be per-step)."""
-        return getattr(_common, self.builder)(source, *self.params, **dict(self.options))
-
-    def layout(self, source_layout: tuple) -> tuple | None:
-        """The view's layout computed from its source's, or None when it takes building
-        the view (shaped reinterpretations, byte spans)."""
-        if self.builder == "kernel_array":
-            return source_layout
-        options = dict(self.options)
-        shape = self.params[1] if len(self.params) > 1 else options.get("shape")
-        if self.builder != "reinterpret" or shape is not None:
-            return None
-        dtype = np.dtype(self.params[0] if self.params else options["dtype"])
-        ptr, extents, _, source_dtype = source_layout
-        nbytes = source_dtype.itemsize
-        for extent in extents:
-            nbytes *= extent
-        return ptr, (nbytes // dtype.itemsize,), (dtype.itemsize,), dtype
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedLaunch:
-    """One launch the glue would have made; ``origins[i]`` is None for a non-array argument."""
-
-    kernel: Any
-    signature: str
-    grid: int
-    block: int
-    args: tuple
-    origins: tuple
-
-
-class _Recording:
-    def __init__(self):
-        self.launches: list[RecordedLaunch] = []
-        self._origins: dict[int, tuple[Any, Origin]] = {}  # id(view) -> (view kept alive, origin)
-
-    def note(self, view, origin: Origin):
-        self._origins[id(view)] = (view, origin)
-        return view
-
-    def origin_of(self, arg) -> Origin | None:
-        hit = self._origins.get(id(arg))
-        return hit[1] if hit is not None and hit[0] is arg else None
-
-
-@contextlib.contextmanager
-def recording():
-    """Record the launches of launch-glue calls made in the block instead of running them.
-
-    The glue's view builders and ``launch`` of :mod:`._common` are swapped for
-    the duration (module attributes the glue looks up at call time); calls from
-    other threads pass straight through to the originals, and one recording
-    runs at a time (a lock). Everything else the glue does still happens
-    (validation, scratch allocation, view caching), so a phase can be recorded
-    before it is captured into a CUDA graph.
-    """
-    rec = _Recording()
-    names = ("kernel_array", "reinterpret", "byte_span", "launch")
-    me = threading.get_ident()
-    with _record_lock:
-        saved = {name: getattr(_common, name) for name in names}
-
-        def builder(name):
-            original = saved[name]
-
-            def build(x, *params, persistent=False, **options):
-                view = original(x, *params, persistent=persistent, **options)
-                if threading.get_ident() != me:  # another thread's glue: untouched
-                    return view
-                return rec.note(view, Origin(x, name, params, tuple(sorted(options.items()))))
-
-            return build
-
-        def record(kernel, signature, grid, block, args):
-            if threading.get_ident() != me:
-                saved["launch"](kernel, signature, grid, block, args)
-                return
-            args = tuple(args)
-            origins = tuple(rec.origin_of(a) for a in args)
-            rec.launches.append(RecordedLaunch(kernel, signature, int(grid), int(block), args, origins))
-
-        try:
-            for name in names[:3]:
-                setattr(_common, name, builder(name))
-            _common.launch = record
-            yield rec
-        finally:
-            for name, original in saved.items():
-                setattr(_common, name, original)
 
 
 # --- the prepared launch --------------------------------------------------------

@@ -29,7 +29,8 @@ from .._arrays import inspect_array
 from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..launch._common import array_layout
-from ..launch.prepared import PreparedLaunch, RecordedLaunch, recording
+from ..launch.prepared import PreparedLaunch
+from ..launch.recording import RecordedLaunch, recording
 from .batch import StepBatch
 from .groups import check_type
 
