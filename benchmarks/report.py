@@ -56,6 +56,10 @@ def evaluate_targets(records: list[dict]) -> list[dict]:
                        "informational: every call re-validates and re-wraps its arguments"))  # fmt: skip
     out.append(_target("step host time, replayed from a CUDA graph",
                        _median(records, op, variant="graph replay"), 15.0, "lower", "us"))  # fmt: skip
+    for path, threshold in (("prepared", 60.0), ("graph replay", 15.0)):
+        out.append(_target(f"monitor decode step host time, {path}",
+                           _median(records, "monitor step host", variant=f"decode {path}"), threshold, "lower", "us",
+                           "informational: a FULL pool with K and V is 10 launches (2 plan, 4 HEAD, 4 TAIL)"))  # fmt: skip
     speedups = [r.get("speedup") for r in records if r.get("op") == "cpu verify" and r.get("speedup")]
     out.append(_target("CPU verify: NumPy path over the per-entry Python loop (worst mode)",
                        min(speedups) if speedups else None, 100.0, "higher", "x"))  # fmt: skip
