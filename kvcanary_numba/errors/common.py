@@ -1,4 +1,7 @@
-"""Codes KVC-C…: array and argument checks shared by every operation."""
+"""Codes KVC-C… about arrays (type, dtype, shape, layout, writability), shared by every operation.
+
+Devices, backend choice and host scalar arguments are in :mod:`.arguments`.
+"""
 
 from __future__ import annotations
 
@@ -178,114 +181,6 @@ define(
         "kv-canary: {name} must be contiguous",
         "kv-canary: req_to_token_stride0 must be positive, got {n}",
         "kv-canary: req_to_token_stride0={a} does not match req_to_token.stride(0)={b}",
-    ),
-)
-
-define(
-    "KVC-C007",
-    title="Arrays on different devices",
-    message="{function}: {argument} is a {got} array but {reference} is a {expected} array",
-    meaning=(
-        "One call runs on one backend: either every array is a NumPy array (CPU path) or every array "
-        "is a CUDA array on the same device (GPU path). Mixing would need hidden copies."
-    ),
-    triggers=(
-        "A NumPy metadata array passed together with CuPy plans.",
-        "Arrays allocated on two different GPUs.",
-    ),
-    solutions=("Move the odd array to the device of the others once (cupy.asarray / .get()).",),
-    before="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=np_prefix, ...)",
-    after="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=cupy.asarray(np_prefix), ...)",
-    defensive="prefix_lens = xp.asarray(prefix_lens)  # xp = cupy when the plans live on a GPU",
-    prevention="Allocate plans and contexts with the same device= as the engine's arrays.",
-    related=("KVC-C001", "KVC-C008"),
-    sglang=("kv-canary: {name} must be on {reference_name}'s device {ref_device}, got {device}",),
-)
-
-define(
-    "KVC-C008",
-    title="Backend unavailable",
-    message="{function}: {argument}={got!r} cannot run here: {reason}",
-    meaning=(
-        "backend='cuda' runs the Numba-CUDA kernels; it needs CUDA arrays on a GPU, or NumPy arrays "
-        "under Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1). backend='numpy' runs the NumPy "
-        "references and needs NumPy arrays. device='cuda' allocation needs CuPy and a GPU."
-    ),
-    triggers=(
-        "backend='cuda' with NumPy arrays on a machine without the simulator enabled.",
-        "backend='numpy' with CuPy arrays.",
-        "Allocating with device='cuda' where CuPy is not installed or no GPU is visible.",
-    ),
-    solutions=(
-        "Leave backend='auto': it follows the array type.",
-        "Install the GPU extra (pip install 'kvcanary_numba[gpu]') on a machine with a GPU.",
-        "Set NUMBA_ENABLE_CUDASIM=1 before importing numba to run kernels on NumPy arrays.",
-    ),
-    before="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False, backend='cuda')",
-    after="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False)",
-    defensive="device = 'cuda' if kvcanary_numba.gpu_available() else 'cpu'",
-    prevention="Run `kvcanary doctor` to see which backends this machine offers.",
-    related=("KVC-C007", "KVC-C009"),
-    extension=True,
-)
-
-define(
-    "KVC-C009",
-    title="Unknown backend or device name",
-    message="{function}: {argument} must be one of {expected}, got {got!r}",
-    meaning="backend accepts 'auto', 'numpy' and 'cuda'; device accepts 'cpu' and 'cuda'.",
-    triggers=("A typo such as backend='gpu' or device='cuda:0'.",),
-    solutions=("Use one of the listed names.",),
-    before="VerifyPlan.allocate(verify_capacity=1024, device='gpu')",
-    after="VerifyPlan.allocate(verify_capacity=1024, device='cuda')",
-    defensive="device = 'cuda' if use_gpu else 'cpu'",
-    prevention="Take the device from one configuration value.",
-    related=("KVC-C008",),
-    extension=True,
-)
-
-define(
-    "KVC-C010",
-    title="Expected a bool",
-    message="{function}: {argument} must be a bool, got {got}",
-    exception="type",
-    meaning=(
-        "Switches such as check_verify_expected_token and enable_write_input_assert select compiled "
-        "kernel variants; they must be real bools so that 0/1 arrays or None are not mistaken for flags."
-    ),
-    triggers=("Passing an int, a NumPy bool array or None as a switch.",),
-    solutions=("Pass True or False (bool(x) for a NumPy bool scalar).",),
-    before="launch_canary_verify_kernel(..., check_verify_expected_token=1)",
-    after="launch_canary_verify_kernel(..., check_verify_expected_token=True)",
-    defensive="check = bool(config.verify_tokens)",
-    prevention="Keep switches in a typed configuration object.",
-    related=("KVC-C011",),
-    sglang=("kv-canary: has_swa_lut must be bool, got {type}",),
-)
-
-define(
-    "KVC-C011",
-    title="Integer argument out of range",
-    message="{function}: {argument} must be {expected}, got {got!r}",
-    meaning=(
-        "Capacities must be positive ints, window sizes and offsets non-negative or within the "
-        "documented range, tags and modes members of their enums."
-    ),
-    triggers=(
-        "A capacity of 0 computed from an empty configuration.",
-        "A negative swa_window_size.",
-        "A kernel_kind outside CanaryLaunchTag.",
-    ),
-    solutions=("Pass a value in the stated range; use the enums for tags and modes.",),
-    before="VerifyPlan.allocate(verify_capacity=0)",
-    after="VerifyPlan.allocate(verify_capacity=3 * num_kv_slots)",
-    defensive="capacity = max(1, 3 * num_kv_slots)",
-    prevention="Derive capacities from the pool size once, at start-up.",
-    related=("KVC-C010",),
-    sglang=(
-        "kv-canary: write_req_capacity must be non-negative, got {n}",
-        "kv-canary: verify_capacity must be non-negative, got {n}",
-        "kv-canary: lut_len must be non-negative, got {n}",
     ),
 )
 

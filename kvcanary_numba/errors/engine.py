@@ -1,0 +1,71 @@
+"""Codes KVC-E…: the toy paged KV engine and the ``kvcanary`` command line."""
+
+from __future__ import annotations
+
+from .registry import define
+
+define(
+    "KVC-E001",
+    title="Unknown fault class",
+    message="{function}: {argument} must name fault classes from {expected}, got {got!r}",
+    meaning=(
+        "The toy engine injects a fixed set of KV-cache bugs, each one a class of real serving bugs "
+        "the canary is meant to catch: token_flip (wrong input token), position_flip (wrong "
+        "position), slot_reuse (a page handed to two requests), stale_page (prefix cache pointing "
+        "at freed pages), kv_byte_flip (KV bytes changed after they were written), "
+        "cached_kv_flip (the same, in a cached page only a sweep sees) and req_to_token (a trampled "
+        "request-to-slot table entry)."
+    ),
+    triggers=("A typo in --faults or ToyEngine(faults=...).", "Using SGLang's perturb mode names."),
+    solutions=("Use the listed names, or 'all' on the command line.",),
+    before="kvcanary demo --faults token,kv_flip",
+    after="kvcanary demo --faults token_flip,kv_byte_flip",
+    defensive="faults = [f for f in faults if f in FAULT_CLASSES]",
+    prevention="Take fault names from kvcanary_numba.engine.FAULT_CLASSES.",
+    related=("KVC-E002",),
+    extension=True,
+)
+
+define(
+    "KVC-E002",
+    title="Toy engine KV pool too small",
+    message=(
+        "{function}: num_pages={got} cannot hold max_running={max_running} requests of up to "
+        "{max_tokens} tokens plus {prefixes} cached prefixes; need at least {needed} pages"
+    ),
+    meaning=(
+        "The toy engine never preempts: it admits a request only when every running request can "
+        "still grow to its maximum length, and it keeps one cached page range per shared prefix. "
+        "The pool (page 0 is reserved as the padding page) must hold that worst case."
+    ),
+    triggers=("Raising max_running or the prompt lengths without raising num_pages.",),
+    solutions=("Raise num_pages to the stated minimum, or lower max_running / the lengths.",),
+    before="EngineConfig(num_pages=8, max_running=8)",
+    after="EngineConfig(num_pages=96, max_running=8)",
+    defensive="num_pages = max(num_pages, EngineConfig.min_pages(...))",
+    prevention="Size the toy pool from the workload parameters.",
+    related=("KVC-E003",),
+    extension=True,
+)
+
+define(
+    "KVC-E003",
+    title="Shared prefix length invalid",
+    message=(
+        "{function}: shared_prefix_len must be a multiple of page_size={page_size} and shorter than "
+        "min_prompt_len={min_prompt_len}, got {got}"
+    ),
+    meaning=(
+        "Requests share a cached system prompt of shared_prefix_len tokens. Prefix sharing maps "
+        "whole pages (a page is owned by one chain), and every request must still prefill at least "
+        "one token of its own, so the shared part is page-aligned and shorter than any prompt."
+    ),
+    triggers=("shared_prefix_len=3 with page_size=2.", "shared_prefix_len equal to the prompt length."),
+    solutions=("Round shared_prefix_len down to a multiple of page_size below min_prompt_len.",),
+    before="EngineConfig(page_size=4, shared_prefix_len=6, min_prompt_len=6)",
+    after="EngineConfig(page_size=4, shared_prefix_len=4, min_prompt_len=6)",
+    defensive="shared = (min_prompt_len - 1) // page_size * page_size",
+    prevention="Derive the shared prefix length from the page size.",
+    related=("KVC-E002",),
+    extension=True,
+)
