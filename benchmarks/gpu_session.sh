@@ -68,7 +68,7 @@ for step in "${STEPS[@]}"; do
         run_step quick 240 python3 benchmarks/run.py --quick --out "$OUT/quick" --budget 200 ;;
     sanitizer)
         if tool=$(find_sanitizer); then
-            run_step sanitizer 300 "$tool" --tool memcheck --error-exitcode 3 --print-limit 20 \
+            run_step sanitizer 300 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
                 python3 benchmarks/sanitizer_check.py
             grep -h "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$SUMMARY"
         else
