@@ -4,7 +4,8 @@ Everything is built for NumPy (CPU references, tests) or CuPy (kernels) from
 the same host description. Records are *clean* (every check passes), so the
 kernels take their common path and record no rows; slots are a random
 permutation of the pool, as in a long-running engine, so the gathers are
-realistic. Repeating a write or a monitor step on unchanged inputs re-stamps
+realistic; verify also has a ``contiguous`` layout (each chain in consecutive
+slots, as a fresh pool or a paged allocator hands them out). Repeating a write or a monitor step on unchanged inputs re-stamps
 identical records: timed loops change nothing.
 """
 
@@ -55,10 +56,11 @@ def _context(xp, buf, *, sources, mode, tag=CanaryLaunchTag.TAIL_K_FULL, ring_ca
 
 
 @functools.lru_cache(maxsize=4)  # the modes of one size share their chains
-def _chains(seed: int, requests: int, length: int):
-    """Host chains: slots [R, L] (a permutation of 1..R*L), tokens [R, L], prev_hash [R, L] (uint64)."""
+def _chains(seed: int, requests: int, length: int, contiguous: bool = False):
+    """Host chains: slots [R, L] (1..R*L, permuted unless ``contiguous``), tokens [R, L], prev_hash [R, L] (uint64)."""
     rng = np.random.default_rng([seed, requests, length])
-    slots = (rng.permutation(requests * length) + 1).reshape(requests, length).astype(np.int64)
+    order = np.arange(requests * length) if contiguous else rng.permutation(requests * length)
+    slots = (order + 1).reshape(requests, length).astype(np.int64)
     tokens = rng.integers(1, 1 << 31, (requests, length), dtype=np.int64)
     prev = np.empty((requests, length), dtype=np.uint64)
     running = np.full(requests, CANARY_CHAIN_HEAD, dtype=np.uint64)
@@ -69,17 +71,18 @@ def _chains(seed: int, requests: int, length: int):
 
 
 def verify_case(xp, *, entries: int, mode: RealKvHashMode, bytes_per_token: int = 128, seed: int = 0,
-                chain_len: int = CHAIN_LEN):  # fmt: skip
+                chain_len: int = CHAIN_LEN, contiguous: bool = False):  # fmt: skip
     """A clean verify of ``entries`` entries: (context, plan, meta).
 
     Entries are ``entries // L`` whole chains of length ``L = min(chain_len,
     entries)`` (request-major, as the plan emits them); every record, chain
-    link and real-KV fingerprint matches, so no rows are recorded.
+    link and real-KV fingerprint matches, so no rows are recorded. Slots are a
+    random permutation of the pool, or consecutive per chain with ``contiguous``.
     """
     rng = np.random.default_rng(seed)
     length = min(chain_len, entries)
     requests = -(-entries // length)
-    slots, tokens, prev = _chains(seed, requests, length)
+    slots, tokens, prev = _chains(seed, requests, length, contiguous)
     num_slots = requests * length + 1
     words = np.zeros((num_slots, 4), dtype=np.int64)
     flat = slots.reshape(-1)

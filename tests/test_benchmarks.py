@@ -150,6 +150,8 @@ def test_targets_read_the_records_they_name():
         {"op": "verify", "variant": "NONE", "entries": 1 << 22, "copy_fraction": 0.9},
         {"op": "verify", "variant": "ALL", "entries": 1 << 24, "copy_fraction": 0.7},
         {"op": "verify", "variant": "ALL", "entries": 1 << 20, "copy_fraction": 0.1},  # too small to count
+        {"op": "verify", "variant": "NONE contiguous", "entries": 1 << 22, "copy_fraction": 0.85},
+        {"op": "verify", "variant": "ALL contiguous", "entries": 1 << 22, "copy_fraction": 0.95},
         {"op": "write", "variant": "ALL r=8", "tokens_per_request": 32768, "median_us": 100.0},
         {"op": "write", "variant": "baseline thread/request ALL r=8", "tokens_per_request": 32768, "median_us": 500.0},
         {"op": "plan", "bs": 4096, "median_us": 25.0},
@@ -157,8 +159,11 @@ def test_targets_read_the_records_they_name():
         {"op": "step plan+verify+write host", "variant": "graph replay", "median_us": 20.0},
     ]
     targets = {t["target"].split(":")[0]: t for t in evaluate_targets(records)}
-    verify = targets["verify >= 4M entries, NONE and ALL"]
-    assert verify["value"] == 0.7 and verify["met"] is False
+    contiguous = targets["verify >= 4M entries, NONE and ALL, contiguous slots"]
+    assert contiguous["value"] == 0.85 and contiguous["met"] is True
+    random = targets["verify >= 4M entries, NONE and ALL, random slots"]
+    assert random["value"] == 0.7 and random["met"] is False
+    assert targets["verify >= 4M entries, NONE and ALL, random slots, 64 B burst model (informational)"]["met"] is None
     write = targets["write 8 x 32k ALL"]
     assert write["value"] == 5.0 and write["met"] is True
     assert targets["plan bs=4096"]["met"] is True
