@@ -11,7 +11,7 @@ A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()``
    the status readback: new violation rows, overflow warnings, health check.
 
 Every array is allocated in the constructor; each phase's launches sit in one
-method (:meth:`_launch_pre`, :meth:`_launch_post`) with no host reads: capturable.
+method (:mod:`.launches`) with no host reads: capturable.
 On a GPU the launches run prepared (:mod:`.fastpath`), or replay a captured
 CUDA graph (:meth:`CanaryMonitor.capture_graph`).
 """
@@ -26,14 +26,11 @@ import numpy as np
 from .._arrays import array_module, check_bool, check_int
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
-from ..plan import launch_canary_plan_kernels
-from ..scatter import scatter_req_token_ids
-from ..verify import launch_canary_verify_kernel
-from ..write import launch_canary_write_kernel
 from .batch import StepBatch, allocate_token_pool
 from .fastpath import FastPath, capture_step, run_pre
 from .groups import GroupState, KvGroup, check_groups, check_type
 from .health import HealthChecker
+from .launches import StepLaunches
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
@@ -47,7 +44,7 @@ _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 
 
-class CanaryMonitor:
+class CanaryMonitor(StepLaunches):
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
     Parameters
@@ -261,53 +258,6 @@ class CanaryMonitor:
         snapshot = self.readback.flush()
         if snapshot is not None:
             self.pump.process(snapshot)
-
-    # --- launches (no host reads, no allocation: capturable) -----------------------
-    def _launch_pre(self, batch: StepBatch) -> None:
-        self._launch_plan_head(batch, *self._prepare_inputs(batch))
-
-    def _prepare_inputs(self, batch: StepBatch):
-        """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens."""
-        pool = lens = None
-        if self.check_tokens:
-            pool, lens = self.token_pool, self.valid_lens[: batch.batch_size]
-            scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
-                                  req_pool_indices=batch.req_pool_indices, pool_out=pool,
-                                  backend=self._backend)  # fmt: skip
-            self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
-        self._locs = [g.translate_loc(self.xp, batch.out_cache_loc, batch.num_tokens) for g in self.groups]
-        return pool, lens
-
-    def _launch_plan_head(self, batch: StepBatch, pool, lens) -> None:
-        asserted = batch.expected_input_tokens is not None
-        for g, loc in zip(self.groups, self._locs):
-            launch_canary_plan_kernels(
-                verify_plan_out=g.verify_plan, write_plan_out=g.write_plan,
-                req_pool_indices=batch.req_pool_indices, prefix_lens=batch.prefix_lens,
-                extend_seq_lens=batch.extend_seq_lens, req_to_token=batch.req_to_token,
-                swa_window_size=g.window, full_to_swa_index_mapping=g.lut,
-                verify_capacity=g.verify_plan.verify_capacity, req_to_verify_expected_tokens=pool,
-                req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
-                backend=self._backend,
-            )  # fmt: skip
-            self._launch_endpoints(g, g.head, batch, loc, asserted)
-
-    def _launch_post(self) -> None:
-        batch = self._batch
-        asserted = batch.expected_input_tokens is not None
-        for g, loc in zip(self.groups, self._locs):
-            self._launch_endpoints(g, g.tail, batch, loc, asserted)
-
-    def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
-        for endpoint in endpoints:
-            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
-                                        check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
-            launch_canary_write_kernel(
-                context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
-                positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
-                expected_input_tokens=batch.expected_input_tokens,
-                expected_input_positions=batch.expected_input_positions, backend=self._backend,
-            )  # fmt: skip
 
     @property
     def violations(self) -> list[Violation]:

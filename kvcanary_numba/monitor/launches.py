@@ -1,0 +1,75 @@
+"""The launches of one monitor step, through the validated public launch functions.
+
+:class:`StepLaunches` is a base of :class:`~kvcanary_numba.monitor.CanaryMonitor`:
+the methods read the monitor's buffers and issue the launches of one phase with
+no host reads and no allocation, so they can be recorded (:mod:`.fastpath`) or
+captured into a CUDA graph. On the CPU path they are the whole step.
+"""
+
+from __future__ import annotations
+
+from ..plan import launch_canary_plan_kernels
+from ..scatter import scatter_req_token_ids
+from ..verify import launch_canary_verify_kernel
+from ..write import launch_canary_write_kernel
+from .batch import StepBatch
+from .groups import GroupState
+
+__all__ = ["StepLaunches"]
+
+
+class StepLaunches:
+    """HEAD and TAIL launches of a step (see the module docstring).
+
+    Expects the monitor's attributes: ``xp``, ``groups``, ``check_tokens``,
+    ``token_pool``, ``valid_lens``, ``_backend``; sets ``_locs`` (each group's
+    slots of the new tokens) for the TAIL phase, which reads ``_batch``.
+    """
+
+    def _launch_pre(self, batch: StepBatch) -> None:
+        """HEAD phase: inputs, then per group the plans and the HEAD verify/write launches."""
+        self._launch_plan_head(batch, *self._prepare_inputs(batch))
+
+    def _prepare_inputs(self, batch: StepBatch):
+        """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens."""
+        pool = lens = None
+        if self.check_tokens:
+            pool, lens = self.token_pool, self.valid_lens[: batch.batch_size]
+            scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
+                                  req_pool_indices=batch.req_pool_indices, pool_out=pool,
+                                  backend=self._backend)  # fmt: skip
+            self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
+        self._locs = [g.translate_loc(self.xp, batch.out_cache_loc, batch.num_tokens) for g in self.groups]
+        return pool, lens
+
+    def _launch_plan_head(self, batch: StepBatch, pool, lens) -> None:
+        asserted = batch.expected_input_tokens is not None
+        for g, loc in zip(self.groups, self._locs):
+            launch_canary_plan_kernels(
+                verify_plan_out=g.verify_plan, write_plan_out=g.write_plan,
+                req_pool_indices=batch.req_pool_indices, prefix_lens=batch.prefix_lens,
+                extend_seq_lens=batch.extend_seq_lens, req_to_token=batch.req_to_token,
+                swa_window_size=g.window, full_to_swa_index_mapping=g.lut,
+                verify_capacity=g.verify_plan.verify_capacity, req_to_verify_expected_tokens=pool,
+                req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
+                backend=self._backend,
+            )  # fmt: skip
+            self._launch_endpoints(g, g.head, batch, loc, asserted)
+
+    def _launch_post(self) -> None:
+        """TAIL phase of the batch given to the HEAD phase (the step's plans, live-KV sources)."""
+        batch = self._batch
+        asserted = batch.expected_input_tokens is not None
+        for g, loc in zip(self.groups, self._locs):
+            self._launch_endpoints(g, g.tail, batch, loc, asserted)
+
+    def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
+        for endpoint in endpoints:
+            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
+                                        check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
+            launch_canary_write_kernel(
+                context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
+                positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
+                expected_input_tokens=batch.expected_input_tokens,
+                expected_input_positions=batch.expected_input_positions, backend=self._backend,
+            )  # fmt: skip
