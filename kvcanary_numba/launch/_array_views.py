@@ -1,0 +1,122 @@
+"""Kernel-argument views of NumPy and CUDA arrays (API: :mod:`._common`).
+
+A CUDA array becomes a Numba device-array view over the same memory (no copy,
+no stream sync); a NumPy array (simulator) is passed as is or re-viewed with
+NumPy. Views of long-lived arrays are cached (``persistent=True``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["CACHE_SIZE", "array_layout", "byte_span", "kernel_array", "reinterpret"]
+
+#: Persistent device-array views kept (see ``persistent=True``).
+CACHE_SIZE = 256
+
+_views: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+
+
+def _cai_view(x: Any, ptr: int, dtype: np.dtype, shape: tuple, strides: tuple | None):
+    from numba import cuda
+
+    desc = {"shape": shape, "strides": strides, "typestr": dtype.str, "data": (ptr, False), "version": 3}
+    # sync=False: the producer's stream order is the caller's business, and a
+    # synchronize would be illegal inside CUDA-graph capture.
+    return cuda.from_cuda_array_interface(desc, owner=x, sync=False)
+
+
+def array_layout(x: Any) -> tuple[int, tuple, tuple, np.dtype]:
+    """(data pointer, shape, strides in bytes, dtype) of a NumPy or CUDA array.
+
+    CuPy arrays are read through attributes (far cheaper than building their
+    ``__cuda_array_interface__`` dict); other CUDA arrays through that dict.
+    """
+    ptr = getattr(getattr(x, "data", None), "ptr", None)  # CuPy: MemoryPointer.ptr
+    if ptr is not None:
+        return int(ptr), tuple(x.shape), tuple(x.strides), x.dtype
+    if isinstance(x, np.ndarray):
+        return int(x.ctypes.data), x.shape, x.strides, x.dtype
+    cai = x.__cuda_array_interface__
+    shape, dtype = tuple(int(n) for n in cai["shape"]), np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is None:
+        strides, step = [], dtype.itemsize
+        for extent in reversed(shape):
+            strides.append(step)
+            step *= max(extent, 1)
+        strides = reversed(strides)
+    return int(cai["data"][0] or 0), shape, tuple(int(n) for n in strides), dtype
+
+
+def _cached(x: Any, key: tuple, persistent: bool, build):
+    if not persistent:
+        return build()
+    # id(x) is stable while the entry holds x, and the layout catches views
+    # rebuilt in place with other memory.
+    full = (id(x), *array_layout(x), *key)
+    hit = _views.get(full)
+    if hit is not None:
+        _views.move_to_end(full)
+        return hit[1]
+    view = build()
+    _views[full] = (x, view)
+    if len(_views) > CACHE_SIZE:
+        _views.popitem(last=False)
+    return view
+
+
+def kernel_array(x: Any, *, persistent: bool = False):
+    """``x`` as a kernel argument (NumPy as is, CUDA arrays as Numba views)."""
+    if isinstance(x, np.ndarray):
+        return x
+
+    def build():
+        ptr, shape, strides, dtype = array_layout(x)
+        return _cai_view(x, ptr, dtype, shape, strides)
+
+    return _cached(x, ("same",), persistent, build)
+
+
+def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent: bool = False):
+    """The bytes of C-contiguous ``x`` viewed as ``dtype`` with ``shape`` (default: 1-D)."""
+    dtype = np.dtype(dtype)
+    if isinstance(x, np.ndarray):
+        flat = x.reshape(-1).view(np.uint8).view(dtype)
+        return flat if shape is None else flat.reshape(tuple(shape))
+
+    def build():
+        ptr, in_shape, _, in_dtype = array_layout(x)
+        nbytes = int(np.prod(in_shape, dtype=np.int64)) * in_dtype.itemsize
+        out_shape = (nbytes // dtype.itemsize,) if shape is None else tuple(int(n) for n in shape)
+        return _cai_view(x, ptr, dtype, out_shape, None)
+
+    return _cached(x, ("reinterpret", dtype.str, None if shape is None else tuple(shape)), persistent, build)
+
+
+def _span_items(shape: tuple, strides: tuple, itemsize_in: int, itemsize_out: int) -> int:
+    rows, cols = shape
+    if rows == 0 or cols == 0:
+        return 0
+    return ((rows - 1) * strides[0] + cols * itemsize_in) // itemsize_out
+
+
+def byte_span(x: Any, dtype, *, persistent: bool = False):
+    """1-D ``dtype`` view over all rows of 2-D ``x`` (rows contiguous, any row stride)."""
+    dtype = np.dtype(dtype)
+    if isinstance(x, np.ndarray):
+        n = _span_items(x.shape, x.strides, x.itemsize, dtype.itemsize)
+        if n == 0:
+            return np.zeros(0, dtype=dtype)
+        raw = np.lib.stride_tricks.as_strided(x, shape=(1,), strides=(1,))  # first element, same base
+        u8 = np.lib.stride_tricks.as_strided(raw.view(np.uint8), shape=(n * dtype.itemsize,), strides=(1,))
+        return u8.view(dtype)
+
+    def build():
+        ptr, shape, strides, in_dtype = array_layout(x)
+        return _cai_view(x, ptr, dtype, (_span_items(shape, strides, in_dtype.itemsize, dtype.itemsize),), None)
+
+    return _cached(x, ("span", dtype.str), persistent, build)

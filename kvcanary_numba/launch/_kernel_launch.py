@@ -1,0 +1,172 @@
+"""Grids, compilation and launch of declared kernel signatures (API: :mod:`._common`)."""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from typing import Any, Sequence
+
+from ..kernels import ON_SIMULATOR
+
+__all__ = [
+    "SIM_BLOCK",
+    "SIM_MAX_BLOCKS",
+    "THREADS_PER_SM",
+    "block_size",
+    "check_signature",
+    "compile_eagerly",
+    "compile_kernel",
+    "current_stream",
+    "grid_for",
+    "launch",
+    "persistent_grid",
+    "sm_count",
+]
+
+#: Threads per block under the simulator (one warp: each simulated thread costs ~0.2 ms).
+SIM_BLOCK = 32
+#: Largest grid-stride grid under the simulator (two blocks still exercise the stride).
+SIM_MAX_BLOCKS = 2
+#: Resident threads per SM aimed at by persistent grids (H100/H200: 2048).
+THREADS_PER_SM = 2048
+
+
+# --- grids --------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def sm_count() -> int:
+    """Multiprocessors of the current device (1 under the simulator)."""
+    if ON_SIMULATOR:
+        return 1
+    from numba import cuda
+
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
+def block_size(gpu_block: int) -> int:
+    """Threads per block: ``gpu_block`` on a GPU, ``SIM_BLOCK`` under the simulator."""
+    return SIM_BLOCK if ON_SIMULATOR else int(gpu_block)
+
+
+def grid_for(n_items: int, block: int) -> int:
+    """Blocks of ``block`` threads covering ``n_items`` (at least 1)."""
+    return max(1, -(-int(n_items) // int(block)))
+
+
+def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = None) -> int:
+    """Blocks for a grid-stride loop over ``n_items``: no more than stay resident."""
+    if ON_SIMULATOR:
+        return min(grid_for(n_items, block), SIM_MAX_BLOCKS)
+    per_sm = blocks_per_sm if blocks_per_sm is not None else max(1, THREADS_PER_SM // int(block))
+    return min(grid_for(n_items, block), sm_count() * per_sm)
+
+
+# --- compilation and launch ---------------------------------------------------
+
+_compiled: dict[tuple[int, str], Any] = {}
+
+
+def compile_kernel(kernel, signature: str):
+    """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator."""
+    if ON_SIMULATOR:
+        return kernel
+    key = (id(kernel), signature)
+    hit = _compiled.get(key)
+    if hit is None:
+        hit = kernel.compile(signature)
+        hit.bind()  # load the module now: not allowed later inside CUDA-graph capture
+        _compiled[key] = hit
+    return hit
+
+
+def compile_eagerly(module, names: Sequence[str] | None = None) -> int:
+    """Compile the declared signatures of ``module``'s kernels; returns how many."""
+    count = 0
+    for name in module.KERNELS if names is None else names:
+        for signature in module.SIGNATURES[name]:
+            compile_kernel(module.KERNELS[name], signature)
+            count += 1
+    return count
+
+
+@lru_cache(maxsize=None)
+def _declared_types(signature: str):
+    from numba.core import sigutils
+
+    return sigutils.normalize_signature(signature)[0]
+
+
+def _same_type(declared, actual) -> bool:
+    if hasattr(declared, "ndim"):  # array: ignore mutability / alignment flags
+        return (
+            hasattr(actual, "ndim")
+            and (declared.dtype, declared.ndim, declared.layout) == (actual.dtype, actual.ndim, actual.layout)
+        )
+    return declared == actual
+
+
+def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
+    """Raise ``RuntimeError`` if ``args`` do not have the Numba types of ``signature``.
+
+    Under the simulator the types come from ``numba.typeof``; on a GPU pass the
+    ``kernel``, whose compiled argument types and argument typing are used.
+    """
+    if kernel is None or ON_SIMULATOR:
+        from numba import typeof
+
+        declared = _declared_types(signature)
+    else:
+        declared, typeof = compile_kernel(kernel, signature).argument_types, kernel.typeof_pyval
+    if len(declared) != len(args):
+        raise RuntimeError(f"kernel launch: {len(args)} arguments for signature {signature}")
+    for i, (want, arg) in enumerate(zip(declared, args)):
+        got = typeof(arg)
+        if not _same_type(want, got):
+            raise RuntimeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
+
+
+#: (kernel, signature) pairs whose first GPU launch had its argument types checked.
+_checked: set[tuple[int, str]] = set()
+
+
+_streams: dict[int, tuple[Any, Any]] = {}
+
+
+def _stream_pair(ptr: int):
+    # (Numba stream, cuda.core stream) of one CUDA stream handle, built once.
+    pair = _streams.get(ptr)
+    if pair is None:
+        from numba import cuda
+        from numba.cuda.cudadrv import driver
+
+        numba_stream = cuda.external_stream(ptr) if ptr else 0
+        pair = _streams[ptr] = (numba_stream, driver._to_core_stream(numba_stream))
+    return pair
+
+
+def _current_stream_ptr() -> int:
+    cupy = sys.modules.get("cupy")  # only if the caller already uses CuPy
+    return int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
+
+
+def current_stream():
+    """Numba stream wrapping CuPy's current stream; ``0`` for the legacy default stream."""
+    if ON_SIMULATOR:
+        return 0
+    return _stream_pair(_current_stream_ptr())[0]
+
+
+def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -> None:
+    """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads."""
+    if ON_SIMULATOR:
+        check_signature(signature, args)
+        kernel[int(grid), int(block)](*args)
+        return
+    compiled = compile_kernel(kernel, signature)
+    key = (id(kernel), signature)
+    if key not in _checked:
+        # The compiled launch trusts its arguments; check the glue once per kernel.
+        check_signature(signature, args, kernel)
+        _checked.add(key)
+    compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)
