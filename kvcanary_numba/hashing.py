@@ -1,9 +1,11 @@
 """Host-side chain hashing: splitmix64 finalizer, mix3, and int64/uint64 views.
 
-Two flavours of the same arithmetic: scalar functions on Python ints (for
-documentation, tests and single values) and vectorised functions on NumPy
-``uint64`` arrays (for the references). The device versions live in
-:mod:`kvcanary_numba.kernels.hashing`. All arithmetic wraps modulo 2**64.
+Three flavours of the same arithmetic: scalar functions on Python ints (the
+readable spec, for documentation, tests and single values), ``numba.njit``
+scalars on 64-bit integers (for the references' compiled loops) and functions
+on NumPy arrays built on them (for the vectorised references). The device
+versions live in :mod:`kvcanary_numba.kernels.hashing`. All arithmetic wraps
+modulo 2**64.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ __all__ = [
     "to_unsigned",
     "splitmix64_array",
     "splitmix64_mix3_array",
+    "splitmix64_u64",
+    "splitmix64_mix3_u64",
 ]
 
 
@@ -92,8 +96,19 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
     numpy.ndarray
         ``uint64`` array of the same shape (a new array).
     """
-    # Array (not scalar) uint64 multiplies wrap silently in NumPy, as wanted.
-    h = np.asarray(x).view(np.uint64).copy()
+    h = np.asarray(x).view(np.uint64)
+    out = np.empty(h.shape, dtype=np.uint64)
+    _splitmix64_loop(h.reshape(-1), out.reshape(-1))  # out is fresh and contiguous: reshape is a view
+    return out
+
+
+@njit(nogil=True)
+def splitmix64_u64(x):
+    """:func:`splitmix64` of one 64-bit integer, callable from ``numba.njit`` code (CPU).
+
+    ``x`` is an int64 or uint64 scalar (its bits); returns ``numpy.uint64``.
+    """
+    h = np.uint64(x)  # a new name: rebinding x to another integer type would make Numba unify to float64
     h ^= h >> _S30
     h *= _MUL1
     h ^= h >> _S27
@@ -103,21 +118,23 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
 
 
 @njit(nogil=True)
-def _splitmix64_u64(x):
-    x ^= x >> _S30
-    x *= _MUL1
-    x ^= x >> _S27
-    x *= _MUL2
-    x ^= x >> _S31
-    return x
+def splitmix64_mix3_u64(a, b, c):
+    """:func:`splitmix64_mix3` of three 64-bit integers (their uint64 bits), for ``numba.njit`` code."""
+    h = splitmix64_u64(splitmix64_u64(a) ^ np.uint64(b))
+    return splitmix64_u64(h ^ np.uint64(c))
+
+
+@njit(nogil=True)
+def _splitmix64_loop(x, out):
+    for i in range(out.shape[0]):
+        out[i] = splitmix64_u64(x[i])
 
 
 @njit(nogil=True)
 def _mix3_loop(a, b, c, out):
     # One fused pass: the NumPy form makes nine full-array temporaries (the CPU verify's hot spot).
     for i in range(out.shape[0]):
-        h = _splitmix64_u64(_splitmix64_u64(a[i]) ^ b[i])
-        out[i] = _splitmix64_u64(h ^ c[i])
+        out[i] = splitmix64_mix3_u64(a[i], b[i], c[i])
 
 
 def splitmix64_mix3_array(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -18,40 +18,21 @@ from ..constants import (
     FIELD_PREV_HASH,
     FIELD_REAL_KV_HASH,
     FIELD_TOKEN,
-    SPLITMIX64_MUL1,
-    SPLITMIX64_MUL2,
     VIOLATION_FIELDS,
     FailReason,
 )
+from ..hashing import splitmix64_mix3_u64 as _mix3  # tokens and positions enter as their uint64 bits
 from .fingerprint import fold_slots
 from .verify import append_violation_rows, bump, canary_fields
 
 __all__ = ["launch_canary_write_kernel"]
 
-_MUL1, _MUL2 = np.uint64(SPLITMIX64_MUL1), np.uint64(SPLITMIX64_MUL2)
 _HEAD = np.uint64(CANARY_CHAIN_HEAD)
 _TOKEN_BIT = int(FailReason.WRITE_TOKEN_MISMATCH)
 _POSITION_BIT = int(FailReason.WRITE_POSITION_MISMATCH)
 _SLOT_BIT = int(FailReason.SLOT_OUT_OF_RANGE)
 _SEED_BIT = int(FailReason.PREV_SLOT_OUT_OF_RANGE)
 _RANGE_BIT = int(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
-
-
-@numba.njit(nogil=True)
-def _splitmix64(x):
-    x ^= x >> np.uint64(30)
-    x *= _MUL1
-    x ^= x >> np.uint64(27)
-    x *= _MUL2
-    return x ^ (x >> np.uint64(31))
-
-
-@numba.njit(nogil=True)
-def _mix3(prev_hash, token, position):
-    # Tokens and positions enter the hash as their uint64 bits.
-    h = _splitmix64(prev_hash)
-    h = _splitmix64(h ^ np.uint64(token))
-    return _splitmix64(h ^ np.uint64(position))
 
 
 @numba.njit(nogil=True)
