@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource
-from ..hashing import splitmix64_array
+from ..hashing import splitmix64_array, splitmix64_u64
 
 __all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
 
@@ -45,15 +46,25 @@ def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
     return flat[: total // 8 * 8].view("<u8"), stride // 8
 
 
+@njit(nogil=True)
+def _fold_words(words, first, count, out):
+    # acc = S(acc ^ w) over each slot's `count` words in one compiled pass: NumPy's
+    # per-word gathers and hash temporaries made this the CPU verify's hot spot.
+    for i in range(first.shape[0]):
+        acc = np.uint64(0)
+        for k in range(count):
+            acc = splitmix64_u64(acc ^ words[first[i] + k])
+        out[i] = acc
+
+
 def _fold_source(src: RealKvSource, nbytes: int, slots: np.ndarray) -> np.ndarray:
     """Inner fold of one source for covered ``slots`` (int64 [n]) -> uint64 [n]."""
     words, row_stride = _word_span(src)
     page = np.int64(src.page_size)
     # Word index of each slot's first word; only its nbytes are read, never the holes.
     first = (slots // page) * np.int64(row_stride) + (slots % page) * np.int64(src.num_bytes_per_token // 8)
-    acc = np.zeros(slots.shape[0], dtype=np.uint64)
-    for k in range(nbytes // 8):
-        acc = splitmix64_array(acc ^ words[first + k])
+    acc = np.empty(slots.shape[0], dtype=np.uint64)
+    _fold_words(words, first, nbytes // 8, acc)
     return acc
 
 
