@@ -45,6 +45,9 @@ API
     against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
     input): every launch under the simulator, the first launch of each kernel
     and signature on a GPU.
+``persistent_views(*arrays)``
+    ``kernel_array(x, persistent=True)`` of each array, as a tuple (plans,
+    ring, counters and flags: the long-lived arguments of a launch).
 ``check_signature(signature, args, kernel=None)``
     The check ``launch`` makes, callable on its own.
 ``current_stream()``
@@ -95,6 +98,14 @@ __all__ = [
     "kernel_array",
     "launch",
     "persistent_grid",
+    "persistent_views",
     "reinterpret",
     "sm_count",
 ]
+
+
+def persistent_views(*arrays) -> tuple:
+    """``kernel_array(x, persistent=True)`` of each of ``arrays``."""
+    # Defined here, not in _array_views: the lookup of kernel_array in this module's
+    # namespace at call time is what recording swaps.
+    return tuple(kernel_array(x, persistent=True) for x in arrays)

@@ -145,9 +145,9 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     batch = _batch(scratch, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping)
     verify_offsets = _zeros(scratch, "verify_offsets", (wplan.write_req_capacity + 1,), np.int64)  # bs <= capacity
     arr = common.kernel_array
-    outputs = (verify_offsets, *(arr(x, persistent=True) for x in (
+    outputs = (verify_offsets, *common.persistent_views(
         wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
-        wplan.write_num_valid_reqs)))
+        wplan.write_num_valid_reqs))
     _run_offsets(scratch, batch, outputs, swa_window_size=swa_window_size, verify_capacity=verify_capacity)
 
     pool = req_to_verify_expected_tokens
@@ -159,8 +159,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     args = (
         rpi, prefix, rtt, lut, has_lut, int(swa_window_size), pool, lens, has_pool,
         int(kv_token_id_vs_position_offset), verify_offsets, outputs[4],
-        *(arr(x, persistent=True) for x in (vplan.verify_slot_indices, vplan.verify_expected_tokens,
-                                             vplan.verify_expected_positions, vplan.verify_prev_slot_indices)),
+        *common.persistent_views(vplan.verify_slot_indices, vplan.verify_expected_tokens,
+                                 vplan.verify_expected_positions, vplan.verify_prev_slot_indices),
     )
     block = common.block_size(ENTRIES_BLOCK)
     grid = common.persistent_grid(verify_capacity, block, blocks_per_sm=ENTRIES_BLOCKS_PER_SM)

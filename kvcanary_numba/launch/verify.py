@@ -24,10 +24,9 @@ def context_args(context, fallback) -> tuple[int, object, tuple]:
     words = _common.reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
     tail = (
-        _common.kernel_array(context.violation_ring, persistent=True),
-        _common.kernel_array(context.violation_write_index, persistent=True),
-        _common.kernel_array(context.slot_run_counter, persistent=True),
-        _common.kernel_array(context.kernel_run_counter, persistent=True),
+        *_common.persistent_views(
+            context.violation_ring, context.violation_write_index, context.slot_run_counter, context.kernel_run_counter
+        ),
         int(context.kernel_kind),
         *spans,
         params,
@@ -66,12 +65,10 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     block = _common.block_size(_kernels.VERIFY_THREADS)
     args = (
         words,
-        _common.kernel_array(plan.verify_slot_indices, persistent=True),
-        _common.kernel_array(plan.verify_expected_tokens, persistent=True),
-        _common.kernel_array(plan.verify_expected_positions, persistent=True),
-        _common.kernel_array(plan.verify_prev_slot_indices, persistent=True),
-        _common.kernel_array(plan.verify_num_valid, persistent=True),
-        _common.kernel_array(plan.enable, persistent=True),
+        *_common.persistent_views(
+            plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
+            plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable,
+        ),  # fmt: skip
         *tail,
     )
     grid = _common.persistent_grid(plan.verify_slot_indices.shape[0], block)

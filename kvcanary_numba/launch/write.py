@@ -19,15 +19,13 @@ def _arguments(context, plan, input_ids, positions, out_cache_loc, expected_inpu
     nsrc, words, tail = context_args(context, _common.reinterpret(input_ids, np.uint64))
     args = (
         words,
-        _common.kernel_array(plan.write_offsets, persistent=True),
-        _common.kernel_array(plan.write_seed_slot_indices, persistent=True),
-        _common.kernel_array(plan.write_num_valid_reqs, persistent=True),
+        *_common.persistent_views(plan.write_offsets, plan.write_seed_slot_indices, plan.write_num_valid_reqs),
         tokens,
         token_positions,
         _common.kernel_array(out_cache_loc),
         tokens if expected_input_tokens is None else _common.kernel_array(expected_input_tokens),
         token_positions if expected_input_positions is None else _common.kernel_array(expected_input_positions),
-        _common.kernel_array(context.enable_chain_position_assert, persistent=True),
+        *_common.persistent_views(context.enable_chain_position_assert),
         *tail,
     )
     return nsrc, args
