@@ -15,13 +15,15 @@ PACKAGE = "kvcanary_numba"
 #: Section title -> subpackage ("" = top level). Launch glue is internal and not listed.
 SECTIONS: dict[str, str] = {
     "Public API": "",
+    "CanaryMonitor internals": "monitor",
     "NumPy references (executable spec)": "reference",
     "Numba-CUDA kernels": "kernels",
 }
 #: A Sphinx cross-reference role before a code span, as rendered from a docstring.
 _ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
-#: Subpackages that are sections of their own or internal (launch glue).
-SUBPACKAGES = frozenset(s for s in SECTIONS.values() if s) | {"launch"}
+#: Subpackages not listed as one page of the public API: sections of their own, and the launch glue.
+#: The monitor is both: its package page is the public API, its modules a section.
+SUBPACKAGES = frozenset(s for s in SECTIONS.values() if s) - {"monitor"} | {"launch"}
 #: Reading order of the public modules; anything else follows alphabetically.
 PREFERRED = (
     "plan", "write", "verify", "scatter", "fingerprint", "plans", "context",

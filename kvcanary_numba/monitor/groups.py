@@ -138,15 +138,16 @@ class GroupState:
     Parameters
     ----------
     group : KvGroup
-    index : int
-        Position of the group in the monitor (selects its status lanes).
     xp : module
         NumPy or CuPy.
     shared : dict
         ``violation_ring``, ``violation_write_index``, ``kernel_run_counters``,
         ``slot_run_counters`` (int64 [12]), ``enable_chain_position_assert``,
-        and ``plan_lanes`` (int32 [4] view: enable, num_valid, write_num_valid_reqs).
+        and ``plan_lanes`` (int32 [4] view: enable, num_valid, write_num_valid_reqs),
+        the latter being this group's lanes of the monitor's status block.
     mode : RealKvHashMode
+    device : {"cpu", "cuda"}
+        Where the plans are allocated.
     verify_capacity, write_req_capacity, write_token_capacity, sweep_capacity : int
         Plan and scratch sizes.
     """
