@@ -159,20 +159,18 @@ def run_verify(ctx: CanaryContext, plan: VerifyPlan, check: bool = False, backen
     launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=check, backend=backend)
 
 
-def run_write(
-    ctx: CanaryContext,
+def write_args(
     plan: WritePlan,
     tokens: Sequence[int],
     positions: Sequence[int],
     slots: Sequence[int],
     expected_tokens: Sequence[int] | None = None,
     expected_positions: Sequence[int] | None = None,
-    backend: str = "numpy",
-) -> None:
-    """Write launch; the write-input assert is on exactly when expected arrays are given."""
+) -> dict:
+    """Keyword arguments of a write launch (without context and backend); the write-input
+    assert is on exactly when expected arrays are given."""
     asserted = expected_tokens is not None
-    launch_canary_write_kernel(
-        context=ctx,
+    return dict(
         plan=plan,
         input_ids=i64(tokens),
         positions=i64(positions),
@@ -180,8 +178,13 @@ def run_write(
         enable_write_input_assert=asserted,
         expected_input_tokens=i64(expected_tokens) if asserted else None,
         expected_input_positions=i64(expected_positions) if asserted else None,
-        backend=backend,
     )
+
+
+def run_write(ctx: CanaryContext, plan: WritePlan, *entries, backend: str = "numpy") -> None:
+    """Write launch through the public wrapper; ``entries`` as :func:`write_args` takes them
+    (tokens, positions, slots and, for the write-input assert, expected tokens and positions)."""
+    launch_canary_write_kernel(context=ctx, backend=backend, **write_args(plan, *entries))
 
 
 def write_index(ctx: CanaryContext) -> int:
@@ -218,6 +221,17 @@ def random_source(
     rows = -(-slots // page_size)
     tensor = rng.integers(0, 256, size=(rows, page_size * nbytes + hole), dtype=np.uint8)
     return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=read_bytes or nbytes)
+
+
+def known_source(
+    slot: int = 1, *, rows: int = 16, nbytes: int = 16, page_size: int = 1, read_bytes: int = 16
+) -> RealKvSource:
+    """A zeroed uint8 source ``[rows, page_size * nbytes]`` whose ``slot`` starts with
+    :data:`KNOWN_PATTERN`: its real-KV hash over 16 bytes is :data:`KNOWN_REAL_KV_HASH`."""
+    tensor = np.zeros((rows, page_size * nbytes), dtype=np.uint8)
+    col = (slot % page_size) * nbytes
+    tensor[slot // page_size, col : col + 16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
+    return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=read_bytes)
 
 
 def scalar_fold(data: bytes) -> int:

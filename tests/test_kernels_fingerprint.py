@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from canary_helpers import KNOWN_PATTERN, KNOWN_REAL_KV_HASH, random_source, scalar_real_kv_hash
+from canary_helpers import KNOWN_REAL_KV_HASH, known_source, random_source, scalar_real_kv_hash
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
@@ -40,18 +40,10 @@ def fingerprints(sources, mode, slots) -> list[int]:
     return [to_unsigned(int(v)) for v in want]
 
 
-def known_source(slot: int, **geometry) -> RealKvSource:
-    page_size, nbytes = geometry.get("page_size", 1), geometry.get("nbytes", 16)
-    tensor = np.zeros((4, page_size * nbytes), dtype=np.uint8)
-    col = (slot % page_size) * nbytes
-    tensor[slot // page_size, col : col + 16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=16)
-
-
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 @pytest.mark.parametrize(("slot", "page_size", "nbytes"), [(1, 1, 16), (6, 4, 32), (3, 2, 128)])
 def test_known_answer(mode, slot, page_size, nbytes):
-    source = known_source(slot, page_size=page_size, nbytes=nbytes)
+    source = known_source(slot, rows=4, page_size=page_size, nbytes=nbytes)
     assert fingerprints([source], mode, [slot])[0] == KNOWN_REAL_KV_HASH
 
 

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from canary_helpers import (
     HEAD,
-    KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
+    chain_plan,
     counters,
     fields,
     i64,
+    known_source,
     make_context,
     random_source,
     record,
@@ -47,11 +48,6 @@ def verify(ctx, plan, check=False):
     kernel_ctx = run_pair(ctx, "verify", plan=plan, check_verify_expected_token=check)
     np.testing.assert_array_equal(to_host(kernel_ctx.canary_buf), before)  # verify never writes
     return ring_rows(ctx)
-
-
-def chain_plan(slots, positions=None):
-    positions = list(range(len(slots))) if positions is None else positions
-    return verify_plan(slots, positions, [-1, *slots[:-1]])
 
 
 # --- chain ---------------------------------------------------------------------
@@ -147,13 +143,11 @@ def test_boundary_stored_hashes(value):
 
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 def test_known_answer_then_byte_flip(mode):
-    tensor = np.zeros((16, 16), dtype=np.uint8)
-    tensor[1] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    src = RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=16, read_bytes=16)
+    src = known_source(1)
     ctx = make_context(sources=(src,), mode=mode)
     stamp(ctx, 1, 5, 0, HEAD, KNOWN_REAL_KV_HASH)
     assert verify(ctx, verify_plan([1], [0], [-1])) == []
-    tensor[1, 7] ^= 0x01
+    src.tensor[1, 7] ^= 0x01
     assert [r[7] for r in verify(ctx, verify_plan([1], [0], [-1]))] == [REAL_KV]
 
 

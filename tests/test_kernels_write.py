@@ -12,24 +12,24 @@ import numpy as np
 import pytest
 from canary_helpers import (
     HEAD,
-    KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
     chain_prev_hashes,
     counters,
     fields,
-    i64,
+    known_source,
     make_context,
     random_source,
     record,
     ring_rows,
     slot_hash,
     stamp,
+    write_args,
     write_plan,
 )
 from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
 from numba import cuda
 
-from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode, RealKvSource
+from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode
 from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
 from kvcanary_numba.kernels.write import _prepare
@@ -42,22 +42,9 @@ WTOKEN, WPOS, SLOT_RANGE, SEED_RANGE, RANGE = 8, 16, 64, 128, 256
 PARTIAL, ALL = RealKvHashMode.PARTIAL, RealKvHashMode.ALL
 
 
-def args(plan, tokens, positions, slots, expected_tokens=None, expected_positions=None):
-    asserted = expected_tokens is not None
-    return dict(
-        plan=plan,
-        input_ids=i64(tokens),
-        positions=i64(positions),
-        out_cache_loc=i64(slots),
-        enable_write_input_assert=asserted,
-        expected_input_tokens=i64(expected_tokens) if asserted else None,
-        expected_input_positions=i64(expected_positions) if asserted else None,
-    )
-
-
 def write(ctx, plan, tokens, positions, slots, expected_tokens=None, expected_positions=None):
     """Kernel and reference write (they must agree); returns the reference's rows in order."""
-    run_pair(ctx, "write", **args(plan, tokens, positions, slots, expected_tokens, expected_positions))
+    run_pair(ctx, "write", **write_args(plan, tokens, positions, slots, expected_tokens, expected_positions))
     return ring_rows(ctx)
 
 
@@ -213,9 +200,7 @@ def test_only_the_last_entry_of_a_chunk_stores_its_slot():
 
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 def test_known_answer_stored_at_slot_zero(mode):
-    tensor = np.zeros((16, 32), dtype=np.uint8)
-    tensor[0, :16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    src = RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=32, read_bytes=16)
+    src = known_source(0, nbytes=32)
     ctx = make_context(sources=(src,), mode=mode)
     write(ctx, write_plan([1], [-1]), [1], [0], [0])
     assert record(ctx, 0)[3] == KNOWN_REAL_KV_HASH
@@ -303,7 +288,7 @@ def test_baseline_matches_the_reference(seed):
     n = int(lengths.sum())
     slots, seeds = candidates[:n], rng.choice(candidates[n:], 4)
     plan = write_plan(lengths, seeds, capacity=5)
-    kwargs = args(plan, rng.integers(0, 9, n), rng.integers(0, 9, n), slots, rng.integers(0, 9, n), rng.integers(0, 9, n))
+    kwargs = write_args(plan, rng.integers(0, 9, n), rng.integers(0, 9, n), slots, rng.integers(0, 9, n), rng.integers(0, 9, n))
     device = to_device(ctx, KERNEL_DEVICE)
     launch_write_baseline(context=device, **{k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()})
     reference_write(context=ctx, **kwargs)
@@ -320,8 +305,8 @@ def _paired_verify(ctx, plan, check=False, backend="numpy"):
     run_pair(ctx, "verify", plan=plan, check_verify_expected_token=check)
 
 
-def _paired_write(ctx, plan, tokens, positions, slots, expected_tokens=None, expected_positions=None, backend="numpy"):
-    run_pair(ctx, "write", **args(plan, tokens, positions, slots, expected_tokens, expected_positions))
+def _paired_write(ctx, plan, *entries, backend="numpy"):
+    run_pair(ctx, "write", **write_args(plan, *entries))
 
 
 def _pipeline_cases():

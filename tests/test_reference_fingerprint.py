@@ -8,6 +8,7 @@ from canary_helpers import (
     KNOWN_INNER_FOLD,
     KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
+    known_source,
     make_context,
     random_source,
     scalar_fold,
@@ -31,12 +32,6 @@ def hashes(sources, mode, slots) -> list[int]:
     return [to_unsigned(v) for v in out]
 
 
-def pattern_source(rows: int = 4, slot: int = 1, nbytes: int = 16, read_bytes: int = 16) -> RealKvSource:
-    tensor = np.zeros((rows, nbytes), dtype=np.uint8)
-    tensor[slot, :16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    return RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=nbytes, read_bytes=read_bytes)
-
-
 def test_known_answer_inner_fold_is_pinned():
     assert scalar_fold(KNOWN_PATTERN) == KNOWN_INNER_FOLD
     assert splitmix64(KNOWN_INNER_FOLD) == KNOWN_REAL_KV_HASH
@@ -44,11 +39,11 @@ def test_known_answer_inner_fold_is_pinned():
 
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 def test_known_answer_single_source(mode):
-    assert hashes([pattern_source()], mode, [1]) == [KNOWN_REAL_KV_HASH]
+    assert hashes([known_source(rows=4)], mode, [1]) == [KNOWN_REAL_KV_HASH]
 
 
 def test_none_mode_and_no_sources_give_zero():
-    assert hashes([pattern_source()], NONE, [1, 2]) == [0, 0]
+    assert hashes([known_source(rows=4)], NONE, [1, 2]) == [0, 0]
     assert hashes([], ALL, [1, 2]) == [0, 0]
 
 
@@ -158,7 +153,7 @@ def test_single_row_source_with_odd_row_length():
 
 
 def test_empty_slot_list():
-    assert hashes([pattern_source()], ALL, []) == []
+    assert hashes([known_source(rows=4)], ALL, []) == []
 
 
 # --- validation ------------------------------------------------------------------
@@ -166,7 +161,7 @@ def test_empty_slot_list():
 
 def call(**overrides):
     kwargs = dict(
-        real_kv_sources=(pattern_source(),),
+        real_kv_sources=(known_source(rows=4),),
         real_kv_hash_mode=ALL,
         slot_indices=np.arange(3, dtype=np.int64),
         out=np.zeros(3, dtype=np.int64),
@@ -179,8 +174,8 @@ def call(**overrides):
 @pytest.mark.parametrize(
     ("overrides", "code"),
     [
-        (dict(real_kv_sources=(pattern_source(),) * 5), "KVC-R008"),
-        (dict(real_kv_sources=pattern_source()), "KVC-R009"),
+        (dict(real_kv_sources=(known_source(rows=4),) * 5), "KVC-R008"),
+        (dict(real_kv_sources=known_source(rows=4)), "KVC-R009"),
         (dict(real_kv_sources=None), "KVC-R009"),
         (dict(real_kv_sources=(np.zeros((4, 16), np.uint8),)), "KVC-R009"),
         (dict(real_kv_hash_mode=3), "KVC-C011"),
@@ -208,13 +203,13 @@ def test_rejects_read_only_out():
 
 def test_more_than_four_sources_rejected_even_in_none_mode():
     with raises_code("KVC-R008"):
-        call(real_kv_sources=(pattern_source(),) * 5, real_kv_hash_mode=NONE)
+        call(real_kv_sources=(known_source(rows=4),) * 5, real_kv_hash_mode=NONE)
 
 
 def test_context_sources_must_cover_every_slot():
     from canary_helpers import run_verify, verify_plan
 
-    ctx = make_context(16, sources=(pattern_source(rows=15),), mode=PARTIAL)
+    ctx = make_context(16, sources=(known_source(rows=15),), mode=PARTIAL)
     with raises_code("KVC-R007") as excinfo:
         run_verify(ctx, verify_plan([1], [0], [-1]))
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15

@@ -8,11 +8,11 @@ import pytest
 from canary_helpers import (
     HEAD,
     FakeCudaArray,
-    KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
     chain_plan,
     counters,
     fields,
+    known_source,
     make_context,
     random_source,
     record,
@@ -31,7 +31,7 @@ from canary_helpers import (
 
 from helpers import raises_code
 
-from kvcanary_numba import OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode, RealKvSource, VerifyPlan
+from kvcanary_numba import OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode, VerifyPlan
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 
 CHAIN, POSITION, REAL_KV, TOKEN = 1, 2, 4, 32
@@ -198,12 +198,11 @@ def test_written_fingerprints_verify_clean(rng, mode, count):
 
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 def test_known_answer_then_byte_flip(mode):
-    tensor = np.zeros((16, 16), dtype=np.uint8)
-    tensor[1] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    ctx = make_context(sources=(RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=16, read_bytes=16),), mode=mode)
+    src = known_source(1)
+    ctx = make_context(sources=(src,), mode=mode)
     stamp(ctx, 1, 9, 0, HEAD, KNOWN_REAL_KV_HASH)
     assert verify(ctx, verify_plan([1], [0], [-1])) == []
-    tensor[1, 15] ^= 0x01  # a single bit
+    src.tensor[1, 15] ^= 0x01  # a single bit
     assert row_bits(ctx) == [] and [r[7] for r in verify(ctx, verify_plan([1], [0], [-1]))] == [REAL_KV]
 
 

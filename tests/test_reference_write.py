@@ -7,10 +7,10 @@ import pytest
 from canary_helpers import (
     HEAD,
     FakeCudaArray,
-    KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
     chain_prev_hashes,
     counters,
+    known_source,
     make_context,
     random_source,
     record,
@@ -274,9 +274,7 @@ def test_none_mode_stores_zero(rng):
 
 @pytest.mark.parametrize("mode", [PARTIAL, ALL])
 def test_known_answer_stored_at_slot_zero(mode):
-    tensor = np.zeros((16, 16), dtype=np.uint8)
-    tensor[0] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    src = RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=16, read_bytes=16)
+    src = known_source(0)
     ctx = make_context(sources=(src,), mode=mode)
     run_write(ctx, write_plan([1], [-1]), [1], [0], [0])
     assert record(ctx, 0)[3] == KNOWN_REAL_KV_HASH
