@@ -16,7 +16,6 @@ from canary_helpers import (
     chain_plan,
     counters,
     fields,
-    i64,
     known_source,
     make_context,
     random_source,
@@ -27,6 +26,7 @@ from canary_helpers import (
     stamp,
     stamp_clean_chain,
     verify_plan,
+    write_args,
     write_index,
     write_plan,
 )
@@ -157,7 +157,7 @@ def test_fingerprints_written_by_the_kernel_verify_clean(rng, mode, count):
     geometry = [(1, 32, 32, 0), (4, 16, 16, 16), (16, 128, 64, 0), (2, 64, 48, 32)][:count]
     sources = [random_source(rng, 16, page_size=p, nbytes=n, read_bytes=r, hole=h) for p, n, r, h in geometry]
     ctx = make_context(sources=sources, mode=mode)
-    run_pair(ctx, "write", **_write_args(write_plan([3], [-1]), [4, 5, 6], [0, 1, 2], [9, 10, 15]))
+    run_pair(ctx, "write", **write_args(write_plan([3], [-1]), [4, 5, 6], [0, 1, 2], [9, 10, 15]))
     assert all(record(ctx, s)[3] != 0 for s in (9, 10, 15))
     assert verify(ctx, chain_plan([9, 10, 15])) == []
     sources[-1].tensor[...] ^= 0x40  # every byte, holes included: all three slots now differ
@@ -303,18 +303,6 @@ def test_random_garbage_plans_match_the_reference(seed):
     pick = lambda low, high: np.where(rng.random(n) < 0.1, rng.integers(-(2**63), 2**63 - 1, n), rng.integers(low, high, n))  # noqa: E731
     plan = verify_plan(pick(-2, 44), pick(0, 5), pick(-2, 44), pick(-1, 50), capacity=70, num_valid=int(rng.integers(0, 71)))
     verify(ctx, plan, check=bool(seed % 2))  # ring capacity 8: overflow races are checked against the reference
-
-
-def _write_args(plan, tokens, positions, slots):
-    return dict(
-        plan=plan,
-        input_ids=i64(tokens),
-        positions=i64(positions),
-        out_cache_loc=i64(slots),
-        enable_write_input_assert=False,
-        expected_input_tokens=None,
-        expected_input_positions=None,
-    )
 
 
 # --- at scale on a GPU -----------------------------------------------------------------
