@@ -5,9 +5,9 @@ Called by :mod:`kvcanary_numba.plan` with validated public keyword arguments
 
 Launch shapes
 -------------
-Offsets: tiles of ``OFFSETS_BLOCK * OFFSETS_ITEMS`` requests (4096 on a GPU, so
-SGLang's largest batch is one block and never touches the look-back state);
-larger batches chain their tiles with a single-pass look-back, no cap on ``bs``.
+Offsets: tiles of ``OFFSETS_BLOCK * OFFSETS_ITEMS`` requests (1024 on a GPU);
+batches of several tiles chain them with a single-pass look-back, no cap on
+``bs`` (small tiles measured faster than one 4096-request block: see below).
 Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, at most
 ``ENTRIES_BLOCKS_PER_SM`` blocks per SM and no more than ``verify_capacity``
 needs; the entry count is read on the device. Under the simulator both use
