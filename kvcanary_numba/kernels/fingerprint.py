@@ -26,7 +26,7 @@ from .hashing import ONE, ZERO, splitmix64
 
 __all__ = ["KERNELS", "SIGNATURES", "fold_source", "load_pair", "real_kv_hash"]
 
-_TWO = np.int64(2)
+_TWO, _FOUR, _SIX, _EIGHT = np.int64(2), np.int64(4), np.int64(6), np.int64(8)
 
 if ON_SIMULATOR:
 
@@ -64,11 +64,26 @@ def fold_source(words, slot, row_stride, page_size, words_per_token, read_words)
     else:
         row = slot // page_size
         base = row * row_stride + (slot - row * page_size) * words_per_token
+    # Four 16-byte loads are issued before their words are folded: a warp issues in
+    # order, so loading inside the fold loop would wait one memory latency per pair.
     acc = uint64(0)
-    for k in range(ZERO, read_words, _TWO):
-        lo, hi = load_pair(words, base + k)
-        acc = splitmix64(acc ^ lo)
-        acc = splitmix64(acc ^ hi)
+    for k in range(ZERO, read_words, _EIGHT):
+        a0, a1 = load_pair(words, base + k)
+        b0 = b1 = c0 = c1 = d0 = d1 = uint64(0)
+        more = read_words - k  # even, >= 2
+        if more > _TWO:
+            b0, b1 = load_pair(words, base + k + _TWO)
+        if more > _FOUR:
+            c0, c1 = load_pair(words, base + k + _FOUR)
+        if more > _SIX:
+            d0, d1 = load_pair(words, base + k + _SIX)
+        acc = splitmix64(splitmix64(acc ^ a0) ^ a1)
+        if more > _TWO:
+            acc = splitmix64(splitmix64(acc ^ b0) ^ b1)
+        if more > _FOUR:
+            acc = splitmix64(splitmix64(acc ^ c0) ^ c1)
+        if more > _SIX:
+            acc = splitmix64(splitmix64(acc ^ d0) ^ d1)
     return acc
 
 
