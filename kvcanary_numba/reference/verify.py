@@ -1,13 +1,15 @@
 """NumPy reference of the verify kernel (reference notes §5, docs/concepts/semantics.md).
 
-Vectorised over the plan's entries: this is the CPU production path, not only
-the specification. Rows are appended in entry order (the GPU appends them in
+One compiled pass over the plan's entries computes each entry's fail bits
+(this is the CPU production path, not only the specification); the few rows
+are then built with NumPy and appended in entry order (the GPU appends them in
 atomic order; compare rings as multisets).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..constants import (
     CANARY_CHAIN_HEAD,
@@ -21,12 +23,19 @@ from ..constants import (
     VIOLATION_FIELDS,
     FailReason,
 )
-from ..hashing import splitmix64_mix3_array
+from ..hashing import splitmix64_mix3_u64
 from .fingerprint import fold_slots
 
 __all__ = ["launch_canary_verify_kernel", "append_violation_rows", "canary_fields", "bump"]
 
 _HEAD = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
+_PADDING = np.int64(TOKEN_TO_KV_SLOT_PADDING)
+_CHAIN = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+_POSITION = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
+_REAL_KV = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+_TOKEN = np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
+_SLOT_RANGE = np.int64(FailReason.SLOT_OUT_OF_RANGE)
+_PREV_RANGE = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
 
 
 def canary_fields(canary_buf: np.ndarray) -> np.ndarray:
@@ -55,13 +64,65 @@ def append_violation_rows(context, rows: np.ndarray) -> None:
     bump(index, rows.shape[0])
 
 
-def _rows(kind, slot, position, stored_token, expected_token, stored_hash, expected_aux, bits) -> np.ndarray:
-    columns = (kind, slot, position, stored_token, expected_token, stored_hash, expected_aux, bits)
-    n = np.shape(bits)[0]
-    rows = np.empty((n, VIOLATION_FIELDS), dtype=np.int64)
-    for k, column in enumerate(columns):
-        rows[:, k] = column
-    return rows
+#: Entries per chunk of the compiled pass (its gathered records stay in cache).
+_CHUNK = 2048
+
+
+@njit(nogil=True)
+def _check_entries(records, slots, positions, prevs, tokens, check_token, expected_real, bits, aux):
+    """Per entry: fail bits and ``expected_aux`` (the CPU path's hot loop).
+
+    ``records`` is the canary buffer as int64 [num_slots, 4]; slot 0 is padding
+    (bits 0), a slot outside the buffer gets only the out-of-range bit. Each
+    chunk first gathers its records (independent loads, many cache misses in
+    flight), then checks them; a chain's predecessor is then mostly in cache.
+    """
+    num_slots = records.shape[0]
+    own = np.empty((_CHUNK, 4), dtype=np.int64)
+    for c0 in range(0, slots.shape[0], _CHUNK):
+        c1 = min(c0 + _CHUNK, slots.shape[0])
+        for i in range(c0, c1):
+            slot = slots[i]
+            if slot > 0 and slot < num_slots:
+                for f in range(4):
+                    own[i - c0, f] = records[slot, f]
+        for i in range(c0, c1):
+            slot = slots[i]
+            bits[i] = 0
+            if slot == _PADDING:
+                continue
+            if slot < 0 or slot >= num_slots:
+                bits[i] = _SLOT_RANGE
+                aux[i] = num_slots
+                continue
+            stored_hash = own[i - c0, FIELD_PREV_HASH]
+            prev = prevs[i]
+            b = 0
+            expected = stored_hash  # prev == 0: predecessor unreachable, chain not checked
+            if prev < 0:
+                expected = _HEAD
+            elif prev >= num_slots:
+                expected = prev
+                b |= _PREV_RANGE
+            elif prev != 0:
+                expected = np.int64(
+                    splitmix64_mix3_u64(
+                        np.uint64(records[prev, FIELD_PREV_HASH]),
+                        np.uint64(records[prev, FIELD_TOKEN]),
+                        np.uint64(records[prev, FIELD_POSITION]),
+                    )
+                )
+            if prev < 0 or (prev > 0 and prev < num_slots):
+                if stored_hash != expected:
+                    b |= _CHAIN
+            if own[i - c0, FIELD_POSITION] != positions[i]:
+                b |= _POSITION
+            if own[i - c0, FIELD_REAL_KV_HASH] != expected_real[i]:
+                b |= _REAL_KV
+            if check_token and tokens[i] != EXPECTED_TOKEN_UNCHECKED and own[i - c0, FIELD_TOKEN] != tokens[i]:
+                b |= _TOKEN
+            bits[i] = b
+            aux[i] = expected
 
 
 def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
@@ -89,68 +150,30 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     slots = plan.verify_slot_indices[:active]
     positions = plan.verify_expected_positions[:active]
     prevs = plan.verify_prev_slot_indices[:active]
-    if check_verify_expected_token:
-        expected_tokens = plan.verify_expected_tokens[:active]
-    else:
-        expected_tokens = np.full(active, EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
+    check = bool(check_verify_expected_token)
+    tokens = plan.verify_expected_tokens[:active] if check else positions  # not read when unchecked
+    records = canary_fields(context.canary_buf)[:, :CANARY_FIELDS_PER_SLOT]
+    # Fingerprint of each slot's live KV bytes (0 in NONE mode, for uncovered or padding slots).
+    expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view(np.int64)
+    bits = np.empty(active, dtype=np.int64)
+    aux = np.empty(active, dtype=np.int64)
+    _check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
 
-    fields = canary_fields(context.canary_buf)
-    records = fields[:, :CANARY_FIELDS_PER_SLOT]
-    num_slots = fields.shape[0]
-    checked = slots != TOKEN_TO_KV_SLOT_PADDING
-    out_of_range = checked & ((slots < 0) | (slots >= num_slots))
-    entries = np.flatnonzero(checked & ~out_of_range)
-    # The usual plan has every entry checkable: then slices replace index gathers.
-    every = entries.shape[0] == active
-    pick = (lambda column: column) if every else (lambda column: column[entries])  # noqa: E731
-
-    slot = pick(slots)
-    # One gather of whole records is several times faster than one gather per field.
-    record = np.take(records, slot, axis=0)
-    stored_token = record[:, FIELD_TOKEN]
-    stored_position = record[:, FIELD_POSITION]
-    stored_hash = record[:, FIELD_PREV_HASH]
-    stored_real = record[:, FIELD_REAL_KV_HASH]
-
-    prev = pick(prevs)
-    prev_in_range = (prev > 0) & (prev < num_slots)
-    prev_out_of_range = prev >= num_slots
-    # Unreachable predecessors (0, or out of range) expect what is stored: no chain bit.
-    expected_hash = np.where(prev < 0, _HEAD, stored_hash)
-    reachable = slice(None) if prev_in_range.all() else prev_in_range
-    pred = np.take(records, prev[reachable], axis=0)
-    expected_hash[reachable] = splitmix64_mix3_array(
-        pred[:, FIELD_PREV_HASH], pred[:, FIELD_TOKEN], pred[:, FIELD_POSITION]
-    ).view(np.int64)
-    expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slot).view(np.int64)
-    token = pick(expected_tokens)
-
-    bits = (expected_hash != stored_hash) * np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
-    bits |= (stored_position != pick(positions)) * np.int64(FailReason.VERIFY_POSITION_MISMATCH)
-    bits |= (stored_real != expected_real) * np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
-    if check_verify_expected_token:
-        token_wrong = (token != EXPECTED_TOKEN_UNCHECKED) & (stored_token != token)
-        bits |= token_wrong * np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
-    bits |= prev_out_of_range * np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
-    hit = np.flatnonzero(bits)
-    aux = np.where(prev_out_of_range[hit], prev[hit], expected_hash[hit])
-    kind = int(context.kernel_kind)
-    checked_rows = _rows(
-        kind, slot[hit], stored_position[hit], stored_token[hit], token[hit], stored_hash[hit], aux, bits[hit]
-    )
-
-    bad = np.flatnonzero(out_of_range)
-    range_rows = _rows(
-        kind,
-        slots[bad],
-        positions[bad],
-        -1,
-        expected_tokens[bad],
-        0,
-        num_slots,
-        np.full(bad.shape[0], int(FailReason.SLOT_OUT_OF_RANGE)),
-    )
-    # Merge both kinds of rows back into entry order.
-    order = np.concatenate([entries[hit], bad])  # entry index of every row
-    rows = np.concatenate([checked_rows, range_rows])
-    append_violation_rows(context, rows[np.argsort(order, kind="stable")])
+    hit = np.flatnonzero(bits)  # entry order: the order rows are appended in
+    if hit.shape[0] == 0:
+        return
+    slot, hit_bits = slots[hit], bits[hit]
+    in_range = (hit_bits & _SLOT_RANGE) == 0
+    # Out-of-range rows carry the plan's position, -1 / 0 for the record fields they have none of.
+    record = np.zeros((hit.shape[0], CANARY_FIELDS_PER_SLOT), dtype=np.int64)
+    record[in_range] = records[slot[in_range]]
+    record[~in_range, FIELD_TOKEN] = -1
+    record[~in_range, FIELD_POSITION] = positions[hit][~in_range]
+    expected_token = tokens[hit] if check else np.full(hit.shape[0], EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
+    rows = np.empty((hit.shape[0], VIOLATION_FIELDS), dtype=np.int64)
+    for k, column in enumerate((
+        int(context.kernel_kind), slot, record[:, FIELD_POSITION], record[:, FIELD_TOKEN], expected_token,
+        record[:, FIELD_PREV_HASH], aux[hit], hit_bits,
+    )):  # fmt: skip
+        rows[:, k] = column
+    append_violation_rows(context, rows)
