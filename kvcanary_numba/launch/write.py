@@ -42,7 +42,7 @@ def launch_canary_write_kernel(
     expected_input_tokens,
     expected_input_positions,
 ) -> None:
-    """Run the block-per-request write kernel on CuPy's current stream (or the simulator).
+    """Run the warp-per-request write kernel on CuPy's current stream (or the simulator).
 
     Arguments are those of :func:`kvcanary_numba.launch_canary_write_kernel`
     minus ``backend``, already validated: CUDA arrays on a GPU, NumPy arrays
