@@ -7,7 +7,8 @@
 #
 # Steps: tests (pytest -m gpu), vectors (golden-vector replay on the GPU), bench (the full
 # benchmark: JSON, markdown and PNG plots), sanitizer (compute-sanitizer memcheck of
-# benchmarks/sanitizer_check.py; expect 0 errors); quick (not in the default list): the
+# benchmarks/sanitizer_check.py; expect 0 errors); memcheck (not in the default list): the
+# gpu-marked kernel tests under memcheck; quick (not in the default list): the
 # benchmark at small sizes, a smoke test of every section. Each step is time-bounded with `timeout`,
 # logs to $OUT/<step>.log and the run continues when one fails; $OUT/summary.txt lists the exit
 # codes. $OUT defaults to ./gpu-out. Golden vectors: $KVCANARY_VECTORS, else ./.vectors,
@@ -78,8 +79,18 @@ for step in "${STEPS[@]}"; do
             echo "sanitizer  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
             run_step sanitizer_plain 120 python3 benchmarks/sanitizer_check.py
         fi ;;
+    memcheck)  # the gpu-marked kernel tests (large random and garbage batches) under memcheck
+        if tool=$(find_sanitizer); then
+            run_step memcheck 420 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 \
+                --print-limit 20 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_plan.py \
+                tests/test_kernels_verify.py tests/test_kernels_write.py tests/test_kernels_fingerprint.py \
+                tests/test_kernels_scatter.py
+            grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"
+        else
+            echo "memcheck   rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
+        fi ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, quick)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"
