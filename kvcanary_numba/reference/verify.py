@@ -78,13 +78,13 @@ def _check_entries(records, slots, positions, prevs, tokens, check_token, expect
     flight), then checks them; a chain's predecessor is then mostly in cache.
     """
     num_slots = records.shape[0]
-    own = np.empty((_CHUNK, 4), dtype=np.int64)
+    own = np.empty((_CHUNK, CANARY_FIELDS_PER_SLOT), dtype=np.int64)
     for c0 in range(0, slots.shape[0], _CHUNK):
         c1 = min(c0 + _CHUNK, slots.shape[0])
         for i in range(c0, c1):
             slot = slots[i]
             if slot > 0 and slot < num_slots:
-                for f in range(4):
+                for f in range(CANARY_FIELDS_PER_SLOT):
                     own[i - c0, f] = records[slot, f]
         for i in range(c0, c1):
             slot = slots[i]
@@ -101,6 +101,8 @@ def _check_entries(records, slots, positions, prevs, tokens, check_token, expect
             expected = stored_hash  # prev == 0: predecessor unreachable, chain not checked
             if prev < 0:
                 expected = _HEAD
+                if stored_hash != expected:
+                    b |= _CHAIN
             elif prev >= num_slots:
                 expected = prev
                 b |= _PREV_RANGE
@@ -112,7 +114,6 @@ def _check_entries(records, slots, positions, prevs, tokens, check_token, expect
                         np.uint64(records[prev, FIELD_POSITION]),
                     )
                 )
-            if prev < 0 or (prev > 0 and prev < num_slots):
                 if stored_hash != expected:
                     b |= _CHAIN
             if own[i - c0, FIELD_POSITION] != positions[i]:
