@@ -185,6 +185,26 @@ def test_paged_layout_with_strided_rows(rng, page_size):
     assert verify(ctx, chain_plan(slots)) == []
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_long_reads_fold_in_several_staged_rounds(seed):
+    # The warp fold stages 128 bytes of each slot per round: 272- and 400-byte reads take
+    # three and four rounds, the last one partial; each warp's 32 lanes mix clean, corrupted,
+    # padding and out-of-range slots, and more tiles than warps make the warps stride.
+    rng = np.random.default_rng(seed)
+    sources = [random_source(rng, 48, page_size=4, nbytes=272, hole=16), random_source(rng, 48, nbytes=400)]
+    ctx = make_context(48, sources=sources, mode=ALL, ring_capacity=256)
+    n = SIM_BLOCK * SIM_MAX_BLOCKS * 2 + 7
+    slots = rng.integers(1, 48, n)
+    run_write(ctx, write_plan([n], [-1]), rng.integers(1, 99, n), np.arange(n), slots)
+    slots[rng.random(n) < 0.1] = 0
+    slots[rng.random(n) < 0.05] = 48
+    corrupted = int(slots[slots % 48 != 0][0])
+    sources[1].tensor[corrupted, 399] ^= 0x10  # the last word of the last, partial round
+    rows = verify(ctx, verify_plan(slots, rng.integers(0, n, n), [0] * n))
+    assert {r[1] for r in rows if r[7] & REAL_KV} == {corrupted}
+    assert {r[1] for r in rows if r[7] & SLOT_RANGE} == ({48} if (slots == 48).any() else set())
+
+
 # --- counters, enable, grid ---------------------------------------------------------
 
 

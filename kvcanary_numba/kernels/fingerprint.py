@@ -22,11 +22,24 @@ from llvmlite import ir
 from numba import cuda, int64, uint64
 
 from . import ON_SIMULATOR
-from .hashing import ONE, ZERO, splitmix64
+from ..constants import WARP_SIZE
+from .hashing import MINUS_ONE, ONE, ZERO, splitmix64
 
-__all__ = ["KERNELS", "SIGNATURES", "fold_source", "load_pair", "real_kv_hash"]
+__all__ = [
+    "KERNELS", "SIGNATURES", "TILE_PITCH", "TILE_WORDS", "fold_source", "load_pair", "real_kv_hash", "slot_base",
+    "warp_real_kv_hash", "warp_sync",
+]  # fmt: skip
 
 _TWO, _FOUR, _SIX, _EIGHT = np.int64(2), np.int64(4), np.int64(6), np.int64(8)
+
+#: Words of each slot one round of the warp fold stages (8 vectors of 16 bytes).
+TILE_WORDS = np.int64(16)
+#: Row pitch of a warp's staging tile, in words: one word of padding puts the 32
+#: lanes' 8-byte reads of one column (and each half-warp's staging stores) on
+#: distinct shared-memory banks.
+TILE_PITCH = int(TILE_WORDS) + 1
+_VECTORS = TILE_WORDS // _TWO
+_ROWS_PER_LOAD = np.int64(WARP_SIZE) // _VECTORS
 
 if ON_SIMULATOR:
 
@@ -57,13 +70,18 @@ else:
 
 
 @cuda.jit(device=True)
+def slot_base(slot, row_stride, page_size, words_per_token):
+    """Index of the first word of in-range ``slot`` in its source's span; int64."""
+    if page_size == ONE:  # token-granular pools: skip the 64-bit division
+        return slot * row_stride
+    row = slot // page_size
+    return row * row_stride + (slot - row * page_size) * words_per_token
+
+
+@cuda.jit(device=True)
 def fold_source(words, slot, row_stride, page_size, words_per_token, read_words):
     """Fold of one source's ``read_words`` words for in-range ``slot``; uint64."""
-    if page_size == ONE:  # token-granular pools: skip the 64-bit division
-        base = slot * row_stride
-    else:
-        row = slot // page_size
-        base = row * row_stride + (slot - row * page_size) * words_per_token
+    base = slot_base(slot, row_stride, page_size, words_per_token)
     # Four 16-byte loads are issued before their words are folded: a warp issues in
     # order, so loading inside the fold loop would wait one memory latency per pair.
     acc = uint64(0)
@@ -103,6 +121,80 @@ def real_kv_hash(slot, nsrc, w0, w1, w2, w3, p):
         acc = splitmix64(acc ^ fold_source(w2, slot, p[8], p[9], p[10], p[11]))
     if nsrc >= 4:
         acc = splitmix64(acc ^ fold_source(w3, slot, p[12], p[13], p[14], p[15]))
+    return acc
+
+
+@cuda.jit(device=True)
+def warp_sync():
+    """Barrier of the calling warp (of the block under the simulator, whose blocks are one warp)."""
+    if ON_SIMULATOR:
+        cuda.syncthreads()
+    else:
+        cuda.syncwarp()
+
+
+@cuda.jit(device=True)
+def _stage_round(tile, bases, words, row, word, offset, count):
+    # One 16-byte vector of tile row ``row`` (a lane's slot). Without a branch, so that
+    # the eight calls' loads are all issued before the first store waits: a row with no
+    # slot, or a word past ``count``, loads word 0 (always there) and is never folded.
+    base = bases[row]
+    index = base + offset + word if base >= ZERO and word < count else ZERO
+    lo, hi = load_pair(words, index)
+    tile[row, word] = lo
+    tile[row, word + ONE] = hi
+
+
+@cuda.jit(device=True)
+def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_size, words_per_token, read_words):
+    """:func:`fold_source` of each lane's slot, computed by the whole warp (0 where not ``slot_ok``).
+
+    One lane per slot would make each 16-byte load of a warp touch 32 cache lines;
+    instead the warp stages ``TILE_WORDS`` words of all 32 slots in ``tile`` with
+    loads that cover 4 slots x 64-128 contiguous bytes each, then every lane folds
+    its own row. All 32 lanes must call it (``slot_ok`` False for idle lanes).
+    """
+    if read_words <= _TWO:  # PARTIAL: one vector per slot, nothing to share
+        return fold_source(words, slot, row_stride, page_size, words_per_token, read_words) if slot_ok else uint64(0)
+    base = slot_base(slot, row_stride, page_size, words_per_token) if slot_ok else MINUS_ONE
+    bases[lane] = base
+    word = (lane % _VECTORS) * _TWO  # this lane's vector within a staged row
+    row = lane // _VECTORS  # the first of the rows this lane stages
+    acc = uint64(0)
+    for offset in range(ZERO, read_words, TILE_WORDS):
+        count = min(TILE_WORDS, read_words - offset)
+        warp_sync()  # bases are visible; the previous round's rows are folded
+        _stage_round(tile, bases, words, row, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 2, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 3, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 4, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 5, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 6, word, offset, count)
+        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 7, word, offset, count)
+        warp_sync()
+        if base >= ZERO:
+            for k in range(ZERO, count, _TWO):
+                acc = splitmix64(splitmix64(acc ^ tile[lane, k]) ^ tile[lane, k + ONE])
+    return acc
+
+
+@cuda.jit(device=True)
+def warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
+    """:func:`real_kv_hash` of each lane's slot, computed by the whole warp; uint64.
+
+    ``tile``: the warp's uint64 [32, TILE_PITCH] shared rows; ``bases``: its
+    int64 [32] shared slot bases. Lanes without ``slot_ok`` get a meaningless value.
+    """
+    acc = uint64(0)
+    if nsrc >= 1:
+        acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w0, slot, slot_ok, p[0], p[1], p[2], p[3]))
+    if nsrc >= 2:
+        acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w1, slot, slot_ok, p[4], p[5], p[6], p[7]))
+    if nsrc >= 3:
+        acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w2, slot, slot_ok, p[8], p[9], p[10], p[11]))
+    if nsrc >= 4:
+        acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w3, slot, slot_ok, p[12], p[13], p[14], p[15]))
     return acc
 
 

@@ -20,17 +20,19 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int32, int64, uint64
 
-from ..constants import MAX_REAL_KV_SOURCES, FailReason
+from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
 from ..hashing import to_signed
 from . import ON_SIMULATOR
-from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
-from .hashing import CHAIN_HEAD, MINUS_ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
+from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
 
 __all__ = ["KERNELS", "SIGNATURES", "VERIFY_THREADS", "kernel_name", "record_violation"]
 
 #: Threads per block on a GPU (SGLang uses 512; 256 packs more blocks per SM
 #: at the register counts of the fold variants).
 VERIFY_THREADS = 256
+_WARPS = VERIFY_THREADS // WARP_SIZE
+_WARP = np.int64(WARP_SIZE)
 
 _CHAIN_HEAD_I64 = np.int64(to_signed(int(CHAIN_HEAD)))
 _CHAIN_BIT = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
@@ -60,6 +62,42 @@ def record_violation(ring, write_index, kind, slot, position, stored_token, expe
         cuda.threadfence_system()  # rows reach a host mapping before the index is seen
 
 
+@cuda.jit(device=True)
+def _check_entry(buf, num_slots, slot, token, position, prev, nsrc, real, ring, write_index, kind):
+    """Checks of one entry with a non-padding ``slot``; records its row if any check fails.
+
+    ``real`` is the slot's fingerprint when ``nsrc > 0`` and ``slot`` is in range.
+    """
+    if uint64(slot) >= uint64(num_slots):  # negative or past the buffer: no load
+        record_violation(ring, write_index, kind, slot, position, MINUS_ONE, token, ZERO, num_slots, _SLOT_RANGE_BIT)
+        return
+    stored_token = buf[slot, TOKEN]
+    stored_position = buf[slot, POSITION]
+    stored_hash = buf[slot, PREV_HASH]
+    stored_real = buf[slot, REAL_KV]
+    bits = ZERO
+    aux = stored_hash  # prev == 0: predecessor unreachable, chain not checked
+    if prev < ZERO:
+        aux = _CHAIN_HEAD_I64
+        if stored_hash != aux:
+            bits |= _CHAIN_BIT
+    elif prev >= num_slots:
+        aux = prev
+        bits |= _PREV_RANGE_BIT
+    elif prev != ZERO:
+        aux = int64(slot_hash(buf, prev))
+        if stored_hash != aux:
+            bits |= _CHAIN_BIT
+    if token != MINUS_ONE and stored_token != token:
+        bits |= _TOKEN_BIT
+    if stored_position != position:
+        bits |= _POSITION_BIT
+    if stored_real != (int64(real) if nsrc > 0 else ZERO):
+        bits |= _REAL_KV_BIT
+    if bits != ZERO:
+        record_violation(ring, write_index, kind, slot, stored_position, stored_token, token, stored_hash, aux, bits)
+
+
 def _make_verify(check_token: bool, nsrc: int):
     def verify(
         buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
@@ -75,49 +113,30 @@ def _make_verify(check_token: bool, nsrc: int):
         if tid == 0 and active > 0:
             cuda.atomic.add(slot_counter, 0, active)
         num_slots = int64(buf.shape[0])
-        for i in range(int64(tid), active, int64(cuda.gridsize(1))):
-            slot = slots[i]
-            if slot == ZERO:  # padding slot: never verified
-                continue
-            position = expected_positions[i]
-            token = expected_tokens[i] if check_token else MINUS_ONE
-            if uint64(slot) >= uint64(num_slots):  # negative or past the buffer: no load
-                record_violation(
-                    ring, write_index, kind, slot, position, MINUS_ONE, token, ZERO, num_slots, _SLOT_RANGE_BIT
-                )
-                continue
-            stored_token = buf[slot, TOKEN]
-            stored_position = buf[slot, POSITION]
-            stored_hash = buf[slot, PREV_HASH]
-            stored_real = buf[slot, REAL_KV]
-            prev = prev_slots[i]
-            bits = ZERO
-            aux = stored_hash  # prev == 0: predecessor unreachable, chain not checked
-            if prev < ZERO:
-                aux = _CHAIN_HEAD_I64
-                if stored_hash != aux:
-                    bits |= _CHAIN_BIT
-            elif prev >= num_slots:
-                aux = prev
-                bits |= _PREV_RANGE_BIT
-            elif prev != ZERO:
-                aux = int64(slot_hash(buf, prev))
-                if stored_hash != aux:
-                    bits |= _CHAIN_BIT
-            if check_token:
-                if token != MINUS_ONE and stored_token != token:
-                    bits |= _TOKEN_BIT
-            if stored_position != position:
-                bits |= _POSITION_BIT
-            expected_real = ZERO
-            if nsrc > 0:
-                expected_real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-            if stored_real != expected_real:
-                bits |= _REAL_KV_BIT
-            if bits != ZERO:
-                record_violation(
-                    ring, write_index, kind, slot, stored_position, stored_token, token, stored_hash, aux, bits
-                )
+        if nsrc == 0:  # thread per entry
+            for i in range(int64(tid), active, int64(cuda.gridsize(1))):
+                slot = slots[i]
+                if slot != ZERO:  # padding slot: never verified
+                    token = expected_tokens[i] if check_token else MINUS_ONE
+                    _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, ZERO,
+                                 ring, write_index, kind)  # fmt: skip
+            return
+        # Real-KV variants: a warp per 32 consecutive entries, so that the warp can fold
+        # its lanes' slots together (warp_real_kv_hash); every lane runs every tile.
+        warp = cuda.threadIdx.x // WARP_SIZE
+        lane = int64(cuda.threadIdx.x % WARP_SIZE)
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        warps = int64(cuda.gridsize(1) // WARP_SIZE)
+        for t in range(int64(tid // WARP_SIZE), (active + _WARP - ONE) // _WARP, warps):
+            i = t * _WARP + lane
+            slot = slots[i] if i < active else ZERO
+            fold = slot != ZERO and uint64(slot) < uint64(num_slots)
+            real = warp_real_kv_hash(tile, bases, lane, slot, fold, nsrc, w0, w1, w2, w3, params)
+            if slot != ZERO:
+                token = expected_tokens[i] if check_token else MINUS_ONE
+                _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, real,
+                             ring, write_index, kind)  # fmt: skip
 
     verify.__name__ = verify.__qualname__ = kernel_name(check_token, nsrc)
     options = {}

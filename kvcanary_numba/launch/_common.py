@@ -27,7 +27,7 @@ API
     calls with the same array object skip building it. The cache holds a
     reference to at most ``CACHE_SIZE`` arrays; do not mark per-step
     temporaries persistent.
-``block_size(gpu_block)``, ``grid_for(n, block)``, ``persistent_grid(n, block)``
+``block_size(gpu_block)``, ``grid_for(n, block)``, ``persistent_grid(n, block)``, ``resident_grid(kernel, sig, n, block)``
     Threads per block (``SIM_BLOCK`` under the simulator), blocks covering
     ``n`` items, and a grid-stride grid capped at what the GPU keeps resident
     (``SIM_MAX_BLOCKS`` under the simulator, so simulated launches stay small).
@@ -77,6 +77,7 @@ from ._kernel_launch import (
     grid_for,
     launch,
     persistent_grid,
+    resident_grid,
     sm_count,
 )
 from ._kernel_launch import _current_stream_ptr, _declared_types  # noqa: F401  (prepared launches, tests)
@@ -100,6 +101,7 @@ __all__ = [
     "persistent_grid",
     "persistent_views",
     "reinterpret",
+    "resident_grid",
     "sm_count",
 ]
 

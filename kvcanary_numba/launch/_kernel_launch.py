@@ -20,6 +20,7 @@ __all__ = [
     "grid_for",
     "launch",
     "persistent_grid",
+    "resident_grid",
     "sm_count",
 ]
 
@@ -60,6 +61,26 @@ def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = Non
         return min(grid_for(n_items, block), SIM_MAX_BLOCKS)
     per_sm = blocks_per_sm if blocks_per_sm is not None else max(1, THREADS_PER_SM // int(block))
     return min(grid_for(n_items, block), sm_count() * per_sm)
+
+
+def resident_grid(kernel, signature: str, n_items: int, block: int) -> int:
+    """:func:`persistent_grid` sized by the compiled kernel's occupancy.
+
+    A grid-stride kernel whose registers or shared memory keep fewer than
+    ``THREADS_PER_SM`` threads resident would otherwise run its blocks in
+    uneven waves; this asks the driver how many blocks of ``block`` threads fit
+    on the whole device at once (cached per kernel and block size).
+    """
+    if ON_SIMULATOR:
+        return persistent_grid(n_items, block)
+    key = (id(kernel), signature, int(block))
+    fit = _resident.get(key)
+    if fit is None:
+        fit = _resident[key] = max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(int(block))))
+    return min(grid_for(n_items, block), fit)
+
+
+_resident: dict[tuple[int, str, int], int] = {}
 
 
 # --- compilation and launch ---------------------------------------------------

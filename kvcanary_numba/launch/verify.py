@@ -56,7 +56,7 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     Notes
     -----
     The grid is sized from ``verify_capacity`` (the host never reads
-    ``verify_num_valid``) and capped at what stays resident; the kernel
+    ``verify_num_valid``) and capped at what the compiled variant keeps resident; the kernel
     grid-strides over the active entries.
     """
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
@@ -71,5 +71,6 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
         ),  # fmt: skip
         *tail,
     )
-    grid = _common.persistent_grid(plan.verify_slot_indices.shape[0], block)
-    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
+    kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
+    grid = _common.resident_grid(kernel, signature, plan.verify_slot_indices.shape[0], block)
+    _common.launch(kernel, signature, grid, block, args)
