@@ -22,6 +22,7 @@ from kvcanary_numba import plan as public
 from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.kernels import plan as kernels
 from kvcanary_numba.launch import plan as glue
+from kvcanary_numba.launch._common import SIM_BLOCK, SIM_MAX_BLOCKS
 from kvcanary_numba.reference import plan as reference
 
 OOR = OUT_OF_RANGE_SLOT
@@ -32,6 +33,8 @@ def to_kernel(x):
     """``x`` where the kernels run (a copy), scalars and None as they are."""
     return to_device(x, KERNEL_DEVICE)
 WIDTH = 16
+#: Threads of a simulated entries grid (two blocks).
+SIM_STRIDE = SIM_BLOCK * SIM_MAX_BLOCKS
 
 
 def linear_rtt(rows=9, width=WIDTH):
@@ -244,6 +247,16 @@ def test_random_batch_equals_reference(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_garbage_batch_equals_reference(seed):
     run_both(garbage_batch(np.random.default_rng(100 + seed)), via_public=seed % 2 == 1)
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("total", [SIM_STRIDE - 1, SIM_STRIDE + 1, 2 * SIM_STRIDE - 1, 2 * SIM_STRIDE + 3, 5 * SIM_STRIDE])
+def test_entries_around_the_paired_stride_equal_reference(total):
+    # An entries thread takes entries e and e + gridsize per step: totals just around one and
+    # two simulated grids leave the second entry of the last pairs present or missing.
+    cuts = np.sort(np.random.default_rng(total).choice(np.arange(1, total), 4, replace=False))
+    prefix = np.diff(np.concatenate([[0], cuts, [total]]))
+    run_both(case(np.arange(1, 6), prefix, [1] * 5, rtt=linear_rtt(width=int(prefix.max()) + 2)))
 
 
 @pytest.mark.simulator

@@ -32,7 +32,7 @@ from numba import cuda
 from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode
 from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
-from kvcanary_numba.kernels.write import _is_last
+from kvcanary_numba.kernels.write import _prepare
 from kvcanary_numba.launch.write import launch_write_baseline
 from kvcanary_numba.reference.write import launch_canary_write_kernel as reference_write
 
@@ -175,22 +175,23 @@ def test_duplicate_slots_in_one_request_last_entry_wins():
 
 
 @cuda.jit
-def _last_entry_probe(slots, n, last):
+def _last_entry_probe(slots, n, num_slots, last, w):
     t = cuda.threadIdx.x
     shared = cuda.shared.array(CHUNK, np.int64)
     shared[t] = slots[t]
     cuda.syncthreads()
-    last[t] = 1 if _is_last(slots[t], np.int64(t), n, shared) else 0
+    _, is_last = _prepare(slots[t], np.int64(t), n, shared, num_slots, 0, w, w, w, w, (0,) * 16)
+    last[t] = 1 if is_last else 0
 
 
 def test_only_the_last_entry_of_a_chunk_stores_its_slot():
     # White box: under the simulator threads happen to store in index order, so
     # the "last one wins" rule is checked on the device function itself.
     slots = np.full(CHUNK, -1, dtype=np.int64)
-    slots[:7] = [5, 3, 5, 7, 3, 0, 9]
+    slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (never stored, so never compared)
     last = np.zeros(CHUNK, dtype=np.int32)
-    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, last)]
-    _last_entry_probe[1, CHUNK](dev[0], 7, dev[1])
+    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, last, np.zeros(2, dtype=np.uint64))]
+    _last_entry_probe[1, CHUNK](dev[0], 7, 9, dev[1], dev[2])
     assert to_host(dev[1])[:7].tolist() == [0, 0, 1, 1, 1, 1, 1]
 
 
@@ -208,8 +209,8 @@ def test_known_answer_stored_at_slot_zero(mode):
 @pytest.mark.parametrize("mode", [RealKvHashMode.NONE, PARTIAL, ALL])
 @pytest.mark.parametrize("count", [1, 2, 3, 4])
 def test_fingerprints_match_the_reference(rng, mode, count):
-    # (page size, bytes per token, read bytes, hole); 272 and 400 read bytes take three and
-    # four staged rounds of the warp fold (128 bytes a round), the last one partial.
+    # (page size, bytes per token, read bytes, hole); 272 and 400 read bytes are several
+    # rounds of the fold's four-vector prefetch, the last one partial.
     geometry = [(1, 32, 32, 16), (4, 272, 272, 0), (16, 64, 48, 0), (2, 400, 400, 32)][:count]
     sources = [random_source(rng, 32, page_size=p, nbytes=n, read_bytes=r, hole=h) for p, n, r, h in geometry]
     ctx = make_context(32, sources=sources, mode=mode)

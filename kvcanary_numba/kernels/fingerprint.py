@@ -164,14 +164,8 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
     for offset in range(ZERO, read_words, TILE_WORDS):
         count = min(TILE_WORDS, read_words - offset)
         warp_sync()  # bases are visible; the previous round's rows are folded
-        _stage_round(tile, bases, words, row, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 2, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 3, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 4, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 5, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 6, word, offset, count)
-        _stage_round(tile, bases, words, row + _ROWS_PER_LOAD * 7, word, offset, count)
+        for k in range(_VECTORS):  # unrolled: the loads of all rounds are in flight together
+            _stage_round(tile, bases, words, row + k * _ROWS_PER_LOAD, word, offset, count)
         warp_sync()
         if base >= ZERO:
             for k in range(ZERO, count, _TWO):

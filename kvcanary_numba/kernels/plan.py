@@ -10,7 +10,7 @@ Two launches make one plan step:
    launch shape) never touches the look-back state.
 2. :func:`plan_entries_kernel` -- one thread per verify entry over a persistent
    grid. The entry count is read on the device (``verify_offsets[bs]``); each
-   entry finds its request by binary search over the verify offsets.
+   thread finds the requests of two entries by binary searches in lockstep.
 
 Semantics (docs/concepts/semantics.md, plan section) are those of
 :mod:`kvcanary_numba.reference.plan`; every index read from an array is
@@ -56,10 +56,12 @@ SIGNATURES = {
 @cuda.jit(device=True, inline=True)
 def request_lengths(r, req_pool_indices, prefix_lens, extend_seq_lens, window):
     """(verify entries, write tokens) of request ``r``; padding rows and negative lengths give 0."""
-    if req_pool_indices[r] == 0:
-        return int64(0), int64(0)
+    # All three loads before the padding test, so they are in flight together.
+    row = req_pool_indices[r]
     prefix = max(int64(prefix_lens[r]), int64(0))
     extend = max(int64(extend_seq_lens[r]), int64(0))
+    if row == 0:
+        return int64(0), int64(0)
     if window > 0:
         prefix = min(prefix, window)
     return prefix, extend
@@ -193,6 +195,13 @@ def plan_offsets_kernel(
         v, w = request_lengths(i, req_pool_indices, prefix_lens, extend_seq_lens, window)
         own_v += min(v, verify_capacity + 1)  # alone it overflows; capped so the sum cannot wrap
         own_w += w
+        # Seeds do not depend on the scan: resolving them here overlaps their dependent
+        # req_to_token (and LUT) loads with the scan instead of adding them after it.
+        seed = _NO_PRED
+        prefix = int64(prefix_lens[i])
+        if w > 0 and prefix > 0:  # w > 0 implies an active row
+            seed = resolve_slot(req_to_token, int64(req_pool_indices[i]), prefix - 1, lut, has_lut)
+        out_write_seed_slot_indices[i] = seed
     sv[tid] = own_v
     sw[tid] = own_w
     block_inclusive_scan2(sv, sw, tid, nthreads)
@@ -208,13 +217,8 @@ def plan_offsets_kernel(
     for i in range(first, last):
         out_verify_offsets[i] = run_v
         out_write_offsets[i] = run_w
-        v, w = request_lengths(i, req_pool_indices, prefix_lens, extend_seq_lens, window)
+        v, w = request_lengths(i, req_pool_indices, prefix_lens, extend_seq_lens, window)  # L1 hits now
         v = min(v, verify_capacity + 1)
-        seed = _NO_PRED
-        prefix = int64(prefix_lens[i])
-        if w > 0 and prefix > 0:  # w > 0 implies an active row
-            seed = resolve_slot(req_to_token, int64(req_pool_indices[i]), prefix - 1, lut, has_lut)
-        out_write_seed_slot_indices[i] = seed
         run_v += v
         run_w += w
 
@@ -242,6 +246,55 @@ def plan_offsets_kernel(
             out_write_seed_slot_indices[j] = _NO_PRED
 
 
+@cuda.jit(device=True, inline=True)
+def owners(verify_offsets, last, e0, e1):
+    """Requests owning entries ``e0`` and ``e1``: largest ``r <= last`` with ``verify_offsets[r] <= e``.
+
+    Two binary searches in lockstep, so each step's two loads are in flight together
+    (a search that has converged re-reads its answer, which stays put).
+    """
+    lo0 = int64(0)
+    lo1 = int64(0)
+    hi0 = last
+    hi1 = last
+    while lo0 < hi0 or lo1 < hi1:
+        mid0 = (lo0 + hi0 + 1) >> 1
+        mid1 = (lo1 + hi1 + 1) >> 1
+        at0 = verify_offsets[mid0]
+        at1 = verify_offsets[mid1]
+        if at0 <= e0:
+            lo0 = mid0
+        else:
+            hi0 = mid0 - 1
+        if at1 <= e1:
+            lo1 = mid1
+        else:
+            hi1 = mid1 - 1
+    return lo0, lo1
+
+
+@cuda.jit(device=True, inline=True)
+def emit_entry(e, r, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
+               has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev):  # fmt: skip
+    """Write verify entry ``e`` of request ``r``."""
+    rp = int64(req_pool_indices[r])
+    prefix = max(int64(prefix_lens[r]), int64(0))
+    pos = window_start(prefix, window) + (e - verify_offsets[r])
+    out_slots[e] = resolve_slot(req_to_token, rp, pos, lut, has_lut)
+    prev = _NO_PRED
+    if pos > 0:
+        prev = resolve_slot(req_to_token, rp, pos - 1, lut, has_lut)
+    out_prev[e] = prev
+    out_positions[e] = pos
+    token = _UNCHECKED
+    if has_pool != 0:
+        col = pos + token_offset
+        limit = min(int64(valid_lens[r]), int64(pool.shape[1]))
+        if 0 <= rp < pool.shape[0] and 0 <= col < limit:
+            token = int64(pool[rp, col])
+    out_tokens[e] = token
+
+
 @cuda.jit
 def plan_entries_kernel(
     req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
@@ -250,38 +303,24 @@ def plan_entries_kernel(
 ):
     """Fill verify entries ``[0, verify_offsets[bs])``; grid-stride, nothing when disabled.
 
-    ``verify_offsets`` is the offsets kernel's output (length >= bs + 1).
+    ``verify_offsets`` is the offsets kernel's output (length >= bs + 1). Each
+    thread takes two entries a grid apart per step and finds both owners at once.
     """
     if verify_enable[0] == 0:
         return  # overflow: the entry arrays stay as they were
     bs = req_pool_indices.shape[0]
     total = min(verify_offsets[bs], int64(out_slots.shape[0]))
-    for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-        # Largest r with verify_offsets[r] <= e: the request owning entry e.
-        lo = int64(0)
-        hi = int64(bs - 1)
-        while lo < hi:
-            mid = (lo + hi + 1) >> 1
-            if verify_offsets[mid] <= e:
-                lo = mid
-            else:
-                hi = mid - 1
-        rp = int64(req_pool_indices[lo])
-        prefix = max(int64(prefix_lens[lo]), int64(0))
-        pos = window_start(prefix, window) + (e - verify_offsets[lo])
-        out_slots[e] = resolve_slot(req_to_token, rp, pos, lut, has_lut)
-        prev = _NO_PRED
-        if pos > 0:
-            prev = resolve_slot(req_to_token, rp, pos - 1, lut, has_lut)
-        out_prev[e] = prev
-        out_positions[e] = pos
-        token = _UNCHECKED
-        if has_pool != 0:
-            col = pos + token_offset
-            limit = min(int64(valid_lens[lo]), int64(pool.shape[1]))
-            if 0 <= rp < pool.shape[0] and 0 <= col < limit:
-                token = int64(pool[rp, col])
-        out_tokens[e] = token
+    stride = int64(cuda.gridsize(1))
+    for e0 in range(int64(cuda.grid(1)), total, 2 * stride):
+        e1 = e0 + stride
+        pair = e1 < total
+        r0, r1 = owners(verify_offsets, int64(bs - 1), e0, e1 if pair else e0)
+        emit_entry(e0, r0, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
+                   has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev)  # fmt: skip
+        if pair:
+            emit_entry(e1, r1, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool,
+                       valid_lens, has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions,
+                       out_prev)  # fmt: skip
 
 
 KERNELS = {"plan_offsets": plan_offsets_kernel, "plan_entries": plan_entries_kernel}

@@ -12,7 +12,7 @@ warps per block) in chunks of 32 entries:
 2. lane 0 runs the hash recurrence over the chunk, leaving each entry's
    prev_hash (and the chain-position assert's expected position) in shared
    memory; the loop is latency bound, and the SM runs other warps meanwhile;
-3. the warp folds its lanes' real-KV bytes together, every lane checks whether a later entry of
+3. every lane folds its slot's real-KV bytes, checks whether a later entry of
    the chunk targets the same slot, records its rows and stores its record
    unless it was not the last (so the last entry wins, as in the sequential
    reference; chunks are stored in order).
@@ -37,7 +37,7 @@ from numba import cuda, int64, uint64
 
 from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
 from . import ON_SIMULATOR
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, real_kv_hash, warp_real_kv_hash, warp_sync
+from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation
 
@@ -114,12 +114,27 @@ def _seed_state(buf, seed, num_slots, ring, write_index, kind):
 
 
 @cuda.jit(device=True)
-def _is_last(slot, t, n, s_slot):
-    """Whether no later entry of the chunk than lane ``t``'s writes ``slot``."""
-    for k in range(t + ONE, n):
-        if s_slot[k] == slot:
-            return False
-    return True
+def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
+    """Real-KV hash of thread ``t``'s entry and whether no later entry of the chunk has its slot."""
+    real = ZERO
+    last = True
+    if slot >= ZERO and slot < num_slots:
+        if nsrc > 0:
+            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+        for k in range(t + ONE, n):
+            if s_slot[k] == slot:
+                last = False
+    return real, last
+
+
+@cuda.jit(device=True)
+def _warp_sync():
+    # The simulator has no syncwarp; there a block is a single warp, so a block
+    # barrier is the same thing.
+    if ON_SIMULATOR:
+        cuda.syncthreads()
+    else:
+        cuda.syncwarp()
 
 
 def _make_write(input_assert: bool, nsrc: int):
@@ -135,8 +150,6 @@ def _make_write(input_assert: bool, nsrc: int):
         s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        tile = cuda.shared.array((WRITE_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
-        bases = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
@@ -173,7 +186,7 @@ def _make_write(input_assert: bool, nsrc: int):
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
-                warp_sync()
+                _warp_sync()
                 if lane == ZERO:
                     for k in range(n):
                         if s_slot[k] < ZERO:
@@ -185,19 +198,15 @@ def _make_write(input_assert: bool, nsrc: int):
                         if s_slot[k] < num_slots:
                             stored += ONE
                         running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
-                warp_sync()
-                real = ZERO
-                if nsrc > 0:  # the whole warp folds its lanes' slots together
-                    fold = slot >= ZERO and slot < num_slots
-                    real = int64(warp_real_kv_hash(tile, bases, lane, slot, fold, nsrc, w0, w1, w2, w3, params))
+                _warp_sync()
+                real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
                 if slot >= ZERO:
-                    last = _is_last(slot, lane, n, s_slot)
                     chain_hash = s_hash[lane]
                     ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
                                        expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
-                warp_sync()  # the next chunk reuses the shared rows
+                _warp_sync()  # the next chunk reuses the shared rows
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 

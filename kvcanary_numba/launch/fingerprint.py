@@ -91,10 +91,6 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
     if n == 0:
         return
     block = _common.block_size(_GPU_BLOCK)
-    _common.launch(
-        _kernels.KERNELS[name],
-        _kernels.SIGNATURES[name][0],
-        _common.persistent_grid(n, block),
-        block,
-        (slots, dest, limit, *spans, params),
-    )
+    kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
+    grid = _common.resident_grid(kernel, signature, n, block)
+    _common.launch(kernel, signature, grid, block, (slots, dest, limit, *spans, params))

@@ -8,9 +8,9 @@ Launch shapes
 Offsets: tiles of ``OFFSETS_BLOCK * OFFSETS_ITEMS`` requests (1024 on a GPU);
 batches of several tiles chain them with a single-pass look-back, no cap on
 ``bs`` (small tiles measured faster than one 4096-request block: see below).
-Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, at most
-``ENTRIES_BLOCKS_PER_SM`` blocks per SM and no more than ``verify_capacity``
-needs; the entry count is read on the device. Under the simulator both use
+Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, no more blocks than
+stay resident and than ``verify_capacity`` needs at two entries per thread;
+the entry count is read on the device. Under the simulator both use
 ``SIM_BLOCK`` threads and one request per thread (``SIM_OFFSETS_*``; tests
 shrink the tile to get many tiles out of small batches).
 
@@ -44,9 +44,8 @@ OFFSETS_ITEMS = 2
 #: ... and under the simulator (tests shrink these to get many tiles from small batches).
 SIM_OFFSETS_BLOCK = common.SIM_BLOCK
 SIM_OFFSETS_ITEMS = 1
-#: Entries kernel: threads per block and resident blocks per SM (SGLang's shape).
+#: Entries kernel: threads per block (SGLang's shape).
 ENTRIES_BLOCK = PLAN_BLOCK_SIZE
-ENTRIES_BLOCKS_PER_SM = 8
 
 _OFFSETS_SIG = kernels.SIGNATURES["plan_offsets"][0]
 _ENTRIES_SIG = kernels.SIGNATURES["plan_entries"][0]
@@ -163,5 +162,6 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
                                  vplan.verify_expected_positions, vplan.verify_prev_slot_indices),
     )
     block = common.block_size(ENTRIES_BLOCK)
-    grid = common.persistent_grid(verify_capacity, block, blocks_per_sm=ENTRIES_BLOCKS_PER_SM)
+    # Two entries per thread and step; no more blocks than the device keeps resident.
+    grid = common.resident_grid(kernels.plan_entries_kernel, _ENTRIES_SIG, -(-int(verify_capacity) // 2), block)
     common.launch(kernels.plan_entries_kernel, _ENTRIES_SIG, grid, block, args)
