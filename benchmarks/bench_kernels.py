@@ -7,9 +7,11 @@ to move, so a kernel that over-fetches scores lower.
 
 from __future__ import annotations
 
+import numpy as np
+
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.constants import PARTIAL_READ_BYTES
-from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
@@ -196,3 +198,20 @@ def _plan(run, bs: int, prefix: int) -> None:
     run.add({"op": "plan", "variant": f"decode prefix={prefix}", "bs": bs, "verify_entries": entries, **result,
              "bytes": nbytes, **run.bandwidth(nbytes, result), "ok": num_valid == entries and enable == 1,
              "input_sets": len(sets)})  # fmt: skip
+    # The first of the two launches alone: what the entries kernel adds is the difference.
+    scratch = [cupy.zeros(bs + 1, dtype=np.int64) for _ in sets]
+
+    def offsets(i):
+        case, wplan = sets[i % len(sets)], sets[i % len(sets)]["write_plan_out"]
+        vplan = case["verify_plan_out"]
+        launch_plan_offsets_kernel(
+            req_pool_indices=case["req_pool_indices"], prefix_lens=case["prefix_lens"],
+            extend_seq_lens=case["extend_seq_lens"], req_to_token=case["req_to_token"], full_to_swa_index_mapping=None,
+            out_verify_offsets_scratch=scratch[i % len(sets)], out_write_offsets=wplan.write_offsets,
+            out_write_seed_slot_indices=wplan.write_seed_slot_indices, out_verify_num_valid=vplan.verify_num_valid,
+            out_verify_enable=vplan.enable, out_write_num_valid_reqs=wplan.write_num_valid_reqs, swa_window_size=0,
+            verify_capacity=case["verify_capacity"],
+        )  # fmt: skip
+
+    result = device_times(offsets, iters=run.iters, host_us=250)
+    run.add({"op": "plan", "variant": f"offsets only, prefix={prefix}", "bs": bs, **result, "input_sets": len(sets)})

@@ -80,16 +80,23 @@ def _spin(microseconds: int) -> None:
 def device_times(fn: Callable[[int], None], *, iters: int, warmup: int = 3, host_us: float = 60.0) -> dict:
     """CUDA-event time of ``fn(i)`` for ``i`` in ``range(iters)``, queued behind a spin kernel.
 
-    ``host_us`` is a guess of the host time per call, to size the spin.
+    ``host_us`` is a floor for the host time per call, which sizes the spin. The
+    warm-up calls (but the first, which may compile) are timed on the host too and
+    the spin covers three times the slowest of them: a call that enqueues several
+    launches is then never timed with the GPU waiting for the host between them.
     """
     import cupy
 
+    host = []
     for i in range(warmup):
+        t0 = time.perf_counter()
         fn(i)
-    synchronize()
+        host.append((time.perf_counter() - t0) * 1e6)
+        synchronize()
+    slowest = min(max(host[1:] or host), 5000.0)  # the first call may compile
     stream = cupy.cuda.get_current_stream()
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iters)]
-    _spin(int(2000 + iters * (host_us + 30)))
+    _spin(int(2000 + iters * (max(host_us, 3 * slowest) + 30)))
     for i, (start, end) in enumerate(events):
         start.record(stream)
         fn(i)

@@ -154,8 +154,10 @@ def test_targets_read_the_records_they_name():
         {"op": "verify", "variant": "ALL contiguous", "entries": 1 << 22, "copy_fraction": 0.95},
         {"op": "write", "variant": "ALL r=8", "tokens_per_request": 32768, "median_us": 100.0},
         {"op": "write", "variant": "baseline thread/request ALL r=8", "tokens_per_request": 32768, "median_us": 500.0},
-        {"op": "plan", "bs": 4096, "median_us": 25.0},
-        {"op": "plan", "bs": 65536, "median_us": 90.0, "ok": True},
+        {"op": "plan", "variant": "offsets only, prefix=128", "bs": 4096, "median_us": 99.0},
+        {"op": "plan", "variant": "decode prefix=128", "bs": 4096, "median_us": 25.0},
+        {"op": "plan", "variant": "offsets only, prefix=128", "bs": 65536, "median_us": 20.0},
+        {"op": "plan", "variant": "decode prefix=128", "bs": 65536, "median_us": 90.0, "ok": True},
         {"op": "step plan+verify+write host", "variant": "graph replay", "median_us": 20.0},
     ]
     targets = {t["target"].split(":")[0]: t for t in evaluate_targets(records)}

@@ -40,6 +40,7 @@ TILE_WORDS = np.int64(16)
 TILE_PITCH = int(TILE_WORDS) + 1
 _VECTORS = TILE_WORDS // _TWO
 _ROWS_PER_LOAD = np.int64(WARP_SIZE) // _VECTORS
+_FULL_MASK = np.uint32(0xFFFFFFFF)
 
 if ON_SIMULATOR:
 
@@ -134,6 +135,14 @@ def warp_sync():
 
 
 @cuda.jit(device=True)
+def warp_all(predicate):
+    """Whether ``predicate`` holds on every lane of the warp (of the block under the simulator)."""
+    if ON_SIMULATOR:
+        return cuda.syncthreads_and(1 if predicate else 0) != 0
+    return cuda.all_sync(_FULL_MASK, predicate)
+
+
+@cuda.jit(device=True)
 def _stage_round(tile, bases, words, row, word, offset, count):
     # One 16-byte vector of tile row ``row`` (a lane's slot). Without a branch, so that
     # the eight calls' loads are all issued before the first store waits: a row with no
@@ -158,6 +167,12 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
         return fold_source(words, slot, row_stride, page_size, words_per_token, read_words) if slot_ok else uint64(0)
     base = slot_base(slot, row_stride, page_size, words_per_token) if slot_ok else MINUS_ONE
     bases[lane] = base
+    warp_sync()
+    step = row_stride if page_size == ONE else words_per_token
+    if warp_all(base >= ZERO and base == bases[0] + lane * step):
+        # 32 consecutive slots: the lanes' own loads walk one contiguous span together,
+        # and a lane per slot keeps more loads in flight than staging does.
+        return fold_source(words, slot, row_stride, page_size, words_per_token, read_words)
     word = (lane % _VECTORS) * _TWO  # this lane's vector within a staged row
     row = lane // _VECTORS  # the first of the rows this lane stages
     acc = uint64(0)
