@@ -9,6 +9,7 @@ import pytest
 from canary_helpers import FakeCudaArray
 
 from kvcanary_numba.kernels import fingerprint, is_kernel
+from kvcanary_numba.kernels import verify as verify_kernels
 from kvcanary_numba.launch import _common
 
 
@@ -40,6 +41,29 @@ def test_grids_under_the_simulator_stay_small(n, block, want):
         pytest.skip("simulator grid sizes")
     assert _common.persistent_grid(n, block) == want and _common.block_size(512) == _common.SIM_BLOCK
     assert _common.grid_for(n, block) == max(1, -(-n // block))
+
+
+def test_resident_grid_under_the_simulator_is_the_persistent_grid():
+    if not _common.ON_SIMULATOR:
+        pytest.skip("simulator grid sizes")
+    kernel = verify_kernels.KERNELS["verify_tok0_src1"]
+    signature = verify_kernels.SIGNATURES["verify_tok0_src1"][0]
+    for n in (1, 33, 10**6):
+        assert _common.resident_grid(kernel, signature, n, 32) == _common.persistent_grid(n, 32)
+
+
+@pytest.mark.gpu
+def test_resident_grid_is_what_the_driver_keeps_resident():
+    # The fold variants use more registers than 8 blocks of 256 threads per SM allow, so their
+    # grid is smaller than the plain persistent grid; small inputs still get fewer blocks.
+    name = "verify_tok0_src1"
+    kernel, signature = verify_kernels.KERNELS[name], verify_kernels.SIGNATURES[name][0]
+    compiled = _common.compile_kernel(kernel, signature)
+    fit = compiled.max_cooperative_grid_blocks(256)
+    per_sm = 65536 // (compiled.regs_per_thread * 256)
+    assert fit <= _common.sm_count() * min(per_sm, 8)
+    assert _common.resident_grid(kernel, signature, 10**9, 256) == fit < _common.persistent_grid(10**9, 256)
+    assert _common.resident_grid(kernel, signature, 300, 256) == 2
 
 
 def test_check_signature_catches_type_drift():

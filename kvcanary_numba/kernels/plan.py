@@ -5,11 +5,11 @@ Two launches make one plan step:
 1. :func:`plan_offsets_kernel` -- one pass over the batch. Each block scans a tile
    of ``blockDim.x * items`` requests (both lengths at once: verify entries and
    write tokens), writes per-request seeds, and chains its tile to the tiles before
-   it with a single-pass decoupled look-back, so ``bs`` has no cap and no launch
-   syncs with the host. A batch that fits one tile (4096 requests with the GPU
-   launch shape) never touches the look-back state.
-2. :func:`plan_entries_kernel` -- one thread per verify entry over a persistent
-   grid. The entry count is read on the device (``verify_offsets[bs]``); each
+   it with a single-pass decoupled look-back (:mod:`.lookback`), so ``bs`` has no
+   cap and no launch syncs with the host. A batch that fits one tile (1024
+   requests with the GPU launch shape) never touches the look-back state.
+2. :func:`plan_entries_kernel` -- two verify entries per thread and step over a
+   persistent grid. The entry count is read on the device (``verify_offsets[bs]``); each
    thread finds the requests of two entries by binary searches in lockstep.
 
 Semantics (docs/concepts/semantics.md, plan section) are those of
@@ -23,17 +23,14 @@ from numba import cuda, int32, int64
 
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT
 from . import ON_SIMULATOR
+from .lookback import LOOKBACK_HEADER, LOOKBACK_STRIDE, block_inclusive_scan2, look_back, release_lookback
+
+# The look-back layout is part of this module's interface (the launch glue sizes its scratch).
+__all__ = ["KERNELS", "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "MAX_SCAN_BLOCK", "SIGNATURES", "look_back"]
 
 #: Largest block the offsets kernel supports (size of its shared scan arrays);
 #: simulated blocks are tiny, so the simulator allocates less.
 MAX_SCAN_BLOCK = 64 if ON_SIMULATOR else 1024
-
-# Look-back scratch (int64): [ticket, done, then per tile: status, agg_v, agg_w, inc_v, inc_w].
-LOOKBACK_HEADER = 2
-LOOKBACK_STRIDE = 5
-_STATUS_EMPTY = 0
-_STATUS_AGGREGATE = 1
-_STATUS_INCLUSIVE = 2
 
 _OOR = int64(OUT_OF_RANGE_SLOT)
 _NO_PRED = int64(NO_PREDECESSOR)
@@ -86,78 +83,6 @@ def resolve_slot(req_to_token, rp, pos, lut, has_lut):
             return _OOR
         return int64(lut[slot])
     return slot
-
-
-@cuda.jit(device=True, inline=True)
-def block_inclusive_scan2(sv, sw, tid, nthreads):
-    """In-place inclusive scan of ``sv[:nthreads]`` and ``sw[:nthreads]`` (Hillis-Steele).
-
-    Shared memory only: the simulator has no warp shuffles. Every thread of the
-    block must call it.
-    """
-    cuda.syncthreads()
-    step = 1
-    while step < nthreads:
-        add_v = int64(0)
-        add_w = int64(0)
-        if tid >= step:
-            add_v = sv[tid - step]
-            add_w = sw[tid - step]
-        cuda.syncthreads()
-        sv[tid] += add_v
-        sw[tid] += add_w
-        cuda.syncthreads()
-        step *= 2
-
-
-@cuda.jit(device=True, inline=True)
-def atomic_load(arr, i):
-    """Coherent read of a value another block publishes (bypasses a stale L1 line)."""
-    return cuda.atomic.add(arr, i, int64(0))
-
-
-@cuda.jit(device=True, inline=True)
-def look_back(lookback, tile, agg_v, agg_w):
-    """Publish this tile's sums and return the sums of all tiles before it (thread 0 only)."""
-    base = LOOKBACK_HEADER + tile * LOOKBACK_STRIDE
-    prefix_v = int64(0)
-    prefix_w = int64(0)
-    if tile > 0:
-        lookback[base + 1] = agg_v
-        lookback[base + 2] = agg_w
-        cuda.threadfence()
-        cuda.atomic.exch(lookback, base, int64(_STATUS_AGGREGATE))
-        j = tile - 1
-        while j >= 0:
-            other = LOOKBACK_HEADER + j * LOOKBACK_STRIDE
-            status = atomic_load(lookback, other)
-            if status == _STATUS_EMPTY:
-                continue  # tile j took its ticket earlier, so it is running: spin
-            cuda.threadfence()
-            if status == _STATUS_INCLUSIVE:
-                prefix_v += atomic_load(lookback, other + 3)
-                prefix_w += atomic_load(lookback, other + 4)
-                break
-            prefix_v += atomic_load(lookback, other + 1)
-            prefix_w += atomic_load(lookback, other + 2)
-            j -= 1
-    lookback[base + 3] = prefix_v + agg_v
-    lookback[base + 4] = prefix_w + agg_w
-    cuda.threadfence()
-    cuda.atomic.exch(lookback, base, int64(_STATUS_INCLUSIVE))
-    return prefix_v, prefix_w
-
-
-@cuda.jit(device=True, inline=True)
-def release_lookback(lookback, num_tiles):
-    """Count this tile done; the last one resets the state for the next launch (thread 0 only)."""
-    cuda.threadfence()
-    if cuda.atomic.add(lookback, 1, int64(1)) == num_tiles - 1:
-        # Every other tile has finished its look-back: nobody reads the state any more.
-        for j in range(num_tiles):
-            lookback[LOOKBACK_HEADER + j * LOOKBACK_STRIDE] = int64(_STATUS_EMPTY)
-        lookback[0] = int64(0)
-        lookback[1] = int64(0)
 
 
 @cuda.jit
