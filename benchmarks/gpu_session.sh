@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # One GPU session on the H200, run from the repository root:
 #
-#   bash benchmarks/gpu_session.sh                          # all steps (10-15 minutes)
-#   bash benchmarks/gpu_session.sh tests vectors sanitizer  # run 1 (fits a 10-minute command)
-#   bash benchmarks/gpu_session.sh bench                    # run 2 (about 6 minutes)
+#   bash benchmarks/gpu_session.sh                                 # tests vectors bench sanitizer
+#   bash benchmarks/gpu_session.sh tests vectors memcheck bench    # one command, about 5 minutes
 #
-# Steps: tests (pytest -m gpu), vectors (golden-vector replay on the GPU), bench (the full
-# benchmark: JSON, markdown and PNG plots), sanitizer (compute-sanitizer memcheck of
-# benchmarks/sanitizer_check.py; expect 0 errors); memcheck (not in the default list): the
-# gpu-marked kernel tests under memcheck; quick (not in the default list): the
-# benchmark at small sizes, a smoke test of every section. Each step is time-bounded with `timeout`,
-# logs to $OUT/<step>.log and the run continues when one fails; $OUT/summary.txt lists the exit
-# codes. $OUT defaults to ./gpu-out. Golden vectors: $KVCANARY_VECTORS, else ./.vectors,
-# ./shared/vectors or ../shared/vectors.
+# Steps (each bounded with `timeout`, logged to $OUT/<step>.log; the run goes on when one fails
+# and $OUT/summary.txt lists the exit codes; $OUT defaults to ./gpu-out):
+#   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
+#   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else ./.vectors,
+#              ./shared/vectors or ../shared/vectors)
+#   bench      the full benchmark: JSON, markdown and PNG plots (about 40 s on the H200)
+#   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
+#   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
+#   quick      the benchmark at small sizes, a smoke test of every section (not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -79,10 +79,10 @@ for step in "${STEPS[@]}"; do
             echo "sanitizer  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
             run_step sanitizer_plain 120 python3 benchmarks/sanitizer_check.py
         fi ;;
-    memcheck)  # the gpu-marked kernel tests (large random and garbage batches) under memcheck
+    memcheck)  # every kernel test, small and at scale (large random and garbage batches), under memcheck
         if tool=$(find_sanitizer); then
             run_step memcheck 420 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 \
-                --print-limit 20 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_plan.py \
+                --print-limit 20 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_plan.py \
                 tests/test_kernels_verify.py tests/test_kernels_write.py tests/test_kernels_fingerprint.py \
                 tests/test_kernels_scatter.py
             grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"

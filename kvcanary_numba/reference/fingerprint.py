@@ -17,7 +17,7 @@ from numba import njit
 
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource
-from ..hashing import splitmix64_array, splitmix64_u64
+from ..hashing import splitmix64_u64
 
 __all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
 
@@ -47,25 +47,22 @@ def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
 
 
 @njit(nogil=True)
-def _fold_words(words, first, count, out):
-    # acc = S(acc ^ w) over each slot's `count` words in one compiled pass: NumPy's
-    # per-word gathers and hash temporaries made this the CPU verify's hot spot.
-    for i in range(first.shape[0]):
-        acc = np.uint64(0)
+def _fold_source_into(words, slots, limit, row_stride, page_size, words_per_token, count, acc):
+    # acc[i] = S(acc[i] ^ fold(slot i)) for each covered slot, in one compiled pass:
+    # NumPy's address arithmetic, per-word gathers and hash temporaries made this
+    # the CPU verify's hot spot. Uncovered slots are skipped (their acc stays 0).
+    for i in range(slots.shape[0]):
+        slot = slots[i]
+        if slot < 0 or slot >= limit:
+            continue
+        if page_size == 1:
+            first = slot * row_stride
+        else:
+            first = (slot // page_size) * row_stride + (slot % page_size) * words_per_token
+        h = np.uint64(0)
         for k in range(count):
-            acc = splitmix64_u64(acc ^ words[first[i] + k])
-        out[i] = acc
-
-
-def _fold_source(src: RealKvSource, nbytes: int, slots: np.ndarray) -> np.ndarray:
-    """Inner fold of one source for covered ``slots`` (int64 [n]) -> uint64 [n]."""
-    words, row_stride = _word_span(src)
-    page = np.int64(src.page_size)
-    # Word index of each slot's first word; only its nbytes are read, never the holes.
-    first = (slots // page) * np.int64(row_stride) + (slots % page) * np.int64(src.num_bytes_per_token // 8)
-    acc = np.empty(slots.shape[0], dtype=np.uint64)
-    _fold_words(words, first, nbytes // 8, acc)
-    return acc
+            h = splitmix64_u64(h ^ words[first + k])
+        acc[i] = splitmix64_u64(acc[i] ^ h)
 
 
 def fold_slots(
@@ -92,15 +89,15 @@ def fold_slots(
     slots = np.asarray(slots, dtype=np.int64)
     out = np.zeros(slots.shape[0], dtype=np.uint64)
     mode = RealKvHashMode(int(real_kv_hash_mode))
-    if mode == RealKvHashMode.NONE or not real_kv_sources:
-        return out
-    covered = np.flatnonzero((slots >= 0) & (slots < slots_covered(real_kv_sources)))
-    if covered.shape[0] == 0:
+    limit = slots_covered(real_kv_sources)
+    if mode == RealKvHashMode.NONE or limit <= 0 or slots.shape[0] == 0:
         return out  # also keeps empty sources from being viewed at all
-    acc = np.zeros(covered.shape[0], dtype=np.uint64)
     for src in real_kv_sources:
-        acc = splitmix64_array(acc ^ _fold_source(src, _bytes_per_slot(src, mode), slots[covered]))
-    out[covered] = acc
+        words, row_stride = _word_span(src)
+        # Word offsets: slot s starts at (s // page) * row_stride + (s % page) * words_per_token;
+        # only its first _bytes_per_slot bytes are read, never the holes.
+        _fold_source_into(words, slots, limit, row_stride, int(src.page_size), int(src.num_bytes_per_token) // 8,
+                          _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
     return out
 
 
