@@ -37,7 +37,7 @@ from numba import cuda, int64, uint64
 
 from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
 from . import ON_SIMULATOR
-from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
+from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation
 
@@ -127,16 +127,6 @@ def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
     return real, last
 
 
-@cuda.jit(device=True)
-def _warp_sync():
-    # The simulator has no syncwarp; there a block is a single warp, so a block
-    # barrier is the same thing.
-    if ON_SIMULATOR:
-        cuda.syncthreads()
-    else:
-        cuda.syncwarp()
-
-
 def _make_write(input_assert: bool, nsrc: int):
     def write(
         buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
@@ -186,7 +176,7 @@ def _make_write(input_assert: bool, nsrc: int):
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
-                _warp_sync()
+                warp_sync()
                 if lane == ZERO:
                     for k in range(n):
                         if s_slot[k] < ZERO:
@@ -198,7 +188,7 @@ def _make_write(input_assert: bool, nsrc: int):
                         if s_slot[k] < num_slots:
                             stored += ONE
                         running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
-                _warp_sync()
+                warp_sync()
                 real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
                 if slot >= ZERO:
                     chain_hash = s_hash[lane]
@@ -206,7 +196,7 @@ def _make_write(input_assert: bool, nsrc: int):
                                        expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
-                _warp_sync()  # the next chunk reuses the shared rows
+                warp_sync()  # the next chunk reuses the shared rows
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
