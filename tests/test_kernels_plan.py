@@ -33,7 +33,7 @@ def to_kernel(x):
     """``x`` where the kernels run (a copy), scalars and None as they are."""
     return to_device(x, KERNEL_DEVICE)
 WIDTH = 16
-#: Threads of a simulated entries grid (two blocks).
+#: Threads of a simulated persistent grid (two blocks).
 SIM_STRIDE = SIM_BLOCK * SIM_MAX_BLOCKS
 
 
@@ -250,13 +250,18 @@ def test_garbage_batch_equals_reference(seed):
 
 
 @pytest.mark.simulator
-@pytest.mark.parametrize("total", [SIM_STRIDE - 1, SIM_STRIDE + 1, 2 * SIM_STRIDE - 1, 2 * SIM_STRIDE + 3, 5 * SIM_STRIDE])
-def test_entries_around_the_paired_stride_equal_reference(total):
-    # An entries thread takes entries e and e + gridsize per step: totals just around one and
-    # two simulated grids leave the second entry of the last pairs present or missing.
-    cuts = np.sort(np.random.default_rng(total).choice(np.arange(1, total), 4, replace=False))
-    prefix = np.diff(np.concatenate([[0], cuts, [total]]))
-    run_both(case(np.arange(1, 6), prefix, [1] * 5, rtt=linear_rtt(width=int(prefix.max()) + 2)))
+@pytest.mark.parametrize("seed", range(4))
+def test_entries_across_tiles_and_request_runs_equal_reference(seed):
+    # The entries kernel searches once per tile of ENTRIES_PER_TILE consecutive entries, then
+    # each lane follows request ends: more tiles than simulated warps, runs of one-entry
+    # requests (a lane passes several ends per step) and padding or empty requests between
+    # them (equal offsets), long requests spanning tiles.
+    rng = np.random.default_rng(seed)
+    bs = 120
+    prefix = rng.choice([0, 1, 1, 1, 2, 3, 40, 150], size=bs)
+    rows = rng.integers(0, 9, bs)  # 0: padding rows
+    assert (prefix[rows != 0]).sum() > 3 * kernels.ENTRIES_PER_TILE > 2 * SIM_STRIDE
+    run_both(case(rows, prefix, [1] * bs, rtt=linear_rtt(width=160), vcap=8192))
 
 
 @pytest.mark.simulator

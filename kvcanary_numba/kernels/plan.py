@@ -8,9 +8,10 @@ Two launches make one plan step:
    it with a single-pass decoupled look-back (:mod:`.lookback`), so ``bs`` has no
    cap and no launch syncs with the host. A batch that fits one tile (1024
    requests with the GPU launch shape) never touches the look-back state.
-2. :func:`plan_entries_kernel` -- two verify entries per thread and step over a
-   persistent grid. The entry count is read on the device (``verify_offsets[bs]``); each
-   thread finds the requests of two entries by binary searches in lockstep.
+2. :func:`plan_entries_kernel` -- warps over tiles of consecutive verify entries
+   on a persistent grid. The entry count is read on the device
+   (``verify_offsets[bs]``); one binary search per tile finds the first owner,
+   then each lane follows request ends forward.
 
 Semantics (docs/concepts/semantics.md, plan section) are those of
 :mod:`kvcanary_numba.reference.plan`; every index read from an array is
@@ -21,12 +22,19 @@ from __future__ import annotations
 
 from numba import cuda, int32, int64
 
-from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT
+from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, WARP_SIZE
 from . import ON_SIMULATOR
 from .lookback import LOOKBACK_HEADER, LOOKBACK_STRIDE, block_inclusive_scan2, look_back, release_lookback
 
 # The look-back layout is part of this module's interface (the launch glue sizes its scratch).
-__all__ = ["KERNELS", "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "MAX_SCAN_BLOCK", "SIGNATURES", "look_back"]
+__all__ = ["ENTRIES_PER_THREAD", "ENTRIES_PER_TILE", "KERNELS", "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "MAX_SCAN_BLOCK", "SIGNATURES", "look_back"]
+
+#: Entries of one warp's tile in the entries kernel (8 per lane).
+ENTRIES_PER_TILE = 8 * WARP_SIZE
+#: Entries each thread of the entries kernel writes per tile (the launch sizes its grid with it).
+ENTRIES_PER_THREAD = ENTRIES_PER_TILE // WARP_SIZE
+_TILE = int64(ENTRIES_PER_TILE)
+_WARP = int64(WARP_SIZE)
 
 #: Largest block the offsets kernel supports (size of its shared scan arrays);
 #: simulated blocks are tiny, so the simulator allocates less.
@@ -172,30 +180,18 @@ def plan_offsets_kernel(
 
 
 @cuda.jit(device=True, inline=True)
-def owners(verify_offsets, last, e0, e1):
-    """Requests owning entries ``e0`` and ``e1``: largest ``r <= last`` with ``verify_offsets[r] <= e``.
+def owner(verify_offsets, lo, hi, e):
+    """Request owning entry ``e``: the largest ``r`` in ``[lo, hi]`` with ``verify_offsets[r] <= e``.
 
-    Two binary searches in lockstep, so each step's two loads are in flight together
-    (a search that has converged re-reads its answer, which stays put).
+    Requires ``verify_offsets[lo] <= e`` (offsets are non-decreasing).
     """
-    lo0 = int64(0)
-    lo1 = int64(0)
-    hi0 = last
-    hi1 = last
-    while lo0 < hi0 or lo1 < hi1:
-        mid0 = (lo0 + hi0 + 1) >> 1
-        mid1 = (lo1 + hi1 + 1) >> 1
-        at0 = verify_offsets[mid0]
-        at1 = verify_offsets[mid1]
-        if at0 <= e0:
-            lo0 = mid0
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if verify_offsets[mid] <= e:
+            lo = mid
         else:
-            hi0 = mid0 - 1
-        if at1 <= e1:
-            lo1 = mid1
-        else:
-            hi1 = mid1 - 1
-    return lo0, lo1
+            hi = mid - 1
+    return lo
 
 
 @cuda.jit(device=True, inline=True)
@@ -226,26 +222,30 @@ def plan_entries_kernel(
     has_pool, token_offset, verify_offsets, verify_enable, out_slots, out_tokens,
     out_positions, out_prev,
 ):
-    """Fill verify entries ``[0, verify_offsets[bs])``; grid-stride, nothing when disabled.
+    """Fill verify entries ``[0, verify_offsets[bs])``; nothing when disabled.
 
-    ``verify_offsets`` is the offsets kernel's output (length >= bs + 1). Each
-    thread takes two entries a grid apart per step and finds both owners at once.
+    ``verify_offsets`` is the offsets kernel's output (length >= bs + 1). Warps
+    grid-stride over tiles of ``ENTRIES_PER_TILE`` consecutive entries: one
+    binary search finds the owner of a tile's first entry, then each lane moves
+    its request forward as its entries pass request ends (usually one compare,
+    a search only past a run of requests).
     """
     if verify_enable[0] == 0:
         return  # overflow: the entry arrays stay as they were
     bs = req_pool_indices.shape[0]
+    last = int64(bs - 1)
     total = min(verify_offsets[bs], int64(out_slots.shape[0]))
-    stride = int64(cuda.gridsize(1))
-    for e0 in range(int64(cuda.grid(1)), total, 2 * stride):
-        e1 = e0 + stride
-        pair = e1 < total
-        r0, r1 = owners(verify_offsets, int64(bs - 1), e0, e1 if pair else e0)
-        emit_entry(e0, r0, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
-                   has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev)  # fmt: skip
-        if pair:
-            emit_entry(e1, r1, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool,
-                       valid_lens, has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions,
-                       out_prev)  # fmt: skip
+    lane = int64(cuda.threadIdx.x % WARP_SIZE)
+    warps = int64(cuda.gridsize(1) // WARP_SIZE)
+    tiles = (total + _TILE - 1) // _TILE
+    for tile in range(int64(cuda.grid(1) // WARP_SIZE), tiles, warps):
+        first = tile * _TILE
+        r = owner(verify_offsets, int64(0), last, first)
+        for e in range(first + lane, min(first + _TILE, total), _WARP):
+            if r < last and verify_offsets[r + 1] <= e:
+                r = owner(verify_offsets, r + 1, last, e)
+            emit_entry(e, r, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
+                       has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev)  # fmt: skip
 
 
 KERNELS = {"plan_offsets": plan_offsets_kernel, "plan_entries": plan_entries_kernel}

@@ -9,7 +9,7 @@ Offsets: tiles of ``OFFSETS_BLOCK * OFFSETS_ITEMS`` requests (1024 on a GPU);
 batches of several tiles chain them with a single-pass look-back, no cap on
 ``bs`` (small tiles measured faster than one 4096-request block: see below).
 Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, no more blocks than
-stay resident and than ``verify_capacity`` needs at two entries per thread;
+stay resident and than ``verify_capacity`` needs at ``ENTRIES_PER_THREAD``;
 the entry count is read on the device. Under the simulator both use
 ``SIM_BLOCK`` threads and one request per thread (``SIM_OFFSETS_*``; tests
 shrink the tile to get many tiles out of small batches).
@@ -162,6 +162,7 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
                                  vplan.verify_expected_positions, vplan.verify_prev_slot_indices),
     )
     block = common.block_size(ENTRIES_BLOCK)
-    # Two entries per thread and step; no more blocks than the device keeps resident.
-    grid = common.resident_grid(kernels.plan_entries_kernel, _ENTRIES_SIG, -(-int(verify_capacity) // 2), block)
+    # ENTRIES_PER_THREAD entries per thread and tile; no more blocks than the device keeps resident.
+    threads = -(-int(verify_capacity) // kernels.ENTRIES_PER_THREAD)
+    grid = common.resident_grid(kernels.plan_entries_kernel, _ENTRIES_SIG, threads, block)
     common.launch(kernels.plan_entries_kernel, _ENTRIES_SIG, grid, block, args)
