@@ -29,8 +29,8 @@ from .lookback import LOOKBACK_HEADER, LOOKBACK_STRIDE, block_inclusive_scan2, l
 # The look-back layout is part of this module's interface (the launch glue sizes its scratch).
 __all__ = ["ENTRIES_PER_THREAD", "ENTRIES_PER_TILE", "KERNELS", "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "MAX_SCAN_BLOCK", "SIGNATURES", "look_back"]
 
-#: Entries of one warp's tile in the entries kernel (8 per lane).
-ENTRIES_PER_TILE = 8 * WARP_SIZE
+#: Entries of one warp's tile in the entries kernel (4 per lane: measured best of 2, 4, 8).
+ENTRIES_PER_TILE = 4 * WARP_SIZE
 #: Entries each thread of the entries kernel writes per tile (the launch sizes its grid with it).
 ENTRIES_PER_THREAD = ENTRIES_PER_TILE // WARP_SIZE
 _TILE = int64(ENTRIES_PER_TILE)
