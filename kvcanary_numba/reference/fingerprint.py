@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource
@@ -46,12 +46,12 @@ def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
     return flat[: total // 8 * 8].view("<u8"), stride // 8
 
 
-@njit(nogil=True)
+@njit(nogil=True, parallel=True)
 def _fold_source_into(words, slots, limit, row_stride, page_size, words_per_token, count, acc):
     # acc[i] = S(acc[i] ^ fold(slot i)) for each covered slot, in one compiled pass:
     # NumPy's address arithmetic, per-word gathers and hash temporaries made this
     # the CPU verify's hot spot. Uncovered slots are skipped (their acc stays 0).
-    for i in range(slots.shape[0]):
+    for i in prange(slots.shape[0]):  # slots are independent: spread over the cores
         slot = slots[i]
         if slot < 0 or slot >= limit:
             continue

@@ -9,7 +9,7 @@ atomic order; compare rings as multisets).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ..constants import (
     CANARY_CHAIN_HEAD,
@@ -68,7 +68,7 @@ def append_violation_rows(context, rows: np.ndarray) -> None:
 _CHUNK = 2048
 
 
-@njit(nogil=True)
+@njit(nogil=True, parallel=True)
 def _check_entries(records, slots, positions, prevs, tokens, check_token, expected_real, bits, aux):
     """Per entry: fail bits and ``expected_aux`` (the CPU path's hot loop).
 
@@ -78,9 +78,10 @@ def _check_entries(records, slots, positions, prevs, tokens, check_token, expect
     flight), then checks them; a chain's predecessor is then mostly in cache.
     """
     num_slots = records.shape[0]
-    own = np.empty((_CHUNK, CANARY_FIELDS_PER_SLOT), dtype=np.int64)
-    for c0 in range(0, slots.shape[0], _CHUNK):
+    for chunk in prange((slots.shape[0] + _CHUNK - 1) // _CHUNK):  # chunks are independent: one per core
+        c0 = chunk * _CHUNK
         c1 = min(c0 + _CHUNK, slots.shape[0])
+        own = np.empty((_CHUNK, CANARY_FIELDS_PER_SLOT), dtype=np.int64)
         for i in range(c0, c1):
             slot = slots[i]
             if slot > 0 and slot < num_slots:
