@@ -13,6 +13,12 @@ are folded ``acc = splitmix64(acc ^ w)`` from 0, read as 16-byte vectors
 (lo word, then hi word). Sources fold in order ``acc = splitmix64(acc ^ fold_s)``.
 Sources are 16-byte aligned with 16-byte multiples for strides and sizes
 (checked by :class:`kvcanary_numba.RealKvSource`), so every vector load is aligned.
+
+Two ways to compute it: :func:`real_kv_hash`, one thread per slot (write, the
+standalone kernel), and :func:`warp_real_kv_hash`, a whole warp for its 32
+lanes' slots (verify): consecutive slots are folded lane by lane, scattered ones
+are staged through shared memory first, so each load covers 4 slots' bytes
+instead of touching 32 cache lines.
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ import numpy as np
 from llvmlite import ir
 from numba import cuda, int64, uint64
 
-from . import ON_SIMULATOR
 from ..constants import WARP_SIZE
+from . import ON_SIMULATOR
 from .hashing import MINUS_ONE, ONE, ZERO, splitmix64
 
 __all__ = [
@@ -158,10 +164,12 @@ def _stage_round(tile, bases, words, row, word, offset, count):
 def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_size, words_per_token, read_words):
     """:func:`fold_source` of each lane's slot, computed by the whole warp (0 where not ``slot_ok``).
 
-    One lane per slot would make each 16-byte load of a warp touch 32 cache lines;
-    instead the warp stages ``TILE_WORDS`` words of all 32 slots in ``tile`` with
-    loads that cover 4 slots x 64-128 contiguous bytes each, then every lane folds
-    its own row. All 32 lanes must call it (``slot_ok`` False for idle lanes).
+    When the 32 slots are consecutive in the source, every lane folds its own slot
+    (the warp's loads then walk one contiguous span). Otherwise one lane per slot
+    would make each 16-byte load of the warp touch 32 cache lines, so the warp
+    stages ``TILE_WORDS`` words of all 32 slots in ``tile`` per round, with loads
+    that cover 4 slots x 128 contiguous bytes each, and every lane folds its own
+    row. All 32 lanes must call it (``slot_ok`` False for idle lanes).
     """
     if read_words <= _TWO:  # PARTIAL: one vector per slot, nothing to share
         return fold_source(words, slot, row_stride, page_size, words_per_token, read_words) if slot_ok else uint64(0)
