@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from typing import Final
 
+import numpy as np
+
 # --- chain ------------------------------------------------------------------
 
 #: Seed of every chain; the stored chain head is ``splitmix64`` of it.
@@ -89,6 +91,18 @@ class FailReason(enum.IntFlag):
     PREV_SLOT_OUT_OF_RANGE = 128
     WRITE_RANGE_OUT_OF_BOUNDS = 256
 
+
+#: FailReason bits as int64 scalars, for compiled code (the Numba CPU passes and the CUDA
+#: kernels), where an IntFlag member cannot be used and mixing int widths would promote.
+FAIL_CHAIN = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
+FAIL_POSITION = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
+FAIL_REAL_KV = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
+FAIL_WRITE_TOKEN = np.int64(FailReason.WRITE_TOKEN_MISMATCH)
+FAIL_WRITE_POSITION = np.int64(FailReason.WRITE_POSITION_MISMATCH)
+FAIL_TOKEN = np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
+FAIL_SLOT_RANGE = np.int64(FailReason.SLOT_OUT_OF_RANGE)
+FAIL_PREV_RANGE = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
+FAIL_WRITE_RANGE = np.int64(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
 
 #: FailReason bits that SGLang itself defines.
 SGLANG_FAIL_REASON_MASK: Final[int] = 63

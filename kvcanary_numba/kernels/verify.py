@@ -20,7 +20,15 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int32, int64, uint64
 
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
+from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
+from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_CHAIN as _CHAIN_BIT,
+    FAIL_POSITION as _POSITION_BIT,
+    FAIL_REAL_KV as _REAL_KV_BIT,
+    FAIL_TOKEN as _TOKEN_BIT,
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+    FAIL_PREV_RANGE as _PREV_RANGE_BIT,
+)
 from ..hashing import to_signed
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
@@ -35,12 +43,6 @@ _WARPS = VERIFY_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
 
 _CHAIN_HEAD_I64 = np.int64(to_signed(int(CHAIN_HEAD)))
-_CHAIN_BIT = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
-_POSITION_BIT = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
-_REAL_KV_BIT = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
-_TOKEN_BIT = np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
-_SLOT_RANGE_BIT = np.int64(FailReason.SLOT_OUT_OF_RANGE)
-_PREV_RANGE_BIT = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
 
 
 @cuda.jit(device=True)

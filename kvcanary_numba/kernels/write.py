@@ -35,7 +35,14 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, FailReason
+from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
+from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_WRITE_TOKEN as _TOKEN_BIT,
+    FAIL_WRITE_POSITION as _POSITION_BIT,
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+    FAIL_PREV_RANGE as _SEED_RANGE_BIT,
+    FAIL_WRITE_RANGE as _RANGE_BIT,
+)
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
@@ -50,11 +57,6 @@ WRITE_WARPS = 1 if ON_SIMULATOR else 8
 WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
 
 _WARP = np.int64(WARP_SIZE)
-_TOKEN_BIT = np.int64(FailReason.WRITE_TOKEN_MISMATCH)
-_POSITION_BIT = np.int64(FailReason.WRITE_POSITION_MISMATCH)
-_SLOT_RANGE_BIT = np.int64(FailReason.SLOT_OUT_OF_RANGE)
-_SEED_RANGE_BIT = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
-_RANGE_BIT = np.int64(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
 
 
 @cuda.jit(device=True)

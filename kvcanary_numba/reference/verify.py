@@ -21,7 +21,14 @@ from ..constants import (
     FIELD_TOKEN,
     TOKEN_TO_KV_SLOT_PADDING,
     VIOLATION_FIELDS,
-    FailReason,
+)
+from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_CHAIN as _CHAIN,
+    FAIL_POSITION as _POSITION,
+    FAIL_REAL_KV as _REAL_KV,
+    FAIL_TOKEN as _TOKEN,
+    FAIL_SLOT_RANGE as _SLOT_RANGE,
+    FAIL_PREV_RANGE as _PREV_RANGE,
 )
 from ..hashing import splitmix64_mix3_u64
 from .fingerprint import fold_slots
@@ -30,12 +37,6 @@ __all__ = ["launch_canary_verify_kernel", "append_violation_rows", "canary_field
 
 _HEAD = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
 _PADDING = np.int64(TOKEN_TO_KV_SLOT_PADDING)
-_CHAIN = np.int64(FailReason.VERIFY_CHAIN_HASH_MISMATCH)
-_POSITION = np.int64(FailReason.VERIFY_POSITION_MISMATCH)
-_REAL_KV = np.int64(FailReason.VERIFY_REAL_KV_HASH_MISMATCH)
-_TOKEN = np.int64(FailReason.VERIFY_TOKEN_MISMATCH)
-_SLOT_RANGE = np.int64(FailReason.SLOT_OUT_OF_RANGE)
-_PREV_RANGE = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
 
 
 def canary_fields(canary_buf: np.ndarray) -> np.ndarray:
