@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import PLAN_WIDTH, linear_rtt
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 from numba import cuda
 
@@ -32,14 +33,11 @@ FILL = -7777
 def to_kernel(x):
     """``x`` where the kernels run (a copy), scalars and None as they are."""
     return to_device(x, KERNEL_DEVICE)
-WIDTH = 16
+WIDTH = PLAN_WIDTH
 #: Threads of a simulated persistent grid (two blocks).
 SIM_STRIDE = SIM_BLOCK * SIM_MAX_BLOCKS
 
 
-def linear_rtt(rows=9, width=WIDTH):
-    """req_to_token with entry [rp, pos] = rp * width + pos."""
-    return (np.arange(rows)[:, None] * width + np.arange(width)[None, :]).astype(np.int32)
 
 
 
