@@ -1,10 +1,12 @@
 """Verify kernel: check planned prefix slots against their canary records.
 
 Semantics: docs/concepts/semantics.md ("Verify", "Ring") and reference notes §5.
-One persistent grid strides over the plan's entries; reads of the plan are
-coalesced, each entry reads its slot's record (and its predecessor's) and, with
-real-KV sources, the slot's KV bytes as 16-byte vectors. Nothing is written
-except violation rows and counters.
+One persistent grid (sized by occupancy) strides over the plan's entries; reads
+of the plan are coalesced and each entry reads its slot's record (and its
+predecessor's). In NONE mode a thread takes one entry at a time; with real-KV
+sources a warp takes 32 consecutive entries, so that it can fold its lanes'
+slots together (:func:`.fingerprint.warp_real_kv_hash`, 16-byte vector loads).
+Nothing is written except violation rows and counters.
 
 ``slot_run_counter`` grows by the number of submitted entries, which is known
 before the loop (``min(verify_num_valid, capacity)``), so one thread adds it:
