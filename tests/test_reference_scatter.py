@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import raises_code
-from test_reference_plan import FakeCudaArray, fake_launch_module
+from test_plan_validation import FakeCudaArray, fake_launch_module
 
 from kvcanary_numba.scatter import scatter_req_token_ids
 
