@@ -9,10 +9,13 @@ and as the pure-Python baseline of the CPU speed test.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Sequence
 
 import numpy as np
 
+import kvcanary_numba.launch
 from kvcanary_numba import CANARY_CHAIN_HEAD, CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed, to_unsigned
 from kvcanary_numba.plans import VerifyPlan, WritePlan
@@ -442,3 +445,14 @@ class FakeCudaArray:
             "strides": None,
             "version": 3,
         }
+
+
+def fake_launch_module(monkeypatch, op, *names):
+    """Install a stand-in ``kvcanary_numba.launch.<op>`` recording (function, kwargs) calls."""
+    calls = []
+    module = types.ModuleType(f"kvcanary_numba.launch.{op}")
+    for name in names:
+        setattr(module, name, lambda _name=name, **kwargs: calls.append((_name, kwargs)))
+    monkeypatch.setattr(kvcanary_numba.launch, op, module, raising=False)
+    monkeypatch.setitem(sys.modules, f"kvcanary_numba.launch.{op}", module)
+    return calls

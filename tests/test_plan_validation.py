@@ -8,41 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from canary_helpers import FakeCudaArray, fake_launch_module
 from helpers import i64, linear_rtt, raises_code
 
 from kvcanary_numba import VerifyPlan, WritePlan
 from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
-
-
-class FakeCudaArray:
-    """Host memory behind a ``__cuda_array_interface__``: enough for validation and dispatch tests."""
-
-    def __init__(self, array, readonly=False):
-        self.array, self.shape, self.dtype = array, array.shape, array.dtype
-        self.__cuda_array_interface__ = {
-            "shape": array.shape, "typestr": array.dtype.str, "data": (array.ctypes.data, readonly),
-            "strides": None, "version": 3,
-        }
-
-
-def fake_launch_module(monkeypatch, op, *names):
-    """Install a stand-in ``kvcanary_numba.launch.<op>`` recording (function, kwargs) calls."""
-    import sys
-    import types
-
-    calls = []
-    module = types.ModuleType(f"kvcanary_numba.launch.{op}")
-    for name in names:
-        setattr(module, name, lambda _name=name, **kwargs: calls.append((_name, kwargs)))
-    try:
-        import kvcanary_numba.launch as package
-    except ImportError:  # launch glue not written yet: stand in for the package too
-        package = types.ModuleType("kvcanary_numba.launch")
-        package.__path__ = []
-        monkeypatch.setitem(sys.modules, "kvcanary_numba.launch", package)
-    monkeypatch.setattr(package, op, module, raising=False)
-    monkeypatch.setitem(sys.modules, f"kvcanary_numba.launch.{op}", module)
-    return calls
 
 
 def plan_kwargs(**changes):

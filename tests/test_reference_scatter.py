@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from canary_helpers import FakeCudaArray, fake_launch_module
 from helpers import raises_code
-from test_plan_validation import FakeCudaArray, fake_launch_module
 
 from kvcanary_numba.scatter import scatter_req_token_ids
 
