@@ -202,8 +202,8 @@ def _plan(run, bs: int, prefix: int) -> None:
     scratch = [cupy.zeros(bs + 1, dtype=np.int64) for _ in sets]
 
     def offsets(i):
-        case, wplan = sets[i % len(sets)], sets[i % len(sets)]["write_plan_out"]
-        vplan = case["verify_plan_out"]
+        case = sets[i % len(sets)]
+        wplan, vplan = case["write_plan_out"], case["verify_plan_out"]
         launch_plan_offsets_kernel(
             req_pool_indices=case["req_pool_indices"], prefix_lens=case["prefix_lens"],
             extend_seq_lens=case["extend_seq_lens"], req_to_token=case["req_to_token"], full_to_swa_index_mapping=None,
