@@ -16,6 +16,7 @@ from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
 from .baselines import cupy_verify
+from .ceiling import verify_loads
 from .timing import copy_bandwidth, device_times
 from .workloads import plan_case, verify_case, write_case
 
@@ -114,8 +115,12 @@ def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
     result = device_times(call, iters=run.iters, host_us=150)
     rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
     variant = f"{name} contiguous" if contiguous else name
-    run.add({"op": "verify", "variant": variant, "entries": entries, **result, "bytes": nbytes,
-             **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+    record = {"op": "verify", "variant": variant, "entries": entries, **result, "bytes": nbytes,
+              **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows}  # fmt: skip
+    if name != "PARTIAL" and (run.quick or entries >= 1 << 22):
+        ceiling = _load_ceiling(run, variant, entries, nbytes, sets)
+        record["load_ceiling_fraction"] = round(ceiling["median_us"] / result["median_us"], 3)
+    run.add(record)
     if contiguous:
         return
     # A random 32-byte record read costs the 64-byte DRAM burst it sits in: the same run under that model.
@@ -124,6 +129,20 @@ def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
              "bytes": burst_bytes, **run.bandwidth(burst_bytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
     if name != "PARTIAL" and (run.quick or entries >= 1 << 20):
         _cupy_baseline(run, name, entries, nbytes, sets)
+
+
+def _load_ceiling(run, variant: str, entries: int, nbytes: int, sets) -> dict:
+    """The same reads with no hashing (:mod:`benchmarks.ceiling`): what the memory system allows."""
+    outs = [None] * len(sets)
+
+    def call(i):
+        ctx, plan, _ = sets[i % len(sets)]
+        outs[i % len(sets)] = verify_loads(ctx, plan, entries, out=outs[i % len(sets)])
+
+    result = device_times(call, iters=run.iters, host_us=100)
+    run.add({"op": "verify", "variant": f"{variant} pure loads", "entries": entries, **result, "bytes": nbytes,
+             **run.bandwidth(nbytes, result), "input_sets": len(sets)})  # fmt: skip
+    return result
 
 
 def _cupy_baseline(run, name: str, entries: int, nbytes: int, sets) -> None:

@@ -47,12 +47,16 @@ def evaluate_targets(records: list[dict]) -> list[dict]:
 
     out.append(_target("verify >= 4M entries, NONE and ALL, contiguous slots: fraction of copy bandwidth (worst)",
                        worst_fraction(("NONE contiguous", "ALL contiguous")), 0.80, "higher", "fraction"))  # fmt: skip
-    out.append(_target("verify >= 4M entries, NONE and ALL, random slots: fraction of copy bandwidth (worst; "
-                       "informational: each random 32 B record read costs a 64 B DRAM burst)",
-                       worst_fraction(("NONE", "ALL")), 0.80, "higher", "fraction"))  # fmt: skip
-    out.append(_target("verify >= 4M entries, NONE and ALL, random slots, 64 B burst model (informational)",
-                       worst_fraction(("NONE random, 64 B burst model", "ALL random, 64 B burst model")), 0.80,
-                       "higher", "fraction"))  # fmt: skip
+    out.append(_target("verify >= 4M entries, NONE and ALL, random slots: fraction of copy bandwidth (worst)",
+                       worst_fraction(("NONE", "ALL")), 0.80, "higher", "fraction",
+                       "informational: DRAM serves each random 32 B record as a 64 B access (ncu), so no kernel "
+                       "reaches this; the next row compares with a kernel that only loads"))  # fmt: skip
+    ceilings = [r.get("load_ceiling_fraction") for r in records if r.get("op") == "verify"
+                and r.get("variant") in ("NONE", "ALL") and r.get("entries", 0) >= 1 << 22]  # fmt: skip
+    ceilings = [c for c in ceilings if c is not None]
+    out.append(_target("verify >= 4M entries, NONE and ALL, random slots, against pure loads: pure-load kernel time / verify time (worst)",
+                       min(ceilings) if ceilings else None, 0.90, "higher", "fraction",
+                       "informational: the same reads with no hashing (benchmarks/ceiling.py) bound any verify"))  # fmt: skip
     ours = _median(records, "write", variant="ALL r=8", tokens_per_request=32768)
     base = _median(records, "write", variant="baseline thread/request ALL r=8", tokens_per_request=32768)
     out.append(_target("write 8 x 32k ALL: speed-up over one thread per request",
