@@ -13,6 +13,7 @@
 #   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
 #   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
 #   quick      the benchmark at small sizes, a smoke test of every section (not in the default list)
+#   racecheck  the small verify, write and plan kernel tests under racecheck (not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -83,14 +84,25 @@ for step in "${STEPS[@]}"; do
         if tool=$(find_sanitizer); then
             run_step memcheck 420 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 \
                 --print-limit 20 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_plan.py \
-                tests/test_kernels_verify.py tests/test_kernels_write.py tests/test_kernels_fingerprint.py \
+                tests/test_kernels_plan_scale.py tests/test_kernels_verify.py tests/test_kernels_verify_plans.py \
+                tests/test_kernels_write.py tests/test_kernels_write_scenarios.py tests/test_kernels_fingerprint.py \
                 tests/test_kernels_scatter.py
             grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"
         else
             echo "memcheck   rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
         fi ;;
+    racecheck)  # shared-memory hazards (warp staging, scans) in the small kernel tests
+        if tool=$(find_sanitizer); then
+            run_step racecheck 420 "$tool" --tool racecheck --racecheck-report hazard --error-exitcode 3 \
+                --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider tests/test_kernels_verify.py \
+                tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py \
+                tests/test_kernels_plan.py tests/test_kernels_plan_scale.py
+            grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
+        else
+            echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
+        fi ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

@@ -1,10 +1,9 @@
 """Test helpers for canary buffers, plans, chains and rings (host side, NumPy).
 
 Shared by the reference, kernel and pipeline tests. Hash values are Python
-ints in ``[0, 2**64)`` unless a name says ``signed``. The scalar functions
-here (``slot_hash``, ``scalar_fold``, ``scalar_verify_rows``) are an
-independent per-entry re-statement of the contract, used as test oracles
-and as the pure-Python baseline of the CPU speed test.
+ints in ``[0, 2**64)`` unless a name says ``signed``. Real-KV sources and the
+scalar oracles are in :mod:`canary_oracles`, the tiny serving loop and its
+faults in :mod:`canary_pipeline`.
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ import numpy as np
 
 import kvcanary_numba.launch
 from kvcanary_numba import CANARY_CHAIN_HEAD, CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
-from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed, to_unsigned
+from kvcanary_numba.hashing import splitmix64_mix3, to_signed, to_unsigned
 from kvcanary_numba.plans import VerifyPlan, WritePlan
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
 HEAD = CANARY_CHAIN_HEAD
-TOKEN, POSITION, PREV_HASH, REAL_KV = range(4)
 
 
 # --- contexts and records ------------------------------------------------------
@@ -100,6 +98,13 @@ def stamp_clean_chain(
     for k, slot in enumerate(slots):
         stamp(ctx, slot, tokens[k], positions[k], prevs[k], 0 if real_kv is None else real_kv[k])
     return prevs
+
+
+def seeded(chain_assert: int = 1) -> CanaryContext:
+    """A context whose slot 9 holds a chain head (token 5, position 10), the seed of the write tests."""
+    ctx = make_context(chain_assert=chain_assert)
+    stamp(ctx, 9, 5, 10, HEAD)
+    return ctx
 
 
 # --- plans ---------------------------------------------------------------------
@@ -209,224 +214,15 @@ def counters(ctx: CanaryContext) -> tuple[int, int]:
     return int(ctx.slot_run_counter[0]), int(ctx.kernel_run_counter[0])
 
 
-# --- real-KV sources -------------------------------------------------------------
-
-#: The known-answer pattern of the reference notes §3.
-KNOWN_PATTERN = bytes([0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x81, 0x82, 0x84, 0x88, 0x90, 0xA0, 0xC0, 0xFF])
-KNOWN_INNER_FOLD = 0xF036E30B6961C78D
-KNOWN_REAL_KV_HASH = 0x6041580849E6407D
-
-
-def random_source(
-    rng: np.random.Generator, slots: int, *, page_size: int = 1, nbytes: int = 32, read_bytes: int | None = None, hole: int = 0
-) -> RealKvSource:
-    """A random uint8 source covering ``slots`` slots, with ``hole`` spare bytes per row."""
-    rows = -(-slots // page_size)
-    tensor = rng.integers(0, 256, size=(rows, page_size * nbytes + hole), dtype=np.uint8)
-    return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=read_bytes or nbytes)
+def verify(ctx: CanaryContext, plan: VerifyPlan, check: bool = False) -> list[tuple[int, ...]]:
+    """Run verify (NumPy) and assert the invariant that it never writes the canary buffer; returns the ring rows."""
+    before = ctx.canary_buf.copy()
+    run_verify(ctx, plan, check)
+    np.testing.assert_array_equal(ctx.canary_buf, before)
+    return ring_rows(ctx)
 
 
-def known_source(
-    slot: int = 1, *, rows: int = 16, nbytes: int = 16, page_size: int = 1, read_bytes: int = 16
-) -> RealKvSource:
-    """A zeroed uint8 source ``[rows, page_size * nbytes]`` whose ``slot`` starts with
-    :data:`KNOWN_PATTERN`: its real-KV hash over 16 bytes is :data:`KNOWN_REAL_KV_HASH`."""
-    tensor = np.zeros((rows, page_size * nbytes), dtype=np.uint8)
-    col = (slot % page_size) * nbytes
-    tensor[slot // page_size, col : col + 16] = np.frombuffer(KNOWN_PATTERN, dtype=np.uint8)
-    return RealKvSource(tensor=tensor, page_size=page_size, num_bytes_per_token=nbytes, read_bytes=read_bytes)
-
-
-def scalar_fold(data: bytes) -> int:
-    """Fold bytes as little-endian u64 words: ``acc = S(acc ^ w)`` from 0."""
-    acc = 0
-    for k in range(0, len(data), 8):
-        acc = splitmix64(acc ^ int.from_bytes(data[k : k + 8], "little"))
-    return acc
-
-
-def scalar_real_kv_hash(sources: Sequence[RealKvSource], mode: RealKvHashMode, slot: int) -> int:
-    """Real-KV hash of one slot, byte by byte from the tensors (independent of the reference)."""
-    if mode == RealKvHashMode.NONE or not sources:
-        return 0
-    acc = 0
-    for src in sources:
-        row_bytes = np.ascontiguousarray(src.tensor[slot // src.page_size]).tobytes()
-        col = (slot % src.page_size) * src.num_bytes_per_token
-        n = 16 if mode == RealKvHashMode.PARTIAL else src.read_bytes
-        acc = splitmix64(acc ^ scalar_fold(row_bytes[col : col + n]))
-    return acc
-
-
-def scalar_verify_rows(ctx: CanaryContext, plan: VerifyPlan, check: bool) -> list[tuple[int, ...]]:
-    """Rows one verify launch records, entry by entry in Python (no counters, no ring)."""
-    if int(plan.enable[0]) == 0:
-        return []
-    rows = []
-    num_slots = ctx.canary_buf.shape[0]
-    active = min(max(int(plan.verify_num_valid[0]), 0), plan.verify_slot_indices.shape[0])
-    kind = int(ctx.kernel_kind)
-    for i in range(active):
-        slot = int(plan.verify_slot_indices[i])
-        position = int(plan.verify_expected_positions[i])
-        prev = int(plan.verify_prev_slot_indices[i])
-        token = int(plan.verify_expected_tokens[i]) if check else -1
-        if slot == 0:
-            continue
-        if not 0 <= slot < num_slots:
-            rows.append((kind, slot, position, -1, token, 0, num_slots, 64))
-            continue
-        s_token, s_position, s_prev, s_real = record(ctx, slot)
-        bits = 0
-        expected = s_prev
-        if prev < 0 or 0 < prev < num_slots:
-            expected = slot_hash(ctx, prev)
-            bits |= 1 if expected != s_prev else 0
-        if s_position != position:
-            bits |= 2
-        if s_real != scalar_real_kv_hash(ctx.real_kv_sources, ctx.real_kv_hash_mode, slot):
-            bits |= 4
-        if token != -1 and s_token != token:
-            bits |= 32
-        aux = to_signed(expected)
-        if prev >= num_slots:
-            bits |= 128
-            aux = prev
-        if bits:
-            rows.append((kind, slot, s_position, s_token, token, to_signed(s_prev), aux, bits))
-    return rows
-
-
-# --- a tiny serving loop: plan -> verify -> write -------------------------------------
-
-
-class Pipeline:
-    """One KV pool served step by step through the public launches (NumPy backend).
-
-    ``req_to_token[rp, p]`` is the KV slot of request row ``rp`` at position ``p``
-    and ``tokens[rp, p]`` the token there; tests fill both, then call
-    :meth:`step` with the batch of the step. Slot 0 and request row 0 are padding.
-    ``kv`` (uint8 [num_slots, kv_bytes]) is the live "KV" the real-KV sources view;
-    :meth:`step` fills the new slots' KV bytes before stamping them, as a forward pass would.
-    """
-
-    def __init__(
-        self,
-        num_slots: int = 64,
-        *,
-        max_reqs: int = 8,
-        max_seq: int = 32,
-        verify_capacity: int = 256,
-        write_capacity: int = 8,
-        ring_capacity: int = 256,
-        mode: RealKvHashMode = RealKvHashMode.NONE,
-        kv_bytes: int = 32,
-        window: int = 0,
-        kind: CanaryLaunchTag = CanaryLaunchTag.TAIL_K_FULL,
-        seed: int = 0,
-    ):
-        self.rng = np.random.default_rng(seed)
-        self.kv = np.zeros((num_slots, kv_bytes), dtype=np.uint8)
-        sources = (RealKvSource(tensor=self.kv, page_size=1, num_bytes_per_token=kv_bytes, read_bytes=kv_bytes),)
-        self.ctx = make_context(num_slots, ring_capacity=ring_capacity, kind=kind, sources=sources, mode=mode)
-        self.req_to_token = np.zeros((max_reqs, max_seq), dtype=np.int32)
-        self.tokens = np.zeros((max_reqs, max_seq), dtype=np.int64)
-        self.window = window
-        # Identity LUT: the SWA group shares the full group's slots (window clipping only).
-        self.lut = np.arange(num_slots, dtype=np.int64) if window else None
-        self.vplan = VerifyPlan.allocate(verify_capacity=verify_capacity)
-        self.wplan = WritePlan.allocate(write_req_capacity=write_capacity)
-
-    def step(
-        self,
-        rpi: Sequence[int],
-        prefix: Sequence[int],
-        extend: Sequence[int],
-        *,
-        check_tokens: bool = False,
-        offset: int = 0,
-        pool: np.ndarray | None = None,
-        expected: tuple[np.ndarray, np.ndarray] | None = None,
-        loc_map=None,
-    ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-        """Plan, verify (returns its new rows), fill KV, write (returns its new rows).
-
-        ``pool`` (default ``tokens``) is the expected-token pool when ``check_tokens``;
-        ``expected`` the write-input assert's (tokens, positions); ``loc_map`` rewrites
-        out_cache_loc before the write (e.g. an SWA translation to -1).
-        """
-        from kvcanary_numba.plan import launch_canary_plan_kernels
-
-        rpi, prefix, extend = (np.asarray(a, dtype=np.int64) for a in (rpi, prefix, extend))
-        launch_canary_plan_kernels(
-            verify_plan_out=self.vplan,
-            write_plan_out=self.wplan,
-            req_pool_indices=rpi,
-            prefix_lens=prefix,
-            extend_seq_lens=extend,
-            req_to_token=self.req_to_token,
-            swa_window_size=self.window,
-            full_to_swa_index_mapping=self.lut,
-            verify_capacity=self.vplan.verify_capacity,
-            req_to_verify_expected_tokens=(self.tokens if pool is None else pool).astype(np.int32) if check_tokens else None,
-            req_to_verify_expected_tokens_valid_lens=(prefix + extend + offset) if check_tokens else None,
-            kv_token_id_vs_position_offset=offset,
-            backend="numpy",
-        )
-        before = write_index(self.ctx)
-        run_verify(self.ctx, self.vplan, check_tokens)
-        verify_rows = ring_rows(self.ctx)[before:]
-        ids, pos, loc = self.batch_inputs(rpi, prefix, extend)
-        loc = loc if loc_map is None else i64(loc_map(loc))
-        for slot in loc[loc > 0]:
-            self.kv[slot] = self.rng.integers(0, 256, self.kv.shape[1], dtype=np.uint8)
-        before = write_index(self.ctx)
-        exp_ids, exp_pos = expected if expected is not None else (None, None)
-        run_write(self.ctx, self.wplan, ids, pos, loc, exp_ids, exp_pos)
-        return verify_rows, ring_rows(self.ctx)[before:]
-
-    def batch_inputs(self, rpi, prefix, extend) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """input_ids, positions, out_cache_loc of the new tokens, request-major (padding rows add none)."""
-        ids, pos, loc = [], [], []
-        for rp, start, n in zip(rpi, prefix, extend):
-            if rp == 0 or n <= 0:
-                continue
-            ids.extend(self.tokens[rp, start : start + n])
-            pos.extend(range(start, start + n))
-            loc.extend(self.req_to_token[rp, start : start + n])
-        return i64(ids), i64(pos), i64(loc)
-
-
-#: Faults :func:`plant_fault` can plant, as in the golden vectors.
-FAULTS = ("token", "position", "prev_hash", "real_kv", "req_to_token_swap")
-
-
-def plant_fault(pipe: Pipeline, fault: str, rp: int, position: int) -> tuple[int, int]:
-    """Corrupt what verify will read for ``position`` of request row ``rp``.
-
-    Returns the (slot, FailReason bit) a verify of the prefix must report.
-    ``token`` needs ``position + 1`` in the prefix (the successor's chain sees
-    it), ``req_to_token_swap`` needs ``position + 2``; ``real_kv`` needs a
-    real-KV mode.
-    """
-    slot = int(pipe.req_to_token[rp, position])
-    if fault == "token":
-        fields(pipe.ctx)[slot, TOKEN] += 7
-        return int(pipe.req_to_token[rp, position + 1]), 1
-    if fault == "position":
-        fields(pipe.ctx)[slot, POSITION] += 1
-        return slot, 2
-    if fault == "prev_hash":
-        fields(pipe.ctx)[slot, PREV_HASH] ^= 1 << 40
-        return slot, 1
-    if fault == "real_kv":
-        pipe.kv[slot, 0] ^= 0x80
-        return slot, 4
-    if fault == "req_to_token_swap":
-        other = int(pipe.req_to_token[rp, position + 2])
-        pipe.req_to_token[rp, position], pipe.req_to_token[rp, position + 2] = other, slot
-        return other, 2  # the slot now listed at `position` holds position + 2
-    raise ValueError(f"unknown fault {fault!r}")
+# --- dispatch fakes ----------------------------------------------------------------
 
 
 class FakeCudaArray:

@@ -6,6 +6,9 @@ Ring rows compare as multisets (the kernels append in atomic order). When a
 launch overflows the ring part-way, which rows land is a race: the kernel's new
 rows must then be a sub-multiset of what the reference records with an
 unbounded ring.
+
+Also the paired ``verify`` and ``write`` of the verify and write kernel tests,
+and the plan inputs and differential plan runs of the plan kernel tests.
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ import os
 from collections import Counter
 from typing import Any
 
+import canary_helpers
 import numpy as np
+from helpers import FILL, PLAN_WIDTH, linear_rtt
 
 from kvcanary_numba import CanaryContext, RealKvSource, VerifyPlan, WritePlan
+from kvcanary_numba import plan as public
+from kvcanary_numba.launch import plan as glue
+from kvcanary_numba.reference import plan as reference
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
@@ -124,3 +132,105 @@ def _plan_size(kwargs: dict) -> int:
 def ring_rows(ctx: CanaryContext) -> list[tuple[int, ...]]:
     """Stored rows of a (possibly device) context, sorted."""
     return sorted(_rows(ctx).elements())
+
+
+# --- verify and write: kernels and reference on one context -------------------------------
+
+
+def verify(ctx, plan, check=False):
+    """Kernel and reference verify; returns the (agreeing) rows in ring order of the reference."""
+    before = ctx.canary_buf.copy()
+    kernel_ctx = run_pair(ctx, "verify", plan=plan, check_verify_expected_token=check)
+    np.testing.assert_array_equal(to_host(kernel_ctx.canary_buf), before)  # verify never writes
+    return canary_helpers.ring_rows(ctx)
+
+
+def write(ctx, plan, tokens, positions, slots, expected_tokens=None, expected_positions=None):
+    """Kernel and reference write (they must agree); returns the reference's rows in order."""
+    kwargs = canary_helpers.write_args(plan, tokens, positions, slots, expected_tokens, expected_positions)
+    run_pair(ctx, "write", **kwargs)
+    return canary_helpers.ring_rows(ctx)
+
+
+# --- plans: inputs, and the reference and the kernels on identically pre-filled plans ---
+
+
+def to_kernel(x):
+    """``x`` where the kernels run (a copy), scalars and None as they are."""
+    return to_device(x, KERNEL_DEVICE)
+
+
+def case(rpi, prefix, ext, *, rtt=None, window=0, lut=None, pool=None, lens=None, offset=0, vcap=4096, wcap=None):
+    """One plan input; arrays as NumPy, plan capacities alongside."""
+    rpi = np.asarray(rpi, dtype=np.int64)
+    return dict(
+        req_pool_indices=rpi, prefix_lens=np.asarray(prefix, dtype=np.int64),
+        extend_seq_lens=np.asarray(ext, dtype=np.int64), req_to_token=linear_rtt() if rtt is None else rtt,
+        swa_window_size=window, full_to_swa_index_mapping=lut, verify_capacity=vcap,
+        req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=lens,
+        kv_token_id_vs_position_offset=offset, wcap=max(rpi.shape[0], 1) if wcap is None else wcap,
+    )
+
+
+def fresh_plans(inputs: dict, device: str):
+    vplan = VerifyPlan.allocate(verify_capacity=inputs["verify_capacity"], device=device)
+    wplan = WritePlan.allocate(write_req_capacity=inputs["wcap"], device=device)
+    for arr in (*vplan.arrays().values(), *wplan.arrays().values()):
+        arr[...] = FILL
+    return vplan, wplan
+
+
+def host_arrays(plan) -> dict:
+    return {name: to_host(arr).copy() for name, arr in plan.arrays().items()}
+
+
+def run_both(inputs: dict, *, via_public: bool = False, plans=None) -> tuple[dict, dict]:
+    """Plan on the reference and the kernels, assert every array equal; return the kernels' plans."""
+    kwargs = {k: v for k, v in inputs.items() if k != "wcap"}
+    if plans is None:
+        plans = fresh_plans(inputs, KERNEL_DEVICE)
+    ref_v, ref_w = (type(p)(**host_arrays(p)) for p in plans)  # same starting contents
+    reference.launch_canary_plan_kernels(verify_plan_out=ref_v, write_plan_out=ref_w, **kwargs)
+    dev_kwargs = {k: to_kernel(v) for k, v in kwargs.items()}
+    launch = public.launch_canary_plan_kernels if via_public else glue.launch_canary_plan_kernels
+    extra = {"backend": "cuda"} if via_public else {}
+    launch(verify_plan_out=plans[0], write_plan_out=plans[1], **dev_kwargs, **extra)
+    got = host_arrays(plans[0]), host_arrays(plans[1])
+    for want_plan, got_plan in zip((ref_v, ref_w), got):
+        for name, want in want_plan.arrays().items():
+            np.testing.assert_array_equal(got_plan[name], want, err_msg=name)
+    return got
+
+
+def token_pool(rows=9, width=PLAN_WIDTH):
+    """Expected-token pool with pool[rp, pos] = rp * 1000 + pos."""
+    return (np.arange(rows)[:, None] * 1000 + np.arange(width)[None, :]).astype(np.int32)
+
+
+def random_batch(rng, bs=None, *, rows=9, width=PLAN_WIDTH, wcap=None):
+    """A plausible batch: padding rows, SWA or not, expected-token pool or not."""
+    bs = int(rng.integers(1, 40)) if bs is None else bs
+    window = int(rng.choice([0, 0, 3, 8]))
+    pool = token_pool(rows, width) if rng.random() < 0.5 else None
+    return case(
+        rng.integers(0, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 4, bs),
+        rtt=rng.integers(1, 500, (rows, width)).astype(np.int32), window=window,
+        lut=rng.integers(1, 10**6, 500).astype(np.int64) if window else None,
+        pool=pool, lens=None if pool is None else rng.integers(0, width + 1, bs),
+        offset=int(rng.integers(-1, 2)), vcap=int(rng.integers(1, bs * width + 2)), wcap=wcap or bs + 2,
+    )
+
+
+def garbage_batch(rng, bs=None):
+    """Hostile values everywhere: rows and slots out of range, negative lengths, LUT misses."""
+    bs = int(rng.integers(1, 40)) if bs is None else bs
+    rows, width = 5, 12
+    window = int(rng.choice([0, 4]))
+    return case(
+        rng.integers(-3, rows + 3, bs), rng.integers(-5, width + 6, bs), rng.integers(-3, 4, bs),
+        rtt=rng.integers(-4, 90, (rows, width)).astype(np.int32), window=window,
+        lut=rng.integers(-3, 10**6, 60).astype(np.int64) if window else None,
+        pool=rng.integers(-9, 9, (rows - 1, width - 3)).astype(np.int32),
+        lens=rng.integers(-3, width + 5, bs), offset=int(rng.integers(-3, 4)), vcap=int(rng.integers(1, 300)),
+        wcap=bs + int(rng.integers(0, 5)),
+    )

@@ -10,6 +10,9 @@ from kvcanary_numba.monitor import CanaryMonitor, KvGroup, StepBatch
 NUM_SLOTS = 16
 BYTES = 32
 ROWS, WIDTH = 4, 16
+#: New (token, slot) pairs of request row 1: a prefill step, then a decode step.
+PREFILL = {1: [(101, 3), (102, 4), (103, 5)]}
+DECODE = {1: [(104, 6)]}
 
 
 def token_bytes(token: int, salt: int) -> np.ndarray:

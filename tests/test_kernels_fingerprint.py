@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from canary_helpers import KNOWN_REAL_KV_HASH, known_source, random_source, scalar_real_kv_hash
+from canary_oracles import KNOWN_REAL_KV_HASH, known_source, random_source, scalar_real_kv_hash
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import RealKvHashMode, RealKvSource

@@ -1,4 +1,7 @@
-"""CanaryMonitor on hand-driven steps: buffers, counters, reports, modes, warm-up, health, sweeps."""
+"""CanaryMonitor on hand-driven steps: buffers, counters, reports, modes, warm-up, health, sweeps, SWA, GPU readback.
+
+Rejected input is in test_monitor_validation.py.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,7 @@ import logging
 
 import numpy as np
 import pytest
-from helpers import raises_code
-from monitor_helpers import NUM_SLOTS, Driver, monitor_records, source, token_bytes
+from monitor_helpers import DECODE, NUM_SLOTS, PREFILL, Driver, monitor_records, source, token_bytes
 
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, CanaryLaunchTag
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
@@ -15,8 +17,6 @@ from kvcanary_numba.monitor import CanaryMonitor, CanaryStalledError, CanaryViol
 from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
 
 T = CanaryLaunchTag
-PREFILL = {1: [(101, 3), (102, 4), (103, 5)]}
-DECODE = {1: [(104, 6)]}
 LOGGER = "kvcanary_numba.monitor"
 
 
@@ -234,90 +234,6 @@ def test_status_block_views_alias_one_array():
     assert (snap.plan_enable(0), snap.plan_enable(1)) == (1, 0)
 
 
-# --- rejected input ------------------------------------------------------------------
-def test_hooks_out_of_order_are_rejected():
-    d = Driver()
-    m = d.monitor
-    with raises_code("KVC-M005"):
-        m.post_forward()
-    m.pre_forward(d.batch(PREFILL))
-    for call in (lambda: m.pre_forward(d.batch(PREFILL)), m.end_step, lambda: m.sweep([])):
-        with raises_code("KVC-M005"):
-            call()
-    m.post_forward()
-    m.end_step()
-    assert m.step == 1
-
-
-def test_forward_context_abandons_the_step_on_error():
-    d = Driver()
-    with pytest.raises(ZeroDivisionError), d.monitor.forward(d.batch(PREFILL)):
-        1 / 0
-    d.step({2: [(7, 9)]})  # the monitor accepts the next step
-    assert d.monitor.step == 1
-
-
-def test_batch_larger_than_the_capacities_is_rejected():
-    d = Driver(write_req_capacity=1, write_token_capacity=2)
-    with raises_code("KVC-M002"):
-        d.monitor.pre_forward(d.batch({1: [(1, 1)], 2: [(2, 2)]}))
-    with raises_code("KVC-M003"):
-        d.monitor.pre_forward(d.batch(PREFILL))
-    with raises_code("KVC-M009"):
-        d.monitor.pre_forward({"input_ids": None})
-
-
-def test_token_check_needs_pool_sizes_and_snapshots():
-    with raises_code("KVC-M008"):
-        Driver(check_verify_expected_token=True, max_requests=4)
-    d = Driver(check_verify_expected_token=True, max_requests=4, max_context_len=16)
-    batch = d.batch(PREFILL)
-    batch.token_offsets = None
-    with raises_code("KVC-M008"):
-        d.monitor.pre_forward(batch)
-
-
-def test_sweep_arguments_are_checked():
-    m = Driver(sweep_capacity=3).monitor
-    with raises_code("KVC-M004"):
-        m.sweep([SlotChain(slots=[1, 2]), SlotChain(slots=[3, 4])])
-    with raises_code("KVC-M009"):
-        m.sweep([[1, 2]])
-    with raises_code("KVC-C011"):
-        m.sweep([SlotChain(slots=[1], start_position=-1)])
-
-
-def test_groups_and_modes_are_checked():
-    k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
-    lut = np.zeros(NUM_SLOTS + 1, dtype=np.int64)
-    full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(k),))
-    with raises_code("KVC-M006"):
-        KvGroup(kind="swa", num_slots=NUM_SLOTS, full_to_swa_index_mapping=lut)
-    with raises_code("KVC-M006"):
-        KvGroup(kind="full", num_slots=NUM_SLOTS, swa_window_size=4)
-    with raises_code("KVC-M007"):
-        KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4)
-    with raises_code("KVC-M007"):
-        KvGroup(kind="full", num_slots=NUM_SLOTS, full_to_swa_index_mapping=lut)
-    with raises_code("KVC-C009"):
-        KvGroup(kind="sliding", num_slots=NUM_SLOTS)
-    with raises_code("KVC-C002"):
-        KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4, full_to_swa_index_mapping=lut.astype(np.int32))
-    with raises_code("KVC-M001"):
-        CanaryMonitor(full=full, write_req_capacity=1, mode="none")
-    with raises_code("KVC-M009"):
-        CanaryMonitor(full={"kind": "full"}, write_req_capacity=1)
-    swa = KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4, full_to_swa_index_mapping=lut)
-    with raises_code("KVC-C009"):
-        CanaryMonitor(full=swa, write_req_capacity=1)
-    with raises_code("KVC-C009"):
-        CanaryMonitor(full=full, swa=full, write_req_capacity=1)
-    with raises_code("KVC-C011"):
-        CanaryMonitor(full=full, write_req_capacity=0)
-    with raises_code("KVC-C009"):
-        CanaryMonitor(full=full, write_req_capacity=1, device="gpu")
-
-
 @pytest.mark.gpu
 def test_gpu_readback_is_one_step_late_and_flush_catches_up():
     import cupy
@@ -340,12 +256,6 @@ def test_gpu_readback_is_one_step_late_and_flush_catches_up():
     assert d.monitor.violations == []
     d.monitor.flush()
     assert d.rows() == [("SWEEP_K_FULL", 4, 1, ("verify_real_kv_hash",))]
-
-
-@pytest.mark.parametrize("name", ["write_token_capacity", "verify_capacity", "sweep_capacity", "ring_capacity"])
-def test_zero_capacities_are_rejected_not_defaulted(name):
-    with raises_code("KVC-C011"):
-        Driver(**{name: 0})
 
 
 def test_swa_translation_follows_the_plan_rules():

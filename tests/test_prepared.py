@@ -1,11 +1,10 @@
-"""Prepared launches (``launch/prepared.py``) and the monitor's fast path (``monitor/fastpath.py``).
+"""Prepared launches (``launch/prepared.py``): parameter packing, the launch recorder, prepared launches.
 
 On a CPU the packed parameter layout is checked against the sm_90 PTX of the
 kernels (compiled without a GPU, in a subprocess), the recorder against the
-launch glue, and prepared launches and the monitor fast path against the
-ordinary launch path under the simulator. On a GPU (``gpu`` tests) the raw
-``cuLaunchKernel`` path, the monitor fast path and CUDA-graph replays must give
-results identical to eager launches.
+launch glue, and prepared launches against the ordinary launch path under the
+simulator. The monitor's fast path (``monitor/fastpath.py``) and the GPU runs
+are in test_prepared_fastpath.py.
 """
 
 from __future__ import annotations
@@ -19,16 +18,12 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import raises_code
-from monitor_helpers import Driver, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fingerprint import compute_real_kv_hash
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch, pack_arguments
 from kvcanary_numba.launch.recording import Origin, recording
-from kvcanary_numba.monitor import StepBatch
-from kvcanary_numba.monitor.fastpath import FastPath
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIMULATED = _common.ON_SIMULATOR
@@ -203,128 +198,3 @@ def test_prepared_launch_matches_the_ordinary_launch_and_follows_rebinding():
     compute_real_kv_hash(slot_indices=new_slots, out=expected, backend="cuda", **kwargs)
     np.testing.assert_array_equal(_host(new_out), _host(expected))
     assert len(set(_host(new_out).tolist())) == 5
-
-
-# --- the monitor fast path (simulator) ---------------------------------------------
-
-
-def _driver(kind: str, **options) -> Driver:
-    """``reference``: NumPy references; ``eager``: kernels via the public functions; ``fast``: prepared."""
-    driver = Driver(**options)
-    m = driver.monitor
-    if kind != "reference":
-        m._backend = "cuda"  # NumPy arrays run the kernels under the simulator
-    if kind == "fast":
-        m.fast = FastPath(m, compile=False)
-    return driver
-
-
-_STEPS = [
-    ({1: [(11, 1), (12, 2)], 2: [(21, 5)]}, None),
-    ({1: [(13, 3)], 2: [(22, 6)]}, None),
-    ({1: [(14, 4)], 2: [(23, 7)]}, "flip"),  # same shapes as the step before: rebinding only
-    ({1: [(15, 8)], 2: [(24, 9)]}, None),
-]
-
-
-def _run(driver: Driver) -> Driver:
-    for new, fault in _STEPS:
-        if fault == "flip":
-            driver.k[2, 0] ^= 1  # a KV byte of slot 2 changes after its write
-        driver.step(new)
-    driver.monitor.flush()
-    return driver
-
-
-@pytest.mark.simulator
-@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}], ids=["full_kv", "full_plus_swa"])
-def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
-    runs = {kind: _run(_driver(kind, **options)) for kind in ("reference", "eager", "fast")}
-    ref = runs["reference"].monitor
-    # The flipped byte stays flipped: the TAIL verifies of steps 3 and 4 both report it.
-    assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
-    for kind in ("eager", "fast"):
-        m = runs[kind].monitor
-        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
-        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
-        for g, g_ref in zip(m.groups, ref.groups):
-            for key, buf in g.buffers.items():
-                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
-    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs.
-    assert runs["fast"].monitor.fast.prepared == 2
-
-
-@pytest.mark.simulator
-@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
-    driver = _run(_driver("fast"))
-    m = driver.monitor
-    batch = driver.batch({1: [(16, 10)], 2: [(25, 11)]})
-    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__},
-                       "positions": batch.positions.astype(np.int32)})  # fmt: skip
-    with raises_code("KVC-C002"):
-        m.pre_forward(bad)
-    strided = np.zeros(4, dtype=np.int64)[::2]
-    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__}, "out_cache_loc": strided})
-    m._phase = "idle"  # the failed pre_forward left the monitor idle; keep the check explicit
-    with raises_code("KVC-C006"):
-        m.pre_forward(bad)
-
-
-def test_graph_capture_needs_a_gpu_monitor():
-    driver = Driver()
-    batch = driver.batch({1: [(11, 1)]})
-    with raises_code("KVC-C008"):
-        driver.monitor.capture_graph(batch)
-
-
-# --- GPU: raw launches, fast path and graphs against eager launches ------------------
-
-
-def _gpu_run(kind: str, steps: int = 6) -> tuple[dict, object]:
-    """Decode steps of a small pool on the GPU (``eager`` / ``fast`` / ``graph``), a KV byte
-    flipped before step 3; returns host copies of everything the canary keeps, and the monitor."""
-    import cupy
-
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.workloads import MonitorWorkload
-
-    w = MonitorWorkload(cupy, requests=4, prefix=40, max_steps=steps, bytes_per_token=32, mode=RealKvHashMode.ALL)
-    m = w.monitor
-    if kind == "eager":
-        m.fast = None
-    w.prefill()
-    if kind == "graph":
-        w.fill(w.batch, w.length, w.extend)
-        m.capture_graph(w.batch)
-    for i in range(steps):
-        if i == 3:
-            w.k[int(w.table[2, 5]), 0] ^= 1  # corrupt the KV of request 2, position 5
-        w.step()
-    m.flush()
-    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
-    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
-    out["status"] = m.status.words.get()
-    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
-    return out, m
-
-
-@pytest.mark.gpu
-def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
-    runs = {kind: _gpu_run(kind)[0] for kind in ("eager", "fast", "graph")}
-    assert runs["eager"]["violations"].shape[0] >= 1  # the flipped byte was caught
-    for kind in ("fast", "graph"):
-        for name, array in runs["eager"].items():
-            np.testing.assert_array_equal(runs[kind][name], array, err_msg=f"{kind}: {name}")
-
-
-@pytest.mark.gpu
-def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
-    _, m = _gpu_run("graph", steps=4)
-    launches = [launch for phases in m.fast._phases.values() for phase in phases for launch in phase.launches]
-    assert launches and all(launch.raw for launch in launches), [l.fallback_reason for l in launches]
-    assert m.graph is not None and m.graph.replays == 4
-    krc = m.status.words.get()[1:13]
-    np.testing.assert_array_equal(krc, m.health.host)  # every launch the host counted ran once on the device

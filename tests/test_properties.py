@@ -4,17 +4,9 @@ verify agrees with an entry-by-entry oracle, and bad arguments raise only KvCana
 from __future__ import annotations
 
 import numpy as np
-from canary_helpers import (
-    FAULTS,
-    Pipeline,
-    make_context,
-    plant_fault,
-    random_source,
-    ring_rows,
-    run_verify,
-    scalar_verify_rows,
-    verify_plan,
-)
+from canary_helpers import make_context, ring_rows, run_verify, verify_plan
+from canary_oracles import random_source, scalar_verify_rows
+from canary_pipeline import FAULTS, Pipeline, plant_fault
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

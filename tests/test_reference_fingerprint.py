@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from canary_helpers import (
+from canary_helpers import make_context
+from canary_oracles import (
     KNOWN_INNER_FOLD,
     KNOWN_PATTERN,
     KNOWN_REAL_KV_HASH,
     known_source,
-    make_context,
     random_source,
     scalar_fold,
     scalar_real_kv_hash,

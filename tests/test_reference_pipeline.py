@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from canary_helpers import Pipeline, counters, fields, plant_fault, record, write_index
+from canary_helpers import counters, fields, record, write_index
+from canary_pipeline import Pipeline, plant_fault
 
 from kvcanary_numba import CanaryLaunchTag, RealKvHashMode
 

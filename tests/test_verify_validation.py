@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from canary_helpers import (
-    FakeCudaArray, counters, make_context, random_source, run_verify, verify_plan, write_index, write_plan,
+    FakeCudaArray, counters, make_context, run_verify, verify_plan, write_index, write_plan,
 )  # fmt: skip
+from canary_oracles import random_source
 from helpers import raises_code
 
 from kvcanary_numba import VerifyPlan

@@ -1,0 +1,99 @@
+"""CanaryMonitor rejects bad input: hooks out of order, oversized batches, bad sweeps, groups, modes and capacities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import raises_code
+from monitor_helpers import NUM_SLOTS, PREFILL, Driver, source
+
+from kvcanary_numba.monitor import CanaryMonitor, KvGroup, SlotChain
+
+
+def test_hooks_out_of_order_are_rejected():
+    d = Driver()
+    m = d.monitor
+    with raises_code("KVC-M005"):
+        m.post_forward()
+    m.pre_forward(d.batch(PREFILL))
+    for call in (lambda: m.pre_forward(d.batch(PREFILL)), m.end_step, lambda: m.sweep([])):
+        with raises_code("KVC-M005"):
+            call()
+    m.post_forward()
+    m.end_step()
+    assert m.step == 1
+
+
+def test_forward_context_abandons_the_step_on_error():
+    d = Driver()
+    with pytest.raises(ZeroDivisionError), d.monitor.forward(d.batch(PREFILL)):
+        1 / 0
+    d.step({2: [(7, 9)]})  # the monitor accepts the next step
+    assert d.monitor.step == 1
+
+
+def test_batch_larger_than_the_capacities_is_rejected():
+    d = Driver(write_req_capacity=1, write_token_capacity=2)
+    with raises_code("KVC-M002"):
+        d.monitor.pre_forward(d.batch({1: [(1, 1)], 2: [(2, 2)]}))
+    with raises_code("KVC-M003"):
+        d.monitor.pre_forward(d.batch(PREFILL))
+    with raises_code("KVC-M009"):
+        d.monitor.pre_forward({"input_ids": None})
+
+
+def test_token_check_needs_pool_sizes_and_snapshots():
+    with raises_code("KVC-M008"):
+        Driver(check_verify_expected_token=True, max_requests=4)
+    d = Driver(check_verify_expected_token=True, max_requests=4, max_context_len=16)
+    batch = d.batch(PREFILL)
+    batch.token_offsets = None
+    with raises_code("KVC-M008"):
+        d.monitor.pre_forward(batch)
+
+
+def test_sweep_arguments_are_checked():
+    m = Driver(sweep_capacity=3).monitor
+    with raises_code("KVC-M004"):
+        m.sweep([SlotChain(slots=[1, 2]), SlotChain(slots=[3, 4])])
+    with raises_code("KVC-M009"):
+        m.sweep([[1, 2]])
+    with raises_code("KVC-C011"):
+        m.sweep([SlotChain(slots=[1], start_position=-1)])
+
+
+def test_groups_and_modes_are_checked():
+    k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
+    lut = np.zeros(NUM_SLOTS + 1, dtype=np.int64)
+    full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(k),))
+    with raises_code("KVC-M006"):
+        KvGroup(kind="swa", num_slots=NUM_SLOTS, full_to_swa_index_mapping=lut)
+    with raises_code("KVC-M006"):
+        KvGroup(kind="full", num_slots=NUM_SLOTS, swa_window_size=4)
+    with raises_code("KVC-M007"):
+        KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4)
+    with raises_code("KVC-M007"):
+        KvGroup(kind="full", num_slots=NUM_SLOTS, full_to_swa_index_mapping=lut)
+    with raises_code("KVC-C009"):
+        KvGroup(kind="sliding", num_slots=NUM_SLOTS)
+    with raises_code("KVC-C002"):
+        KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4, full_to_swa_index_mapping=lut.astype(np.int32))
+    with raises_code("KVC-M001"):
+        CanaryMonitor(full=full, write_req_capacity=1, mode="none")
+    with raises_code("KVC-M009"):
+        CanaryMonitor(full={"kind": "full"}, write_req_capacity=1)
+    swa = KvGroup(kind="swa", num_slots=NUM_SLOTS, swa_window_size=4, full_to_swa_index_mapping=lut)
+    with raises_code("KVC-C009"):
+        CanaryMonitor(full=swa, write_req_capacity=1)
+    with raises_code("KVC-C009"):
+        CanaryMonitor(full=full, swa=full, write_req_capacity=1)
+    with raises_code("KVC-C011"):
+        CanaryMonitor(full=full, write_req_capacity=0)
+    with raises_code("KVC-C009"):
+        CanaryMonitor(full=full, write_req_capacity=1, device="gpu")
+
+
+@pytest.mark.parametrize("name", ["write_token_capacity", "verify_capacity", "sweep_capacity", "ring_capacity"])
+def test_zero_capacities_are_rejected_not_defaulted(name):
+    with raises_code("KVC-C011"):
+        Driver(**{name: 0})
