@@ -186,7 +186,8 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
     acc = uint64(0)
     for offset in range(ZERO, read_words, TILE_WORDS):
         count = min(TILE_WORDS, read_words - offset)
-        warp_sync()  # bases are visible; the previous round's rows are folded
+        if offset > ZERO:  # the previous round's rows are folded (the first round follows the sync above)
+            warp_sync()
         for k in range(_VECTORS):  # unrolled: the loads of all rounds are in flight together
             _stage_round(tile, bases, words, row + k * _ROWS_PER_LOAD, word, offset, count)
         warp_sync()
