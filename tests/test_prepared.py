@@ -198,3 +198,42 @@ def test_prepared_launch_matches_the_ordinary_launch_and_follows_rebinding():
     compute_real_kv_hash(slot_indices=new_slots, out=expected, backend="cuda", **kwargs)
     np.testing.assert_array_equal(_host(new_out), _host(expected))
     assert len(set(_host(new_out).tolist())) == 5
+
+
+@pytest.mark.gpu
+def test_gpu_ordinary_launches_refill_one_raw_launch_per_kernel():
+    # Every public call on a GPU refills a cached raw launch: new arrays, grids and scalars each time.
+    import cupy
+
+    from kvcanary_numba.launch import _kernel_launch
+
+    slot_lists = [[1, 5, 63, 0, 64], [2, 3], list(range(70)) * 40]  # 2800 slots: a grid of several blocks
+    for mode in (RealKvHashMode.ALL, RealKvHashMode.PARTIAL, RealKvHashMode.ALL):  # read_words changes
+        for slots in slot_lists:
+            host_slots = np.asarray(slots, dtype=np.int64)
+            want, got = np.zeros(len(slots), dtype=np.int64), cupy.zeros(len(slots), dtype=np.int64)
+            compute_real_kv_hash(real_kv_sources=_sources(), real_kv_hash_mode=mode, slot_indices=host_slots,
+                                 out=want, backend="numpy")  # fmt: skip
+            sources, device_slots, _ = _fingerprint_inputs(cupy, slots)
+            compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=device_slots,
+                                 out=got, backend="cuda")  # fmt: skip
+            np.testing.assert_array_equal(got.get(), want, err_msg=f"{mode.name} {len(slots)} slots")
+    cached = [p for p in _kernel_launch._raw_launches.by_kernel.values()
+              if p.kernel.py_func.__name__ == "fingerprint_src1"]  # fmt: skip
+    assert len(cached) == 1 and cached[0].raw, [p.fallback_reason for p in cached]
+
+
+@pytest.mark.gpu
+def test_gpu_views_carry_the_layout_their_interface_describes():
+    # Launches read a view's layout from the attribute set when it was built, not from its CAI dict.
+    import cupy
+
+    pool = cupy.zeros((6, 48), dtype=np.uint8)[::2]  # rows 96 bytes apart
+    views = [_common.kernel_array(cupy.arange(5)), _common.reinterpret(cupy.zeros((4, 32), np.uint8), np.int64, (4, 4)),
+             _common.byte_span(pool, np.uint64), _common.kernel_array(pool)]  # fmt: skip
+    for view in views:
+        cai = view.__cuda_array_interface__
+        ptr, shape, strides, dtype = _common.array_layout(view)
+        assert (ptr, shape, dtype.str) == (cai["data"][0], tuple(cai["shape"]), cai["typestr"])
+        assert strides == (tuple(cai["strides"]) if cai["strides"] else np.empty(shape, dtype).strides)
+    assert _common.array_layout(views[3])[2] == (96, 1)

@@ -20,13 +20,30 @@ CACHE_SIZE = 256
 _views: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 
 
+#: Attribute holding the layout of the Numba views built here: launches read it back
+#: every call, and the view's own ``__cuda_array_interface__`` costs ~3 us to build.
+_LAYOUT = "_kvcanary_layout"
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
 def _cai_view(x: Any, ptr: int, dtype: np.dtype, shape: tuple, strides: tuple | None):
     from numba import cuda
 
     desc = {"shape": shape, "strides": strides, "typestr": dtype.str, "data": (ptr, False), "version": 3}
     # sync=False: the producer's stream order is the caller's business, and a
     # synchronize would be illegal inside CUDA-graph capture.
-    return cuda.from_cuda_array_interface(desc, owner=x, sync=False)
+    view = cuda.from_cuda_array_interface(desc, owner=x, sync=False)
+    shape = tuple(int(n) for n in shape)
+    setattr(view, _LAYOUT, (int(ptr), shape, _c_strides(shape, dtype.itemsize) if strides is None else tuple(strides),
+                            dtype))  # fmt: skip
+    return view
 
 
 def array_layout(x: Any) -> tuple[int, tuple, tuple, np.dtype]:
@@ -38,18 +55,16 @@ def array_layout(x: Any) -> tuple[int, tuple, tuple, np.dtype]:
     ptr = getattr(getattr(x, "data", None), "ptr", None)  # CuPy: MemoryPointer.ptr
     if ptr is not None:
         return int(ptr), tuple(x.shape), tuple(x.strides), x.dtype
+    layout = getattr(x, _LAYOUT, None)  # a view built by this module
+    if layout is not None:
+        return layout
     if isinstance(x, np.ndarray):
         return int(x.ctypes.data), x.shape, x.strides, x.dtype
     cai = x.__cuda_array_interface__
     shape, dtype = tuple(int(n) for n in cai["shape"]), np.dtype(cai["typestr"])
     strides = cai.get("strides")
-    if strides is None:
-        strides, step = [], dtype.itemsize
-        for extent in reversed(shape):
-            strides.append(step)
-            step *= max(extent, 1)
-        strides = reversed(strides)
-    return int(cai["data"][0] or 0), shape, tuple(int(n) for n in strides), dtype
+    strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(int(n) for n in strides)
+    return int(cai["data"][0] or 0), shape, strides, dtype
 
 
 def _cached(x: Any, key: tuple, persistent: bool, build):

@@ -40,11 +40,13 @@ API
     first launch inside a capture would have to load the module). No-op under
     the simulator.
 ``launch(kernel, signature, grid, block, args)``
-    Launch on CuPy's current stream through the compiled kernel (no type
-    dispatch, no low-occupancy warning). The arguments' Numba types are checked
+    Launch on CuPy's current stream (no type dispatch, no low-occupancy
+    warning). On a GPU one :class:`~.prepared.PreparedLaunch` per kernel,
+    signature and host thread is refilled with the call's arguments and
+    launched by one ``cuLaunchKernel``. The arguments' Numba types are checked
     against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
     input): every launch under the simulator, the first launch of each kernel
-    and signature on a GPU.
+    and signature (per host thread) on a GPU.
 ``persistent_views(*arrays)``
     ``kernel_array(x, persistent=True)`` of each array, as a tuple (plans,
     ring, counters and flags: the long-lived arguments of a launch).

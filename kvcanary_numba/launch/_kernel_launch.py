@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -147,10 +148,6 @@ def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
             raise RuntimeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
 
 
-#: (kernel, signature) pairs whose first GPU launch had its argument types checked.
-_checked: set[tuple[int, str]] = set()
-
-
 _streams: dict[int, tuple[Any, Any]] = {}
 
 
@@ -178,16 +175,36 @@ def current_stream():
     return _stream_pair(_current_stream_ptr())[0]
 
 
+#: Per host thread: (kernel, signature) -> the PreparedLaunch every launch of it refills.
+_raw_launches = threading.local()
+
+
 def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -> None:
-    """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads."""
+    """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads.
+
+    On a GPU every call refills one cached :class:`~.prepared.PreparedLaunch` per
+    kernel and host thread and launches it with one driver call: Numba's own
+    launch re-derives the whole kernel ABI from the arguments on every call (the
+    bulk of a launch's host time). The first call checks the arguments' types.
+    """
     if ON_SIMULATOR:
         check_signature(signature, args)
         kernel[int(grid), int(block)](*args)
         return
-    compiled = compile_kernel(kernel, signature)
+    cache = getattr(_raw_launches, "by_kernel", None)
+    if cache is None:
+        cache = _raw_launches.by_kernel = {}
     key = (id(kernel), signature)
-    if key not in _checked:
-        # The compiled launch trusts its arguments; check the glue once per kernel.
-        check_signature(signature, args, kernel)
-        _checked.add(key)
+    prepared = cache.get(key)
+    if prepared is None:
+        from .prepared import PreparedLaunch  # imports this module's API through _common
+
+        prepared = cache[key] = PreparedLaunch(kernel, signature, grid, block, args)  # checks the types
+    elif prepared.raw:
+        prepared.refill(grid, block, args)
+    if prepared.raw:
+        prepared.launch()
+        prepared.args = []  # the arrays' memory is the caller's again; only pointers stay packed
+        return
+    compiled = compile_kernel(kernel, signature)  # preparing failed (logged once): Numba's launch
     compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)

@@ -128,7 +128,7 @@ class PreparedLaunch:
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "_func", "_slots",
-                 "_starts", "_pointers", "_params", "_layouts")
+                 "_starts", "_pointers", "_params", "_layouts", "_types")
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
@@ -142,7 +142,8 @@ class PreparedLaunch:
         try:
             compiled = _common.compile_kernel(kernel, signature)  # compiled and loaded
             self._func = compiled._codelibrary.get_cufunc().handle
-            self._slots, self._starts = pack_arguments(compiled.argument_types, self.args)
+            self._types = compiled.argument_types
+            self._slots, self._starts = pack_arguments(self._types, self.args)
             self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
             self._params = ctypes.addressof(self._pointers)
             _driver.check_abi(self._func, [ctypes.sizeof(s) for s in self._slots])
@@ -178,6 +179,18 @@ class PreparedLaunch:
         start = self._starts[index]
         for k, v in enumerate(_array_values(view_layout)):
             self._slots[start + k].value = v
+
+    def refill(self, grid: int, block: int, args: Sequence[Any]) -> None:
+        """Aim a raw launch at new ``args`` of the same types (arrays as :meth:`rebind`, scalars re-packed)."""
+        self.grid, self.block = int(grid), int(block)
+        self.args = list(args)
+        for index, (ty, value) in enumerate(zip(self._types, args)):
+            if hasattr(ty, "ndim"):
+                self.rebind(index, value)
+            else:
+                start = self._starts[index]
+                for k, v in enumerate(_slot_values(ty, value)):
+                    self._slots[start + k].value = v
 
     def launch(self, stream: int | None = None) -> None:
         """Launch on ``stream`` (a CUDA stream handle; default CuPy's current stream)."""
