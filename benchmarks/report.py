@@ -140,9 +140,14 @@ def plots(records: list[dict], out: pathlib.Path, stem: str) -> list[str]:
         if not any(len(points) > 1 for points in lines.values()):
             continue
         fig, ax = plt.subplots(figsize=(7, 4))
+        drawn: set[tuple] = set()  # a burst-model record re-reads another's timing: one line for both
         for variant, points in sorted(lines.items()):
-            xs, ys = zip(*sorted(points))
-            ax.plot(xs, ys, marker="o", label=variant)
+            points = tuple(sorted(points))
+            if points in drawn:
+                continue
+            drawn.add(points)
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker="o", label=variant, linestyle=("-", "--", ":")[len(drawn) // 11 % 3])
         ax.set(xscale="log", yscale="log", xlabel="size", ylabel="median time (µs)", title=op)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="x-small")

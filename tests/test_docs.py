@@ -259,3 +259,13 @@ def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
     assert "plan" not in series
     assert docgen_bench.size_key(records[:4], "plan") == "bs"
     assert docgen_bench.size_key(records[:4], "verify") == "size"  # size and entries disagree
+
+
+def test_benchmark_plots_draw_a_repeated_timing_once():
+    # A "64 B burst model" record re-reads the timing of its verify record: the same points.
+    records = [
+        {"op": "verify", "variant": "ALL", "entries": 1 << 22, "median_us": 295.0},
+        {"op": "verify", "variant": "ALL random, 64 B burst model", "entries": 1 << 22, "median_us": 295.0},
+        {"op": "verify", "variant": "NONE", "entries": 1 << 22, "median_us": 119.0},
+    ]
+    assert sorted(docgen_bench.series(records)["verify"]) == ["ALL", "NONE"]

@@ -27,6 +27,8 @@ SIZE_KEYS = ("size", "entries", "bs", "tokens", "n")
 VARIANT_KEYS = ("variant", "impl", "mode", "backend")
 TIME_KEYS = (("median_us", 1.0), ("time_us", 1.0), ("us", 1.0), ("median_ms", 1e3), ("time_ms", 1e3))
 
+LINE_STYLES = ("-", "--", ":", "-.")
+
 NO_RESULTS = (
     "!!! note \"No results yet\"\n"
     "    No benchmark results are committed yet. Run the benchmark suite on a GPU "
@@ -69,7 +71,22 @@ def series(records: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]
             continue
         variant = str(_first(r, VARIANT_KEYS) or "default")
         out[str(op)][variant].append((size, time_us))
-    return {op: {v: sorted(pts) for v, pts in vs.items()} for op, vs in out.items()}
+    return {op: distinct({v: sorted(pts) for v, pts in vs.items()}) for op, vs in out.items()}
+
+
+def distinct(lines: dict[str, list]) -> dict[str, list]:
+    """``lines`` less those that repeat an earlier line's points (by variant name).
+
+    A record that re-reads another's timing under a different byte model has the
+    same points; drawn twice, one line would hide the other.
+    """
+    seen: set[tuple] = set()
+    kept = {}
+    for variant, points in sorted(lines.items()):
+        if tuple(points) not in seen:
+            seen.add(tuple(points))
+            kept[variant] = points
+    return kept
 
 
 def size_key(records: list[dict], op: str) -> str:
@@ -87,9 +104,10 @@ def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str =
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for variant, points in sorted(lines.items()):
+    for index, (variant, points) in enumerate(sorted(lines.items())):
         xs, ys = zip(*points)
-        ax.plot(xs, ys, marker="o", label=variant)
+        # The colour cycle has 10 entries: later lines change their dash instead.
+        ax.plot(xs, ys, marker="o", label=variant, linestyle=LINE_STYLES[index // 10 % len(LINE_STYLES)])
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)

@@ -21,6 +21,10 @@ Under Numba's CUDA simulator there is no driver: a prepared launch keeps its
 arguments and runs the ordinary launch (:func:`._common.launch`), so the
 rebinding logic is tested on a CPU with the same results as the normal path.
 
+The ordinary launch glue uses the same machinery: :func:`._common.launch` keeps
+one prepared launch per kernel (and host thread) and refills it with each
+call's arguments (:meth:`PreparedLaunch.refill`).
+
 :func:`.recording.recording` collects the launches an ordinary launch-glue
 call *would* make, and where every array argument came from, so callers can
 prepare whole phases (the monitor does: :mod:`kvcanary_numba.monitor.fastpath`).
