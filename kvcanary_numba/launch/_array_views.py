@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._arrays import _c_strides
+
 __all__ = ["CACHE_SIZE", "array_layout", "byte_span", "kernel_array", "reinterpret"]
 
 #: Persistent device-array views kept (see ``persistent=True``).
@@ -23,14 +25,6 @@ _views: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 #: Attribute holding the layout of the Numba views built here: launches read it back
 #: every call, and the view's own ``__cuda_array_interface__`` costs ~3 us to build.
 _LAYOUT = "_kvcanary_layout"
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def _cai_view(x: Any, ptr: int, dtype: np.dtype, shape: tuple, strides: tuple | None):
