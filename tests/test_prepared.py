@@ -97,6 +97,24 @@ def test_array_slots_follow_numbas_abi():
     assert values[19:] == [11, 12]
 
 
+def test_refill_repacks_what_changed_as_a_fresh_pack_would():
+    # The ordinary launch path refills one raw launch per kernel; its packing logic needs no GPU.
+    from numba.core import types
+
+    sig = [types.Array(types.int64, 2, "C"), types.int32, types.Array(types.int64, 1, "C"),
+           types.UniTuple(types.int64, 2)]  # fmt: skip
+    first = [CaiArray((4, 3), "<i8", 0x2000), -5, CaiArray((7,), "<i8", 0x3000), (11, 12)]
+    launch = PreparedLaunch.__new__(PreparedLaunch)
+    launch.raw, launch._layouts, launch.args, launch._types = True, {}, list(first), sig
+    launch._slots, launch._starts = pack_arguments(sig, first)
+    for args in ([CaiArray((4, 3), "<i8", 0x2000), 9, CaiArray((5,), "<i8", 0x9000), (13, -1)],  # same 2-D array
+                 [CaiArray((2, 3), "<i8", 0x4000, strides=(48, 8)), 9, CaiArray((5,), "<i8", 0x9000), (13, -1)]):
+        launch.refill(grid=3, block=64, args=args)
+        fresh, _ = pack_arguments(sig, args)
+        assert [s.value for s in launch._slots] == [s.value for s in fresh]
+        assert (launch.grid, launch.block) == (3, 64) and launch.args == args
+
+
 def test_layouts_of_views_are_computed_without_building_them():
     i8, u8, b = np.dtype(np.int64), np.dtype(np.uint64), np.dtype(np.uint8)
     ids = CaiArray((5,), "<i8", 0x3000)
