@@ -42,7 +42,7 @@ API
 ``launch(kernel, signature, grid, block, args)``
     Launch on CuPy's current stream (no type dispatch, no low-occupancy
     warning). On a GPU one :class:`~.prepared.PreparedLaunch` per kernel,
-    signature and host thread is refilled with the call's arguments and
+    signature, device and host thread is refilled with the call's arguments and
     launched by one ``cuLaunchKernel``. The arguments' Numba types are checked
     against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
     input): every launch under the simulator, the first launch of each kernel

@@ -168,6 +168,15 @@ def _current_stream_ptr() -> int:
     return int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
 
 
+def _current_device() -> int:
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        return int(cupy.cuda.runtime.getDevice())
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)
+
+
 def current_stream():
     """Numba stream wrapping CuPy's current stream; ``0`` for the legacy default stream."""
     if ON_SIMULATOR:
@@ -175,7 +184,7 @@ def current_stream():
     return _stream_pair(_current_stream_ptr())[0]
 
 
-#: Per host thread: (kernel, signature) -> the PreparedLaunch every launch of it refills.
+#: Per host thread: (kernel, signature, device) -> the PreparedLaunch every launch of it refills.
 _raw_launches = threading.local()
 
 
@@ -194,7 +203,7 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     cache = getattr(_raw_launches, "by_kernel", None)
     if cache is None:
         cache = _raw_launches.by_kernel = {}
-    key = (id(kernel), signature)
+    key = (id(kernel), signature, _current_device())  # a function handle belongs to one device's context
     prepared = cache.get(key)
     if prepared is None:
         from .prepared import PreparedLaunch  # imports this module's API through _common
