@@ -120,6 +120,9 @@ def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_LINE_STYLES = ("-", "--", ":", "-.")  # as the docs' plots (docs/hooks/docgen_bench.py)
+
+
 def plots(records: list[dict], out: pathlib.Path, stem: str) -> list[str]:
     """One log-log PNG per operation (median time vs size, a line per variant); [] without matplotlib."""
     try:
@@ -140,14 +143,13 @@ def plots(records: list[dict], out: pathlib.Path, stem: str) -> list[str]:
         if not any(len(points) > 1 for points in lines.values()):
             continue
         fig, ax = plt.subplots(figsize=(7, 4))
-        drawn: set[tuple] = set()  # a burst-model record re-reads another's timing: one line for both
+        kept: dict[tuple, str] = {}  # a burst-model record re-reads another's timing: one line for both
         for variant, points in sorted(lines.items()):
-            points = tuple(sorted(points))
-            if points in drawn:
-                continue
-            drawn.add(points)
+            kept.setdefault(tuple(sorted(points)), variant)
+        for index, (points, variant) in enumerate(kept.items()):
             xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="o", label=variant, linestyle=("-", "--", ":")[len(drawn) // 11 % 3])
+            # The colour cycle has 10 entries: later lines change their dash instead.
+            ax.plot(xs, ys, marker="o", label=variant, linestyle=_LINE_STYLES[index // 10 % len(_LINE_STYLES)])
         ax.set(xscale="log", yscale="log", xlabel="size", ylabel="median time (µs)", title=op)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="x-small")

@@ -192,7 +192,7 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads.
 
     On a GPU every call refills one cached :class:`~.prepared.PreparedLaunch` per
-    kernel and host thread and launches it with one driver call: Numba's own
+    kernel, signature, device and host thread and launches it with one driver call: Numba's own
     launch re-derives the whole kernel ABI from the arguments on every call (the
     bulk of a launch's host time). The first call checks the arguments' types.
     """

@@ -22,7 +22,7 @@ arguments and runs the ordinary launch (:func:`._common.launch`), so the
 rebinding logic is tested on a CPU with the same results as the normal path.
 
 The ordinary launch glue uses the same machinery: :func:`._common.launch` keeps
-one prepared launch per kernel (and host thread) and refills it with each
+one prepared launch per kernel (and device and host thread) and refills it with each
 call's arguments (:meth:`PreparedLaunch.refill`).
 
 :func:`.recording.recording` collects the launches an ordinary launch-glue
