@@ -35,6 +35,7 @@ from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .triage import Rechecker
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -149,6 +150,7 @@ class CanaryMonitor(StepLaunches):
         self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
+        self.rechecker = Rechecker()
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -212,8 +214,18 @@ class CanaryMonitor(StepLaunches):
             self.finish_warmup()
         snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
-        if snapshot is not None:
+        self._process(snapshot, step)
+
+    def _process(self, snapshot: Snapshot | None, step: int) -> None:
+        """Re-check last readback's rows (triage), then decode and report this one's; track the new rows."""
+        if snapshot is None:  # nothing new read back (CPU flush, GPU step 0): no step passed for a re-check
+            return
+        self.rechecker.run(self, step)
+        start = len(self.violations)
+        try:
             self.pump.process(snapshot)
+        finally:
+            self.rechecker.track(start, len(self.violations))
 
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
@@ -255,9 +267,7 @@ class CanaryMonitor(StepLaunches):
 
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
-        snapshot = self.readback.flush()
-        if snapshot is not None:
-            self.pump.process(snapshot)
+        self._process(self.readback.flush(), self.step)
 
     @property
     def violations(self) -> list[Violation]:

@@ -29,6 +29,7 @@ from ..constants import (
     fail_reason_label,
 )
 from ..hashing import to_unsigned
+from .triage import Diagnosis, diagnose
 
 __all__ = ["BIT_EXPLANATIONS", "Violation", "decode_rows", "tag_name", "reason_labels"]
 
@@ -109,6 +110,10 @@ class Violation:
         The 8 ring fields, as stored (signed int64).
     step : int
         Monitor step whose readback found the row (-1 when decoded directly).
+    persistence : str
+        ``pending`` until the monitor re-checks the slot a step later, then
+        ``persistent`` or ``transient`` (``unchecked`` without an in-range slot);
+        see :mod:`kvcanary_numba.monitor.triage`.
     """
 
     kernel_kind: int
@@ -120,6 +125,7 @@ class Violation:
     expected_aux: int
     fail_reason: int
     step: int = -1
+    persistence: str = "pending"
 
     @property
     def tag(self) -> str:
@@ -157,6 +163,11 @@ class Violation:
         tag = self.tag.lower()
         return tag if self.stage == "SWEEP" else f"per_forward_{tag}"
 
+    @property
+    def diagnosis(self) -> Diagnosis:
+        """Triage of the row: category (addressing, data_corruption, write_path, out_of_range) and cause."""
+        return diagnose(self.fail_reason, self.tag)
+
     def explanations(self) -> tuple[str, ...]:
         """One human sentence per set bit, in bit order."""
         out = [f"{fail_reason_label(b)}: {BIT_EXPLANATIONS[b]}" for b in FailReason if self.bits & b]
@@ -186,6 +197,8 @@ class Violation:
             f"  {expected}: token={self.expected_token} {aux}={_hex(self.expected_aux)}",
         ]
         lines += [f"  why: {text}" for text in self.explanations()]
+        d = self.diagnosis
+        lines += [f"  triage: {d.category} ({self.persistence}): {d.cause}"]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +215,9 @@ class Violation:
             "fail_reason": self.fail_reason,
             "reasons": list(self.reasons),
             "step": self.step,
+            "category": self.diagnosis.category,
+            "cause": self.diagnosis.cause,
+            "persistence": self.persistence,
             "summary": self.summary(),
         }
 
