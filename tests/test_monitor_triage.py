@@ -53,8 +53,8 @@ def _row(bits, *, position=5, expected_token=7, aux=99):
     [
         (F.VERIFY_CHAIN_HASH_MISMATCH, (7, 5, 11, 0), None, "persistent"),  # prev_hash 11 != expected 99
         (F.VERIFY_CHAIN_HASH_MISMATCH, (7, 5, 99, 0), None, "transient"),
-        (F.VERIFY_POSITION_MISMATCH, (7, 6, 0, 0), None, "persistent"),
-        (F.VERIFY_POSITION_MISMATCH, (7, 5, 0, 0), None, "transient"),
+        (F.VERIFY_POSITION_MISMATCH, (7, 5, 0, 0), None, "persistent"),  # the foreign record is still there
+        (F.VERIFY_POSITION_MISMATCH, (7, 6, 0, 0), None, "transient"),
         (F.VERIFY_REAL_KV_HASH_MISMATCH, (7, 5, 0, 42), 43, "persistent"),
         (F.VERIFY_REAL_KV_HASH_MISMATCH, (7, 5, 0, 42), 42, "transient"),
         (F.VERIFY_TOKEN_MISMATCH, (8, 5, 0, 0), None, "persistent"),

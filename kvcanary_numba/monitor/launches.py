@@ -22,7 +22,8 @@ class StepLaunches:
     """HEAD and TAIL launches of a step (see the module docstring).
 
     Expects the monitor's attributes: ``xp``, ``groups``, ``check_tokens``,
-    ``token_pool``, ``valid_lens``, ``_backend``; sets ``_locs`` (each group's
+    ``token_pool``, ``valid_lens``, ``_backend``, ``budget`` (None or a
+    :class:`~.budget.BudgetState`); sets ``_locs`` (each group's
     slots of the new tokens) for the TAIL phase, which reads ``_batch``.
     """
 
@@ -54,6 +55,8 @@ class StepLaunches:
                 req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
                 backend=self._backend,
             )  # fmt: skip
+            if self.budget is not None:  # budgeted mode: verify only the entries due this step
+                self.budget.select(self.groups.index(g), g, self._backend)
             self._launch_endpoints(g, g.head, batch, loc, asserted)
 
     def _launch_post(self) -> None:
@@ -64,8 +67,9 @@ class StepLaunches:
             self._launch_endpoints(g, g.tail, batch, loc, asserted)
 
     def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
+        plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
         for endpoint in endpoints:
-            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
+            launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
             launch_canary_write_kernel(
                 context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,

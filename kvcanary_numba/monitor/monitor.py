@@ -27,6 +27,8 @@ from .._arrays import array_module, check_bool, check_int
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool
+from .budget import BudgetState, VerifyBudget, verify_entry_bytes
+from .bundle import check_bundle_dir, dump_bundle
 from .fastpath import FastPath, capture_step, run_pre
 from .groups import GroupState, KvGroup, check_groups, check_type
 from .health import HealthChecker
@@ -81,11 +83,19 @@ class CanaryMonitor(StepLaunches):
         positions); 0 turns it on from the start. See :meth:`finish_warmup`.
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
+    bundle_dir : str or path, optional
+        Write a replayable bundle (``.npz``, :mod:`.bundle`) of every readback
+        that finds new violation rows into this directory (created if missing);
+        ``kvcanary inspect BUNDLE`` replays one. Paths: :attr:`bundles`.
+    verify_budget : VerifyBudget, optional
+        Budgeted verification (:mod:`.budget`): each step verifies only the
+        prefix entries due then; every entry that stays in the plans for K
+        consecutive steps is verified within them (K: ``stats()["verify_period"]``).
 
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011.
+        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-M022 (bundle_dir), KVC-M021 (budget).
     """
 
     def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
@@ -94,7 +104,8 @@ class CanaryMonitor(StepLaunches):
                  verify_capacity: int | None = None, sweep_capacity: int | None = None,
                  check_verify_expected_token: bool = False, max_requests: int | None = None,
                  max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
-                 health_warmup_steps: int = 100):  # fmt: skip
+                 health_warmup_steps: int = 100, bundle_dir=None,
+                 verify_budget: VerifyBudget | None = None):  # fmt: skip
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -149,8 +160,14 @@ class CanaryMonitor(StepLaunches):
         self.step = self.sweeps = 0
         self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
+        self.budget = None
+        if verify_budget is not None:
+            check_type(_FN, "verify_budget", verify_budget, VerifyBudget)
+            self.budget = BudgetState(verify_budget, xp=xp, device=device, groups=self.groups, function=_FN,
+                                      entry_bytes=verify_entry_bytes(self))  # fmt: skip
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
         self.rechecker = Rechecker()
+        self.bundle_dir, self.bundles = check_bundle_dir(_FN, bundle_dir), []
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -212,6 +229,8 @@ class CanaryMonitor(StepLaunches):
         self.health.end_step(step)
         if self.step == self.warmup_steps:
             self.finish_warmup()
+        if self.budget is not None:
+            self.budget.advance(self.xp)
         snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
         self._process(snapshot, step)
@@ -226,6 +245,8 @@ class CanaryMonitor(StepLaunches):
             self.pump.process(snapshot)
         finally:
             self.rechecker.track(start, len(self.violations))
+            if self.bundle_dir is not None and len(self.violations) > start:
+                self.bundles.append(dump_bundle(self, self.violations[start:], self.bundle_dir, snapshot.step))
 
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
@@ -284,4 +305,5 @@ class CanaryMonitor(StepLaunches):
             "sweep_passes": self.sweeps,
             "violations_recorded": snap.write_index,
             "violations_decoded": len(self.violations),
+            **({} if self.budget is None else self.budget.stats()),
         }

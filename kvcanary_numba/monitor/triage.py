@@ -132,8 +132,8 @@ def recheck_row(violation, record, live_fingerprint: int | None) -> str:
 
     Notes
     -----
-    Per bit: chain (1) stored prev_hash != the row's expected chain hash; position (2) stored position !=
-    the row's position; real-KV (4) stored fingerprint != the live one; token (32 and 8) stored token != the
+    Per bit: chain (1) stored prev_hash != the row's expected chain hash; position (2) the slot still holds
+    the foreign position the row saw (the row has no expected position); real-KV (4) stored fingerprint != the live one; token (32 and 8) stored token != the
     expected token; write position (16) stored position != the expected position (``expected_aux``).
     """
     bits = violation.bits
@@ -141,8 +141,8 @@ def recheck_row(violation, record, live_fingerprint: int | None) -> str:
     still = False
     if bits & F.VERIFY_CHAIN_HASH_MISMATCH:
         still |= prev_hash != violation.expected_aux
-    if bits & F.VERIFY_POSITION_MISMATCH:
-        still |= position != violation.position
+    if bits & F.VERIFY_POSITION_MISMATCH:  # a verify row carries the stored (foreign) position, not the expected one
+        still |= position == violation.position
     if bits & F.VERIFY_REAL_KV_HASH_MISMATCH and live_fingerprint is not None:
         still |= real != int(live_fingerprint)
     if bits & (F.VERIFY_TOKEN_MISMATCH | F.WRITE_TOKEN_MISMATCH) and violation.expected_token >= 0:
