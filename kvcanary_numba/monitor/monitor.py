@@ -37,7 +37,7 @@ from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
-from .triage import Rechecker
+from .triage import Rechecker, warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -76,6 +76,8 @@ class CanaryMonitor(StepLaunches):
     check_verify_expected_token : bool
         Verify stored tokens against a per-request token pool; needs
         ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
+        Off, the monitor cannot see a corrupted token in a request's newest
+        slot and says so with a :class:`~.triage.CanaryBlindSpotWarning`.
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
@@ -126,6 +128,7 @@ class CanaryMonitor(StepLaunches):
         verify_capacity = capacity("verify_capacity", verify_capacity, 3 * slots)
         self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
+        warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
         self.status = StatusBlock(xp, len(groups))
         self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +37,10 @@ from ..constants import EXTENSION_FAIL_REASON_MASK, FailReason, RealKvHashMode
 from ..fingerprint import compute_real_kv_hash
 from ..hashing import to_unsigned
 
-__all__ = ["CATEGORIES", "PERSISTENCE", "Diagnosis", "Rechecker", "diagnose", "read_slots", "recheck_row", "slot_view"]
+__all__ = [
+    "BLIND_SPOT_MESSAGE", "CATEGORIES", "PERSISTENCE", "CanaryBlindSpotWarning", "Diagnosis", "Rechecker",
+    "diagnose", "read_slots", "recheck_row", "slot_view", "warn_blind_spot",
+]  # fmt: skip
 
 logger = logging.getLogger("kvcanary_numba.monitor")
 
@@ -206,3 +210,21 @@ class Rechecker:
             logger.warning("kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
                            step, v.tag, v.slot_idx, v.position, v.persistence, v.diagnosis.category)  # fmt: skip
         self.pending = []
+
+
+class CanaryBlindSpotWarning(UserWarning):
+    """The monitor runs in a configuration with a known blind spot (see :func:`warn_blind_spot`)."""
+
+
+BLIND_SPOT_MESSAGE = (
+    "kv-canary blind spot: check_verify_expected_token is off, so a corrupted token in a request's newest "
+    "slot is never detected (nothing hashes a slot's own token until the next write, which chains from the "
+    "corrupted record). Close it with check_verify_expected_token=True (and max_requests, max_context_len, "
+    "and token_ids_flat / token_offsets in every StepBatch)."
+)
+
+
+def warn_blind_spot(check_tokens: bool) -> None:
+    """Warn (:class:`CanaryBlindSpotWarning`) when the expected-token check is off."""
+    if not check_tokens:
+        warnings.warn(BLIND_SPOT_MESSAGE, CanaryBlindSpotWarning, stacklevel=3)
