@@ -130,3 +130,28 @@ def test_every_fault_class_is_caught_within_k_steps_in_budget_mode(kind, seed):
     # The fault is in the plans from the step after it fired; sweeps (cached_kv_flip) are not budgeted.
     bound = 3 if kind == "cached_kv_flip" else period
     assert min(v.step for v in caught) <= record.step + bound
+
+
+def test_the_benchmark_plans_meet_the_load_bound_and_cover_every_entry_once_per_period():
+    import pathlib
+    import sys
+
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks.bench_budget import budget_entries
+    from benchmarks.workloads import verify_case
+
+    from kvcanary_numba import RealKvHashMode
+
+    _, plan, _ = verify_case(np, entries=4 * 64, mode=RealKvHashMode.NONE, chain_len=64)
+    for period in (2, 8, 32):
+        a, c = seeded_affine(period, 0)
+        seen = []
+        for step in range(period):
+            out = VerifyPlan.allocate(verify_capacity=4 * 64)
+            select_verify_entries(plan=plan, out_plan=out, step=np.array([step], np.int64),
+                                  scratch=np.zeros(2, np.int64), period=period, multiplier=a, offset=c)  # fmt: skip
+            assert int(out.verify_num_valid[0]) <= budget_entries(4, 64, period)
+            seen += _entries(out)
+        assert sorted(seen) == _entries(plan)  # K consecutive steps verify every entry exactly once
