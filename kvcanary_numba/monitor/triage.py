@@ -77,8 +77,9 @@ class Diagnosis:
 
 def _addressing_cause(bits: FailReason, stage: str) -> str:
     if bits & F.VERIFY_POSITION_MISMATCH:
-        return ("the slot holds a record of another position: the slot was reused by another request or a "
-                "freed page is still referenced (stale page / prefix-cache entry)")  # fmt: skip
+        return ("the slot holds a record of another position: req_to_token points at a slot of another "
+                "sequence or position, the slot was reused by another request, or a freed page is still "
+                "referenced (stale page / prefix-cache entry)")  # fmt: skip
     if bits & F.VERIFY_CHAIN_HASH_MISMATCH:
         where = " (seen by a sweep: a cached prefix)" if stage == "SWEEP" else ""
         return ("the slot's record does not continue its predecessor's chain: req_to_token points at a slot "
