@@ -31,6 +31,7 @@ from ..constants import CANARY_SLOT_BYTES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
 from ..hashing import splitmix64
 from ..plans import VerifyPlan
+from .groups import check_type
 
 __all__ = ["VerifyBudget", "BudgetState", "select_verify_entries", "seeded_affine", "verify_entry_bytes"]
 
@@ -135,6 +136,15 @@ def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multipl
 
 class BudgetState:
     """A budgeted monitor's period, selection constants, step counter and one budget plan per group."""
+
+    @classmethod
+    def build(cls, monitor, budget, function: str):
+        """The monitor's state for ``budget`` (None: full verification); KVC-M009 for a non-VerifyBudget."""
+        if budget is None:
+            return None
+        check_type(function, "verify_budget", budget, VerifyBudget)
+        return cls(budget, xp=monitor.xp, device=monitor.device, groups=monitor.groups, function=function,
+                   entry_bytes=verify_entry_bytes(monitor))  # fmt: skip
 
     def __init__(self, budget: VerifyBudget, *, xp, device: str, groups, entry_bytes: int, function: str):
         self.budget = budget

@@ -32,9 +32,9 @@ import numpy as np
 
 from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
-from .triage import read_slots, slot_view
+from .triage import Rechecker, read_slots, slot_view
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_KEYS", "collect_bundle", "dump_bundle", "load_bundle"]
+__all__ = ["BUNDLE_FORMAT", "BUNDLE_KEYS", "Aftercare", "collect_bundle", "dump_bundle", "load_bundle"]
 
 BUNDLE_FORMAT = 1
 BUNDLE_KEYS = ("rows", "row_steps", "entries", "entry_origin", "records", "kv", "kv_lengths", "config")
@@ -191,3 +191,31 @@ def load_bundle(path) -> dict:
         if a.ndim != ndim or (cols is not None and a.shape[-1] != cols) or a.dtype.kind not in "iu":
             raise bad(f"{key} has shape {a.shape} and dtype {a.dtype}")
     return out
+
+
+class Aftercare:
+    """What a monitor does with each readback beyond reporting: re-check last readback's rows, dump bundles.
+
+    Parameters
+    ----------
+    bundle_dir : path or None
+        Where bundles go (already checked by :func:`check_bundle_dir`); None writes none.
+    """
+
+    def __init__(self, bundle_dir: pathlib.Path | None):
+        self.rechecker, self.bundle_dir, self.bundles = Rechecker(), bundle_dir, []
+
+    def process(self, monitor, snapshot, step: int) -> None:
+        """Re-check the rows of the previous readback, then let the pump decode and report this one;
+        the new rows are tracked for the next re-check and bundled (also when the pump raises)."""
+        if snapshot is None:  # nothing read back (CPU flush, GPU step 0): no step passed for a re-check
+            return
+        self.rechecker.run(monitor, step)
+        start = len(monitor.violations)
+        try:
+            monitor.pump.process(snapshot)
+        finally:
+            new = monitor.violations[start:]
+            self.rechecker.track(start, start + len(new))
+            if self.bundle_dir is not None and new:
+                self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, snapshot.step))

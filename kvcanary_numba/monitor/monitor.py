@@ -27,8 +27,8 @@ from .._arrays import array_module, check_bool, check_int
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool
-from .budget import BudgetState, VerifyBudget, verify_entry_bytes
-from .bundle import check_bundle_dir, dump_bundle
+from .budget import BudgetState, VerifyBudget
+from .bundle import Aftercare, check_bundle_dir
 from .fastpath import FastPath, capture_step, run_pre
 from .groups import GroupState, KvGroup, check_groups, check_type
 from .health import HealthChecker
@@ -37,7 +37,7 @@ from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
-from .triage import Rechecker, warn_blind_spot
+from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -97,7 +97,7 @@ class CanaryMonitor(StepLaunches):
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-M022 (bundle_dir), KVC-M021 (budget).
+        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-M021, KVC-M022.
     """
 
     def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
@@ -163,14 +163,10 @@ class CanaryMonitor(StepLaunches):
         self.step = self.sweeps = 0
         self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
-        self.budget = None
-        if verify_budget is not None:
-            check_type(_FN, "verify_budget", verify_budget, VerifyBudget)
-            self.budget = BudgetState(verify_budget, xp=xp, device=device, groups=self.groups, function=_FN,
-                                      entry_bytes=verify_entry_bytes(self))  # fmt: skip
+        self.budget = BudgetState.build(self, verify_budget, _FN)
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
-        self.rechecker = Rechecker()
-        self.bundle_dir, self.bundles = check_bundle_dir(_FN, bundle_dir), []
+        self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
+        self.bundles = self.aftercare.bundles
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -236,20 +232,7 @@ class CanaryMonitor(StepLaunches):
             self.budget.advance(self.xp)
         snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
-        self._process(snapshot, step)
-
-    def _process(self, snapshot: Snapshot | None, step: int) -> None:
-        """Re-check last readback's rows (triage), then decode and report this one's; track the new rows."""
-        if snapshot is None:  # nothing new read back (CPU flush, GPU step 0): no step passed for a re-check
-            return
-        self.rechecker.run(self, step)
-        start = len(self.violations)
-        try:
-            self.pump.process(snapshot)
-        finally:
-            self.rechecker.track(start, len(self.violations))
-            if self.bundle_dir is not None and len(self.violations) > start:
-                self.bundles.append(dump_bundle(self, self.violations[start:], self.bundle_dir, snapshot.step))
+        self.aftercare.process(self, snapshot, step)
 
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
@@ -291,7 +274,7 @@ class CanaryMonitor(StepLaunches):
 
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
-        self._process(self.readback.flush(), self.step)
+        self.aftercare.process(self, self.readback.flush(), self.step)
 
     @property
     def violations(self) -> list[Violation]:
