@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 from monitor_helpers import DECODE, PREFILL, Driver
 
 from kvcanary_numba import VerifyPlan
@@ -59,12 +60,13 @@ def test_kernel_selects_the_reference_set(n, capacity, period, step, enable, num
     a, c = seeded_affine(period, 3)
     plan = _plan(n, capacity, rng, enable=enable, num_valid=num_valid)
     outs = {}
-    for backend in ("numpy", "cuda"):
-        out = VerifyPlan.allocate(verify_capacity=capacity)
-        scratch = np.zeros(2, np.int64)
-        select_verify_entries(plan=plan, out_plan=out, step=np.array([step], np.int64), scratch=scratch,
+    for backend, device in (("numpy", "cpu"), ("cuda", KERNEL_DEVICE)):
+        out = VerifyPlan.allocate(verify_capacity=capacity, device=device)
+        scratch, steps = to_device(np.zeros(2, np.int64), device), to_device(np.array([step], np.int64), device)
+        select_verify_entries(plan=to_device(plan, device), out_plan=out, step=steps, scratch=scratch,
                               period=period, multiplier=a, offset=c, backend=backend)  # fmt: skip
-        assert scratch.tolist() == [0, 0]  # the kernel leaves its counters reset for the next launch
+        assert to_host(scratch).tolist() == [0, 0]  # the kernel leaves its counters reset for the next launch
+        out = VerifyPlan(**{k: to_host(v) for k, v in out.arrays().items()})
         outs[backend] = (_entries(out), int(out.enable[0]))
     assert outs["cuda"] == outs["numpy"]
     # Independent expectation: the due entries of the active range, by the rule itself.

@@ -126,3 +126,14 @@ def test_every_fault_class_gets_its_diagnosis_and_a_recheck(kind, categories):
     # Every row but the last readback's has been re-checked a step later.
     last = max(v.step for v in monitor.violations)
     assert all(v.persistence in ("persistent", "transient") for v in monitor.violations if v.step < last)
+
+
+def test_demo_report_shows_the_triage_of_the_first_catch():
+    from kvcanary_numba.engine.demo import format_report, report_dict, run_demo
+
+    config = EngineConfig(seed=0)
+    runs = run_demo(steps=20, faults=["kv_byte_flip", "token_flip"], device="cpu", config=config)
+    text = format_report(runs, device="cpu", config=config)
+    assert "  triage:   data_corruption (" in text and "  triage:   write_path (" in text
+    first = report_dict(runs, device="cpu", config=config)["runs"][1]["first_catch"]
+    assert first["category"] == "data_corruption" and first["persistence"] in ("persistent", "transient")
