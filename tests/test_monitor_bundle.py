@@ -143,3 +143,24 @@ def test_a_bundle_dir_that_is_a_file_is_rejected_with_m022(tmp_path):
     with pytest.raises(KvCanaryError) as info:
         Driver(bundle_dir=blocker)
     assert info.value.code == "KVC-M022"
+
+
+def test_write_rows_without_a_slot_are_kept_but_not_replayed(tmp_path):
+    from kvcanary_numba.constants import CanaryLaunchTag
+    from kvcanary_numba.monitor import Violation
+    from kvcanary_numba.monitor.bundle import dump_bundle
+
+    d = Driver()
+    d.step(PREFILL)
+    tag = int(CanaryLaunchTag.HEAD_K_FULL)
+    rows = [Violation(tag, -1, -1, 0, 9, 0, 3, int(F.WRITE_RANGE_OUT_OF_BOUNDS), step=0),  # clipped range
+            Violation(tag, 99, -1, -1, -1, 0, 16, int(F.PREV_SLOT_OUT_OF_RANGE), step=0),  # seed past the buffer
+            Violation(tag, 5, 9, 103, 103, 0, 2, int(F.WRITE_POSITION_MISMATCH), step=0)]  # fmt: skip
+    path = dump_bundle(d.monitor, rows, tmp_path, step=0)
+    r = replay_bundle(path)
+    assert load_bundle(path)["entries"].tolist() == [[tag, 5, 2, 0, 103]]  # the slot against the expected position
+    assert [r.replayable(v) for v in r.recorded] == [False, False, True]
+    # Slot 5 holds position 2, what the oracle expects: the replay finds nothing (the record is right now).
+    assert r.replayed == [] and not r.reproduced(r.recorded[2])
+    text = explain_bundle(path)
+    assert text.count("not replayable (a write-side row that names no slot to verify)") == 2

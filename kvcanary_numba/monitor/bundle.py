@@ -39,6 +39,8 @@ __all__ = ["BUNDLE_FORMAT", "BUNDLE_KEYS", "Aftercare", "collect_bundle", "dump_
 BUNDLE_FORMAT = 1
 BUNDLE_KEYS = ("rows", "row_steps", "entries", "entry_origin", "records", "kv", "kv_lengths", "config")
 _WRITE_BITS = 8 | 16
+_WRITE_RANGE = 256
+_SEED_RANGE = 128  # alone and at position -1: the write kernel's out-of-range seed row
 
 
 def _host(xp, array) -> np.ndarray:
@@ -60,10 +62,11 @@ def _entries_of(monitor, tag_rows, view) -> tuple[list, list]:
     plan = _plan_entries(monitor, state, endpoint.tag.name.split("_")[0])
     entries, origins = [], []
     for v in tag_rows:
-        if v.fail_reason & _WRITE_BITS:  # the slot against what the oracle expected it to hold
-            entries.append((v.slot_idx, v.expected_aux, 0, v.expected_token))
-            origins.append(1)
-            continue
+        if v.fail_reason & (_WRITE_BITS | _WRITE_RANGE) or (v.fail_reason == _SEED_RANGE and v.position < 0):
+            if v.fail_reason & _WRITE_BITS and v.slot_idx > 0:  # the slot against what the oracle expected
+                entries.append((v.slot_idx, v.expected_aux, 0, v.expected_token))
+                origins.append(1)
+            continue  # a clipped range or a bad seed names no slot a verify could look at
         hits = plan[plan[:, 0] == v.slot_idx]
         if hits.shape[0]:
             entries += [(*e[:3], v.expected_token) for e in hits]

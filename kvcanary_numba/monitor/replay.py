@@ -45,6 +45,11 @@ class Replay:
     recorded: list  # Violation rows stored in the bundle
     replayed: list  # Violation rows of the replay (original slot numbers)
 
+    def replayable(self, violation) -> bool:
+        """True when the bundle holds a verify entry for the row's slot (write-range and seed rows have none)."""
+        e = self.bundle["entries"]
+        return bool(((e[:, 0] == violation.kernel_kind) & (e[:, 1] == violation.slot_idx)).any())
+
     def reproduced(self, violation) -> bool:
         """True when the replay flags the row's slot with the row's verify bits (a write bit as its verify twin)."""
         want = F(0)
@@ -133,7 +138,12 @@ def explain_bundle(path_or_bundle) -> str:
         d = v.diagnosis
         lines += [v.summary(), f"  triage:     {d.category}: {d.cause}"]
         lines += [f"  why:        {text}" for text in v.explanations()]
-        verdict = "reproduced" if r.reproduced(v) else "not reproduced (the slot changed before the bundle was written)"
+        if not r.replayable(v):
+            verdict = "not replayable (a write-side row that names no slot to verify)"
+        elif r.reproduced(v):
+            verdict = "reproduced"
+        else:
+            verdict = "not reproduced (the slot changed before the bundle was written)"
         lines += [f"  replay:     {verdict}", ""]
     lines.append(f"replay (verify on the NumPy path over the bundle): {len(r.replayed)} row(s)")
     lines += [f"  {v.summary()}" for v in r.replayed]
