@@ -172,44 +172,48 @@ def slot_view(monitor, violation):
     return state, endpoint, endpoint.context.canary_buf
 
 
-def read_slots(monitor, endpoint, slots) -> tuple[np.ndarray, np.ndarray]:
-    """Host copies of the records (int64 [n, 4]) and live fingerprints (int64 [n]) of in-range ``slots``."""
-    xp = monitor.xp
+def read_slots(monitor, endpoint, slots) -> tuple[np.ndarray, np.ndarray | None]:
+    """Host copies of the records (int64 [n, 4]) and live fingerprints (int64 [n]; None when the
+    endpoint folds no real KV) of in-range ``slots``: one gather and one copy each (a sync on a GPU)."""
+    xp, ctx = monitor.xp, endpoint.context
     index = xp.asarray(np.asarray(slots, dtype=np.int64))
-    records = endpoint.context.canary_buf.view(np.int64)[index][:, :4]
+    host = (lambda a: np.asarray(a)) if xp is np else xp.asnumpy
+    records = host(ctx.canary_buf.view(np.int64)[index][:, :4])
+    if not ctx.real_kv_sources or ctx.real_kv_hash_mode == RealKvHashMode.NONE:
+        return records, None
     live = xp.zeros(index.shape[0], dtype=np.int64)
-    ctx = endpoint.context
-    if ctx.real_kv_sources and ctx.real_kv_hash_mode != RealKvHashMode.NONE:
-        compute_real_kv_hash(real_kv_sources=ctx.real_kv_sources, real_kv_hash_mode=ctx.real_kv_hash_mode,
-                             slot_indices=index, out=live)  # fmt: skip
-    host = (lambda a: a) if xp is np else xp.asnumpy
-    return np.asarray(host(records)), np.asarray(host(live))
+    compute_real_kv_hash(real_kv_sources=ctx.real_kv_sources, real_kv_hash_mode=ctx.real_kv_hash_mode,
+                         slot_indices=index, out=live)  # fmt: skip
+    return records, host(live)
 
 
 class Rechecker:
-    """Keeps the rows decoded at one end_step and re-checks their slots at the next one."""
+    """Keeps the rows decoded at one readback and re-checks their slots at the next one."""
 
     def __init__(self):
         self.pending: list[int] = []  # indices into the monitor's violation list
 
     def track(self, start: int, stop: int) -> None:
-        """Rows ``[start, stop)`` of the violation list were just decoded: re-check them next step."""
+        """Rows ``[start, stop)`` of the violation list were just decoded: re-check them next time."""
         self.pending += range(start, stop)
 
     def run(self, monitor, step: int) -> None:
-        """Re-check every pending row against its slot's current record; log one line per row."""
-        found = monitor.pump.violations
+        """Re-check every pending row against its slot's current record (one read per launch tag);
+        log one line per row."""
+        found, by_tag = monitor.pump.violations, {}
         for i in self.pending:
-            v = found[i]
-            view = slot_view(monitor, v)
-            if view is None or not 0 < v.slot_idx < view[2].shape[0]:
-                found[i] = dataclasses.replace(v, persistence="unchecked")
-                continue
-            sources = bool(view[1].context.real_kv_sources) and view[1].context.real_kv_hash_mode != 0
-            records, live = read_slots(monitor, view[1], [v.slot_idx])
-            found[i] = v = dataclasses.replace(v, persistence=recheck_row(v, records[0], live[0] if sources else None))
-            logger.warning("kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
-                           step, v.tag, v.slot_idx, v.position, v.persistence, v.diagnosis.category)  # fmt: skip
+            view = slot_view(monitor, found[i])
+            if view is None or not 0 < found[i].slot_idx < view[2].shape[0]:
+                found[i] = dataclasses.replace(found[i], persistence="unchecked")
+            else:
+                by_tag.setdefault(found[i].kernel_kind, (view[1], []))[1].append(i)
+        for endpoint, rows in by_tag.values():
+            records, live = read_slots(monitor, endpoint, [found[i].slot_idx for i in rows])
+            for j, i in enumerate(rows):
+                v = found[i] = dataclasses.replace(
+                    found[i], persistence=recheck_row(found[i], records[j], None if live is None else live[j]))
+                logger.warning("kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
+                               step, v.tag, v.slot_idx, v.position, v.persistence, v.diagnosis.category)  # fmt: skip
         self.pending = []
 
 
