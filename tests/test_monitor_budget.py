@@ -52,7 +52,7 @@ def _entries(plan):
 
 @pytest.mark.parametrize(
     ("n", "capacity", "period", "step", "enable", "num_valid"),
-    [(40, 48, 3, 7, 1, None), (48, 48, 1, 0, 1, None), (20, 24, 5, -3, 1, None), (20, 24, 4, 2, 0, None),
+    [(40, 48, 3, 7, 1, None), (130, 140, 3, 4, 1, None), (48, 48, 1, 0, 1, None), (20, 24, 5, -3, 1, None), (20, 24, 4, 2, 0, None),
      (24, 24, 2, 1, 1, 10**6), (0, 8, 3, 1, 1, -4)],
 )  # fmt: skip
 def test_kernel_selects_the_reference_set(n, capacity, period, step, enable, num_valid):

@@ -56,7 +56,8 @@ def select_kernel(slots, tokens, positions, prevs, num_valid, enable,
             out_positions[j] = positions[i]
             out_prevs[j] = prevs[i]
         cuda.syncthreads()  # the next tile resets shared[0]
-    cuda.threadfence()  # this block's reservations are visible before it counts as done
+    cuda.threadfence()  # this block's reservations and entries are visible ...
+    cuda.syncthreads()  # ... for every thread, before thread 0 counts the block as done
     if tid == 0:
         done = cuda.atomic.add(scratch, 1, int64(1))
         if done == int64(cuda.gridDim.x) - 1:
