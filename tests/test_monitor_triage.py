@@ -137,3 +137,27 @@ def test_demo_report_shows_the_triage_of_the_first_catch():
     assert "  triage:   data_corruption (" in text and "  triage:   write_path (" in text
     first = report_dict(runs, device="cpu", config=config)["runs"][1]["first_catch"]
     assert first["category"] == "data_corruption" and first["persistence"] in ("persistent", "transient")
+
+
+def test_slot_reuse_first_row_is_flagged_rewritten_a_kv_flip_is_not():
+    def first_catch(kind):
+        engine = ToyEngine(EngineConfig(seed=1), faults={kind: 6})
+        engine.attach_monitor(mode="log")
+        engine.run(12)
+        return engine.catches()[kind][0]
+
+    reuse = first_catch("slot_reuse")
+    assert reuse.bits == F.VERIFY_REAL_KV_HASH_MISMATCH and reuse.rewritten  # the new owner's record landed
+    assert "slot reuse" in reuse.diagnosis.cause and "slot rewritten" in reuse.describe()
+    d, _ = _flip_and_step(restore=False)
+    d.step({1: [(105, 7)]})
+    flip = d.monitor.violations[0]
+    assert flip.persistence == "persistent" and not flip.rewritten and "slot reuse" not in flip.diagnosis.cause
+
+
+def test_rewritten_compares_the_record_the_row_saw():
+    from kvcanary_numba.monitor.triage import rewritten
+
+    row = _row(F.VERIFY_REAL_KV_HASH_MISMATCH)  # stored token 7, position 5, chain 11
+    assert not rewritten(row, (7, 5, 11, 0)) and rewritten(row, (7, 6, 11, 0)) and rewritten(row, (8, 5, 11, 0))
+    assert not rewritten(_row(F.WRITE_TOKEN_MISMATCH), (1, 2, 3, 4))  # write rows hold no stored record

@@ -114,6 +114,8 @@ class Violation:
         ``pending`` until the monitor re-checks the slot a step later, then
         ``persistent`` or ``transient`` (``unchecked`` without an in-range slot);
         see :mod:`kvcanary_numba.monitor.triage`.
+    rewritten : bool
+        The re-check found a verify row's slot holding another record than the row saw.
     """
 
     kernel_kind: int
@@ -126,6 +128,7 @@ class Violation:
     fail_reason: int
     step: int = -1
     persistence: str = "pending"
+    rewritten: bool = False
 
     @property
     def tag(self) -> str:
@@ -166,7 +169,7 @@ class Violation:
     @property
     def diagnosis(self) -> Diagnosis:
         """Triage of the row: category (addressing, data_corruption, write_path, out_of_range) and cause."""
-        return diagnose(self.fail_reason, self.tag)
+        return diagnose(self.fail_reason, self.tag, rewritten=self.rewritten)
 
     def explanations(self) -> tuple[str, ...]:
         """One human sentence per set bit, in bit order."""
@@ -198,7 +201,8 @@ class Violation:
         ]
         lines += [f"  why: {text}" for text in self.explanations()]
         d = self.diagnosis
-        lines += [f"  triage: {d.category} ({self.persistence}): {d.cause}"]
+        state = f"{self.persistence}, slot rewritten" if self.rewritten else self.persistence
+        lines += [f"  triage: {d.category} ({state}): {d.cause}"]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,6 +222,7 @@ class Violation:
             "category": self.diagnosis.category,
             "cause": self.diagnosis.cause,
             "persistence": self.persistence,
+            "rewritten": self.rewritten,
             "summary": self.summary(),
         }
 

@@ -39,7 +39,7 @@ from ..hashing import to_unsigned
 
 __all__ = [
     "BLIND_SPOT_MESSAGE", "CATEGORIES", "PERSISTENCE", "CanaryBlindSpotWarning", "Diagnosis", "Rechecker",
-    "diagnose", "read_slots", "recheck_row", "slot_view", "warn_blind_spot",
+    "diagnose", "read_slots", "recheck_row", "rewritten", "slot_view", "warn_blind_spot",
 ]  # fmt: skip
 
 logger = logging.getLogger("kvcanary_numba.monitor")
@@ -88,7 +88,7 @@ def _addressing_cause(bits: FailReason, stage: str) -> str:
             "different prompt, or the slot was rewritten with another sequence's token")  # fmt: skip
 
 
-def diagnose(fail_reason: int, tag: str = "") -> Diagnosis:
+def diagnose(fail_reason: int, tag: str = "", *, rewritten: bool = False) -> Diagnosis:
     """Diagnosis of one row from its fail-reason bits (and launch tag name, for the stage).
 
     Parameters
@@ -97,6 +97,9 @@ def diagnose(fail_reason: int, tag: str = "") -> Diagnosis:
         The row's ``fail_reason`` field (signed or unsigned int64).
     tag : str
         Launch tag name such as ``TAIL_K_FULL`` (only its stage is used).
+    rewritten : bool
+        The re-check found the slot holding another record (see :func:`rewritten`): a real-KV-only
+        row then hints at slot reuse.
     """
     raw = to_unsigned(fail_reason)
     bits = F(raw & sum(b.value for b in F))
@@ -118,9 +121,22 @@ def diagnose(fail_reason: int, tag: str = "") -> Diagnosis:
         return Diagnosis("write_path", "the written position is not the expected one (off-by-one in positions, "
                                        "or the predecessor slot in req_to_token belongs to another position)")  # fmt: skip
     if bits & F.VERIFY_REAL_KV_HASH_MISMATCH:
+        if rewritten:
+            return Diagnosis("data_corruption", "the KV bytes changed and the slot holds a new record since: "
+                                                "another request writing into a slot this one still owned (slot "
+                                                "reuse, an addressing bug) looks like this; so does a slot freed "
+                                                "and reallocated after a corruption")  # fmt: skip
         return Diagnosis("data_corruption", "the KV bytes of the slot changed after they were written (stray "
                                             "copy, overwrite by a kernel, bit flip)")  # fmt: skip
     return Diagnosis("unknown", CATEGORIES["unknown"])
+
+
+def rewritten(violation, record) -> bool:
+    """True when a verify row's slot now holds another record (token, position, prev_hash) than the row saw."""
+    if violation.is_write or violation.bits & F.SLOT_OUT_OF_RANGE:
+        return False
+    seen = (violation.stored_token, violation.position, violation.stored_chain_hash)
+    return tuple(int(x) for x in record[:3]) != seen
 
 
 def recheck_row(violation, record, live_fingerprint: int | None) -> str:
@@ -211,7 +227,8 @@ class Rechecker:
             records, live = read_slots(monitor, endpoint, [found[i].slot_idx for i in rows])
             for j, i in enumerate(rows):
                 v = found[i] = dataclasses.replace(
-                    found[i], persistence=recheck_row(found[i], records[j], None if live is None else live[j]))
+                    found[i], persistence=recheck_row(found[i], records[j], None if live is None else live[j]),
+                    rewritten=rewritten(found[i], records[j]))  # fmt: skip
                 logger.warning("kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
                                step, v.tag, v.slot_idx, v.position, v.persistence, v.diagnosis.category)  # fmt: skip
         self.pending = []
