@@ -24,11 +24,12 @@ from typing import Sequence
 import numpy as np
 
 from .._arrays import array_module, check_bool, check_int
+from .._limits import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool
 from .fastpath import FastPath, capture_step, run_pre
-from .groups import GroupState, KvGroup, check_groups, check_type
+from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
 from .launches import StepLaunches
 from .pump import CanaryViolationError, ViolationPump
@@ -103,18 +104,51 @@ class CanaryMonitor(StepLaunches):
             has_sources = any(g.k_sources or g.v_sources for g in groups)
             real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
         self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
-        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1)
-        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1)
+        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
+        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1, high=INT32_MAX - 1)
         slots = full.num_slots
 
         def capacity(name: str, value, default: int) -> int:
-            return check_int(_FN, name, default if value is None else value, low=1)
+            return check_int(_FN, name, default if value is None else value, low=1, high=INT32_MAX)
 
         self.write_token_capacity = capacity("write_token_capacity", write_token_capacity, slots)
-        verify_capacity = capacity("verify_capacity", verify_capacity, 3 * slots)
+        verify_capacity = capacity("verify_capacity", verify_capacity, min(3 * slots, INT32_MAX))
         self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
+        health_interval = check_int(_FN, "health_interval", health_interval, low=0)
+        health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
+        self._placement = check_group_placement(_FN, groups, xp)
+        nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(
+            GroupState.allocation_bytes(g, verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
+                                        write_token_capacity=self.write_token_capacity,
+                                        sweep_capacity=self.sweep_capacity)
+            for g in groups
+        )  # fmt: skip
+        with coded_allocation(_FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans",
+                              nbytes=nbytes):  # fmt: skip
+            self._allocate(groups, xp, device, ring_capacity, verify_capacity)
+        self.token_pool = self.valid_lens = None
+        if self.check_tokens:
+            self.token_pool, self.valid_lens = allocate_token_pool(
+                _FN, xp, max_requests=max_requests, max_context_len=max_context_len,
+                write_req_capacity=self.write_req_capacity,
+            )  # fmt: skip
+        self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
+        self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps)
+        self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
+        self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
+        self.pump = ViolationPump(
+            mode=mode, ring=self.ring, readback=self.readback, health=self.health,
+            plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
+        )  # fmt: skip
+        self.step = self.sweeps = 0
+        self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
+        self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
+        self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
+
+    def _allocate(self, groups, xp, device: str, ring_capacity: int, verify_capacity: int) -> None:
+        """The status block, ring, chain flag and every group's buffers and plans (sizes already checked)."""
         self.status = StatusBlock(xp, len(groups))
         self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
         self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
@@ -128,27 +162,6 @@ class CanaryMonitor(StepLaunches):
             )  # fmt: skip
             for i, g in enumerate(groups)
         ]
-        self.token_pool = self.valid_lens = None
-        if self.check_tokens:
-            self.token_pool, self.valid_lens = allocate_token_pool(
-                _FN, xp, max_requests=max_requests, max_context_len=max_context_len,
-                write_req_capacity=self.write_req_capacity,
-            )  # fmt: skip
-        self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self.health = HealthChecker(
-            interval=check_int(_FN, "health_interval", health_interval, low=0),
-            warmup_steps=check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0),
-        )
-        self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
-        self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
-        self.pump = ViolationPump(
-            mode=mode, ring=self.ring, readback=self.readback, health=self.health,
-            plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
-        )  # fmt: skip
-        self.step = self.sweeps = 0
-        self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
-        self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
-        self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -164,19 +177,32 @@ class CanaryMonitor(StepLaunches):
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         check_type(fn, "batch", batch, StepBatch)
-        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
+        self._check_batch(fn, batch)  # all of it, before the first launch
         self._post = run_pre(self, batch)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.host += self._pre_launches
 
     def post_forward(self) -> None:
-        """Run the TAIL launches (verify the prefix against live KV, stamp the new slots)."""
+        """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (order); the batch's array codes when one of its fields was
+            reassigned to a bad array since pre_forward (the step stays open).
+        """
+        fn = "CanaryMonitor.post_forward"
         if self._phase is not _PRE:
-            raise error("KVC-M005", function="CanaryMonitor.post_forward", state=self._phase, expected=_ORDER)
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._check_batch(fn, self._batch)
         self._post()
         self._phase = _POST
         self.health.host += self._post_launches
+
+    def _check_batch(self, fn: str, batch: StepBatch) -> None:
+        batch.check_arrays(fn, kind=self._placement.kind, device=self._placement.device)
+        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
@@ -241,11 +267,15 @@ class CanaryMonitor(StepLaunches):
         Raises
         ------
         KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004, KVC-C011.
+            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
         """
         fn = "CanaryMonitor.sweep"
         if self._phase is _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        if isinstance(chains, (str, bytes)) or not hasattr(chains, "__iter__"):
+            raise error("KVC-M009", function=fn, argument="chains", expected="sequence of SlotChain",
+                        got=type(chains).__name__)  # fmt: skip
+        chains = list(chains)  # a generator is read once, here
         for i, chain in enumerate(chains):
             check_type(fn, f"chains[{i}]", chain, SlotChain)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)
