@@ -272,10 +272,9 @@ class CanaryMonitor(StepLaunches):
         fn = "CanaryMonitor.sweep"
         if self._phase is _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        if isinstance(chains, (str, bytes)) or not hasattr(chains, "__iter__"):
-            raise error("KVC-M009", function=fn, argument="chains", expected="sequence of SlotChain",
+        if not isinstance(chains, (list, tuple)):  # a generator would be used up by the checks below
+            raise error("KVC-M009", function=fn, argument="chains", expected="list or tuple of SlotChain",
                         got=type(chains).__name__)  # fmt: skip
-        chains = list(chains)  # a generator is read once, here
         for i, chain in enumerate(chains):
             check_type(fn, f"chains[{i}]", chain, SlotChain)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)
