@@ -180,7 +180,9 @@ class CanaryContext:
         ------
         KvCanaryError
             KVC-C011 for sizes outside ``[1, 2**31 - 1]`` (stride: ``[32, 4096]``) or a tag / mode
-            outside its enum, KVC-C012 for a bad stride, KVC-C015 when the buffers do not fit in memory, KVC-R009 for sources that are not RealKvSource objects; KVC-C009, KVC-C008.
+            outside its enum, KVC-C012 for a bad stride, KVC-C015 when the buffers do not fit in
+            memory, KVC-R007 … KVC-R009 for sources that are not RealKvSource objects, more than 4
+            or too few rows for ``num_slots``; KVC-C009, KVC-C008.
         """
         function = "CanaryContext.allocate"
         num_slots = check_int(function, "num_slots", num_slots, low=1, high=INT32_MAX)
@@ -189,11 +191,10 @@ class CanaryContext:
             raise error("KVC-C012", function=function, argument="canary_buf", got=stride)
         ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
         kind = check_int(function, "kernel_kind", kernel_kind, low=0, high=len(CanaryLaunchTag) - 1)
-        mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
-        if not isinstance(real_kv_sources, (tuple, list)) or not all(
-            isinstance(source, RealKvSource) for source in real_kv_sources
-        ):
-            raise error("KVC-R009", function=function, argument="real_kv_sources", got=repr(real_kv_sources)[:80])
+        from .fingerprint import check_real_kv_sources  # imports this module
+
+        # Sources must cover every slot (KVC-R007) here already, not at the first launch.
+        mode, _ = check_real_kv_sources(function, real_kv_sources, real_kv_hash_mode, num_slots=num_slots)
         xp = array_module(function, device)
         nbytes = num_slots * stride + ring_capacity * VIOLATION_FIELDS * 8
         with coded_allocation(function, "num_slots", num_slots, what="canary buffer and ring", nbytes=nbytes):

@@ -168,8 +168,9 @@ def test_byte_swapped_dtypes_are_named_as_such():
 # --- sweep chains ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("slots", [[1.5, 2.5], np.array([1.0, 2.0]), [2**64], [-(2**63) - 1], np.array([2**63], np.uint64),
-                                   np.array([[1, 2]]), None, "ab", [True, False], [[1], [2, 3]]])
+@pytest.mark.parametrize("slots", [[1.5, 2.5], np.array([1.0, 2.0]), [2**64], [-(2**63) - 1],
+                                   np.array([2**63], np.uint64), np.array([[1, 2]]), None, "ab", [True, False],
+                                   [[1], [2, 3]]])
 def test_chain_slots_must_be_int64_slot_indices(slots):
     with raises_code("KVC-M010"):
         SlotChain(slots=slots)
@@ -295,3 +296,12 @@ def test_reference_fingerprint_agrees_on_a_strided_source():
     reference_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,
                    slot_indices=np.array([0, 4, 7], np.int64), out=out)  # fmt: skip
     np.testing.assert_array_equal(out, _hash((_source(np.ascontiguousarray(kv)),), [0, 4, 7]))
+
+
+def test_context_sources_must_cover_its_slots_at_allocation():
+    with raises_code("KVC-R007"):
+        CanaryContext.allocate(num_slots=16, real_kv_sources=(_source(np.zeros((8, 32), np.uint8)),))
+    with raises_code("KVC-R008"):
+        CanaryContext.allocate(num_slots=4, real_kv_sources=(_source(np.zeros((8, 32), np.uint8)),) * 5)
+    ctx = CanaryContext.allocate(num_slots=8, real_kv_sources=[_source(np.zeros((8, 32), np.uint8))])
+    assert isinstance(ctx.real_kv_sources, tuple) and ctx.real_kv_hash_mode == RealKvHashMode.NONE

@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 from canary_helpers import make_context
-from monitor_helpers import DECODE, PREFILL, Driver
+from monitor_helpers import DECODE, PREFILL, Driver, token_bytes
 
 from kvcanary_numba import (KvCanaryError, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan,
                             compute_real_kv_hash, launch_canary_plan_kernels, launch_canary_verify_kernel,
@@ -103,19 +103,27 @@ def _decode_batch(d):
     return d.batch(DECODE, expected=tokens)
 
 
-def _finish_clean(d, batch):
-    """The monitor runs the step it was given and one more, and reports nothing."""
-    with d.monitor.forward(batch):
-        for token, slot in zip(batch.input_ids, batch.out_cache_loc):
-            from monitor_helpers import token_bytes
+def _write_kv(d, batch):
+    """The forward: K, V and SWA K bytes of every new token."""
+    for token, slot in zip(batch.input_ids, batch.out_cache_loc):
+        d.k[slot], d.v[slot] = token_bytes(int(token), 0), token_bytes(int(token), 1)
+        d.swa_k[d.lut[slot]] = token_bytes(int(token), 2)
 
-            d.k[slot], d.v[slot] = token_bytes(int(token), 0), token_bytes(int(token), 1)
-            d.swa_k[d.lut[slot]] = token_bytes(int(token), 2)
+
+def _end_clean(d):
+    """Close the decode step, run one more, and find no violation."""
     d.requests[1] += DECODE[1]
     d.monitor.end_step()
     d.step({1: [(105, 7)]})
     d.monitor.flush()
     assert d.rows() == []
+
+
+def _finish_clean(d, batch):
+    """The monitor runs the step it was given and one more, and reports nothing."""
+    with d.monitor.forward(batch):
+        _write_kv(d, batch)
+    _end_clean(d)
 
 
 @pytest.mark.parametrize("field, bad, code", BAD_FIELDS, ids=[f"{f}-{c}-{i}" for i, (f, _, c) in enumerate(BAD_FIELDS)])
@@ -129,7 +137,8 @@ def test_pre_forward_rejects_a_bad_batch_before_the_first_launch(field, bad, cod
     _finish_clean(d, batch)
 
 
-@pytest.mark.parametrize("field, bad, code", BAD_FIELDS[:6], ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])])
+@pytest.mark.parametrize("field, bad, code", BAD_FIELDS[:6],
+                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])])
 def test_post_forward_rejects_a_field_reassigned_since_pre_forward(field, bad, code):
     d = _driver()
     batch = _decode_batch(d)
@@ -138,16 +147,9 @@ def test_post_forward_rejects_a_field_reassigned_since_pre_forward(field, bad, c
     setattr(batch, field, bad(good))
     assert_rejected_without_change(d.monitor, d.monitor.post_forward, code)
     setattr(batch, field, good)  # the step is still open: fix the batch and finish it
-    for token, slot in zip(batch.input_ids, batch.out_cache_loc):
-        from monitor_helpers import token_bytes
-
-        d.k[slot], d.v[slot] = token_bytes(int(token), 0), token_bytes(int(token), 1)
-        d.swa_k[d.lut[slot]] = token_bytes(int(token), 2)
+    _write_kv(d, batch)
     d.monitor.post_forward()
-    d.requests[1] += DECODE[1]
-    d.monitor.end_step()
-    d.monitor.flush()
-    assert d.rows() == []
+    _end_clean(d)
 
 
 def test_rejected_sweep_changes_nothing():
