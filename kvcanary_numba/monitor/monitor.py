@@ -63,6 +63,8 @@ class CanaryMonitor(StepLaunches):
         Default: PARTIAL when any group has sources, else NONE.
     ring_capacity : int
         Violation rows kept (fill-once; later rows are counted, not stored).
+        Every capacity and size is at most ``2**31 - 1`` (int32 device counters,
+        KVC-C011); buffers that do not fit in memory raise KVC-C015.
     write_req_capacity : int
         Largest batch (requests) of a step.
     write_token_capacity : int, optional
@@ -85,7 +87,8 @@ class CanaryMonitor(StepLaunches):
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011.
+        KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
+        KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015.
     """
 
     def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
@@ -263,6 +266,11 @@ class CanaryMonitor(StepLaunches):
 
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
+
+        Parameters
+        ----------
+        chains : list or tuple of SlotChain
+            Checked before the first launch (a generator is refused: KVC-M009).
 
         Raises
         ------
