@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,17 +61,15 @@ class StepBatch:
     expected_input_positions: Any = None
     token_ids_flat: Any = None
     token_offsets: Any = None
-    #: (field objects, kind, device) of the last successful check_arrays: a batch refilled in place skips it.
-    _checked: Any = field(default=None, init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
         self.check_arrays("StepBatch")
 
+    def fields(self) -> tuple:
+        """The field objects, in declaration order (what :meth:`check_arrays` looks at)."""
+        return tuple(getattr(self, name) for name in _FIELDS)
+
     def check_arrays(self, function: str, *, kind: str | None = None, device: int | None = None) -> None:
         """Check every field (type, dtype, ndim, lengths, contiguity, one device) before any launch.
-
-        Repeated calls with the same field objects are free; the checks run
-        again when a field was reassigned.
 
         Parameters
         ----------
@@ -87,15 +85,10 @@ class StepBatch:
             KVC-C001 … KVC-C007 for a field, KVC-S001 for ``token_offsets``,
             KVC-M011 for one expected-input array without the other.
         """
-        objects = tuple(getattr(self, name) for name in _FIELDS)
-        seen = self._checked
-        if seen is not None and seen[1:] == (kind, device) and all(a is b for a, b in zip(seen[0], objects)):
-            return
         infos = _check_fields(function, self)
         if kind is not None:
             infos.insert(0, ("the monitor's buffers", _Placement(kind, device)))
         resolve_backend(function, "auto", infos)
-        self._checked = (objects, kind, device)
 
     @property
     def batch_size(self) -> int:
