@@ -122,15 +122,12 @@ class CanaryMonitor(StepLaunches):
         health_interval = check_int(_FN, "health_interval", health_interval, low=0)
         health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
-        nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(
-            GroupState.allocation_bytes(g, verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
-                                        write_token_capacity=self.write_token_capacity,
-                                        sweep_capacity=self.sweep_capacity)
-            for g in groups
-        )  # fmt: skip
+        caps = dict(verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
+                    write_token_capacity=self.write_token_capacity, sweep_capacity=self.sweep_capacity)
+        nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
         with coded_allocation(_FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans",
                               nbytes=nbytes):  # fmt: skip
-            self._allocate(groups, xp, device, ring_capacity, verify_capacity)
+            self._allocate(groups, xp, device, ring_capacity, caps)
         self.token_pool = self.valid_lens = None
         if self.check_tokens:
             self.token_pool, self.valid_lens = allocate_token_pool(
@@ -151,21 +148,15 @@ class CanaryMonitor(StepLaunches):
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
 
-    def _allocate(self, groups, xp, device: str, ring_capacity: int, verify_capacity: int) -> None:
+    def _allocate(self, groups, xp, device: str, ring_capacity: int, caps: dict) -> None:
         """The status block, ring, chain flag and every group's buffers and plans (sizes already checked)."""
         self.status = StatusBlock(xp, len(groups))
         self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
         self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
-        self.groups = [
-            GroupState(
-                g, xp=xp, device=device, mode=self.real_kv_hash_mode, verify_capacity=verify_capacity,
-                write_req_capacity=self.write_req_capacity, write_token_capacity=self.write_token_capacity,
-                sweep_capacity=self.sweep_capacity,
-                shared=dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert,
-                            **self.status.launch_views(i)),
-            )  # fmt: skip
-            for i, g in enumerate(groups)
-        ]
+        shared = dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert)
+        self.groups = [GroupState(g, xp=xp, device=device, mode=self.real_kv_hash_mode,
+                                  shared=dict(shared, **self.status.launch_views(i)), **caps)
+                       for i, g in enumerate(groups)]  # fmt: skip
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
