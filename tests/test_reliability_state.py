@@ -214,22 +214,18 @@ WRITE_BAD = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["numpy", "cuda"])
-@pytest.mark.parametrize("case", range(len(VERIFY_BAD)))
-def test_rejected_verify_changes_no_argument(case, backend):
-    kw = _verify_kwargs()
-    name, bad, code = VERIFY_BAD[case]
-    kw[name] = bad(kw)
-    assert_rejected_without_change(kw, lambda: launch_canary_verify_kernel(**kw, backend=backend), code)
+LAUNCH_CASES = [(launch_canary_verify_kernel, _verify_kwargs, bad) for bad in VERIFY_BAD] + [
+    (launch_canary_write_kernel, _write_kwargs, bad) for bad in WRITE_BAD]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "cuda"])
-@pytest.mark.parametrize("case", range(len(WRITE_BAD)))
-def test_rejected_write_changes_no_argument(case, backend):
-    kw = _write_kwargs()
-    name, bad, code = WRITE_BAD[case]
-    kw[name] = bad(kw)
-    assert_rejected_without_change(kw, lambda: launch_canary_write_kernel(**kw, backend=backend), code)
+@pytest.mark.parametrize("launch, kwargs, bad", LAUNCH_CASES,
+                         ids=[f"{f.__name__.split('_')[2]}-{b[0]}-{b[2]}-{i}" for i, (f, _, b) in enumerate(LAUNCH_CASES)])
+def test_rejected_verify_or_write_changes_no_argument(launch, kwargs, bad, backend):
+    kw = kwargs()
+    name, mutate, code = bad
+    kw[name] = mutate(kw)
+    assert_rejected_without_change(kw, lambda: launch(**kw, backend=backend), code)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "cuda"])
