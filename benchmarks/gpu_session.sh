@@ -14,6 +14,8 @@
 #   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
 #   quick      the benchmark at small sizes, a smoke test of every section (not in the default list)
 #   racecheck  the small verify, write and plan kernel tests under racecheck (not in the default list)
+#   fuzz       the bad-input harness on CuPy arrays under memcheck (benchmarks/fuzz_cuda.py; copy
+#              ../shared/tools/fuzz_bad_inputs.py to ./.fuzz/ first; not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -101,8 +103,22 @@ for step in "${STEPS[@]}"; do
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
         fi ;;
+    fuzz)
+        harness=""
+        for f in "$PWD/.fuzz/fuzz_bad_inputs.py" "$PWD/../shared/tools/fuzz_bad_inputs.py"; do
+            [ -f "$f" ] && { harness=$f; break; }
+        done
+        if [ -z "$harness" ]; then
+            echo "fuzz       rc=NA   harness not found (copy fuzz_bad_inputs.py to .fuzz/)" | tee -a "$SUMMARY"
+        elif tool=$(find_sanitizer); then
+            run_step fuzz 540 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+                python3 benchmarks/fuzz_cuda.py --harness "$harness" --n 400 --json "$OUT/fuzz-cuda.json"
+            grep -h "ERROR SUMMARY" "$OUT/fuzz.log" | tee -a "$SUMMARY"
+        else
+            run_step fuzz 300 python3 benchmarks/fuzz_cuda.py --harness "$harness" --n 400 --json "$OUT/fuzz-cuda.json"
+        fi ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

@@ -198,6 +198,9 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     """
     if ON_SIMULATOR:
         check_signature(signature, args)
+        # The simulator copies every array argument back after the kernel; the wrappers checked
+        # that outputs are writeable, so a read-only array here is an input and goes as a copy.
+        args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
         kernel[int(grid), int(block)](*args)
         return
     cache = getattr(_raw_launches, "by_kernel", None)
