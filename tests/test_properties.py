@@ -4,6 +4,10 @@ verify agrees with an entry-by-entry oracle, and bad arguments raise only KvCana
 from __future__ import annotations
 
 import numpy as np
+import pytest
+
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
+
 from canary_helpers import make_context, ring_rows, run_verify, verify_plan
 from canary_oracles import random_source, scalar_verify_rows
 from canary_pipeline import FAULTS, Pipeline, plant_fault

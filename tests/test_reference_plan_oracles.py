@@ -7,6 +7,9 @@ import json
 import numpy as np
 import pytest
 from helpers import FILL, assert_matches_loop, entries, loop_plan, run_plan
+
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

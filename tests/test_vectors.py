@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pathlib
 
 import numpy as np
 import pytest
-from vectors import Ops, replay, scenario_paths
+from vectors import Ops, replay, scenario_paths, vectors_folder
 
 from kvcanary_numba.plan import launch_canary_plan_kernels
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
-VECTORS = pathlib.Path(__file__).resolve().parents[2] / "shared" / "vectors"
-#: Scenario names known at collection time (the files themselves come from the vectors_dir fixture).
-SCENARIOS = [path.name for path in scenario_paths(VECTORS)] or [f"scenario_{k:03d}.npz" for k in range(10)]
+#: Scenario names at collection time, from the folder the vectors_dir fixture returns too.
+SCENARIOS = [path.name for path in scenario_paths(vectors_folder())]
 LAUNCH_MODULES = ("plan", "verify", "write")
 
 
@@ -84,9 +82,10 @@ def test_vector_replay(vectors_dir, backend, scenario):
     assert replay(path, ops, oracle) >= 1
 
 
-def test_vector_folder_has_every_scenario(vectors_dir):
+def test_vector_parametrization_is_the_folder_read(vectors_dir):
     names = [path.name for path in scenario_paths(vectors_dir)]
-    assert names and set(names) <= set(SCENARIOS), "parametrization out of date with the vectors folder"
+    assert names, f"no scenario_*.npz in {vectors_dir}"
+    assert names == SCENARIOS, "parametrization out of date with the vectors folder"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS[:2])
@@ -103,3 +102,50 @@ def test_vector_replay_catches_a_changed_byte(vectors_dir, scenario, monkeypatch
     monkeypatch.setattr(np, "load", tampered)
     with pytest.raises(AssertionError):
         replay(vectors_dir / scenario, REFERENCE)
+
+
+def _full_ring_scenario(folder):
+    """A scenario with a launch that starts on a full ring, or a skip."""
+    import json
+
+    for path in scenario_paths(folder):
+        data = np.load(path)
+        cap = json.loads(str(data["meta"]))["ring_cap"]
+        if any(int(data[f"s{k}_widx_after_verify"]) >= cap for k in range(int(data["steps"]))):
+            return path
+    pytest.skip(f"no scenario in {folder} fills its ring before a launch")
+
+
+def _tampering_write(change):
+    """Reference write that calls ``change(context)`` after each launch that started on a full ring."""
+
+    def write(*, context, **kwargs):
+        full = int(context.violation_write_index[0]) >= context.violation_ring.shape[0]
+        launch_canary_write_kernel(context=context, backend="numpy", **kwargs)
+        if full:
+            change(context)
+
+    return write
+
+
+def _flip_ring_byte(context):
+    context.violation_ring[context.violation_ring.shape[0] - 1, 2] ^= 1 << 8
+
+
+def _bump_write_index(context):
+    context.violation_write_index[0] += 1
+
+
+@pytest.mark.parametrize("sequential", [True, False], ids=["sequential", "racy"])
+@pytest.mark.parametrize("change", [_flip_ring_byte, _bump_write_index], ids=["ring-byte", "write-index"])
+def test_vector_full_ring_check_catches_a_change(vectors_dir, sequential, change):
+    """After the ring is full, a launch that changes one ring byte or the write index fails the replay,
+    also for a racy (non-sequential) backend, which is held to its own ring, not SGLang's."""
+    path = _full_ring_scenario(vectors_dir)
+    honest = _ops("honest", "numpy", sequential=sequential)
+    assert replay(path, honest, REFERENCE) >= 1
+    tampered = Ops(name="tampered", plan=honest.plan, verify=honest.verify, write=_tampering_write(change),
+                   sequential=sequential)
+    with pytest.raises(AssertionError):
+        replay(path, tampered, REFERENCE)
+
