@@ -72,9 +72,9 @@ def simulated_shapes(**shapes: int) -> Iterator[None]:
     """
     unknown = set(shapes) - set(SIM_SHAPE_NAMES)
     if unknown:
-        raise ValueError(f"unknown launch shape(s) {sorted(unknown)}; known: {sorted(SIM_SHAPE_NAMES)}")
+        raise RuntimeError(f"unknown launch shape(s) {sorted(unknown)}; known: {sorted(SIM_SHAPE_NAMES)}")
     if any(int(v) < 1 for v in shapes.values()):
-        raise ValueError(f"launch shapes must be >= 1: {shapes}")
+        raise RuntimeError(f"launch shapes must be >= 1: {shapes}")
     saved = dict(_sim_shapes)
     if ON_SIMULATOR:
         _sim_shapes.update({k: int(v) for k, v in shapes.items()})
