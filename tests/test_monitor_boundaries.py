@@ -7,19 +7,16 @@ off-by-one in the monitor fails here. Rejected input is in test_monitor_validati
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import DECODE, PREFILL, Driver
+from monitor_helpers import DECODE, PREFILL, Driver, flip_and_step
 
 from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.monitor import SlotChain
 from kvcanary_numba.monitor.health import HealthChecker
 from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
 
-LOGGER = "kvcanary_numba.monitor"
 TAIL_K = int(CanaryLaunchTag.TAIL_K_FULL)
 
 
@@ -114,16 +111,12 @@ def test_no_warmup_has_the_assert_on_from_the_start():
 def test_ring_filled_exactly_keeps_every_row_and_does_not_warn(caplog):
     d = Driver(ring_capacity=2, has_v=False)
     d.step(PREFILL)
-    d.k[3, 0] ^= 1
-    d.k[4, 0] ^= 1
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        d.step(DECODE)  # the tail verify reports slots 3 and 4: exactly 2 rows
+    messages = flip_and_step(d, caplog, [3, 4], DECODE)  # the tail verify reports slots 3 and 4: exactly 2 rows
     assert [v.slot_idx for v in d.monitor.violations] == [3, 4]
-    assert not any("violation ring full" in r.getMessage() for r in caplog.records)
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        d.step({1: [(105, 7)]})  # two more rows: counted, not kept
+    assert not any("violation ring full" in m for m in messages)
+    messages = flip_and_step(d, caplog, [], {1: [(105, 7)]})  # two more rows: counted, not kept
     assert [v.slot_idx for v in d.monitor.violations] == [3, 4]
-    assert sum("violation ring full" in r.getMessage() for r in caplog.records) == 1
+    assert sum("violation ring full" in m for m in messages) == 1
     assert d.monitor.stats()["violations_recorded"] == 4
 
 
