@@ -65,13 +65,14 @@ def vectors_dir() -> pathlib.Path:
     """Folder of SGLang's golden vectors: ``$KVCANARY_VECTORS`` if set, else ``tests/data/vectors``.
 
     The same folder ``tests/test_vectors.py`` parametrizes from (``vectors.vectors_folder``).
-    A ``KVCANARY_VECTORS`` naming a missing folder fails: the run asked for vectors it cannot read.
+    Tests needing it skip when it is missing; ``test_vector_parametrization_is_the_folder_read``
+    then fails (a ``KVCANARY_VECTORS`` naming a missing folder is a misconfigured run).
     """
     from vectors import ENV, vectors_folder
 
     path = vectors_folder()
     if not path.is_dir():
-        pytest.fail(f"golden vectors not found at {path} (from ${ENV})")
+        pytest.skip(f"golden vectors not found at {path} (${ENV} names another folder)")
     return path
 
 

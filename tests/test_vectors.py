@@ -82,9 +82,10 @@ def test_vector_replay(vectors_dir, backend, scenario):
     assert replay(path, ops, oracle) >= 1
 
 
-def test_vector_parametrization_is_the_folder_read(vectors_dir):
-    names = [path.name for path in scenario_paths(vectors_dir)]
-    assert names, f"no scenario_*.npz in {vectors_dir}"
+def test_vector_parametrization_is_the_folder_read():
+    folder = vectors_folder()
+    names = [path.name for path in scenario_paths(folder)]
+    assert names, f"no scenario_*.npz in {folder} (set by $KVCANARY_VECTORS, else tests/data/vectors)"
     assert names == SCENARIOS, "parametrization out of date with the vectors folder"
 
 
