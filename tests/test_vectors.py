@@ -150,3 +150,69 @@ def test_vector_full_ring_check_catches_a_change(vectors_dir, sequential, change
     with pytest.raises(AssertionError):
         replay(path, tampered, REFERENCE)
 
+
+
+def _shrunk_ring(path, capacity: int, folder):
+    """``path`` as SGLang would have recorded it with a ring of ``capacity`` rows.
+
+    SGLang's reference appends rows in order and keeps counting past the capacity, so a
+    smaller ring keeps the first ``capacity`` rows and every write index stays the same.
+    """
+    import json
+
+    data = dict(np.load(path))
+    meta = json.loads(str(data["meta"]))
+    meta["ring_cap"] = capacity
+    data["meta"] = np.array(json.dumps(meta))
+    for key in [k for k in data if "_ring_after" in k]:
+        data[key] = data[key][:capacity].copy()
+    out = folder / f"shrunk_{path.name}"
+    np.savez(out, **data)
+    return out
+
+
+def _racy(launch):
+    """A reference launch that, when it overflows the ring part-way, keeps the LAST new rows
+    (in reverse order) instead of the first: one outcome a GPU's atomic race may produce."""
+
+    def run(*, context, **kwargs):
+        cap = context.violation_ring.shape[0]
+        before = int(context.violation_write_index[0])
+        unbounded = context.replace(
+            canary_buf=context.canary_buf.copy(), violation_ring=np.zeros((1 << 12, 8), np.int64),
+            violation_write_index=np.zeros(1, np.int32), slot_run_counter=context.slot_run_counter.copy(),
+            kernel_run_counter=context.kernel_run_counter.copy(),
+        )
+        launch(context=unbounded, backend="numpy", **kwargs)
+        launch(context=context, backend="numpy", **kwargs)
+        after = int(context.violation_write_index[0])
+        if before < cap < after:
+            new = unbounded.violation_ring[: after - before]
+            context.violation_ring[before:] = new[::-1][: cap - before]
+
+    return run
+
+
+def test_vector_racy_partial_overflow_then_full_ring_passes(vectors_dir, tmp_path):
+    """After a launch overflowed the ring part-way and kept other rows than SGLang's, later
+    launches are held to the ring they found (unchanged), not to SGLang's rows."""
+    path = vectors_dir / "scenario_005.npz"
+    if not path.is_file():
+        pytest.skip(f"{path.name} (a ring of 64 rows, 54 recorded) is not in {vectors_dir}")
+    shrunk = _shrunk_ring(path, 16, tmp_path)  # step 4's verify goes from 12 to 20 rows: part-way
+    assert replay(shrunk, REFERENCE) >= 1  # sequential: exactly SGLang's first 16 rows
+    racy = Ops(name="racy", plan=REFERENCE.plan, verify=_racy(launch_canary_verify_kernel),
+               write=_racy(launch_canary_write_kernel), sequential=False)
+    assert replay(shrunk, racy, REFERENCE) >= 1
+    sequential_racy = Ops(name="racy", plan=REFERENCE.plan, verify=racy.verify, write=racy.write)
+    with pytest.raises(AssertionError, match="ring rows differ"):
+        replay(shrunk, sequential_racy)  # held to SGLang's rows, the other kept rows fail
+
+
+@pytest.mark.simulator
+def test_vector_simulator_after_a_partial_overflow(vectors_dir, tmp_path):
+    path = vectors_dir / "scenario_005.npz"
+    if not path.is_file():
+        pytest.skip(f"{path.name} is not in {vectors_dir}")
+    ops, oracle = _backend_ops("simulator")
+    assert replay(_shrunk_ring(path, 16, tmp_path), ops, oracle) >= 1
