@@ -59,7 +59,8 @@ def _offsets_both(inputs: dict) -> dict:
 @pytest.fixture(params=OFFSET_SHAPES, ids=lambda s: f"{s[0]}threads-x{s[1]}")
 def offsets_shape(request):
     threads, items = request.param
-    with _common.simulated_shapes(offsets_block=threads, offsets_items=items):
+    # block=64: the entries kernel (run_both runs it too) with two warps per block
+    with _common.simulated_shapes(offsets_block=threads, offsets_items=items, block=64):
         if ON_SIMULATOR:
             assert glue.offsets_shape() == (threads, items)
         yield threads, items
