@@ -7,8 +7,8 @@
 # Steps (each bounded with `timeout`, logged to $OUT/<step>.log; the run goes on when one fails
 # and $OUT/summary.txt lists the exit codes; $OUT defaults to ./gpu-out):
 #   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
-#   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else ./.vectors,
-#              ./shared/vectors or ../shared/vectors)
+#   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed
+#              ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 40 s on the H200)
 #   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
 #   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
@@ -39,7 +39,7 @@ run_step() {  # name, limit in seconds, command...
 }
 
 find_vectors() {
-    for dir in "${KVCANARY_VECTORS:-}" "$PWD/.vectors" "$PWD/shared/vectors" "$PWD/../shared/vectors"; do
+    for dir in "${KVCANARY_VECTORS:-}" "$PWD/tests/data/vectors"; do
         [ -n "$dir" ] && ls "$dir"/*.npz >/dev/null 2>&1 && { echo "$dir"; return 0; }
     done
     return 1

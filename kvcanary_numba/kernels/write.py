@@ -48,13 +48,16 @@ from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation
 
-__all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
+__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
 WRITE_WARPS = 1 if ON_SIMULATOR else 8
 #: Threads per block of ``write``.
 WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
+#: Most warps per block the shared rows hold; the kernel walks ``blockDim.x // 32`` warps
+#: (tests run several under the simulator: ``launch._common.simulated_shapes``).
+MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
 
 _WARP = np.int64(WARP_SIZE)
 
@@ -137,11 +140,11 @@ def _make_write(input_assert: bool, nsrc: int):
     ):  # fmt: skip
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         warp = cuda.threadIdx.x // WARP_SIZE
-        s_slot = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_token = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_slot = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_token = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_position = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_hash = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_expect = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
@@ -151,8 +154,9 @@ def _make_write(input_assert: bool, nsrc: int):
         running = CHAIN_HEAD  # the recurrence state lives in lane 0 only
         prev_position = ZERO
         stored = ZERO
-        first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
-        for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
+        block_warps = int64(cuda.blockDim.x // WARP_SIZE)  # WRITE_WARPS on a GPU
+        first = int64(cuda.blockIdx.x) * block_warps + warp
+        for r in range(first, num_reqs, int64(cuda.gridDim.x) * block_warps):
             lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
                 continue
