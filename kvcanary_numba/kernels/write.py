@@ -8,14 +8,17 @@ warp walks one request at a time (grid-striding over requests, ``WRITE_WARPS``
 warps per block) in chunks of 32 entries:
 
 1. every lane loads one entry (slot, token, position, expected values) into
-   registers and slot / token / position into the warp's shared row;
-2. lane 0 runs the hash recurrence over the chunk, leaving each entry's
-   prev_hash (and the chain-position assert's expected position) in shared
-   memory; the loop is latency bound, and the SM runs other warps meanwhile;
-3. every lane folds its slot's real-KV bytes, checks whether a later entry of
-   the chunk targets the same slot, records its rows and stores its record
-   unless it was not the last (so the last entry wins, as in the sequential
-   reference; chunks are stored in order).
+   registers; the next chunk's loads are issued before this chunk's chain, so
+   their latency hides behind it;
+2. slot / token / position go to the warp's shared rows, and *every* lane runs
+   the recurrence over them (warp-uniform, registers only; the next entry's
+   row is read before this entry's ``mix3``), keeping the prev_hash and
+   expected chain position of its own entry and noting whether a later entry
+   of the chunk targets its slot. The loop is bound by the latency of the
+   dependent ``mix3``; the redundant lanes cost no extra time (SIMT);
+3. every lane folds its slot's real-KV bytes, records its rows and stores its
+   record unless it was not the last (so the last entry wins, as in the
+   sequential reference; chunks are stored in order).
 
 A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the
@@ -105,28 +108,72 @@ def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
 
 
 @cuda.jit(device=True)
-def _seed_state(buf, seed, num_slots, ring, write_index, kind):
-    """(running hash, stored seed position) at a request's start; records the seed row."""
+def _seed_state(buf, seed, num_slots, ring, write_index, kind, report):
+    """(running hash, stored seed position) at a request's start; records the seed row if ``report``."""
     if seed >= num_slots:
-        record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
-                         _SEED_RANGE_BIT)  # fmt: skip
+        if report:
+            record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
+                             _SEED_RANGE_BIT)  # fmt: skip
     elif seed >= ZERO:
         return slot_hash(buf, seed), buf[seed, POSITION]
     return CHAIN_HEAD, ZERO
 
 
 @cuda.jit(device=True)
-def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
-    """Real-KV hash of thread ``t``'s entry and whether no later entry of the chunk has its slot."""
-    real = ZERO
+def _load_entry(i, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert):
+    """(slot, token, position, expected token, expected position) of entry ``i``; a skipped
+    placeholder (slot -1) past ``hi``."""
+    if i >= hi:
+        return MINUS_ONE, ZERO, ZERO, ZERO, ZERO
+    if input_assert:
+        return out_cache_loc[i], input_ids[i], positions[i], expected_tokens[i], expected_positions[i]
+    return out_cache_loc[i], input_ids[i], positions[i], ZERO, ZERO
+
+
+@cuda.jit(device=True)
+def _chunk_chain(lane, n, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots):
+    """The recurrence over one chunk's shared rows, run by every lane (warp-uniform).
+
+    Returns (running, prev_position, entries counted, this lane's prev_hash,
+    its expected chain position, whether no later entry of the chunk has its
+    slot). The next entry's row is read before this entry's ``mix3``, so the
+    shared-memory latency overlaps the dependent math; nothing in the loop
+    stores, so the loads need no ordering.
+    """
+    counted = ZERO
+    mine = ZERO
+    expect = ZERO
     last = True
-    if slot >= ZERO and slot < num_slots:
-        if nsrc > 0:
-            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-        for k in range(t + ONE, n):
-            if s_slot[k] == slot:
-                last = False
-    return real, last
+    ks = s_slot[0]
+    kt = s_token[0]
+    kp = s_position[0]
+    for k in range(n):
+        cs, ct, cp = ks, kt, kp
+        nk = min(k + ONE, _WARP - ONE)  # a harmless re-read on the last entry
+        ks = s_slot[nk]
+        kt = s_token[nk]
+        kp = s_position[nk]
+        if cs < ZERO:
+            continue  # skipped: no store, no count, chain unchanged
+        if k == lane:
+            mine = int64(running)
+            expect = prev_position + ONE
+        elif k > lane and cs == slot:
+            last = False
+        if track:
+            prev_position = cp
+        if cs < num_slots:
+            counted += ONE
+        running = mix3(running, uint64(ct), uint64(cp))
+    return running, prev_position, counted, mine, expect, last
+
+
+@cuda.jit(device=True)
+def _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params):
+    """Real-KV hash of an in-range slot's live KV (0 without sources)."""
+    if nsrc > 0 and slot >= ZERO and slot < num_slots:
+        return int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+    return ZERO
 
 
 def _make_write(input_assert: bool, nsrc: int):
@@ -140,16 +187,12 @@ def _make_write(input_assert: bool, nsrc: int):
         s_slot = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_token = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
         num_slots = int64(buf.shape[0])
         chain_on = chain_flag[0] != 0
-        running = CHAIN_HEAD  # the recurrence state lives in lane 0 only
-        prev_position = ZERO
         stored = ZERO
         first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
         for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
@@ -158,47 +201,31 @@ def _make_write(input_assert: bool, nsrc: int):
                 continue
             seed = seeds[r]
             track = chain_on and seed >= ZERO and seed < num_slots
-            if lane == ZERO:
-                running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+            # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
+            running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
+            nxt = _load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                              expected_positions, input_assert)  # fmt: skip
             for c0 in range(lo, hi, _WARP):
                 n = min(_WARP, hi - c0)
-                i = c0 + lane
-                slot = MINUS_ONE
-                token = ZERO
-                position = ZERO
-                expected_token = ZERO
-                expected_position = ZERO
-                if lane < n:
-                    slot = out_cache_loc[i]
-                    token = input_ids[i]
-                    position = positions[i]
-                    if input_assert:
-                        expected_token = expected_tokens[i]
-                        expected_position = expected_positions[i]
+                slot, token, position, expected_token, expected_position = nxt
+                warp_sync()  # every lane has finished reading the previous chunk's rows
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
                 warp_sync()
-                if lane == ZERO:
-                    for k in range(n):
-                        if s_slot[k] < ZERO:
-                            continue  # skipped: no store, no count, chain unchanged
-                        s_hash[k] = int64(running)
-                        if track:
-                            s_expect[k] = prev_position + ONE
-                            prev_position = s_position[k]
-                        if s_slot[k] < num_slots:
-                            stored += ONE
-                        running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
-                warp_sync()
-                real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
+                # The next chunk's loads are issued now and land while the chain runs.
+                nxt = _load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                                  expected_positions, input_assert)  # fmt: skip
+                running, prev_position, counted, chain_hash, chain_position, last = _chunk_chain(
+                    lane, n, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
+                )
+                stored += counted
                 if slot >= ZERO:
-                    chain_hash = s_hash[lane]
+                    real = _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
                     ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                                       expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
+                                       expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
-                warp_sync()  # the next chunk reuses the shared rows
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
@@ -224,7 +251,7 @@ def _write_baseline(
         return
     seed = seeds[r]
     track = chain_flag[0] != 0 and seed >= ZERO and seed < num_slots
-    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, True)
     stored = ZERO
     for i in range(lo, hi):
         slot = out_cache_loc[i]
