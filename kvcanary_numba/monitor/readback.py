@@ -7,7 +7,8 @@ it. One small copy of the block per step therefore carries every signal, and
 on a GPU that copy goes to pinned host memory on a side stream, ordered after
 the step's launches by an event. The host reads an earlier step's copy once its
 event says it is done (normally the previous step's), so it never stalls the GPU
-(SGLang pumps its ``write_index > 0`` flag the same way). On the CPU the block is host memory and is read immediately.
+(SGLang pumps its ``write_index > 0`` flag the same way). On the CPU the block
+is host memory and is read immediately.
 
 Layout (int64 words):
 
