@@ -171,7 +171,8 @@ def _last_entry_probe(slots, n, num_slots, last, w):
     shared[t] = slots[t]
     zeros[t] = 0
     cuda.syncthreads()
-    out = _chunk_chain(np.int64(t), n, slots[t], shared, zeros, zeros, w[0], np.int64(0), False, num_slots)
+    out = _chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
+                       num_slots)
     last[t] = 1 if out[5] else 0
 
 

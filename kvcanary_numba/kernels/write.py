@@ -49,6 +49,8 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
+from .share import PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role
+from .share import switch_state
 from .verify import record_violation
 
 __all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
@@ -131,19 +133,21 @@ def _load_entry(i, hi, out_cache_loc, input_ids, positions, expected_tokens, exp
 
 
 @cuda.jit(device=True)
-def _chunk_chain(lane, n, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots):
-    """The recurrence over one chunk's shared rows, run by every lane (warp-uniform).
+def _chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots):
+    """The recurrence over one chunk's shared rows from entry ``start`` on, run by every lane (warp-uniform).
 
     Returns (running, prev_position, entries counted, this lane's prev_hash,
     its expected chain position, whether no later entry of the chunk has its
-    slot). The next entry's row is read before this entry's ``mix3``, so the
+    slot); the prev_hash and expected position are those the chain has before
+    the lane's entry (also for a skipped entry; meaningless below ``start``).
+    The next entry's row is read before this entry's ``mix3``, so the
     shared-memory latency overlaps the dependent math; nothing in the loop
     stores, so the loads need no ordering.
     """
     counted = ZERO
     mine = ZERO
     expect = ZERO
-    last = True
+    later = ZERO
     ks = s_slot[0]
     kt = s_token[0]
     kp = s_position[0]
@@ -153,19 +157,21 @@ def _chunk_chain(lane, n, slot, s_slot, s_token, s_position, running, prev_posit
         ks = s_slot[nk]
         kt = s_token[nk]
         kp = s_position[nk]
+        # Branch-free per-lane bookkeeping: a divergent branch here would put
+        # the warp's reconvergence on the chain's critical path.
+        hit = -int64(k == lane)  # all ones in lane k
+        mine = (mine & ~hit) | (int64(running) & hit)
+        expect = (expect & ~hit) | ((prev_position + ONE) & hit)
         if cs < ZERO:
             continue  # skipped: no store, no count, chain unchanged
-        if k == lane:
-            mine = int64(running)
-            expect = prev_position + ONE
-        elif k > lane and cs == slot:
-            last = False
-        if track:
-            prev_position = cp
+        later = later | (int64(k > lane) & int64(cs == slot))
         if cs < num_slots:
             counted += ONE
-        running = mix3(running, uint64(ct), uint64(cp))
-    return running, prev_position, counted, mine, expect, last
+        if k >= start:
+            if track:
+                prev_position = cp
+            running = mix3(running, uint64(ct), uint64(cp))
+    return running, prev_position, counted, mine, expect, later == ZERO
 
 
 @cuda.jit(device=True)
@@ -180,21 +186,25 @@ def _make_write(input_assert: bool, nsrc: int):
     def write(
         buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
         expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params,
+        w0, w1, w2, w3, params, chain_role, published, published_seeds,
     ):  # fmt: skip
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         warp = cuda.threadIdx.x // WARP_SIZE
         s_slot = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_token = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_switch = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
         num_slots = int64(buf.shape[0])
         chain_on = chain_flag[0] != 0
+        role = share_role(chain_role, num_tokens, num_reqs, published, published_seeds)
         stored = ZERO
-        first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
+        # Requests go to blocks first (request r: block r % grid), so a few long
+        # requests run on different SMs instead of sharing one SM's issue slots.
+        first = int64(warp) * int64(cuda.gridDim.x) + int64(cuda.blockIdx.x)
         for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
             lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
@@ -203,22 +213,39 @@ def _make_write(input_assert: bool, nsrc: int):
             track = chain_on and seed >= ZERO and seed < num_slots
             # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
             running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
+            reuse = request_role(role, r, running, prev_position, published_seeds, lane)
             nxt = _load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
                               expected_positions, input_assert)  # fmt: skip
+            pub = load_published(lo + lane, hi, reuse, published)
             for c0 in range(lo, hi, _WARP):
                 n = min(_WARP, hi - c0)
                 slot, token, position, expected_token, expected_position = nxt
+                p_hash, p_expect, p_token, p_position, p_slot = pub
                 warp_sync()  # every lane has finished reading the previous chunk's rows
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
+                if reuse:
+                    s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
                 warp_sync()
                 # The next chunk's loads are issued now and land while the chain runs.
                 nxt = _load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
                                   expected_positions, input_assert)  # fmt: skip
+                start = ZERO
+                if reuse:
+                    start = first_difference(n, s_switch)
+                    if start < n:  # this chunk's inputs differ from the published ones: own chain from here
+                        reuse = False
+                        running, prev_position = switch_state(published, c0 + start)
+                    else:
+                        pub = load_published(c0 + _WARP + lane, hi, True, published)
                 running, prev_position, counted, chain_hash, chain_position, last = _chunk_chain(
-                    lane, n, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
+                    lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
                 )
+                if lane < start:  # entries before the switch keep the published chain
+                    chain_hash, chain_position = p_hash, p_expect
+                if role == PUBLISH and lane < n:
+                    publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
                 stored += counted
                 if slot >= ZERO:
                     real = _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
@@ -288,5 +315,5 @@ SIGNATURE = (
     "void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
     f"int64[::1], int32[::1], int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE}"
 )
-SIGNATURES = {name: (SIGNATURE + ")",) for name in KERNELS}
+SIGNATURES = {name: (SIGNATURE + ", int64, int64[:, ::1], int64[:, ::1])",) for name in KERNELS}
 SIGNATURES["write_baseline"] = (SIGNATURE + ", int64, int64)",)
