@@ -24,7 +24,7 @@ import pstats
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.launch.chain import launch_chain_limit
+from kvcanary_numba.launch.chain import SharedChain, launch_chain_limit, sharing
 from kvcanary_numba.write import launch_canary_write_kernel
 
 from .bench_kernels import _free
@@ -77,9 +77,21 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
     ctx, plan, inputs = write_case(cupy, requests=requests, tokens=tokens, mode=RealKvHashMode.NONE)
     result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                           iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
+    _add_write(run, "NONE", requests, tokens, result, floor, ctx)
+    # The same write consuming a chain published by an earlier launch (a monitor step's other writes).
+    chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
+    with sharing(chain, publish=True):
+        launch_canary_write_kernel(context=ctx, plan=plan, **inputs)
+    with sharing(chain, publish=False):
+        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
+                              iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
+    _add_write(run, "NONE consuming a shared chain", requests, tokens, result, None, ctx)
+
+
+def _add_write(run, name: str, requests: int, tokens: int, result: dict, floor, ctx) -> None:
     per_token = result["median_us"] * 1e3 / tokens
-    run.add({"op": "write chain", "variant": f"NONE r={requests}", "tokens": requests * tokens, "requests": requests,
-             "tokens_per_request": tokens, **result, "ns_per_token": round(per_token, 2),
+    run.add({"op": "write chain", "variant": f"{name} r={requests}", "tokens": requests * tokens,
+             "requests": requests, "tokens_per_request": tokens, **result, "ns_per_token": round(per_token, 2),
              "over_limit": round(per_token / floor, 3) if floor else None,
              "rows": int(ctx.violation_write_index.get()[0])})  # fmt: skip
 
@@ -110,13 +122,13 @@ def _decode_profile(run) -> None:
         profile.disable()
     table = pstats.Stats(profile).stats
     top = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:20]
-    rows = [{"function": f"{pathname.rsplit('/', 2)[-1]}:{line} {name}", "calls_per_step": round(cc / _PROFILED_STEPS, 2),
-             "own_us_per_step": round(tt * 1e6 / _PROFILED_STEPS, 2),
+    rows = [{"function": f"{pathname.rsplit('/', 2)[-1]}:{line} {name}",
+             "calls_per_step": round(cc / _PROFILED_STEPS, 2), "own_us_per_step": round(tt * 1e6 / _PROFILED_STEPS, 2),
              "total_us_per_step": round(ct * 1e6 / _PROFILED_STEPS, 2)}
             for (pathname, line, name), (cc, _nc, tt, ct, _callers) in top]  # fmt: skip
     wanted = ("pre_forward", "post_forward", "end_step", "write_kv")
-    phases = {name: round(ct * 1e6 / _PROFILED_STEPS, 2) for (_p, _l, name), (_c, _n, _t, ct, _x) in table.items()
-              if name in wanted}  # fmt: skip
+    phases = {name: round(ct * 1e6 / _PROFILED_STEPS, 2) for (path, _l, name), (_c, _n, _t, ct, _x) in table.items()
+              if name in wanted and path.endswith(("monitor.py", "workloads.py"))}  # fmt: skip
     run.add({"op": "monitor decode profile", "variant": "prepared (cProfile, inflated)", "bs": requests,
              "prefix": prefix, "steps": _PROFILED_STEPS, "phases_us_per_step": phases, "top": rows})  # fmt: skip
 
@@ -134,12 +146,15 @@ def targets(records: list[dict], make) -> list[dict]:
                     max(ratios) if ratios else None, 1.5, "lower", "x"))  # fmt: skip
     prefill = _find(records, "monitor step device", variant="prefill prepared")
     floor = _find(records, "chain limit", variant=_FLOOR)
-    note = ""
-    if prefill and floor:
-        bound_us = prefill["extend"] * floor["ns_per_token"] / 1e3
-        note = f"chain floor of the longest request: {bound_us:.0f} us"
     out.append(make("monitor prefill step 8 x 8k (K and V), device time, prepared",
-                    prefill and prefill["median_us"], 1000.0, "lower", "us", note))  # fmt: skip
+                    prefill and prefill["median_us"], 1000.0, "lower", "us"))  # fmt: skip
+    # Alternative target: 1.5x of (longest request x chain floor + the fold's bytes at copy
+    # bandwidth); the fold (2 x 64 B per token here) is under 1 % of it on the H200, so left out.
+    ratio = None
+    if prefill and floor:
+        ratio = round(prefill["median_us"] / (prefill["extend"] * floor["ns_per_token"] / 1e3), 3)
+    out.append(make("monitor prefill step 8 x 8k: device time over (longest request x chain floor)", ratio, 1.5,
+                    "lower", "x", "met if either this or the 1 ms row is met"))  # fmt: skip
     for path in ("prepared", "graph replay"):
         end = _find(records, "monitor end_step host", variant=f"decode {path}")
         out.append(make(f"monitor decode end_step host time, {path}", end and end["median_us"], 20.0, "lower", "us"))

@@ -123,19 +123,18 @@ class CudaReadback:
         self._launched = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._copied = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
+        self._runtime, self._side = cupy.cuda.runtime, self._stream.ptr
+        self._host_ptrs = [h.ctypes.data for h in self._host]
+        self._device_ptr, self._nbytes = self._words.data.ptr, self._words.nbytes
 
     def _issue(self, step: int) -> None:
-        cupy, i = self._cupy, step % 2
-        self._launched[i].record(cupy.cuda.get_current_stream())
-        self._stream.wait_event(self._launched[i])
-        cupy.cuda.runtime.memcpyAsync(
-            self._host[i].ctypes.data,
-            self._words.data.ptr,
-            self._words.nbytes,
-            cupy.cuda.runtime.memcpyDeviceToHost,
-            self._stream.ptr,
-        )
-        self._copied[i].record(self._stream)
+        # Raw runtime calls on cached pointers: this runs every step on the host's hot path.
+        runtime, i = self._runtime, step % 2
+        launched, copied = self._launched[i].ptr, self._copied[i].ptr
+        runtime.eventRecord(launched, self._cupy.cuda.get_current_stream().ptr)
+        runtime.streamWaitEvent(self._side, launched)
+        runtime.memcpyAsync(self._host_ptrs[i], self._device_ptr, self._nbytes, runtime.memcpyDeviceToHost, self._side)
+        runtime.eventRecord(copied, self._side)
         self._queue.append((step, i))
 
     def _collect(self, wait_before: float) -> Snapshot | None:
