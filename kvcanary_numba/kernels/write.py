@@ -20,6 +20,11 @@ warps per block) in chunks of 32 entries:
    record unless it was not the last (so the last entry wins, as in the
    sequential reference; chunks are stored in order).
 
+With ``chain_role`` PUBLISH the launch also leaves every entry's chain state
+in a step scratch; with CONSUME it reuses one published by an earlier launch of
+the same step wherever it applies to this buffer and these inputs, and a chunk
+that reuses it entirely runs no recurrence (``kernels/share.py``).
+
 A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the
 recurrence serially.
