@@ -29,7 +29,7 @@ from numba import cuda
 from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode
 from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
-from kvcanary_numba.kernels.write import _chunk_chain
+from kvcanary_numba.kernels.write_chunk import chunk_chain
 
 pytestmark = pytest.mark.simulator
 
@@ -171,7 +171,7 @@ def _last_entry_probe(slots, n, num_slots, last, w):
     shared[t] = slots[t]
     zeros[t] = 0
     cuda.syncthreads()
-    out = _chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
+    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
                        num_slots)
     last[t] = 1 if out[5] else 0
 

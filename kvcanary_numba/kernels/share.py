@@ -77,6 +77,7 @@ def load_published(i, hi, reuse, published):
 
 @cuda.jit(device=True)
 def publish(published, i, chain_hash, chain_position, token, position, slot):
+    """Column ``i`` of ``published``: the chain state before entry ``i`` and the inputs hashed."""
     published[_HASH, i] = chain_hash
     published[_EXPECT, i] = chain_position
     published[_TOKEN, i] = token

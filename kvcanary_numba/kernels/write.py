@@ -57,6 +57,7 @@ from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, T
 from .share import PUBLISH, first_difference, load_published, publish, request_role, reused_chunk, same_entry
 from .share import share_role, switch_state
 from .verify import record_violation
+from .write_chunk import chunk_chain, load_entry
 
 __all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
 
@@ -127,59 +128,6 @@ def _seed_state(buf, seed, num_slots, ring, write_index, kind, report):
 
 
 @cuda.jit(device=True)
-def _load_entry(i, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert):
-    """(slot, token, position, expected token, expected position) of entry ``i``; a skipped
-    placeholder (slot -1) past ``hi``."""
-    if i >= hi:
-        return MINUS_ONE, ZERO, ZERO, ZERO, ZERO
-    if input_assert:
-        return out_cache_loc[i], input_ids[i], positions[i], expected_tokens[i], expected_positions[i]
-    return out_cache_loc[i], input_ids[i], positions[i], ZERO, ZERO
-
-
-@cuda.jit(device=True)
-def _chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots):
-    """The recurrence over one chunk's shared rows from entry ``start`` on, run by every lane (warp-uniform).
-
-    Returns (running, prev_position, entries counted, this lane's prev_hash,
-    its expected chain position, whether no later entry of the chunk has its
-    slot); the prev_hash and expected position are those the chain has before
-    the lane's entry (also for a skipped entry; meaningless below ``start``).
-    The next entry's row is read before this entry's ``mix3``, so the
-    shared-memory latency overlaps the dependent math; nothing in the loop
-    stores, so the loads need no ordering.
-    """
-    counted = ZERO
-    mine = ZERO
-    expect = ZERO
-    later = ZERO
-    ks = s_slot[0]
-    kt = s_token[0]
-    kp = s_position[0]
-    for k in range(n):
-        cs, ct, cp = ks, kt, kp
-        nk = min(k + ONE, _WARP - ONE)  # a harmless re-read on the last entry
-        ks = s_slot[nk]
-        kt = s_token[nk]
-        kp = s_position[nk]
-        # Branch-free per-lane bookkeeping: a divergent branch here would put
-        # the warp's reconvergence on the chain's critical path.
-        hit = -int64(k == lane)  # all ones in lane k
-        mine = (mine & ~hit) | (int64(running) & hit)
-        expect = (expect & ~hit) | ((prev_position + ONE) & hit)
-        if cs < ZERO:
-            continue  # skipped: no store, no count, chain unchanged
-        later = later | (int64(k > lane) & int64(cs == slot))
-        if cs < num_slots:
-            counted += ONE
-        if k >= start:
-            if track:
-                prev_position = cp
-            running = mix3(running, uint64(ct), uint64(cp))
-    return running, prev_position, counted, mine, expect, later == ZERO
-
-
-@cuda.jit(device=True)
 def _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params):
     """Real-KV hash of an in-range slot's live KV (0 without sources)."""
     if nsrc > 0 and slot >= ZERO and slot < num_slots:
@@ -219,7 +167,7 @@ def _make_write(input_assert: bool, nsrc: int):
             # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
             running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
             reuse = request_role(role, r, running, prev_position, published_seeds, lane)
-            nxt = _load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+            nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
                               expected_positions, input_assert)  # fmt: skip
             pub = load_published(lo + lane, hi, reuse, published)
             for c0 in range(lo, hi, _WARP):
@@ -236,7 +184,7 @@ def _make_write(input_assert: bool, nsrc: int):
                     s_switch[lane] = same
                 warp_sync()
                 # The next chunk's loads are issued now and land while the chain runs.
-                nxt = _load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
                                   expected_positions, input_assert)  # fmt: skip
                 start = ZERO
                 if reuse:
@@ -250,7 +198,7 @@ def _make_write(input_assert: bool, nsrc: int):
                     counted, last = reused_chunk(lane, n, slot, s_slot, num_slots)
                     chain_hash, chain_position = p_hash, p_expect
                 else:
-                    running, prev_position, counted, chain_hash, chain_position, last = _chunk_chain(
+                    running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
                         lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
                     )
                     if lane < start:  # entries before the switch keep the published chain
