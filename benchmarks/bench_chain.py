@@ -8,7 +8,8 @@ Rows (section ``chain``):
   inputs. The one-warp synthesized row is the floor the targets use.
 - ``write chain``: the write kernel with no real-KV sources (the chain, loads
   and stores only) for long prefills, as ns per token of one request and as a
-  ratio to the floor.
+  ratio to the floor; then the same launch consuming the chain an earlier
+  launch published (what a monitor step's other three writes cost).
 - ``monitor decode profile``: cProfile of prepared decode steps (256 x 1,
   prefix 4k, K and V), the functions with the most own time, in µs per step.
 
