@@ -113,7 +113,8 @@ def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
         ops += [r["op"]] if r.get("op") not in ops else []
     for op in ops:
         rows = [r for r in records if r.get("op") == op]
-        extra = [k for k in ("gbps", "copy_fraction", "speedup", "launches", "rows") if any(k in r for r in rows)]
+        extra = [k for k in ("gbps", "copy_fraction", "speedup", "launches", "rows", "selected", "vs_full")
+                 if any(k in r for r in rows)]
         lines += ["", f"## {op}", "", "| variant | size | median µs | p90 µs | " + " | ".join(extra) + " |",
                   "|---|---|---|---|" + "---|" * len(extra)]  # fmt: skip
         for r in rows:

@@ -23,8 +23,8 @@ def _ids(path: pathlib.Path) -> str:
     return path.stem
 
 
-def test_there_are_five_tutorials():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+def test_there_are_six_tutorials():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)

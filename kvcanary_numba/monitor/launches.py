@@ -28,7 +28,8 @@ class StepLaunches:
     """HEAD and TAIL launches of a step (see the module docstring).
 
     Expects the monitor's attributes: ``xp``, ``groups``, ``check_tokens``,
-    ``token_pool``, ``valid_lens``, ``_backend``, ``write_token_capacity``,
+    ``token_pool``, ``valid_lens``, ``_backend``, ``budget`` (None or a
+    :class:`~.budget.BudgetState`), ``write_token_capacity``,
     ``write_req_capacity``; sets ``_locs`` (each group's
     slots of the new tokens) for the TAIL phase, which reads ``_batch``.
     """
@@ -61,6 +62,8 @@ class StepLaunches:
                 req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
                 backend=self._backend,
             )  # fmt: skip
+            if self.budget is not None:  # budgeted mode: verify only the entries due this step
+                self.budget.select(self.groups.index(g), g, self._backend)
             self._launch_endpoints(g, g.head, batch, loc, asserted, publish=True)
 
     def _launch_post(self) -> None:
@@ -82,8 +85,9 @@ class StepLaunches:
     def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool, *,
                           publish: bool) -> None:  # fmt: skip
         chain = self._shared_chain(g)
+        plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
         for i, endpoint in enumerate(endpoints):
-            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
+            launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
             with sharing(chain, publish=publish and i == 0):
                 launch_canary_write_kernel(

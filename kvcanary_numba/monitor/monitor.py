@@ -27,6 +27,8 @@ from .._arrays import array_module, check_bool, check_int
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool
+from .budget import BudgetState, VerifyBudget
+from .bundle import Aftercare, check_bundle_dir
 from .fastpath import FastPath, capture_step, run_pre
 from .groups import GroupState, KvGroup, check_groups, check_type
 from .health import HealthChecker
@@ -35,6 +37,7 @@ from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -73,6 +76,8 @@ class CanaryMonitor(StepLaunches):
     check_verify_expected_token : bool
         Verify stored tokens against a per-request token pool; needs
         ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
+        Off, the monitor cannot see a corrupted token in a request's newest
+        slot and says so with a :class:`~.triage.CanaryBlindSpotWarning`.
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
@@ -80,11 +85,19 @@ class CanaryMonitor(StepLaunches):
         positions); 0 turns it on from the start. See :meth:`finish_warmup`.
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
+    bundle_dir : str or path, optional
+        Write a replayable bundle (``.npz``, :mod:`.bundle`) of every readback
+        that finds new violation rows into this directory (created if missing);
+        ``kvcanary inspect BUNDLE`` replays one. Paths: :attr:`bundles`.
+    verify_budget : VerifyBudget, optional
+        Budgeted verification (:mod:`.budget`): each step verifies only the
+        prefix entries due then; every entry that stays in the plans for K
+        consecutive steps is verified within them (K: ``stats()["verify_period"]``).
 
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011.
+        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-M021, KVC-M022.
     """
 
     def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
@@ -93,7 +106,8 @@ class CanaryMonitor(StepLaunches):
                  verify_capacity: int | None = None, sweep_capacity: int | None = None,
                  check_verify_expected_token: bool = False, max_requests: int | None = None,
                  max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
-                 health_warmup_steps: int = 100):  # fmt: skip
+                 health_warmup_steps: int = 100, bundle_dir=None,
+                 verify_budget: VerifyBudget | None = None):  # fmt: skip
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -114,6 +128,7 @@ class CanaryMonitor(StepLaunches):
         verify_capacity = capacity("verify_capacity", verify_capacity, 3 * slots)
         self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
+        warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
         self.status = StatusBlock(xp, len(groups))
         self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
@@ -148,7 +163,10 @@ class CanaryMonitor(StepLaunches):
         self.step = self.sweeps = 0
         self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
+        self.budget = BudgetState.build(self, verify_budget, _FN)
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
+        self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
+        self.bundles = self.aftercare.bundles
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -210,10 +228,11 @@ class CanaryMonitor(StepLaunches):
         self.health.end_step(step)
         if self.step == self.warmup_steps:
             self.finish_warmup()
+        if self.budget is not None:
+            self.budget.advance(self.xp)
         snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
-        if snapshot is not None:
-            self.pump.process(snapshot)
+        self.aftercare.process(self, snapshot, step)
 
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
@@ -255,9 +274,7 @@ class CanaryMonitor(StepLaunches):
 
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
-        snapshot = self.readback.flush()
-        if snapshot is not None:
-            self.pump.process(snapshot)
+        self.aftercare.process(self, self.readback.flush(), self.step)
 
     @property
     def violations(self) -> list[Violation]:
@@ -274,4 +291,5 @@ class CanaryMonitor(StepLaunches):
             "sweep_passes": self.sweeps,
             "violations_recorded": snap.write_index,
             "violations_decoded": len(self.violations),
+            **({} if self.budget is None else self.budget.stats()),
         }
