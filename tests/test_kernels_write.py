@@ -29,7 +29,7 @@ from numba import cuda
 from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode
 from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
-from kvcanary_numba.kernels.write import _prepare
+from kvcanary_numba.kernels.write_chunk import chunk_chain
 
 pytestmark = pytest.mark.simulator
 
@@ -167,10 +167,13 @@ def test_duplicate_slots_in_one_request_last_entry_wins():
 def _last_entry_probe(slots, n, num_slots, last, w):
     t = cuda.threadIdx.x
     shared = cuda.shared.array(CHUNK, np.int64)
+    zeros = cuda.shared.array(CHUNK, np.int64)
     shared[t] = slots[t]
+    zeros[t] = 0
     cuda.syncthreads()
-    _, is_last = _prepare(slots[t], np.int64(t), n, shared, num_slots, 0, w, w, w, w, (0,) * 16)
-    last[t] = 1 if is_last else 0
+    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
+                       num_slots)
+    last[t] = 1 if out[5] else 0
 
 
 def _is_last(slots, num_slots=9) -> list[int]:
