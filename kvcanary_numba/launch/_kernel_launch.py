@@ -20,6 +20,7 @@ __all__ = [
     "current_stream",
     "grid_for",
     "launch",
+    "on_stream",
     "persistent_grid",
     "resident_grid",
     "sm_count",
@@ -163,7 +164,31 @@ def _stream_pair(ptr: int):
     return pair
 
 
+#: Per host thread: the stream handle a public ``stream=`` argument set for the call in progress.
+_stream_override = threading.local()
+
+
+class on_stream:
+    """``with on_stream(handle):`` launches of this thread go to CUDA stream ``handle``."""
+
+    __slots__ = ("handle", "_saved")
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+
+    def __enter__(self):
+        self._saved = getattr(_stream_override, "handle", None)
+        _stream_override.handle = self.handle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stream_override.handle = self._saved
+
+
 def _current_stream_ptr() -> int:
+    handle = getattr(_stream_override, "handle", None)
+    if handle is not None:
+        return handle
     cupy = sys.modules.get("cupy")  # only if the caller already uses CuPy
     return int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
 
@@ -178,7 +203,8 @@ def _current_device() -> int:
 
 
 def current_stream():
-    """Numba stream wrapping CuPy's current stream; ``0`` for the legacy default stream."""
+    """Numba stream of the call's ``stream=`` (:class:`on_stream`), else CuPy's current stream;
+    ``0`` for the legacy default stream."""
     if ON_SIMULATOR:
         return 0
     return _stream_pair(_current_stream_ptr())[0]
