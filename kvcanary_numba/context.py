@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _interop
 from ._arrays import array_module, check_int, inspect_array
 from .constants import (
     CANARY_SLOT_BYTES,
@@ -67,6 +68,8 @@ class RealKvSource:
         rb = self.read_bytes
         if not (isinstance(rb, (int, np.integer)) and 0 < rb <= nbt and rb % REAL_KV_ALIGN_BYTES == 0):
             raise error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=rb)
+        if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
+            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
         info = inspect_array(_SOURCE, "tensor", self.tensor)
         if len(info.shape) != 2:
             raise error("KVC-R004", function=_SOURCE, got=info.shape)

@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 import pytest
 from canary_helpers import FakeCudaArray, fake_launch_module, make_context, verify_plan, write_index
-from canary_pipeline import Pipeline, plant_fault
+from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 from helpers import raises_code
 
 from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _memo
@@ -90,51 +90,17 @@ def test_read_only_cai_is_an_input_only(driver, monkeypatch):
         launch_canary_verify_kernel(context=ro_ctx, plan=plan, check_verify_expected_token=False)
 
 
-def _wrapped(value, wrap):
-    """``value`` with every NumPy array in it (dataclass fields, tuple items) seen through ``wrap``."""
-    import dataclasses
-
-    if isinstance(value, np.ndarray):
-        return wrap(value)
-    if dataclasses.is_dataclass(value) and type(value).__name__ != "RealKvSource":  # sources keep NumPy KV
-        return dataclasses.replace(value, **{f.name: _wrapped(getattr(value, f.name), wrap)
-                                             for f in dataclasses.fields(value)})  # fmt: skip
-    return value
+def _dlpack_wrapped(array, top):
+    return DlpackOnly(array), None  # same host memory: nothing to copy back
 
 
-def run_pipeline(monkeypatch, wrap, fault):
-    """Two pipeline steps (a planted fault between them) with every public call's arrays seen
-    through ``wrap``; returns (ring rows of each step, canary bytes)."""
-    import canary_helpers
-
-    import kvcanary_numba.plan as plan_module
-
-    for module, name in ((canary_helpers, "launch_canary_verify_kernel"), (canary_helpers, "launch_canary_write_kernel"),
-                         (plan_module, "launch_canary_plan_kernels")):
-        original = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _f=original, **k: _f(
-            *(_wrapped(v, wrap) for v in a), **{n: _wrapped(v, wrap) for n, v in k.items()}))
-    pipe = Pipeline(32, max_reqs=3, max_seq=8, verify_capacity=16, write_capacity=2, mode=RealKvHashMode.PARTIAL)
-    pipe.req_to_token[1, :8] = np.arange(1, 9)
-    pipe.req_to_token[2, :8] = np.arange(9, 17)
-    pipe.tokens[1:3, :8] = np.arange(100, 116).reshape(2, 8)
-    rows = [pipe.step([1, 2], [0, 0], [4, 3])]
-    expected = plant_fault(pipe, fault, 1, 1) if fault else None
-    rows.append(pipe.step([1, 2], [4, 3], [2, 2]))
-    monkeypatch.undo()
-    return rows, pipe.ctx.canary_buf.copy(), expected
-
-
-@pytest.mark.parametrize("fault", [None, "position", "real_kv"])
+@pytest.mark.parametrize("fault", [None, "position", "real_kv", "token"])
 def test_dlpack_only_arrays_run_the_pipeline_byte_equal_to_numpy(monkeypatch, fault):
-    rows, buf, expected = run_pipeline(monkeypatch, lambda a: a, fault)
-    verify_rows = rows[1][0]
-    if fault:  # the planted fault is caught: its slot, its bit
-        assert (expected[0], expected[1]) in {(row[1], row[7] & expected[1]) for row in verify_rows}, verify_rows
-    else:
-        assert rows[0] == ([], []) and rows[1] == ([], [])
+    rows, buf, expected = run_pipeline(fault)
+    check_fault_caught(rows, expected)
     before = DlpackOnly.exported
-    via_dlpack = run_pipeline(monkeypatch, DlpackOnly, fault)
+    patch_public_calls(monkeypatch, _dlpack_wrapped)
+    via_dlpack = run_pipeline(fault)
     assert DlpackOnly.exported > before  # the public calls read the wrappers through DLPack
     assert via_dlpack[0] == rows
     np.testing.assert_array_equal(via_dlpack[1], buf)
