@@ -9,7 +9,7 @@ the caller passed (or ``sys.modules`` when the caller already imported it).
   PyTorch tensors, JAX arrays) gets its device from its memory, not from a
   library attribute.
 - :func:`native_array` turns an object that offers only DLPack into a CuPy
-  (``kDLCUDA``) or NumPy (``kDLCPU``) view of the same memory, once per object.
+  (``kDLCUDA``) or NumPy (``kDLCPU``) view of the same memory.
 - :func:`stream_handle` reads the CUDA stream handle of a ``stream=`` argument.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
-import weakref
 from typing import Any
 
 import numpy as np
@@ -76,14 +75,11 @@ def pointer_device(ptr: int) -> int | None:
 
 # --- DLPack-only objects ---------------------------------------------------------
 
-#: id(object) -> (weak reference to it, its native view). The view is dropped when the
-#: object dies, so the cache never keeps memory alive past its producer.
-_NATIVE: dict[int, tuple[weakref.ref, Any]] = {}
-
-
 def dlpack_only(x: Any) -> bool:
-    """True for an object with ``__dlpack__`` and ``__dlpack_device__`` but no CUDA array interface."""
-    return hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__") and not hasattr(x, "__cuda_array_interface__")
+    """True for an object with ``__dlpack__`` and ``__dlpack_device__`` but no CUDA array interface
+    (NumPy arrays, which have both, are read directly)."""
+    return (not isinstance(x, np.ndarray) and hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__")
+            and not hasattr(x, "__cuda_array_interface__"))  # fmt: skip
 
 
 def _convert(function: str, argument: str, x: Any):
@@ -102,18 +98,12 @@ def _convert(function: str, argument: str, x: Any):
 
 
 def native_array(function: str, argument: str, x: Any):
-    """A NumPy or CuPy view of DLPack-only ``x`` (same memory; built once per live object)."""
-    key = id(x)
-    hit = _NATIVE.get(key)
-    if hit is not None and hit[0]() is x:
-        return hit[1]
-    view = _convert(function, argument, x)
-    try:
-        ref = weakref.ref(x, lambda _, key=key: _NATIVE.pop(key, None))
-    except TypeError:  # not weak-referenceable: convert on every call instead
-        return view
-    _NATIVE[key] = (ref, view)
-    return view
+    """A NumPy or CuPy view of DLPack-only ``x`` (same memory).
+
+    Built on every call and never cached: a view holds its producer's memory (often the
+    producer itself, through the DLPack capsule), so a cache of views would keep it alive.
+    """
+    return _convert(function, argument, x)
 
 
 # --- streams ------------------------------------------------------------------------
@@ -185,24 +175,23 @@ def native_views(value: Any, function: str = "", argument: str = ""):
 _MODULES = {"numpy": "kvcanary_numba.reference.", "cuda": "kvcanary_numba.launch."}
 
 
-def dispatch(function: str, backend: str, op: str, stream: Any, kwargs: dict) -> None:
+def dispatch(function: str, entry, op: str, stream: Any, kwargs: dict) -> None:
     """Run ``function`` of ``reference.<op>`` (NumPy) or ``launch.<op>`` (CUDA) with ``kwargs``.
 
-    The module is looked up at call time (tests swap it). ``stream`` is the
-    public ``stream=`` argument (KVC-C015): None runs on CuPy's current stream;
-    otherwise the CUDA launches of the call are queued on that handle. The
-    NumPy path checks it and runs synchronously on the host.
+    ``entry`` is the call's :class:`._memo.Entry` (its backend, and launches packed for replay).
+    The module is looked up at call time (tests swap it). ``stream`` is the public ``stream=``
+    argument (KVC-C015): None runs on CuPy's current stream; otherwise the CUDA launches of the
+    call are queued on that handle. The NumPy path checks it and runs synchronously on the host.
     """
     handle = stream_handle(function, stream)
-    name = _MODULES[backend] + op
+    name = _MODULES[entry.kind] + op
     module = sys.modules.get(name)
     if module is None:  # imported lazily: the launch glue pulls in numba.cuda, the CPU path must not
         module = importlib.import_module(name)
     run = getattr(module, function)
-    if handle is None or backend == "numpy":
+    if entry.kind == "numpy":
         run(**kwargs)
         return
-    from .launch._kernel_launch import on_stream
+    from .launch._kernel_launch import run_launches
 
-    with on_stream(handle):
-        run(**kwargs)
+    run_launches(entry, run, kwargs, handle)

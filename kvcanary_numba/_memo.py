@@ -31,7 +31,7 @@ import numpy as np
 
 from . import _interop
 
-__all__ = ["Memo", "Uncacheable", "snapshot", "token"]
+__all__ = ["Entry", "Memo", "Uncacheable", "run_validated", "snapshot", "token"]
 
 
 class Uncacheable(Exception):
@@ -89,7 +89,8 @@ def _cai(x, depth, state):
 
 def _dlpack(x, depth, state):
     state[0] = True
-    return _walk(_interop.native_array("snapshot", "array", x), depth, state)
+    # The producer's token stands for its identity (its views are new objects every call).
+    return (token(x) if depth else None, _walk(_interop.native_array("snapshot", "array", x), 0, state))
 
 
 def _scalar(x, depth, state):
@@ -154,8 +155,18 @@ def snapshot(values: tuple) -> tuple[tuple, bool]:
     return tuple(_walk(v, 0, state) for v in values), state[0]
 
 
+class Entry:
+    """What a memo remembers of a call that passed: its backend, how often the snapshot came back
+    and, on a GPU, the call's launches packed for replay (see :func:`._kernel_launch.run_launches`)."""
+
+    __slots__ = ("kind", "hits", "launches", "where")
+
+    def __init__(self, kind: str):
+        self.kind, self.hits, self.launches, self.where = kind, 0, None, None
+
+
 class Memo:
-    """Snapshots of calls that passed validation, with a small result each (bounded, oldest out)."""
+    """Snapshots of calls that passed validation, with an :class:`Entry` each (bounded, oldest out)."""
 
     __slots__ = ("_hits", "size")
 
@@ -177,10 +188,26 @@ class Memo:
         self._hits.clear()
 
 
-def lookup(memo: Memo, values: tuple) -> tuple[tuple | None, bool, Any]:
-    """(key, DLPack seen, remembered result or None) of one call's ``values``."""
+def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., str], kwargs: dict, backend: str,
+                  stream: Any, normalize: dict[str, Callable] | None = None) -> None:
+    """The body of every public launch: validate ``kwargs`` unless their snapshot passed before,
+    hand DLPack-only arrays on as NumPy / CuPy views, normalize scalars, run on ``stream``.
+
+    ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend.
+    """
     try:
-        key, dlpack = snapshot(values)
-    except Uncacheable:
-        return None, True, None  # unknown content: treat as possibly DLPack (views are cheap to look for)
-    return key, dlpack, memo.get(key)
+        key, dlpack = snapshot((*kwargs.values(), backend))
+    except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
+        key, dlpack = None, True
+    entry = memo.get(key)
+    if entry is None:
+        entry = Entry(validate(backend=backend, **kwargs))
+        memo.put(key, entry)
+    else:
+        entry.hits += 1
+    if dlpack:
+        kwargs = {name: _interop.native_views(value, function, name) for name, value in kwargs.items()}
+    if normalize:
+        for name, cast in normalize.items():
+            kwargs[name] = cast(kwargs[name])
+    _interop.dispatch(function, entry, op, stream, kwargs)

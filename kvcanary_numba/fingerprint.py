@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _interop, _memo
+from . import _memo
 from ._arrays import ArrayInfo, check_array, check_int, inspect_array, resolve_backend
 from .constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from .context import RealKvSource
@@ -112,14 +112,8 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
     """
     kwargs = dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices,
                   out=out)
-    key, dlpack, kind = _memo.lookup(_MEMO, (*kwargs.values(), backend))
-    if kind is None:
-        kind = _validate(backend=backend, **kwargs)
-        _MEMO.put(key, kind)
-    if dlpack:
-        kwargs = {name: _interop.native_views(value, _FUNCTION, name) for name, value in kwargs.items()}
-    kwargs["real_kv_hash_mode"] = RealKvHashMode(int(real_kv_hash_mode))
-    _interop.dispatch(_FUNCTION, kind, "fingerprint", stream, kwargs)
+    _memo.run_validated(_FUNCTION, "fingerprint", _MEMO, _validate, kwargs, backend, stream,
+                        {"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
 
 
 def _validate(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend) -> str:

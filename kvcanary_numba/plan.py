@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _interop, _memo
+from . import _memo
 from ._arrays import check_array, check_int, resolve_backend
 from .errors import error
 from .plans import VerifyPlan, WritePlan
@@ -76,17 +76,9 @@ _SCALARS = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offse
 
 def _run(function: str, validate, backend: str, stream, kwargs: dict) -> None:
     """Validate ``kwargs`` (unless their snapshot passed before), then run ``function`` on ``stream``."""
-    memo = _MEMOS[function]
-    key, dlpack, kind = _memo.lookup(memo, (*kwargs.values(), backend))
-    if kind is None:
-        kind = validate(backend=backend, **kwargs)
-        memo.put(key, kind)
-    if dlpack:
-        kwargs = {name: _interop.native_views(value, function, name) for name, value in kwargs.items()}
-    for name in _SCALARS:  # validated ints (NumPy integers included) as Python ints
-        if name in kwargs:
-            kwargs[name] = int(kwargs[name])
-    _interop.dispatch(function, kind, "plan", stream, kwargs)
+    # Validated ints (NumPy integers included) reach the implementation as Python ints.
+    _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream,
+                        {name: int for name in _SCALARS if name in kwargs})
 
 
 def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,

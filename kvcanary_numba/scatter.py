@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _interop, _memo
+from . import _memo
 from ._arrays import check_array, resolve_backend
 from .errors import error
 
@@ -54,13 +54,7 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
         (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
     """
     kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
-    key, dlpack, kind = _memo.lookup(_MEMO, (*kwargs.values(), backend))
-    if kind is None:
-        kind = _validate(backend=backend, **kwargs)
-        _MEMO.put(key, kind)
-    if dlpack:
-        kwargs = {name: _interop.native_views(value, "scatter_req_token_ids", name) for name, value in kwargs.items()}
-    _interop.dispatch("scatter_req_token_ids", kind, "scatter", stream, kwargs)
+    _memo.run_validated("scatter_req_token_ids", "scatter", _MEMO, _validate, kwargs, backend, stream)
 
 
 def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:

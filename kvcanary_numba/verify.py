@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _interop, _memo
+from . import _memo
 from ._arrays import ArrayInfo, check_array, check_bool, check_int, resolve_backend
 from .constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from .context import CanaryContext
@@ -151,14 +151,9 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
         KVC-V001; KVC-C001 … KVC-C015 for arrays, bools, the backend and the
         stream; KVC-R007 … KVC-R009 for real-KV sources.
     """
-    key, dlpack, kind = _memo.lookup(_MEMO, (context, plan, check_verify_expected_token, backend))
-    if kind is None:
-        kind = _validate(context, plan, check_verify_expected_token, backend)
-        _MEMO.put(key, kind)
-    if dlpack:
-        context, plan = _interop.native_views(context, _FUNCTION, "context"), _interop.native_views(plan, _FUNCTION)
-    kwargs = dict(context=context, plan=plan, check_verify_expected_token=bool(check_verify_expected_token))
-    _interop.dispatch(_FUNCTION, kind, "verify", stream, kwargs)
+    kwargs = dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
+    _memo.run_validated(_FUNCTION, "verify", _MEMO, _validate, kwargs, backend, stream,
+                        {"check_verify_expected_token": bool})
 
 
 def _validate(context, plan, check_verify_expected_token, backend) -> str:

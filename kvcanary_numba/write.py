@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _interop, _memo
+from . import _memo
 from ._arrays import check_array, check_bool, resolve_backend
 from .errors import error
 from .plans import WritePlan
@@ -90,14 +90,7 @@ def launch_canary_write_kernel(
         expected_input_tokens=expected_input_tokens,
         expected_input_positions=expected_input_positions,
     )
-    key, dlpack, kind = _memo.lookup(_MEMO, (*kwargs.values(), backend))
-    if kind is None:
-        kind = _validate(backend=backend, **kwargs)
-        _MEMO.put(key, kind)
-    if dlpack:
-        kwargs = {name: _interop.native_views(value, _FUNCTION, name) for name, value in kwargs.items()}
-    kwargs["enable_write_input_assert"] = bool(enable_write_input_assert)
-    _interop.dispatch(_FUNCTION, kind, "write", stream, kwargs)
+    _memo.run_validated(_FUNCTION, "write", _MEMO, _validate, kwargs, backend, stream, {"enable_write_input_assert": bool})
 
 
 def _validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,

@@ -119,3 +119,22 @@ def test_freed_pools_and_buffers_are_collected_after_calls():
     del pipe
     gc.collect()
     assert [r() is None for r in refs] == [True] * len(refs)
+
+
+def test_dlpack_producers_are_collected_after_calls():
+    from test_interop import DlpackOnly
+
+    from kvcanary_numba import RealKvSource
+
+    kv = np.zeros((8, 32), np.uint8)
+    ctx = make_context(8, sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1, num_bytes_per_token=32,
+                                                read_bytes=32),), mode=RealKvHashMode.ALL)  # fmt: skip
+    plan = verify_plan([1], [0], [-1], capacity=4)
+    wrapped = VerifyPlan(**{name: DlpackOnly(a) for name, a in plan.arrays().items()})
+    producer = wrapped.enable
+    for _ in range(2):
+        _verify(ctx, wrapped)
+    refs = [weakref.ref(kv), weakref.ref(producer), weakref.ref(plan.enable)]
+    del kv, ctx, plan, wrapped, producer
+    gc.collect()
+    assert [r() is None for r in refs] == [True] * len(refs)

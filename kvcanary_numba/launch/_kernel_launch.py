@@ -21,6 +21,7 @@ __all__ = [
     "grid_for",
     "launch",
     "on_stream",
+    "run_launches",
     "persistent_grid",
     "resident_grid",
     "sm_count",
@@ -226,6 +227,16 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
         check_signature(signature, args)
         kernel[int(grid), int(block)](*args)
         return
+    sink = getattr(_collecting, "sink", None)
+    if sink is not None:  # a public call being packed for replay: a launch of its own
+        from .prepared import PreparedLaunch
+
+        own = PreparedLaunch(kernel, signature, grid, block, args)
+        sink.append(own if own.raw else None)
+        if own.raw:
+            own.launch()
+            own.args = []  # pointers only: the packed launch keeps no array alive
+            return
     cache = getattr(_raw_launches, "by_kernel", None)
     if cache is None:
         cache = _raw_launches.by_kernel = {}
@@ -243,3 +254,49 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
         return
     compiled = compile_kernel(kernel, signature)  # preparing failed (logged once): Numba's launch
     compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)
+
+
+# --- replay of repeated public calls -------------------------------------------
+
+#: Per host thread: the list the launches of a public call being packed are appended to.
+_collecting = threading.local()
+
+
+def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
+    """Run one validated public CUDA call: ``run(**kwargs)`` (the launch glue), or its replay.
+
+    ``entry`` (:class:`kvcanary_numba._memo.Entry`) belongs to the call's argument snapshot,
+    which holds every CUDA pointer, shape, scalar and per-object token the glue reads. The
+    second time a snapshot comes back, the glue's launches are packed as launches of their
+    own; later calls with that snapshot on the same stream and device replay them (one
+    ``cuLaunchKernel`` each, no glue). A different pointer is a different snapshot, so a
+    replay never launches on stale memory. Not under the simulator, and not while
+    :func:`.recording.recording` swaps the glue's launch (the monitor records its phases).
+    """
+    from . import _common
+
+    if ON_SIMULATOR or _common.launch is not launch:
+        if handle is None:
+            run(**kwargs)
+        else:
+            with on_stream(handle):
+                run(**kwargs)
+        return
+    stream = _current_stream_ptr() if handle is None else handle
+    where = (stream, _current_device())
+    launches = entry.launches
+    if launches is not None and entry.where == where:
+        from .prepared import _driver
+
+        for p in launches:
+            _driver.launch(p._func, p.grid, p.block, stream, p._params)
+        return
+    sink = [] if entry.hits else None  # the first time, just run: most snapshots never come back
+    with on_stream(stream):
+        _collecting.sink = sink
+        try:
+            run(**kwargs)
+        finally:
+            _collecting.sink = None
+    if sink and all(p is not None for p in sink):
+        entry.launches, entry.where = sink, where
