@@ -53,8 +53,27 @@ API
 ``check_signature(signature, args, kernel=None)``
     The check ``launch`` makes, callable on its own.
 ``current_stream()``
-    Numba stream of CuPy's current stream (``0``: legacy default stream, and
-    always under the simulator).
+    Numba stream of the call's stream: the public ``stream=`` argument when one
+    was given (``on_stream``), else CuPy's current stream (``0``: legacy default
+    stream, and always under the simulator).
+``on_stream(handle)``
+    ``with on_stream(handle):`` every launch of this host thread in the block goes
+    to CUDA stream ``handle`` (what :func:`kvcanary_numba._interop.dispatch` does
+    for ``stream=``; plan scratch is keyed by it too).
+``run_launches(entry, run, kwargs, handle)``
+    How every validated public CUDA call runs (``_kernel_launch``). ``entry`` is
+    the call's :class:`kvcanary_numba._memo.Entry`: one per argument snapshot,
+    and a snapshot holds every CUDA pointer, shape, dtype, scalar and per-object
+    token the glue reads. First sight: ``run(**kwargs)`` (this glue). Second
+    sight: the glue runs with a thread-local sink set, so each ``launch`` builds
+    its own :class:`~.prepared.PreparedLaunch` (the explicit launch description:
+    kernel, signature, grid, block, packed parameters; pointers only, no array
+    kept alive), launches it and appends it to the entry. Later sights on the
+    same (stream, device): the packed launches are replayed, one
+    ``cuLaunchKernel`` each, no glue. A changed pointer is another snapshot, so
+    a replay cannot use stale memory. Bypassed under the simulator and while
+    :func:`~kvcanary_numba.launch.recording.recording` swaps ``launch`` (the
+    monitor records its phases through the public calls).
 
 The builders live in :mod:`._array_views`, grids, compilation and launch in
 :mod:`._kernel_launch`. The glue calls them through this module
