@@ -5,10 +5,18 @@ Numba, PyTorch, JAX, DLPack-only wrappers of CuPy memory)."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import sys
 from typing import Callable
 
 import numpy as np
 from canary_pipeline import Pipeline, plant_fault
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks package, as tests/test_benchmarks.py imports it
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_public import DlpackOnly  # noqa: E402,F401  (one wrapper for tests and benchmarks)
 
 from kvcanary_numba import RealKvHashMode
 

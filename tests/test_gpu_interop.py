@@ -9,9 +9,8 @@ import weakref
 
 import numpy as np
 import pytest
-from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
+from interop_helpers import DlpackOnly, check_fault_caught, patch_public_calls, run_pipeline
 
-from kvcanary_numba import _interop
 
 pytestmark = pytest.mark.gpu
 FAULTS = [None, "position", "real_kv", "token"]
@@ -60,17 +59,6 @@ def _jax_inputs(array, top):
     if not top:
         return _cupy(array, top)
     return _jax().numpy.asarray(array), None
-
-
-class DlpackOnly:
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, **kwargs):
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return (_interop.KDL_CUDA, self._array.device.id)
 
 
 def _dlpack(array, top):

@@ -8,6 +8,7 @@ import ctypes
 import numpy as np
 import pytest
 from canary_helpers import FakeCudaArray, fake_launch_module, make_context, verify_plan, write_index
+import interop_helpers
 from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 from helpers import raises_code
 
@@ -15,20 +16,21 @@ from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _memo
 from kvcanary_numba.verify import launch_canary_verify_kernel
 
 
-class DlpackOnly:
-    """An array offering nothing but DLPack (as some libraries' wrappers do)."""
+class DlpackOnly(interop_helpers.DlpackOnly):
+    """The benchmarks' DLPack-only wrapper, counting its exports and able to claim another device."""
 
     exported = 0
 
-    def __init__(self, array, device_type=_interop.KDL_CPU):
-        self._array, self._device_type = array, device_type
+    def __init__(self, array, device_type=None):
+        super().__init__(array)
+        self._device_type = device_type
 
     def __dlpack__(self, **kwargs):
         DlpackOnly.exported += 1
-        return self._array.__dlpack__(**kwargs)
+        return super().__dlpack__(**kwargs)
 
     def __dlpack_device__(self):
-        return (self._device_type, 0)
+        return super().__dlpack_device__() if self._device_type is None else (self._device_type, 0)
 
 
 class OnDevice(FakeCudaArray):
