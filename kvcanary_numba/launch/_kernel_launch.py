@@ -273,9 +273,8 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     replay never launches on stale memory. Not under the simulator, and not while
     :func:`.recording.recording` swaps the glue's launch (the monitor records its phases).
     """
-    from . import _common
-
-    if ON_SIMULATOR or _common.launch is not launch:
+    common = sys.modules.get("kvcanary_numba.launch._common")  # the glue imports it
+    if ON_SIMULATOR or (common is not None and common.launch is not launch):
         if handle is None:
             run(**kwargs)
         else:
@@ -286,10 +285,9 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     where = (stream, _current_device())
     launches = entry.launches
     if launches is not None and entry.where == where:
-        from .prepared import _driver
-
+        raw = sys.modules["kvcanary_numba.launch.prepared"]._driver.launch  # imported when packed
         for p in launches:
-            _driver.launch(p._func, p.grid, p.block, stream, p._params)
+            raw(p._func, p.grid, p.block, stream, p._params)
         return
     sink = [] if entry.hits else None  # the first time, just run: most snapshots never come back
     with on_stream(stream):
