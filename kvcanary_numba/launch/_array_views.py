@@ -7,6 +7,7 @@ NumPy. Views of long-lived arrays are cached (``persistent=True``).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any, Sequence
@@ -29,6 +30,18 @@ _views: OrderedDict[tuple, tuple[weakref.ref, Any]] = OrderedDict()
 #: Attribute holding the layout of the Numba views built here: launches read it back
 #: every call, and the view's own ``__cuda_array_interface__`` costs ~3 us to build.
 _LAYOUT = "_kvcanary_layout"
+
+
+#: Per host thread: ``note(view, source, builder, params)`` while a recording is active
+#: (:func:`.recording.recording` sets it); every builder reports what it built from what.
+observing = threading.local()
+
+
+def _observed(view, x, builder: str, params: tuple):
+    note = getattr(observing, "note", None)
+    if note is not None:
+        note(view, x, builder, params)
+    return view
 
 
 def _cai_view(x: Any, ptr: int, dtype: np.dtype, shape: tuple, strides: tuple | None, owner: Any = None):
@@ -89,21 +102,22 @@ def _cached(x: Any, key: tuple, persistent: bool, build):
 def kernel_array(x: Any, *, persistent: bool = False):
     """``x`` as a kernel argument (NumPy as is, CUDA arrays as Numba views)."""
     if isinstance(x, np.ndarray):
-        return x
+        return _observed(x, x, "kernel_array", ())
 
     def build(owner):
         ptr, shape, strides, dtype = array_layout(x)
         return _cai_view(x, ptr, dtype, shape, strides, owner)
 
-    return _cached(x, ("same",), persistent, build)
+    return _observed(_cached(x, ("same",), persistent, build), x, "kernel_array", ())
 
 
 def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent: bool = False):
     """The bytes of C-contiguous ``x`` viewed as ``dtype`` with ``shape`` (default: 1-D)."""
     dtype = np.dtype(dtype)
+    params = (dtype,) if shape is None else (dtype, tuple(int(n) for n in shape))
     if isinstance(x, np.ndarray):
         flat = x.reshape(-1).view(np.uint8).view(dtype)
-        return flat if shape is None else flat.reshape(tuple(shape))
+        return _observed(flat if shape is None else flat.reshape(tuple(shape)), x, "reinterpret", params)
 
     def build(owner):
         ptr, in_shape, _, in_dtype = array_layout(x)
@@ -111,7 +125,8 @@ def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent
         out_shape = (nbytes // dtype.itemsize,) if shape is None else tuple(int(n) for n in shape)
         return _cai_view(x, ptr, dtype, out_shape, None, owner)
 
-    return _cached(x, ("reinterpret", dtype.str, None if shape is None else tuple(shape)), persistent, build)
+    view = _cached(x, ("reinterpret", dtype.str, None if shape is None else tuple(shape)), persistent, build)
+    return _observed(view, x, "reinterpret", params)
 
 
 def _span_items(shape: tuple, strides: tuple, itemsize_in: int, itemsize_out: int) -> int:
@@ -127,14 +142,14 @@ def byte_span(x: Any, dtype, *, persistent: bool = False):
     if isinstance(x, np.ndarray):
         n = _span_items(x.shape, x.strides, x.itemsize, dtype.itemsize)
         if n == 0:
-            return np.zeros(0, dtype=dtype)
+            return _observed(np.zeros(0, dtype=dtype), x, "byte_span", (dtype,))
         raw = np.lib.stride_tricks.as_strided(x, shape=(1,), strides=(1,))  # first element, same base
         u8 = np.lib.stride_tricks.as_strided(raw.view(np.uint8), shape=(n * dtype.itemsize,), strides=(1,))
-        return u8.view(dtype)
+        return _observed(u8.view(dtype), x, "byte_span", (dtype,))
 
     def build(owner):
         ptr, shape, strides, in_dtype = array_layout(x)
         return _cai_view(x, ptr, dtype, (_span_items(shape, strides, in_dtype.itemsize, dtype.itemsize),), None,
                          owner)  # fmt: skip
 
-    return _cached(x, ("span", dtype.str), persistent, build)
+    return _observed(_cached(x, ("span", dtype.str), persistent, build), x, "byte_span", (dtype,))

@@ -72,13 +72,14 @@ API
     same (stream, device): the packed launches are replayed, one
     ``cuLaunchKernel`` each, no glue. A changed pointer is another snapshot, so
     a replay cannot use stale memory. Bypassed under the simulator and while
-    :func:`~kvcanary_numba.launch.recording.recording` swaps ``launch`` (the
+    :func:`~kvcanary_numba.launch.recording.recording` is active (the
     monitor records its phases through the public calls).
 
 The builders live in :mod:`._array_views`, grids, compilation and launch in
 :mod:`._kernel_launch`. The glue calls them through this module
-(``_common.kernel_array(...)``, looked up at call time), which is what
-:func:`~kvcanary_numba.launch.recording.recording` swaps.
+(``_common.kernel_array(...)``). :func:`~kvcanary_numba.launch.recording.recording`
+swaps nothing: the builders report to a thread-local observer and ``launch`` to
+a thread-local sink while a recording of the calling thread is active.
 """
 
 from __future__ import annotations
@@ -129,6 +130,4 @@ __all__ = [
 
 def persistent_views(*arrays) -> tuple:
     """``kernel_array(x, persistent=True)`` of each of ``arrays``."""
-    # Defined here, not in _array_views: the lookup of kernel_array in this module's
-    # namespace at call time is what recording swaps.
     return tuple(kernel_array(x, persistent=True) for x in arrays)

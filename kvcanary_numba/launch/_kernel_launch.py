@@ -211,6 +211,9 @@ def current_stream():
     return _stream_pair(_current_stream_ptr())[0]
 
 
+#: Per host thread: ``record(kernel, signature, grid, block, args)`` while a recording is active.
+recording_sink = threading.local()
+
 #: Per host thread: (kernel, signature, device) -> the PreparedLaunch every launch of it refills.
 _raw_launches = threading.local()
 
@@ -223,6 +226,10 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     launch re-derives the whole kernel ABI from the arguments on every call (the
     bulk of a launch's host time). The first call checks the arguments' types.
     """
+    record = getattr(recording_sink, "record", None)
+    if record is not None:  # a recording of this thread (.recording.recording): collected, not run
+        record(kernel, signature, grid, block, args)
+        return
     if ON_SIMULATOR:
         check_signature(signature, args)
         kernel[int(grid), int(block)](*args)
@@ -271,10 +278,9 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     own; later calls with that snapshot on the same stream and device replay them (one
     ``cuLaunchKernel`` each, no glue). A different pointer is a different snapshot, so a
     replay never launches on stale memory. Not under the simulator, and not while
-    :func:`.recording.recording` swaps the glue's launch (the monitor records its phases).
+    :func:`.recording.recording` is active on this thread (the monitor records its phases).
     """
-    common = sys.modules.get("kvcanary_numba.launch._common")  # the glue imports it
-    if ON_SIMULATOR or (common is not None and common.launch is not launch):
+    if ON_SIMULATOR or getattr(recording_sink, "record", None) is not None:
         if handle is None:
             run(**kwargs)
         else:
