@@ -27,7 +27,8 @@ SUMMARY="$OUT/summary.txt"
 echo "gpu_session $(date -u +%FT%TZ) steps: ${STEPS[*]}" >>"$SUMMARY"
 
 run_step() {  # name, limit in seconds, command...
-    local name=$1 limit=$2 start rc
+    local name=$1 limit=$2 start rc override="LIMIT_$1"
+    limit=${!override:-$limit}  # e.g. LIMIT_tests=300: fit several steps into one device call
     shift 2
     echo "=== $name (limit ${limit}s): $*"
     start=$(date +%s)
@@ -88,7 +89,8 @@ for step in "${STEPS[@]}"; do
                 --print-limit 20 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_plan.py \
                 tests/test_kernels_plan_scale.py tests/test_kernels_verify.py tests/test_kernels_verify_plans.py \
                 tests/test_kernels_write.py tests/test_kernels_write_scenarios.py tests/test_kernels_fingerprint.py \
-                tests/test_kernels_scatter.py
+                tests/test_kernels_scatter.py tests/test_kernels_shapes.py tests/test_kernels_write_share.py \
+                tests/test_kernels_chain.py tests/test_monitor_budget.py
             grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"
         else
             echo "memcheck   rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -98,7 +100,8 @@ for step in "${STEPS[@]}"; do
             run_step racecheck 420 "$tool" --tool racecheck --racecheck-report hazard --error-exitcode 3 \
                 --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider tests/test_kernels_verify.py \
                 tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py \
-                tests/test_kernels_plan.py tests/test_kernels_plan_scale.py
+                tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_shapes.py \
+                tests/test_kernels_write_share.py
             grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"

@@ -118,7 +118,8 @@ class ToyEngine:
     def attach_monitor(self, *, mode: str = "log", real_kv_hash_mode: RealKvHashMode = RealKvHashMode.ALL,
                        check_tokens: bool = True, write_input_assert: bool = True, sweep_interval: int = 0,
                        v_half: bool = False, ring_capacity: int = DEFAULT_RING_CAPACITY, warmup_steps: int = 0,
-                       health_interval: int = 100, health_warmup_steps: int = 100) -> CanaryMonitor:  # fmt: skip
+                       health_interval: int = 100, health_warmup_steps: int = 100, bundle_dir=None,
+                       verify_budget=None) -> CanaryMonitor:  # fmt: skip
         """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
 
         Everything is validated and the monitor built before the engine changes:
@@ -138,6 +139,10 @@ class ToyEngine:
             Also guard the V half (SGLang's default leaves it off: half the launches).
         ring_capacity, warmup_steps, health_interval, health_warmup_steps : int
             Passed to the monitor (see :class:`CanaryMonitor`).
+        bundle_dir : str or os.PathLike, optional
+            Folder for replayable violation bundles (see :class:`CanaryMonitor`).
+        verify_budget : VerifyBudget, optional
+            Budgeted verification (see :class:`CanaryMonitor`).
 
         Raises
         ------
@@ -165,7 +170,7 @@ class ToyEngine:
             write_req_capacity=c.max_running, write_token_capacity=c.max_batch_tokens,
             check_verify_expected_token=check_tokens, max_requests=c.req_rows, max_context_len=c.max_tokens,
             ring_capacity=ring_capacity, warmup_steps=warmup_steps, health_interval=health_interval,
-            health_warmup_steps=health_warmup_steps,
+            health_warmup_steps=health_warmup_steps, bundle_dir=bundle_dir, verify_budget=verify_budget,
         )  # fmt: skip
         self.monitor, self.sweep_interval, self.oracle = monitor, sweep_interval, oracle
         return monitor
