@@ -46,10 +46,11 @@ def code_span(text: str) -> str:
 
 
 def code_block(text: str, language: str = "python") -> str:
+    """A fenced block inside a ``kvc-wrap`` box: long lines wrap instead of scrolling (kvcanary.css)."""
     fence = "```"
     while fence in text:
         fence += "`"
-    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+    return f'<div class="kvc-wrap" markdown>\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n\n</div>'
 
 
 def _exception_text(entry) -> str:
@@ -81,7 +82,7 @@ def render_entry(entry, registry: Mapping) -> str:
         code_block(entry.message, "text"),
         "",
         f"The fields in braces are filled in by the raise site. Every message ends with "
-        f"{code_span(f'[{entry.code}] See {entry.url}')}.",
+        f"{code_span(entry.ending)}: the page you are reading, and the same entry offline.",
         "",
         "## What it means",
         "",
