@@ -8,6 +8,7 @@ files at ``errors/<CODE>.md`` (URL ``errors/<CODE>/``, what
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping
 
@@ -51,6 +52,15 @@ def code_block(text: str, language: str = "python") -> str:
     while fence in text:
         fence += "`"
     return f'<div class="kvc-wrap" markdown>\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n\n</div>'
+
+
+def sglang_heading(message: str, index: int) -> str:
+    """One SGLang message as a small heading of its own (raw HTML: kept out of the page's table of contents).
+
+    The search index makes every heading a section whose title weighs far more
+    than body text, so a pasted log line ranks the page that covers it first.
+    """
+    return f'<h3 class="kvc-sglang" id="sglang-message-{index}"><code>{html.escape(message, quote=False)}</code></h3>\n'
 
 
 def _exception_text(entry) -> str:
@@ -123,7 +133,7 @@ def render_entry(entry, registry: Mapping) -> str:
     ]
     if entry.sglang:
         parts += ["SGLang's kv-canary rejects the same input with:", ""]
-        parts += [f"- {code_span(m)}" for m in entry.sglang]
+        parts += [sglang_heading(m, i) for i, m in enumerate(entry.sglang, 1)]
     elif entry.extension:
         parts.append("None: SGLang has no such check; this is an extension of kvcanary_numba.")
     else:
