@@ -108,6 +108,11 @@ def render_entry(entry, registry: Mapping) -> str:
         "",
         "## Example fix",
         "",
+        "Both snippets run on a CPU as written (a test executes them): `xp` is the array module (NumPy "
+        "here, CuPy on a GPU), `ctx`, `vplan`, `wplan`, `req_to_token` are a small valid step, and "
+        "`plan_args(...)`, `write_args(...)`, `verify_args(...)`, `monitor_args(...)` stand for the other "
+        "arguments of a valid call (`tests/catalogue_examples.py`).",
+        "",
         f"Before (raises {entry.code}):",
         "",
         code_block(entry.before),
