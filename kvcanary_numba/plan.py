@@ -162,11 +162,11 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
         Receives write ranges, seeds and ``write_num_valid_reqs = bs``; needs
         ``write_req_capacity >= bs``.
     req_pool_indices : int64 [bs]
-        Row of ``req_to_token`` of each request (0 = padding row).
+        Request rows, as in :func:`launch_plan_offsets_kernel`.
     prefix_lens : int64 [bs]
-        Tokens of each request already in the KV cache (negative counts as 0).
+        Cached tokens per request: positions ``[0, prefix)`` are verified (within the SWA window).
     extend_seq_lens : int64 [bs]
-        New tokens of each request in this step (negative counts as 0).
+        New tokens per request: positions ``[prefix, prefix + extend)`` are planned for writing.
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position); unresolvable -> ``OUT_OF_RANGE_SLOT``.
     swa_window_size : int
