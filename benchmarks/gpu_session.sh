@@ -7,13 +7,15 @@
 # Steps (each bounded with `timeout`, logged to $OUT/<step>.log; the run goes on when one fails
 # and $OUT/summary.txt lists the exit codes; $OUT defaults to ./gpu-out):
 #   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
-#   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else ./.vectors,
-#              ./shared/vectors or ../shared/vectors)
+#   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed
+#              ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 40 s on the H200)
 #   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
 #   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
 #   quick      the benchmark at small sizes, a smoke test of every section (not in the default list)
 #   racecheck  the small verify, write and plan kernel tests under racecheck (not in the default list)
+#   fuzz       the bad-input harness on CuPy arrays under memcheck (benchmarks/fuzz_cuda.py; copy
+#              ../shared/tools/fuzz_bad_inputs.py to ./.fuzz/ first; not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -37,7 +39,7 @@ run_step() {  # name, limit in seconds, command...
 }
 
 find_vectors() {
-    for dir in "${KVCANARY_VECTORS:-}" "$PWD/.vectors" "$PWD/shared/vectors" "$PWD/../shared/vectors"; do
+    for dir in "${KVCANARY_VECTORS:-}" "$PWD/tests/data/vectors"; do
         [ -n "$dir" ] && ls "$dir"/*.npz >/dev/null 2>&1 && { echo "$dir"; return 0; }
     done
     return 1
@@ -101,8 +103,22 @@ for step in "${STEPS[@]}"; do
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
         fi ;;
+    fuzz)
+        harness=""
+        for f in "$PWD/.fuzz/fuzz_bad_inputs.py" "$PWD/../shared/tools/fuzz_bad_inputs.py"; do
+            [ -f "$f" ] && { harness=$f; break; }
+        done
+        if [ -z "$harness" ]; then
+            echo "fuzz       rc=NA   harness not found (copy fuzz_bad_inputs.py to .fuzz/)" | tee -a "$SUMMARY"
+        elif tool=$(find_sanitizer); then
+            run_step fuzz 540 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 --print-limit 20 \
+                python3 benchmarks/fuzz_cuda.py --harness "$harness" --n 400 --json "$OUT/fuzz-cuda.json"
+            grep -h "ERROR SUMMARY" "$OUT/fuzz.log" | tee -a "$SUMMARY"
+        else
+            run_step fuzz 300 python3 benchmarks/fuzz_cuda.py --harness "$harness" --n 400 --json "$OUT/fuzz-cuda.json"
+        fi ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

@@ -81,7 +81,9 @@ def evaluate_targets(records: list[dict]) -> list[dict]:
     speedups = [r.get("speedup") for r in records if r.get("op") == "cpu verify" and r.get("speedup")]
     out.append(_target("CPU verify: NumPy path over the per-entry Python loop (worst mode)",
                        min(speedups) if speedups else None, 100.0, "higher", "x"))  # fmt: skip
-    return out
+    from benchmarks import bench_chain  # its own targets (the chain floor and the monitor step)
+
+    return out + bench_chain.targets(records, _target)
 
 
 def _size(record: dict):
@@ -111,7 +113,8 @@ def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
         ops += [r["op"]] if r.get("op") not in ops else []
     for op in ops:
         rows = [r for r in records if r.get("op") == op]
-        extra = [k for k in ("gbps", "copy_fraction", "speedup", "launches", "rows") if any(k in r for r in rows)]
+        extra = [k for k in ("gbps", "copy_fraction", "speedup", "launches", "rows", "selected", "vs_full")
+                 if any(k in r for r in rows)]
         lines += ["", f"## {op}", "", "| variant | size | median µs | p90 µs | " + " | ".join(extra) + " |",
                   "|---|---|---|---|" + "---|" * len(extra)]  # fmt: skip
         for r in rows:

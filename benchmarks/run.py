@@ -34,7 +34,7 @@ if str(HERE.parent) not in sys.path:  # run as a script: make ``benchmarks`` and
 from benchmarks.report import write_results  # noqa: E402
 from benchmarks.timing import Deadline  # noqa: E402
 
-GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor")
+GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor", "budget", "chain")
 CPU_SECTIONS = ("cpu", "validation")
 
 
@@ -130,14 +130,17 @@ def _sections(names: list[str]):
 
     table = {"cpu": bench_cpu.cpu_verify, "validation": bench_cpu.validation_cost}
     if any(n in GPU_SECTIONS for n in names):
-        from benchmarks import bench_kernels, bench_step
+        from benchmarks import bench_chain, bench_kernels, bench_step
 
         def roofline(run):
             run.copy_gbps = bench_kernels.roofline(run)["gbps"]
 
         table.update(roofline=roofline, verify=bench_kernels.verify_sweep, write=bench_kernels.write_sweep,
                      plan=bench_kernels.plan_sweep, launch=bench_step.launch_overhead, step=bench_step.op_step,
-                     monitor=bench_step.monitor_steps)  # fmt: skip
+                     monitor=bench_step.monitor_steps, chain=bench_chain.chain_section)  # fmt: skip
+        from benchmarks import bench_budget
+
+        table["budget"] = bench_budget.budget_sweep
     if any(n in ("verify", "write", "plan") for n in names) and "roofline" not in names:
         names = ["roofline", *names]  # bandwidth fractions need it
     return [(n, table[n]) for n in names if n in table]

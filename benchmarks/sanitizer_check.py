@@ -114,6 +114,8 @@ def run_plan(counts: dict, lut: bool) -> None:
     vplan = VerifyPlan.allocate(verify_capacity=CAPACITY, device=DEVICE)
     wplan = WritePlan.allocate(write_req_capacity=BS, device=DEVICE)
     mapping = garbage(SLOTS + 1) if lut else None
+    if mapping is not None:
+        mapping[0] = 0  # padding slot 0 maps to 0 (KVC-P008 on host LUTs); the rest stays garbage
     for prefix in (garbage(BS, low=-50, high=3 * WIDTH), cp.full(BS, 1 << 40, dtype=np.int64)):
         launch_canary_plan_kernels(
             verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=garbage(BS, low=-3, high=ROWS + 3),

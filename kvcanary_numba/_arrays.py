@@ -149,7 +149,7 @@ def check_array(
     info = inspect_array(function, argument, array)
     if info.dtype != dtype:  # dtype == scalar type compares without building a dtype
         want = np.dtype(dtype)
-        raise error("KVC-C002", function=function, argument=argument, expected=want.name, got=info.dtype.name)
+        raise error("KVC-C002", function=function, argument=argument, expected=want.name, got=dtype_label(info.dtype))
     if len(info.shape) != ndim:
         raise error("KVC-C003", function=function, argument=argument, expected=ndim, got=info.shape)
     if shape is not None and any(w is not None and w != g for w, g in zip(shape, info.shape)):
@@ -162,6 +162,11 @@ def check_array(
     if writeable and not info.writeable:
         raise error("KVC-C013", function=function, argument=argument)
     return info
+
+
+def dtype_label(dtype: np.dtype) -> str:
+    """``dtype``'s name, or its byte-order string when not native (">i8", not "int64")."""
+    return dtype.name if dtype.isnative else dtype.str
 
 
 def check_bool(function: str, argument: str, value: Any) -> bool:

@@ -2,7 +2,7 @@
 
 Subcommands: ``demo`` (toy engine with planted faults, and what the canary
 caught), ``explain CODE`` (one error-catalogue entry), ``doctor`` (backends and
-versions), ``bench`` (the benchmark script, when the source tree is present).
+versions), ``inspect BUNDLE`` (replay a violation bundle), ``bench`` (the benchmark script, when the source tree is present).
 """
 
 from __future__ import annotations
@@ -206,6 +206,14 @@ def _bench(args) -> int:
     return subprocess.call([sys.executable, str(_BENCH), *extra])
 
 
+# --- inspect -----------------------------------------------------------------------
+def _inspect(args) -> int:
+    from .monitor.replay import explain_bundle
+
+    print(explain_bundle(args.bundle))
+    return 0
+
+
 def _positive_int(text: str) -> int:
     """argparse type of counts such as ``--steps``: 0 or less is a usage error (exit 2)."""
     try:
@@ -235,6 +243,9 @@ def _parser() -> argparse.ArgumentParser:
     explain.set_defaults(run=_explain)
     doctor = sub.add_parser("doctor", help="backends, GPU and versions")
     doctor.set_defaults(run=_doctor)
+    inspect = sub.add_parser("inspect", help="replay a violation bundle (.npz) on the NumPy path and explain it")
+    inspect.add_argument("bundle", help="a bundle written by CanaryMonitor(bundle_dir=...)")
+    inspect.set_defaults(run=_inspect)
     bench = sub.add_parser("bench", help="run benchmarks/run.py (source tree only), passing arguments through")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")
     bench.set_defaults(run=_bench)

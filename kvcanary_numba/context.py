@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import array_module, check_int, inspect_array
+from ._limits import INT32_MAX, MAX_SLOT_STRIDE_BYTES, coded_allocation
 from .constants import (
     CANARY_SLOT_BYTES,
     DEFAULT_RING_CAPACITY,
@@ -24,6 +25,13 @@ __all__ = ["RealKvSource", "CanaryContext"]
 _SOURCE = "RealKvSource"
 
 
+def _geometry_int(value: Any) -> int | None:
+    """``value`` as a Python int if it is an int or NumPy integer (bools excluded), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RealKvSource:
     """One strip of real KV bytes folded into each slot's ``real_kv_hash``.
@@ -36,11 +44,13 @@ class RealKvSource:
 
     Attributes
     ----------
-    tensor : array, any dtype, 2-D [rows, row_elements]
+    tensor : array, any plain dtype (not object), 2-D [rows, row_elements]
         Live KV memory (a view, never a copy). The last axis must be contiguous;
-        rows may be strided by a multiple of 16 bytes.
+        rows are strided by a non-negative multiple of 16 bytes (0: broadcast rows).
     page_size : int
-        Slots per row, >= 1.
+        Slots per row, >= 1. NumPy integers are accepted and stored as ``int``;
+        bools and floats are not. ``page_size * num_bytes_per_token`` must fit
+        the row (exact integer arithmetic, no wrap-around).
     num_bytes_per_token : int
         Bytes of a row per slot; a positive multiple of 16.
     read_bytes : int
@@ -50,7 +60,7 @@ class RealKvSource:
     Raises
     ------
     KvCanaryError
-        KVC-R001 … KVC-R006, KVC-C001, KVC-C014.
+        KVC-R001 … KVC-R006, KVC-R010, KVC-C001, KVC-C014.
     """
 
     tensor: Any
@@ -59,33 +69,37 @@ class RealKvSource:
     read_bytes: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.page_size, (int, np.integer)) and self.page_size >= 1):
+        # Geometry as Python ints first: NumPy integer products wrap silently and let reads run past the tensor.
+        page_size = _geometry_int(self.page_size)
+        if page_size is None or page_size < 1:
             raise error("KVC-R001", function=_SOURCE, got=self.page_size)
-        nbt = self.num_bytes_per_token
-        if not (isinstance(nbt, (int, np.integer)) and nbt > 0 and nbt % REAL_KV_ALIGN_BYTES == 0):
-            raise error("KVC-R002", function=_SOURCE, got=nbt)
-        rb = self.read_bytes
-        if not (isinstance(rb, (int, np.integer)) and 0 < rb <= nbt and rb % REAL_KV_ALIGN_BYTES == 0):
-            raise error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=rb)
+        nbt = _geometry_int(self.num_bytes_per_token)
+        if nbt is None or nbt <= 0 or nbt % REAL_KV_ALIGN_BYTES:
+            raise error("KVC-R002", function=_SOURCE, got=self.num_bytes_per_token)
+        rb = _geometry_int(self.read_bytes)
+        if rb is None or not 0 < rb <= nbt or rb % REAL_KV_ALIGN_BYTES:
+            raise error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=self.read_bytes)
+        for name, value in (("page_size", page_size), ("num_bytes_per_token", nbt), ("read_bytes", rb)):
+            object.__setattr__(self, name, value)
         info = inspect_array(_SOURCE, "tensor", self.tensor)
         if len(info.shape) != 2:
             raise error("KVC-R004", function=_SOURCE, got=info.shape)
-        itemsize = info.dtype.itemsize
-        if info.shape[1] > 1 and info.strides[1] != itemsize:
-            raise error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
-        if info.shape[0] > 1 and info.strides[0] % REAL_KV_ALIGN_BYTES != 0:
-            raise error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
+        if info.dtype.hasobject:
+            raise error("KVC-R010", function=_SOURCE, got=info.dtype.name)
+        rows, itemsize = info.shape[0], info.dtype.itemsize
         row_bytes = info.shape[1] * itemsize
-        if row_bytes < self.page_size * nbt:
+        if rows and row_bytes:  # an empty tensor is never read: its strides do not matter
+            column_ok = info.shape[1] == 1 or info.strides[1] == itemsize
+            # Rows may repeat (stride 0, a broadcast view) but never run backwards or off the 16-byte grid.
+            row_ok = rows == 1 or (info.strides[0] >= 0 and info.strides[0] % REAL_KV_ALIGN_BYTES == 0)
+            if not (column_ok and row_ok):
+                raise error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
+        if row_bytes < page_size * nbt:
             raise error(
-                "KVC-R006",
-                function=_SOURCE,
-                got=row_bytes,
-                page_size=self.page_size,
-                num_bytes_per_token=nbt,
-                needed=self.page_size * nbt,
-            )
-        if info.ptr % REAL_KV_ALIGN_BYTES != 0:
+                "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt,
+                needed=page_size * nbt,
+            )  # fmt: skip
+        if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
             raise error("KVC-C014", function=_SOURCE, argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
 
     @property
@@ -165,33 +179,36 @@ class CanaryContext:
         Raises
         ------
         KvCanaryError
-            KVC-C011 for non-positive sizes or a tag / mode outside its enum, KVC-C012 for a bad
-            stride, KVC-R009 for sources that are not RealKvSource objects; KVC-C009, KVC-C008.
+            KVC-C011 for sizes outside ``[1, 2**31 - 1]`` (stride: ``[32, 4096]``) or a tag / mode
+            outside its enum, KVC-C012 for a bad stride, KVC-C015 when the buffers do not fit in
+            memory, KVC-R007 … KVC-R009 for sources that are not RealKvSource objects, more than 4
+            or too few rows for ``num_slots``; KVC-C009, KVC-C008.
         """
         function = "CanaryContext.allocate"
-        num_slots = check_int(function, "num_slots", num_slots, low=1)
-        stride = check_int(function, "slot_stride_bytes", slot_stride_bytes)
+        num_slots = check_int(function, "num_slots", num_slots, low=1, high=INT32_MAX)
+        stride = check_int(function, "slot_stride_bytes", slot_stride_bytes, high=MAX_SLOT_STRIDE_BYTES)
         if stride < CANARY_SLOT_BYTES or stride % 8:
             raise error("KVC-C012", function=function, argument="canary_buf", got=stride)
-        ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1)
+        ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
         kind = check_int(function, "kernel_kind", kernel_kind, low=0, high=len(CanaryLaunchTag) - 1)
-        mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
-        if not isinstance(real_kv_sources, (tuple, list)) or not all(
-            isinstance(source, RealKvSource) for source in real_kv_sources
-        ):
-            raise error("KVC-R009", function=function, argument="real_kv_sources", got=repr(real_kv_sources)[:80])
+        from .fingerprint import check_real_kv_sources  # imports this module
+
+        # Sources must cover every slot (KVC-R007) here already, not at the first launch.
+        mode, _ = check_real_kv_sources(function, real_kv_sources, real_kv_hash_mode, num_slots=num_slots)
         xp = array_module(function, device)
-        return cls(
-            canary_buf=xp.zeros((num_slots, stride), dtype=np.uint8),
-            kernel_kind=CanaryLaunchTag(kind),
-            violation_ring=xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64),
-            violation_write_index=xp.zeros(1, dtype=np.int32),
-            slot_run_counter=xp.zeros(1, dtype=np.int64),
-            kernel_run_counter=xp.zeros(1, dtype=np.int64),
-            real_kv_sources=tuple(real_kv_sources),
-            real_kv_hash_mode=RealKvHashMode(mode),
-            enable_chain_position_assert=xp.ones(1, dtype=np.int32),
-        )
+        nbytes = num_slots * stride + ring_capacity * VIOLATION_FIELDS * 8
+        with coded_allocation(function, "num_slots", num_slots, what="canary buffer and ring", nbytes=nbytes):
+            return cls(
+                canary_buf=xp.zeros((num_slots, stride), dtype=np.uint8),
+                kernel_kind=CanaryLaunchTag(kind),
+                violation_ring=xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64),
+                violation_write_index=xp.zeros(1, dtype=np.int32),
+                slot_run_counter=xp.zeros(1, dtype=np.int64),
+                kernel_run_counter=xp.zeros(1, dtype=np.int64),
+                real_kv_sources=tuple(real_kv_sources),
+                real_kv_hash_mode=RealKvHashMode(mode),
+                enable_chain_position_assert=xp.ones(1, dtype=np.int32),
+            )
 
     def replace(self, **changes: Any) -> CanaryContext:
         """A copy with some fields changed (e.g. another tag or buffer sharing this ring)."""

@@ -44,7 +44,12 @@ def _check_batch(function, *, req_pool_indices, prefix_lens, extend_seq_lens, re
         raise error("KVC-P005", function=function, expected=expected, window=window, got=_describe(lut))
     if lut is not None:
         name = "full_to_swa_index_mapping"
-        infos.append((name, check_array(function, name, lut, dtype=np.int64, ndim=1, min_len=1)))
+        info = check_array(function, name, lut, dtype=np.int64, ndim=1, min_len=1)
+        # Padding slot 0 must stay 0. Read only from host memory: reading a GPU LUT would sync the
+        # stream every step (and fail inside CUDA-graph capture); the catalogue entry says so.
+        if info.kind == "numpy" and int(lut[0]) != 0:
+            raise error("KVC-P008", function=function, got=int(lut[0]))
+        infos.append((name, info))
     return bs, window, infos
 
 
@@ -95,7 +100,8 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position).
     full_to_swa_index_mapping : int64 [lut_len >= 1] or None
-        Full-to-SWA slot LUT; required iff ``swa_window_size > 0``.
+        Full-to-SWA slot LUT; required iff ``swa_window_size > 0``. ``lut[0]`` must be 0
+        (checked when the LUT is in host memory: KVC-P008; a GPU LUT is not read).
     out_verify_offsets_scratch : int64 [>= bs + 1]
         Receives the exclusive verify offsets at ``[0, bs)`` and the total at ``[bs]``.
     out_write_offsets : int64 [write_req_capacity + 1]
@@ -118,7 +124,7 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     Raises
     ------
     KvCanaryError
-        KVC-P001, KVC-P002, KVC-P003, KVC-P005; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
+        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
     """
     function = "launch_plan_offsets_kernel"
     bs, window, infos = _check_batch(
@@ -172,7 +178,7 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     swa_window_size : int
         SWA window ``W >= 0``: positions ``[max(prefix - W, 0), prefix)`` are verified.
     full_to_swa_index_mapping : int64 [lut_len >= 1] or None
-        Full-to-SWA slot LUT; required iff ``swa_window_size > 0``.
+        Full-to-SWA slot LUT; required iff ``swa_window_size > 0``; ``lut[0] == 0`` (KVC-P008).
     verify_capacity : int
         Must equal ``verify_plan_out.verify_capacity``.
     req_to_verify_expected_tokens : int32 [rows, cols] or None
@@ -187,7 +193,7 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     Raises
     ------
     KvCanaryError
-        KVC-P001 … KVC-P007; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
+        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
     """
     function = "launch_canary_plan_kernels"
     for argument, value, cls in (("verify_plan_out", verify_plan_out, VerifyPlan),

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import array_module, check_int
+from ._limits import INT32_MAX, coded_allocation
 from .constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR
 
 __all__ = ["VerifyPlan", "WritePlan"]
@@ -62,25 +63,28 @@ class VerifyPlan:
         Parameters
         ----------
         verify_capacity : int
-            Entries the plan can hold; positive (KVC-C011).
+            Entries the plan can hold, in ``[1, 2**31 - 1]`` (KVC-C011; the
+            count is int32 on the device). KVC-C015 when it does not fit in memory.
         device : {"cpu", "cuda"}
             NumPy or CuPy arrays (KVC-C009, KVC-C008).
 
         Raises
         ------
         KvCanaryError
-            KVC-C011, KVC-C009, KVC-C008.
+            KVC-C011, KVC-C015, KVC-C009, KVC-C008.
         """
-        capacity = check_int("VerifyPlan.allocate", "verify_capacity", verify_capacity, low=1)
+        capacity = check_int("VerifyPlan.allocate", "verify_capacity", verify_capacity, low=1, high=INT32_MAX)
         xp = array_module("VerifyPlan.allocate", device)
-        return cls(
-            verify_slot_indices=xp.zeros(capacity, dtype=np.int64),
-            verify_expected_tokens=xp.full(capacity, EXPECTED_TOKEN_UNCHECKED, dtype=np.int64),
-            verify_expected_positions=xp.zeros(capacity, dtype=np.int64),
-            verify_prev_slot_indices=xp.zeros(capacity, dtype=np.int64),
-            verify_num_valid=xp.zeros(1, dtype=np.int32),
-            enable=xp.ones(1, dtype=np.int32),
-        )
+        nbytes = cls.allocation_bytes(capacity)
+        with coded_allocation("VerifyPlan.allocate", "verify_capacity", capacity, what="verify plan", nbytes=nbytes):
+            return cls(
+                verify_slot_indices=xp.zeros(capacity, dtype=np.int64),
+                verify_expected_tokens=xp.full(capacity, EXPECTED_TOKEN_UNCHECKED, dtype=np.int64),
+                verify_expected_positions=xp.zeros(capacity, dtype=np.int64),
+                verify_prev_slot_indices=xp.zeros(capacity, dtype=np.int64),
+                verify_num_valid=xp.zeros(1, dtype=np.int32),
+                enable=xp.ones(1, dtype=np.int32),
+            )
 
     def arrays(self) -> dict[str, Any]:
         """Field name -> array, in declaration order."""
@@ -124,22 +128,26 @@ class WritePlan:
         Parameters
         ----------
         write_req_capacity : int
-            Largest batch (requests) the plan describes; positive (KVC-C011).
+            Largest batch (requests) the plan describes, in ``[1, 2**31 - 2]``
+            (KVC-C011); KVC-C015 when it does not fit in memory.
         device : {"cpu", "cuda"}
             NumPy or CuPy arrays.
 
         Raises
         ------
         KvCanaryError
-            KVC-C011, KVC-C009, KVC-C008.
+            KVC-C011, KVC-C015, KVC-C009, KVC-C008.
         """
-        capacity = check_int("WritePlan.allocate", "write_req_capacity", write_req_capacity, low=1)
-        xp = array_module("WritePlan.allocate", device)
-        return cls(
-            write_offsets=xp.zeros(capacity + 1, dtype=np.int64),
-            write_seed_slot_indices=xp.full(capacity, NO_PREDECESSOR, dtype=np.int64),
-            write_num_valid_reqs=xp.zeros(1, dtype=np.int32),
-        )
+        function = "WritePlan.allocate"
+        capacity = check_int(function, "write_req_capacity", write_req_capacity, low=1, high=INT32_MAX - 1)
+        xp = array_module(function, device)
+        nbytes = cls.allocation_bytes(capacity)
+        with coded_allocation(function, "write_req_capacity", capacity, what="write plan", nbytes=nbytes):
+            return cls(
+                write_offsets=xp.zeros(capacity + 1, dtype=np.int64),
+                write_seed_slot_indices=xp.full(capacity, NO_PREDECESSOR, dtype=np.int64),
+                write_num_valid_reqs=xp.zeros(1, dtype=np.int32),
+            )
 
     def arrays(self) -> dict[str, Any]:
         """Field name -> array, in declaration order."""

@@ -18,12 +18,13 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import warnings
 
 import numpy as np
 
 import kvcanary_numba as kc
 from kvcanary_numba.engine import EngineConfig, ToyEngine
-from kvcanary_numba.monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch
+from kvcanary_numba.monitor import CanaryBlindSpotWarning, CanaryMonitor, KvGroup, SlotChain, StepBatch, VerifyBudget
 
 #: Slots of the example pool, request rows and columns of its req_to_token, bytes per KV row.
 NUM_SLOTS, ROWS, WIDTH, KV_BYTES = 64, 4, 16, 256
@@ -52,7 +53,7 @@ def example_scope(workdir: pathlib.Path) -> dict:
     """A fresh namespace for one snippet; ``workdir`` holds the files a snippet reads (``buf.npy``)."""
     ns: dict = {name: getattr(kc, name) for name in kc.__all__}
     ns.update(np=np, xp=np, gpu_array=GpuArray, EngineConfig=EngineConfig, ToyEngine=ToyEngine, CanaryMonitor=CanaryMonitor,
-              KvGroup=KvGroup, SlotChain=SlotChain, StepBatch=StepBatch)  # fmt: skip
+              KvGroup=KvGroup, SlotChain=SlotChain, StepBatch=StepBatch, VerifyBudget=VerifyBudget)  # fmt: skip
     k_layer0 = np.zeros((NUM_SLOTS, KV_BYTES), dtype=np.uint8)
     source = kc.RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=KV_BYTES, read_bytes=KV_BYTES)
     req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
@@ -114,7 +115,11 @@ def example_scope(workdir: pathlib.Path) -> dict:
 def _outcome(code: str, snippet: str, workdir: pathlib.Path) -> str:
     """``"ran"``, the code of the ``KvCanaryError`` it raised, or the other exception as text."""
     if snippet.startswith("kvcanary "):  # a shell command: run the CLI as a user would
-        proc = subprocess.run([sys.executable, "-m", "kvcanary_numba", *shlex.split(snippet)[1:], "--no-progress"],
+        argv = shlex.split(snippet.split("#")[0])[1:]
+        argv += ["--no-progress"] if argv[0] == "demo" else []
+        if argv[0] == "inspect":
+            _shell_files(workdir, argv[1])
+        proc = subprocess.run([sys.executable, "-m", "kvcanary_numba", *argv],
                               capture_output=True, text=True, timeout=600, cwd=workdir)  # fmt: skip
         if proc.returncode == 0:
             return "ran"
@@ -133,10 +138,47 @@ def _outcome(code: str, snippet: str, workdir: pathlib.Path) -> str:
     return "ran"
 
 
+def _shell_files(workdir: pathlib.Path, name: str) -> None:
+    """What ``kvcanary inspect NAME`` examples read: a log file, or a real bundle of a caught fault."""
+    path = workdir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix != ".npz":
+        path.write_text("kv_canary violation: launch_tag=HEAD_K_FULL ...\n")  # a log, not a bundle
+        return
+    k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
+    full = KvGroup(kind="full", num_slots=NUM_SLOTS, has_v=False,
+                   k_sources=(kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32),))
+    monitor = CanaryMonitor(full=full, device="cpu", write_req_capacity=1, real_kv_hash_mode=kc.RealKvHashMode.ALL,
+                            health_interval=0, bundle_dir=workdir / "caught")  # fmt: skip
+    req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
+    for prefix, slots in ((0, [5, 6, 7, 8]), (4, [9])):  # prefill, then a decode step after a K byte flips
+        req_to_token[1, prefix : prefix + len(slots)] = slots
+        step = StepBatch(req_pool_indices=_i64([1]), prefix_lens=_i64([prefix]), extend_seq_lens=_i64([len(slots)]),
+                         req_to_token=req_to_token, input_ids=_i64(slots) + 100,
+                         positions=_i64(range(prefix, prefix + len(slots))), out_cache_loc=_i64(slots))  # fmt: skip
+        with monitor.forward(step):
+            k[slots] = 1
+        monitor.end_step()
+        k[6, 0] ^= 0xFF
+    monitor.bundles[0].replace(path)
+
+
+def _limit_memory(gib: int = 32) -> None:
+    """Cap the address space, so an allocation too large for a small machine fails here too (KVC-C015)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: the KVC-C015 example then depends on the machine
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (gib << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
 def run_all() -> dict[str, list[str]]:
     """Code -> [outcome of "Before", outcome of "After"] for every catalogue entry."""
     from kvcanary_numba.errors import REGISTRY
 
+    _limit_memory()
+    # Advice, not an error: the examples keep the expected-token check off (warnings are errors otherwise).
+    warnings.simplefilter("ignore", CanaryBlindSpotWarning)
     out = {}
     for code, entry in sorted(REGISTRY.items()):
         out[code] = [_outcome(code, snippet, pathlib.Path(tempfile.mkdtemp(prefix="kvc-example-")))

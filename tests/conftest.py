@@ -34,8 +34,6 @@ _numba_config.reload_config()
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
 
 def _cupy_gpu() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -64,10 +62,17 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def vectors_dir() -> pathlib.Path:
-    """Folder of SGLang's golden vectors (KVCANARY_VECTORS, default ../shared/vectors)."""
-    path = pathlib.Path(os.environ.get("KVCANARY_VECTORS", ROOT.parent / "shared" / "vectors"))
+    """Folder of SGLang's golden vectors: ``$KVCANARY_VECTORS`` if set, else ``tests/data/vectors``.
+
+    The same folder ``tests/test_vectors.py`` parametrizes from (``vectors.vectors_folder``).
+    Tests needing it skip when it is missing; ``test_vector_parametrization_is_the_folder_read``
+    then fails (a ``KVCANARY_VECTORS`` naming a missing folder is a misconfigured run).
+    """
+    from vectors import ENV, vectors_folder
+
+    path = vectors_folder()
     if not path.is_dir():
-        pytest.fail(f"golden vectors not found at {path}; set KVCANARY_VECTORS")
+        pytest.skip(f"golden vectors not found at {path} (${ENV} names another folder)")
     return path
 
 

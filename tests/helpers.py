@@ -28,6 +28,13 @@ FILL = -7777
 OOR = OUT_OF_RANGE_SLOT
 
 
+def padded_lut(values) -> np.ndarray:
+    """int64 copy of a full-to-SWA LUT with entry 0 set to 0: padding slot 0 stays padding (KVC-P008)."""
+    lut = np.array(values, dtype=np.int64)
+    lut[0] = 0
+    return lut
+
+
 def linear_rtt(rows: int = 9, width: int = PLAN_WIDTH) -> np.ndarray:
     """req_to_token (int32 [rows, width]) with entry [rp, pos] = rp * width + pos."""
     return (np.arange(rows)[:, None] * width + np.arange(width)[None, :]).astype(np.int32)

@@ -20,7 +20,7 @@ from typing import Any
 
 import canary_helpers
 import numpy as np
-from helpers import FILL, PLAN_WIDTH, linear_rtt
+from helpers import FILL, PLAN_WIDTH, linear_rtt, padded_lut
 
 from kvcanary_numba import CanaryContext, RealKvSource, VerifyPlan, WritePlan
 from kvcanary_numba import plan as public
@@ -215,7 +215,7 @@ def random_batch(rng, bs=None, *, rows=9, width=PLAN_WIDTH, wcap=None):
     return case(
         rng.integers(0, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 4, bs),
         rtt=rng.integers(1, 500, (rows, width)).astype(np.int32), window=window,
-        lut=rng.integers(1, 10**6, 500).astype(np.int64) if window else None,
+        lut=padded_lut(rng.integers(1, 10**6, 500)) if window else None,
         pool=pool, lens=None if pool is None else rng.integers(0, width + 1, bs),
         offset=int(rng.integers(-1, 2)), vcap=int(rng.integers(1, bs * width + 2)), wcap=wcap or bs + 2,
     )
@@ -229,7 +229,7 @@ def garbage_batch(rng, bs=None):
     return case(
         rng.integers(-3, rows + 3, bs), rng.integers(-5, width + 6, bs), rng.integers(-3, 4, bs),
         rtt=rng.integers(-4, 90, (rows, width)).astype(np.int32), window=window,
-        lut=rng.integers(-3, 10**6, 60).astype(np.int64) if window else None,
+        lut=padded_lut(rng.integers(-3, 10**6, 60)) if window else None,
         pool=rng.integers(-9, 9, (rows - 1, width - 3)).astype(np.int32),
         lens=rng.integers(-3, width + 5, bs), offset=int(rng.integers(-3, 4)), vcap=int(rng.integers(1, 300)),
         wcap=bs + int(rng.integers(0, 5)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
@@ -90,6 +92,16 @@ class Driver:
     def rows(self, since: int = 0) -> list[tuple[str, int, int, tuple[str, ...]]]:
         """(tag, slot, position, reasons) of the violations decoded so far, from index ``since``."""
         return [(v.tag, v.slot_idx, v.position, v.reasons) for v in self.monitor.violations[since:]]
+
+
+def flip_and_step(d: Driver, caplog, flips, *steps) -> list[str]:
+    """Flip a K byte of each slot in ``flips``, run ``steps`` (new tokens per step); the monitor's warnings."""
+    for slot in flips:
+        d.k[slot, 0] ^= 1
+    with caplog.at_level(logging.WARNING, logger="kvcanary_numba.monitor"):
+        for new in steps:
+            d.step(new)
+    return [r.getMessage() for r in caplog.records]
 
 
 def monitor_records(buffer: np.ndarray) -> np.ndarray:

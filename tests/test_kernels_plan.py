@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FILL, OOR, PLAN_WIDTH, linear_rtt
+from helpers import FILL, OOR, PLAN_WIDTH, linear_rtt, padded_lut
 from kernel_pairs import KERNEL_DEVICE, case, fresh_plans, garbage_batch, random_batch, run_both, token_pool
 
 from kvcanary_numba.kernels import plan as kernels
@@ -31,7 +31,7 @@ def entries(vplan: dict) -> dict:
 
 
 def _permuted_lut(n, seed=3):
-    return np.random.default_rng(seed).permutation(n).astype(np.int64) + 1
+    return padded_lut(np.random.default_rng(seed).permutation(n) + 1)
 
 
 def _sparse_rtt(seed=4):
@@ -55,7 +55,7 @@ SCENARIOS = {
     "sparse_req_to_token": case([1, 2, 3], [12, 5, 9], [1, 2, 1], rtt=_sparse_rtt()),
     "swa_clip_prefix_less_than_window": case([1], [3], [1], rtt=linear_rtt(width=256), window=128,
                                              lut=np.arange(9 * 256, dtype=np.int64)),
-    "swa_lut_identity_plus_100": case([1], [3], [1], window=128, lut=np.arange(1000, dtype=np.int64) + 100),
+    "swa_lut_identity_plus_100": case([1], [3], [1], window=128, lut=padded_lut(np.arange(1000) + 100)),
     "swa_covers_all_tokens_in_window": case([1, 2, 3, 4], [50, 128, 200, 1024], [1, 1, 1, 1], rtt=WIDE,
                                             window=128, lut=np.arange(9 * 1024, dtype=np.int64)),
     "zero_prefix_has_no_verify_entries": case([1], [0], [3]),
@@ -65,7 +65,7 @@ SCENARIOS = {
     "padding_rows_in_write_plan": case([1, 0, 2, 0], [1, 1, 1, 1], [1, 1, 0, 1], wcap=6),
     "lut_translates_slot_zero_passes_negatives_reports_misses": case(
         [1, 2], [4, 3], [1, 1], rtt=np.array([[0] * 4, [0, -1, 5, 9], [-7, 8, 0, 3]], dtype=np.int32), window=2,
-        lut=np.array([77, 1, 2, 3, 4, 55, 6, 7], dtype=np.int64)),
+        lut=np.array([77, 1, 2, 3, 4, 55, 6, 7], dtype=np.int64)),  # the glue does not check lut[0]
     "empty_batch": case([], [], [], wcap=3),
     "all_padding": case([0, 0, 0], [4, 5, 6], [1, 1, 1]),
     "negative_lengths_count_as_zero": case([1, 2], [-3, 4], [2, -1]),

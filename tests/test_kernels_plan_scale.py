@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FILL
+from helpers import FILL, padded_lut
 from kernel_pairs import (
     KERNEL_DEVICE,
     case,
@@ -131,7 +131,7 @@ def scale_batch(rng, bs, *, window=0, pool=False):
     return case(
         rng.integers(0 if bs > 1 else 1, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 5, bs),
         rtt=rng.integers(1, lut_len, (rows, width)).astype(np.int32), window=window,
-        lut=rng.permutation(lut_len).astype(np.int64) if window else None,
+        lut=padded_lut(rng.permutation(lut_len)) if window else None,
         pool=rng.integers(0, 1 << 30, (rows, width)).astype(np.int32) if pool else None,
         lens=rng.integers(0, width + 1, bs) if pool else None, vcap=1 << 21, wcap=bs + 7,
     )

@@ -29,7 +29,7 @@ from numba import cuda
 from kvcanary_numba import OUT_OF_RANGE_SLOT, RealKvHashMode
 from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of a warp
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
-from kvcanary_numba.kernels.write import _prepare
+from kvcanary_numba.kernels.write_chunk import chunk_chain
 
 pytestmark = pytest.mark.simulator
 
@@ -167,21 +167,67 @@ def test_duplicate_slots_in_one_request_last_entry_wins():
 def _last_entry_probe(slots, n, num_slots, last, w):
     t = cuda.threadIdx.x
     shared = cuda.shared.array(CHUNK, np.int64)
+    zeros = cuda.shared.array(CHUNK, np.int64)
     shared[t] = slots[t]
+    zeros[t] = 0
     cuda.syncthreads()
-    _, is_last = _prepare(slots[t], np.int64(t), n, shared, num_slots, 0, w, w, w, w, (0,) * 16)
-    last[t] = 1 if is_last else 0
+    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
+                       num_slots)
+    last[t] = 1 if out[5] else 0
 
 
-def test_only_the_last_entry_of_a_chunk_stores_its_slot():
+def _is_last(slots, num_slots=9) -> list[int]:
+    n = len(slots)
+    padded = np.full(CHUNK, -1, dtype=np.int64)
+    padded[:n] = slots
+    last = np.zeros(CHUNK, dtype=np.int32)
+    dev = [to_device(a, KERNEL_DEVICE) for a in (padded, last, np.zeros(2, dtype=np.uint64))]
+    _last_entry_probe[1, CHUNK](dev[0], n, num_slots, dev[1], dev[2])
+    return to_host(dev[1])[:n].tolist()
+
+
+def _last_oracle(slots) -> list[int]:
+    return [int(s not in slots[t + 1 :]) for t, s in enumerate(slots)]
+
+
+@pytest.mark.parametrize(
+    "slots",
+    [
+        [5, 3, 5, 7, 3, 0, 9],  # 9: out of range (never stored, so never compared)
+        [5, 3, 7, 3],  # the only later duplicate of lane 1 is the chunk's last entry
+        [4] + list(range(100, 100 + CHUNK - 2)) + [4],  # a full chunk: lane 0's duplicate is lane 31
+    ],
+    ids=["mixed", "dup-is-last-of-partial-chunk", "dup-is-last-of-full-chunk"],
+)
+def test_only_the_last_entry_of_a_chunk_stores_its_slot(slots):
     # White box: under the simulator threads happen to store in index order, so
     # the "last one wins" rule is checked on the device function itself.
-    slots = np.full(CHUNK, -1, dtype=np.int64)
-    slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (never stored, so never compared)
-    last = np.zeros(CHUNK, dtype=np.int32)
-    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, last, np.zeros(2, dtype=np.uint64))]
-    _last_entry_probe[1, CHUNK](dev[0], 7, 9, dev[1], dev[2])
-    assert to_host(dev[1])[:7].tolist() == [0, 0, 1, 1, 1, 1, 1]
+    assert _is_last(slots, num_slots=9 if max(slots) < 100 else 200) == _last_oracle(slots)
+
+
+def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
+    # End to end, simulator only: every lane whose slot a later lane of its chunk rewrites
+    # must not store (on a GPU both stores would race); the simulator's in-order lanes
+    # would hide an extra store in the final buffer, so the stores themselves are recorded.
+    if KERNEL_DEVICE != "cpu":
+        pytest.skip("records the simulated kernel's stores (simulator only)")
+    from kvcanary_numba.kernels import write as kernels
+
+    stores = []
+    real_store = kernels._store
+
+    def recording_store(buf, slot, token, position, chain_hash, real):
+        stores.append((int(slot), int(token)))
+        real_store(buf, slot, token, position, chain_hash, real)
+
+    monkeypatch.setattr(kernels, "_store", recording_store)
+    # Chunk 0: slot 4 at lanes 0 and 31 (the chunk's last entry); chunk 1 (5 entries): slot 6 at its lanes 1 and 4.
+    slots = [4] + list(range(20, 50)) + [4] + [7, 6, 8, 9, 6]
+    n = len(slots)
+    ctx = make_context(64)
+    write(ctx, write_plan([n], [-1]), range(1000, 1000 + n), range(n), slots)
+    assert sorted(stores) == sorted((s, 1000 + t) for t, s in enumerate(slots) if s not in slots[t + 1 : (t // CHUNK + 1) * CHUNK])
+    assert record(ctx, 4)[0] == 1000 + 31 and record(ctx, 6)[0] == 1000 + n - 1
 
 
 # --- real-KV fingerprints ------------------------------------------------------------
@@ -220,7 +266,9 @@ def test_fold_order_matters(rng):
 
 @pytest.mark.parametrize(
     ("offsets", "rows"),
-    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([-2, 2], [(0, -1, -1, -2, 2, 0, 4, RANGE)])],
+    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([-2, 2], [(0, -1, -1, -2, 2, 0, 4, RANGE)]),
+     # empty ranges record nothing, even with bounds outside the 4 tokens (semantics.md, bit 256)
+     ([6, 6], []), ([-3, -3], []), ([9, 5], []), ([2, -1], [])],
 )
 def test_ranges_outside_the_tokens(offsets, rows):
     ctx = make_context()

@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 import pytest
-from monitor_helpers import DECODE, NUM_SLOTS, PREFILL, Driver, monitor_records, source, token_bytes
+from monitor_helpers import DECODE, NUM_SLOTS, PREFILL, Driver, flip_and_step, monitor_records, source, token_bytes
 
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, CanaryLaunchTag
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
@@ -157,13 +157,9 @@ def test_plan_overflow_warns_and_skips_verify(caplog):
 def test_full_ring_keeps_the_first_rows_and_warns_once(caplog):
     d = Driver(ring_capacity=1, has_v=False)
     d.step(PREFILL)
-    d.k[3, 0] ^= 1
-    d.k[4, 0] ^= 1
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        d.step(DECODE)
-        d.step({1: [(105, 7)]})
+    messages = flip_and_step(d, caplog, [3, 4], DECODE, {1: [(105, 7)]})
     assert [v.slot_idx for v in d.monitor.violations] == [3]
-    assert sum("violation ring full" in r.getMessage() for r in caplog.records) == 1
+    assert sum("violation ring full" in m for m in messages) == 1
 
 
 @pytest.mark.parametrize("mode", ["raise", "log"])

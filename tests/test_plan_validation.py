@@ -74,6 +74,8 @@ PLAN_REJECTIONS = [
     ("KVC-P006", lambda: dict(req_to_verify_expected_tokens=POOL)),
     ("KVC-P006", lambda: dict(req_to_verify_expected_tokens_valid_lens=i64([4, 4]))),
     ("KVC-P007", lambda: dict(verify_plan_out=WritePlan.allocate(write_req_capacity=4))),
+    ("KVC-P008", lambda: dict(swa_window_size=4, full_to_swa_index_mapping=LUT + 1)),
+    ("KVC-P008", lambda: dict(swa_window_size=4, full_to_swa_index_mapping=np.full(3, -1, np.int64))),
     ("KVC-P007", lambda: dict(write_plan_out=VerifyPlan.allocate(verify_capacity=8).arrays())),
     ("KVC-C001", lambda: dict(prefix_lens=[1, 2])),
     ("KVC-C002", lambda: dict(req_to_token=linear_rtt().astype(np.int64))),
@@ -127,6 +129,7 @@ OFFSETS_REJECTIONS = [
                               out_write_seed_slot_indices=np.zeros(1, np.int64))),
     ("KVC-P005", lambda: dict(swa_window_size=3)),
     ("KVC-P005", lambda: dict(full_to_swa_index_mapping=LUT)),
+    ("KVC-P008", lambda: dict(swa_window_size=3, full_to_swa_index_mapping=LUT[::-1].copy())),
     ("KVC-C002", lambda: dict(out_verify_offsets_scratch=np.zeros(3, np.int32))),
     ("KVC-C002", lambda: dict(out_verify_enable=np.zeros(1, np.int64))),
     ("KVC-C004", lambda: dict(out_write_num_valid_reqs=np.zeros(0, np.int32))),
@@ -181,3 +184,17 @@ def test_cuda_arrays_dispatch_to_launch_glue(function, make, monkeypatch):
         assert value is want[key] or (value == want[key] and type(value) is int), key  # ints normalised
     with raises_code("KVC-C008"):
         function(**{**kwargs, "backend": "numpy"})
+
+
+def test_lut_in_gpu_memory_is_not_read(monkeypatch):
+    # lut[0] is checked only in host memory: a device LUT (never indexable here) is passed on unread.
+    calls = fake_launch_module(monkeypatch, "plan", "launch_canary_plan_kernels")
+    kwargs = _fake_cuda(plan_kwargs(backend="cuda", swa_window_size=4, full_to_swa_index_mapping=LUT + 1))
+    launch_canary_plan_kernels(**kwargs)
+    assert len(calls) == 1 and calls[0][1]["full_to_swa_index_mapping"] is kwargs["full_to_swa_index_mapping"]
+
+
+def test_lut_mapping_slot_zero_to_zero_is_accepted():
+    kwargs = plan_kwargs(swa_window_size=4, full_to_swa_index_mapping=np.array([0, 7, 7], np.int64))
+    launch_canary_plan_kernels(**kwargs)
+    assert int(kwargs["verify_plan_out"].enable[0]) == 1

@@ -75,12 +75,12 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
     driver = _run(_driver("fast"))
     m = driver.monitor
     batch = driver.batch({1: [(16, 10)], 2: [(25, 11)]})
-    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__},
-                       "positions": batch.positions.astype(np.int32)})  # fmt: skip
+    bad = StepBatch(**{f: getattr(batch, f) for f in batch.__dataclass_fields__})
+    bad.positions = batch.positions.astype(np.int32)  # reassigned after construction (which checks too)
     with raises_code("KVC-C002"):
         m.pre_forward(bad)
-    strided = np.zeros(4, dtype=np.int64)[::2]
-    bad = StepBatch(**{**{f: getattr(batch, f) for f in batch.__dataclass_fields__}, "out_cache_loc": strided})
+    bad = StepBatch(**{f: getattr(batch, f) for f in batch.__dataclass_fields__})
+    bad.out_cache_loc = np.zeros(4, dtype=np.int64)[::2]
     m._phase = "idle"  # the failed pre_forward left the monitor idle; keep the check explicit
     with raises_code("KVC-C006"):
         m.pre_forward(bad)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FILL, OOR, PLAN_WIDTH, assert_matches_loop, entries, linear_rtt, loop_plan, run_plan
+from helpers import FILL, OOR, PLAN_WIDTH, assert_matches_loop, entries, linear_rtt, loop_plan, padded_lut, run_plan
 
 WIDTH = PLAN_WIDTH  # columns of the "linear" req_to_token: entry [rp, pos] = rp * WIDTH + pos
 
@@ -53,7 +53,7 @@ def test_chain_heads_and_predecessors():
 
 
 def _permuted_lut(rng, size):
-    return rng.permutation(size).astype(np.int64)
+    return padded_lut(rng.permutation(size))
 
 
 def test_seed_translated_through_permuted_lut(rng):
@@ -104,7 +104,7 @@ def test_swa_window_clips_the_prefix(prefix, count, first):
 
 
 def test_swa_lut_translates_verify_slots_and_seed():
-    lut = np.arange(9 * WIDTH + 1, dtype=np.int64) + 100
+    lut = padded_lut(np.arange(9 * WIDTH + 1) + 100)
     vplan, wplan = run_plan([1], [3], [1], window=64, lut=lut)
     assert entries(vplan)["slots"] == [116, 117, 118]
     assert entries(vplan)["prevs"] == [-1, 116, 117]

@@ -6,7 +6,10 @@ import json
 
 import numpy as np
 import pytest
-from helpers import FILL, assert_matches_loop, entries, loop_plan, run_plan
+from helpers import FILL, assert_matches_loop, entries, loop_plan, padded_lut, run_plan
+
+pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +34,7 @@ def test_random_plans_match_loop(seed):
     rpi = rng.integers(-1, rows + 2, size=bs)
     prefix, ext = rng.integers(-2, cols + 4, size=bs), rng.integers(-2, 5, size=bs)
     window = int(rng.choice([0, 0, 1, 3, 50]))
-    lut = rng.integers(-2, 90, size=int(rng.integers(1, 70)), dtype=np.int64) if window else None
+    lut = padded_lut(rng.integers(-2, 90, size=int(rng.integers(1, 70)))) if window else None
     pool, lens, offset = None, None, 0
     if rng.random() < 0.6:
         pool = rng.integers(-5, 10**6, size=(int(rng.integers(1, rows + 2)), int(rng.integers(1, 30))), dtype=np.int32)
@@ -60,7 +63,7 @@ def batches(draw):
     rtt = ints(-2, 40, rows * cols).astype(np.int32).reshape(rows, cols)
     batch = dict(rpi=ints(-1, rows + 1, bs), prefix=ints(-2, cols + 3, bs), ext=ints(-1, 4, bs), rtt=rtt)
     window = draw(st.sampled_from([0, 1, 4]))
-    lut = ints(-2, 60, draw(st.integers(1, 50))) if window else None
+    lut = padded_lut(ints(-2, 60, draw(st.integers(1, 50)))) if window else None
     pool = lens = None
     if draw(st.booleans()):
         pool = ints(-1, 99, (rows + 1) * 6).astype(np.int32).reshape(rows + 1, 6)

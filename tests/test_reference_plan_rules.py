@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import FILL, OOR, entries, i64, linear_rtt, loop_plan, run_plan
+from helpers import FILL, OOR, entries, i64, linear_rtt, loop_plan, padded_lut, run_plan
 
 from kvcanary_numba.plan import launch_plan_offsets_kernel
 
@@ -89,7 +89,7 @@ def test_offsets_step_matches_full_plan(seed):
     bs = int(rng.integers(0, 20))
     rtt = linear_rtt(rows=6, width=12)
     rpi, prefix, ext = rng.integers(0, 6, size=bs), rng.integers(-1, 14, size=bs), rng.integers(-1, 4, size=bs)
-    window, lut = (3, np.arange(80, dtype=np.int64)[::-1].copy()) if seed % 2 else (0, None)
+    window, lut = (3, padded_lut(np.arange(80)[::-1])) if seed % 2 else (0, None)
     vcap, cap = int(rng.integers(1, 40)), bs + 2
     vplan, wplan = run_plan(rpi, prefix, ext, rtt, window=window, lut=lut, vcap=vcap, wcap=cap)
     scratch = np.full(bs + 5, FILL, dtype=np.int64)

@@ -139,7 +139,12 @@ def test_negative_range_start_is_clipped():
     assert ring_rows(ctx) == [(0, -1, -1, -2, 2, 0, 3, RANGE)] and counters(ctx) == (2, 1)
 
 
-@pytest.mark.parametrize(("offsets", "rows"), [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([2, 2], [])])
+@pytest.mark.parametrize(
+    ("offsets", "rows"),
+    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([2, 2], []),
+     # empty ranges whose bounds lie outside the 4 tokens record nothing (semantics.md, bit 256)
+     ([6, 6], []), ([-3, -3], []), ([9, 5], []), ([2, -1], [])],
+)
 def test_empty_or_outside_ranges_write_nothing(offsets, rows):
     ctx = make_context()
     plan = write_plan([0], [2**40])  # an out-of-range seed is only reported for a request with entries

@@ -1,4 +1,4 @@
-"""Replay of SGLang's golden vectors (../shared/vectors) through any backend.
+"""Replay of SGLang's golden vectors (``tests/data/vectors``, or ``$KVCANARY_VECTORS``) through any backend.
 
 A backend is described by :class:`Ops`: three callables taking exactly the
 keyword arguments of the public ``launch_canary_plan_kernels``,
@@ -14,6 +14,7 @@ backend run with an unbounded ring) produces for that launch.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 from collections import Counter
 from dataclasses import dataclass
@@ -22,6 +23,11 @@ from typing import Any, Callable
 import numpy as np
 
 from kvcanary_numba import CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan
+
+#: The vectors committed with the tests (a copy of SGLang's generator output, with its README).
+IN_REPO = pathlib.Path(__file__).resolve().parent / "data" / "vectors"
+#: Environment variable naming another folder of scenarios in the same format.
+ENV = "KVCANARY_VECTORS"
 
 #: Value SGLang's generator pre-filled fresh plans with; overflowed steps leave it in place.
 PLAN_FILL = -7777
@@ -38,6 +44,12 @@ class Ops:
     to_host: Callable[[Any], np.ndarray] = np.asarray
     #: True when ring rows land in a deterministic order even on overflow.
     sequential: bool = True
+
+
+def vectors_folder() -> pathlib.Path:
+    """The one folder every vector test reads: ``$KVCANARY_VECTORS`` if set, else :data:`IN_REPO`."""
+    value = os.environ.get(ENV)
+    return pathlib.Path(value).resolve() if value else IN_REPO
 
 
 def scenario_paths(folder: pathlib.Path) -> list[pathlib.Path]:
@@ -68,6 +80,11 @@ def _check_ring(ops, oracle, label, ring_before, widx_before, ring_after, widx_a
     assert widx_after == want_widx, f"{label}: write index {widx_after} != {want_widx}"
     stored = min(widx_after, cap)
     assert not ring_after[stored:].any(), f"{label}: ring rows past the write index are not zero"
+    if widx_before >= cap:
+        # Full before the launch: nothing may land, whichever rows an earlier racy overflow kept.
+        np.testing.assert_array_equal(ring_after, ring_before, err_msg=f"{label}: a full ring changed")
+        if not ops.sequential:
+            return
     overflowed_mid_launch = widx_before < cap < widx_after
     if ops.sequential or not overflowed_mid_launch:
         assert _rows(ring_after, stored) == _rows(want_ring, stored), f"{label}: ring rows differ"

@@ -8,9 +8,20 @@ from .._arrays import check_int
 from ..constants import REAL_KV_ALIGN_BYTES
 from ..errors import error
 
-__all__ = ["EngineConfig"]
+__all__ = ["EngineConfig", "LIMITS", "MAX_POOL_BYTES"]
 
 _FN = "EngineConfig"
+
+
+#: Upper bound of each size field (the toy engine is a test bench, not a model).
+LIMITS = {
+    "page_size": 2**16, "num_pages": 2**24, "max_running": 2**12, "min_prompt_len": 2**16,
+    "max_prompt_len": 2**16, "min_new_tokens": 2**16, "max_new_tokens": 2**16, "shared_prefix_len": 2**16,
+    "num_shared_prefixes": 2**10, "num_layers": 2**10, "bytes_per_token": 2**16, "swa_window": 2**16,
+    "max_admit_per_step": 2**12,
+}  # fmt: skip
+#: Largest KV pool plus tables the toy engine allocates (KVC-E005).
+MAX_POOL_BYTES = 2**32
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -53,11 +64,16 @@ class EngineConfig:
     max_admit_per_step : int
         New requests admitted (prefilled) per step.
 
+    Every size has an upper bound (:data:`LIMITS`), and the pools and tables
+    together stay within :data:`MAX_POOL_BYTES` (4 GiB), so a mistyped size is
+    rejected at once instead of allocating for minutes.
+
     Raises
     ------
     KvCanaryError
         KVC-C011 for an int out of range, KVC-E003 for a bad shared prefix,
-        KVC-E002 when the pool cannot hold the workload.
+        KVC-E002 when the pool cannot hold the workload, KVC-E005 when it is
+        larger than the toy engine allows.
     """
 
     seed: int = 0
@@ -77,17 +93,18 @@ class EngineConfig:
     max_admit_per_step: int = 1
 
     def __post_init__(self) -> None:
-        check_int(_FN, "seed", self.seed, low=0)
-        for name in ("page_size", "num_pages", "max_running", "min_prompt_len", "min_new_tokens", "num_layers"):
-            check_int(_FN, name, getattr(self, name), low=1)
-        check_int(_FN, "max_prompt_len", self.max_prompt_len, low=self.min_prompt_len)
-        check_int(_FN, "max_new_tokens", self.max_new_tokens, low=self.min_new_tokens)
-        check_int(_FN, "num_shared_prefixes", self.num_shared_prefixes, low=0)
-        check_int(_FN, "shared_prefix_len", self.shared_prefix_len, low=0)
-        check_int(_FN, "swa_window", self.swa_window, low=0)
+        check_int(_FN, "seed", self.seed, low=0, high=2**63 - 1)
+        for name in ("page_size", "num_pages", "max_running", "min_prompt_len", "min_new_tokens", "num_layers",
+                     "max_admit_per_step"):
+            check_int(_FN, name, getattr(self, name), low=1, high=LIMITS[name])
+        # Lower bounds from the paired minimum, upper bounds documented in LIMITS.
+        for name, low in (("max_prompt_len", self.min_prompt_len), ("max_new_tokens", self.min_new_tokens)):
+            check_int(_FN, name, getattr(self, name), low=low, high=LIMITS[name])
+        for name in ("num_shared_prefixes", "shared_prefix_len", "swa_window"):
+            check_int(_FN, name, getattr(self, name), low=0, high=LIMITS[name])
         check_int(_FN, "vocab_size", self.vocab_size, low=2, high=2**31 - 1)
-        check_int(_FN, "max_admit_per_step", self.max_admit_per_step, low=1)
-        bpt = check_int(_FN, "bytes_per_token", self.bytes_per_token, low=REAL_KV_ALIGN_BYTES)
+        bpt = check_int(_FN, "bytes_per_token", self.bytes_per_token, low=REAL_KV_ALIGN_BYTES,
+                        high=LIMITS["bytes_per_token"])  # fmt: skip
         if bpt % REAL_KV_ALIGN_BYTES:
             raise error(
                 "KVC-C011", function=_FN, argument="bytes_per_token", expected="a multiple of 16", got=bpt
@@ -107,6 +124,15 @@ class EngineConfig:
                 prefixes=self.num_prefix_entries,
                 needed=self.min_pages,
             )
+        if self.pool_bytes > MAX_POOL_BYTES:
+            raise error("KVC-E005", function=_FN, got=self.pool_bytes, limit=MAX_POOL_BYTES)
+
+    @property
+    def pool_bytes(self) -> int:
+        """Host / device bytes of the KV pools (K and V of every layer, SWA pool included) and tables."""
+        pools = 2 if self.swa_window else 1
+        kv = pools * 2 * self.num_layers * self.num_slots * self.bytes_per_token
+        return kv + self.req_rows * self.max_tokens * 4 + (self.num_slots + 1) * 8
 
     @property
     def max_tokens(self) -> int:

@@ -154,6 +154,8 @@ def format_report(runs: list[DemoRun], *, device: str, config: EngineConfig) -> 
             lines.append(f"  caught:   step {first.step} by {', '.join(tags)}")
             lines.append(f"  first:    {first.summary()}")
             lines += [f"  why:      {text}" for text in first.explanations()]
+            state = f"{first.persistence}, slot rewritten" if first.rewritten else first.persistence
+            lines.append(f"  triage:   {first.diagnosis.category} ({state}): {first.diagnosis.cause}")
         elif run.fault is None and run.violations:
             lines.append(f"  first:    {run.violations[0].summary()}")
         lines.append("")

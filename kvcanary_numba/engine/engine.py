@@ -15,7 +15,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from .._arrays import array_module, check_bool, check_int
-from ..constants import RealKvHashMode
+from .._limits import coded_allocation
+from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch
 from .config import EngineConfig
@@ -40,6 +41,22 @@ _BATCH_FIELDS = {  # StepBatch field -> HostBatch field
 }
 
 
+def _fault_schedule(faults, fault_step: int) -> dict[str, int]:
+    """Fault name -> first step, from names or a mapping (KVC-E004, KVC-E001, KVC-C011)."""
+    if isinstance(faults, Mapping):
+        schedule = dict(faults)
+    elif isinstance(faults, (list, tuple, set, frozenset)):
+        schedule = dict.fromkeys(faults, fault_step)
+    else:  # a bare string would be read letter by letter
+        raise error("KVC-E004", function=_FN, argument="faults",
+                    expected="a list of fault names or a mapping of name to step", got=type(faults).__name__)
+    for name, at in schedule.items():
+        if name not in FAULT_CLASSES:
+            raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(FAULT_CLASSES), got=name)
+        check_int(_FN, f"faults[{name!r}]", at, low=0)
+    return schedule
+
+
 class ToyEngine:
     """Deterministic toy paged KV engine with fault injection.
 
@@ -49,7 +66,7 @@ class ToyEngine:
         Pool geometry and workload (default: a small FULL-only pool).
     device : {"cpu", "cuda"}
         Where the KV pool, tables and batch arrays live (NumPy or CuPy).
-    faults : iterable of str, or mapping of str to int
+    faults : list, tuple or set of str, or mapping of str to int
         Fault classes to plant; a mapping gives each its first possible step,
         names alone use ``fault_step``.
     fault_step : int
@@ -58,28 +75,28 @@ class ToyEngine:
     Raises
     ------
     KvCanaryError
-        KVC-E001 for an unknown fault, KVC-C011, KVC-C009, KVC-C008, and
+        KVC-E004 for a config that is not an EngineConfig or faults of another
+        type, KVC-E001 for an unknown fault, KVC-C011, KVC-C009, KVC-C008, and
         EngineConfig's codes.
     """
 
     def __init__(self, config: EngineConfig | None = None, *, device: str = "cpu",
                  faults: Iterable[str] | Mapping[str, int] = (), fault_step: int = 8):  # fmt: skip
-        self.config = c = config if config is not None else EngineConfig()
-        self.device = device
-        self.xp = xp = array_module(_FN, device)
-        fault_step = check_int(_FN, "fault_step", fault_step, low=0)
-        schedule = dict(faults) if isinstance(faults, Mapping) else {name: fault_step for name in faults}
-        for name, at in schedule.items():
-            if name not in FAULT_CLASSES:
-                raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(FAULT_CLASSES), got=name)
-            check_int(_FN, f"faults[{name!r}]", at, low=0)
-        self.sched = Scheduler(c)
-        self.kv = KvPool(num_slots=c.num_slots, page_size=c.page_size, bytes_per_token=c.bytes_per_token,
-                         num_layers=c.num_layers, xp=xp)  # fmt: skip
-        self.swa_kv = None
-        if c.swa_window:
-            self.swa_kv = KvPool(num_slots=c.num_slots, page_size=1, bytes_per_token=c.bytes_per_token,
-                                 num_layers=c.num_layers, xp=xp, lane_offset=2 * c.num_layers)  # fmt: skip
+        c = config if config is not None else EngineConfig()
+        if not isinstance(c, EngineConfig):
+            raise error("KVC-E004", function=_FN, argument="config", expected="an EngineConfig",
+                        got=type(c).__name__)  # fmt: skip
+        xp = array_module(_FN, device)
+        schedule = _fault_schedule(faults, check_int(_FN, "fault_step", fault_step, low=0))
+        self.config, self.device, self.xp = c, device, xp
+        with coded_allocation(_FN, "config.num_pages", c.num_pages, what="KV pool", nbytes=c.pool_bytes):
+            self.sched = Scheduler(c)
+            self.kv = KvPool(num_slots=c.num_slots, page_size=c.page_size, bytes_per_token=c.bytes_per_token,
+                             num_layers=c.num_layers, xp=xp)  # fmt: skip
+            self.swa_kv = None
+            if c.swa_window:
+                self.swa_kv = KvPool(num_slots=c.num_slots, page_size=1, bytes_per_token=c.bytes_per_token,
+                                     num_layers=c.num_layers, xp=xp, lane_offset=2 * c.num_layers)  # fmt: skip
         on_host = xp is np
         self.req_to_token = self.sched.req_to_token if on_host else xp.asarray(self.sched.req_to_token)
         self.lut = self.sched.lut if on_host else xp.asarray(self.sched.lut)
@@ -100,8 +117,12 @@ class ToyEngine:
     # --- monitor ------------------------------------------------------------------
     def attach_monitor(self, *, mode: str = "log", real_kv_hash_mode: RealKvHashMode = RealKvHashMode.ALL,
                        check_tokens: bool = True, write_input_assert: bool = True, sweep_interval: int = 0,
-                       v_half: bool = False, **options) -> CanaryMonitor:  # fmt: skip
+                       v_half: bool = False, ring_capacity: int = DEFAULT_RING_CAPACITY, warmup_steps: int = 0,
+                       health_interval: int = 100, health_warmup_steps: int = 100) -> CanaryMonitor:  # fmt: skip
         """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
+
+        Everything is validated and the monitor built before the engine changes:
+        a rejected call leaves the engine as it was.
 
         Parameters
         ----------
@@ -115,12 +136,19 @@ class ToyEngine:
             Sweep every cached prefix and running chain every N steps (0 = never).
         v_half : bool
             Also guard the V half (SGLang's default leaves it off: half the launches).
-        **options
-            Further CanaryMonitor keyword arguments (ring_capacity, health_interval, ...).
+        ring_capacity, warmup_steps, health_interval, health_warmup_steps : int
+            Passed to the monitor (see :class:`CanaryMonitor`).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-C010, KVC-C011, and CanaryMonitor's codes.
         """
-        c, mode_ = self.config, RealKvHashMode(real_kv_hash_mode)
-        self.sweep_interval = check_int(_FN, "sweep_interval", sweep_interval, low=0)
-        self.oracle = check_bool(_FN, "write_input_assert", write_input_assert)
+        c = self.config
+        mode_ = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0,
+                                         high=len(RealKvHashMode) - 1))  # fmt: skip
+        sweep_interval = check_int(_FN, "sweep_interval", sweep_interval, low=0)
+        oracle = check_bool(_FN, "write_input_assert", write_input_assert)
         v_half = check_bool(_FN, "v_half", v_half)
 
         def group(kind: str, pool: KvPool, **extra) -> KvGroup:
@@ -132,13 +160,15 @@ class ToyEngine:
         swa = None
         if self.swa_kv is not None:
             swa = group("swa", self.swa_kv, swa_window_size=c.swa_window, full_to_swa_index_mapping=self.lut)
-        self.monitor = CanaryMonitor(
+        monitor = CanaryMonitor(
             full=full, swa=swa, device=self.device, mode=mode, real_kv_hash_mode=mode_,
             write_req_capacity=c.max_running, write_token_capacity=c.max_batch_tokens,
             check_verify_expected_token=check_tokens, max_requests=c.req_rows, max_context_len=c.max_tokens,
-            **options,
+            ring_capacity=ring_capacity, warmup_steps=warmup_steps, health_interval=health_interval,
+            health_warmup_steps=health_warmup_steps,
         )  # fmt: skip
-        return self.monitor
+        self.monitor, self.sweep_interval, self.oracle = monitor, sweep_interval, oracle
+        return monitor
 
     # --- stepping -------------------------------------------------------------------
     def _sync_tables(self) -> None:

@@ -78,4 +78,4 @@ def error(code: str, **fields: Any) -> KvCanaryError:
 
 
 # Registering modules, one per operation (imported for their side effect).
-from . import arguments, common, engine, fingerprint, monitor, plan, scatter, verify, write  # noqa: E402,F401
+from . import arguments, common, engine, fingerprint, monitor, plan, scatter, triage, verify, write  # noqa: E402,F401

@@ -297,3 +297,30 @@ define(
     related=("KVC-R005",),
     extension=True,
 )
+
+define(
+    "KVC-C015",
+    title="Buffer cannot be allocated",
+    message="{function}: {argument}={got} needs a {what} of {nbytes} bytes, which cannot be allocated ({reason})",
+    meaning=(
+        "Plans, canary buffers, rings and monitor scratch are allocated once, at their capacity. A "
+        "capacity inside its documented range can still ask for more host or device memory than "
+        "the process can get; the allocation is refused up front with the size it needed instead of "
+        "a bare MemoryError from the array library."
+    ),
+    triggers=(
+        "A capacity derived from a product of engine limits that overflowed into a huge number.",
+        "ring_capacity or verify_capacity sized for a much larger pool than the device holds.",
+    ),
+    solutions=(
+        "Size the capacity from the engine's real limits (slots, batch, tokens); see each "
+        "argument's documented upper bound.",
+        "Free device memory, or allocate on a device with room for the buffer.",
+    ),
+    before="VerifyPlan.allocate(verify_capacity=2**31 - 1)  # 64 GiB of plan",
+    after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",
+    defensive="capacity = min(capacity, 3 * num_slots)",
+    prevention="Derive every capacity in one place from the pool size.",
+    related=("KVC-C011",),
+    extension=True,
+)

@@ -69,3 +69,42 @@ define(
     related=("KVC-E002",),
     extension=True,
 )
+
+define(
+    "KVC-E004",
+    title="Toy engine argument of the wrong type",
+    message="{function}: {argument} must be {expected}, got {got}",
+    exception="type",
+    meaning=(
+        "ToyEngine takes its geometry as one EngineConfig (validated once, reproducible from its "
+        "repr) and its faults as fault-class names or a mapping of name to first step. Other types "
+        "would be read field by field and fail half-way through building the engine."
+    ),
+    triggers=("ToyEngine({'seed': 1}) instead of ToyEngine(EngineConfig(seed=1)).", "faults=5 or faults=None."),
+    solutions=("Wrap the settings: EngineConfig(**settings).", "Pass faults=() for none, or a list of names."),
+    before="ToyEngine({'seed': 1}, faults=None)",
+    after="ToyEngine(EngineConfig(seed=1), faults=())",
+    defensive="cfg = cfg if isinstance(cfg, EngineConfig) else EngineConfig(**cfg)",
+    prevention="Build the config once with EngineConfig and pass it around.",
+    related=("KVC-E001",),
+    extension=True,
+)
+
+define(
+    "KVC-E005",
+    title="Toy engine pool too large",
+    message="{function}: the KV pool needs {got} bytes of KV and tables; the toy engine allows at most {limit}",
+    meaning=(
+        "The toy engine allocates every layer's K and V bytes (and the SWA pool's) up front. Its "
+        "limit keeps a mistyped size from allocating for minutes or failing deep inside NumPy; a "
+        "real engine's pool is its own business, the monitor only fingerprints layer 0."
+    ),
+    triggers=("num_layers or num_pages set to a production model's size.",),
+    solutions=("Use a few layers and pages: the toy engine exercises the canary, not the model.",),
+    before="EngineConfig(num_layers=80, num_pages=2**20, bytes_per_token=1024)",
+    after="EngineConfig(num_layers=2, num_pages=64, bytes_per_token=32)",
+    defensive="num_layers = min(num_layers, 4)",
+    prevention="Keep toy-engine configurations small (the defaults).",
+    related=("KVC-E002",),
+    extension=True,
+)

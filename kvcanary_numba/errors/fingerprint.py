@@ -291,3 +291,21 @@ define(
     sglang=(),
     extension=True,
 )
+
+define(
+    "KVC-R010",
+    title="Source tensor holds Python objects",
+    message="{function}: tensor must hold plain data whose bytes can be fingerprinted, got dtype {got}",
+    meaning=(
+        "A source is read as raw bytes. An object array stores pointers to Python objects, not KV "
+        "values: its bytes change with the interpreter's memory layout and cannot be viewed as uint8."
+    ),
+    triggers=("np.array(list_of_tensors, dtype=object).", "A pandas column converted with .to_numpy()."),
+    solutions=("Pass the KV memory itself (a numeric NumPy / CuPy array or a view of it).",),
+    before="RealKvSource(tensor=np.zeros((64, 4), dtype=object), page_size=1, num_bytes_per_token=32, read_bytes=32)",
+    after="RealKvSource(tensor=np.zeros((64, 32), dtype=np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)",
+    defensive="assert not tensor.dtype.hasobject",
+    prevention="Fingerprint the engine's KV buffer, never a container of tensors.",
+    related=("KVC-R004", "KVC-R005"),
+    extension=True,
+)

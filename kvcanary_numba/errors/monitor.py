@@ -294,3 +294,54 @@ define(
     related=("KVC-V001",),
     extension=True,
 )
+
+define(
+    "KVC-M010",
+    title="Sweep chain slots are not int64 slot indices",
+    message="{function}: {argument} must be a 1-D sequence of ints in the int64 range, got {got}",
+    meaning=(
+        "A SlotChain lists the FULL slot of consecutive positions of one sequence; the sweep copies "
+        "them into an int64 verify plan. Floats would be truncated to another slot, strings and "
+        "nested lists have no slot meaning, and ints beyond int64 cannot be stored. Slots inside "
+        "int64 but outside the pool are fine: the verify kernel reports them (bit 64)."
+    ),
+    triggers=(
+        "Slots taken from a float array (np.arange(...) * 1.0, a JSON round trip).",
+        "A 2-D [chains, len] array passed as one chain.",
+        "slots=None for an empty chain.",
+    ),
+    solutions=("Pass a list of ints or a 1-D integer array; an empty chain is slots=[].",),
+    before="SlotChain(slots=np.array([[5, 6, 7]]))",
+    after="SlotChain(slots=np.array([5, 6, 7]))",
+    defensive="slots = [int(s) for s in slots]",
+    prevention="Keep slot lists as integer arrays end to end.",
+    related=("KVC-M009", "KVC-M004"),
+    extension=True,
+)
+
+define(
+    "KVC-M011",
+    title="Only one of the batch's expected inputs given",
+    message="{function}: {argument} is None but {other} is given; pass both (write-input assert on) or neither",
+    meaning=(
+        "A StepBatch turns the write-input assert on by carrying an oracle's expected tokens and "
+        "expected positions for every new token. The write kernels compare both, so one without "
+        "the other is a half-wired oracle; it is rejected before any launch of the step."
+    ),
+    triggers=("An engine adapter that fills expected_input_tokens but forgot expected_input_positions.",),
+    solutions=("Give both arrays, or leave both None to run without the write-input assert.",),
+    before=(
+        "oracle_tokens = xp.asarray([101, 102, 103, 104])\n"
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens))"
+    ),
+    after=(
+        "oracle_tokens, oracle_positions = xp.asarray([101, 102, 103, 104]), xp.arange(4)\n"
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens, expected_input_positions=oracle_positions))"
+    ),
+    defensive="if tokens is None or positions is None: tokens = positions = None",
+    prevention="Produce the oracle's tokens and positions in one function that returns both.",
+    related=("KVC-W002", "KVC-W003", "KVC-M008"),
+    extension=True,
+)

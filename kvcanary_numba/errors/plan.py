@@ -296,3 +296,45 @@ define(
     sglang=(),
     extension=True,
 )
+
+define(
+    "KVC-P008",
+    title="SWA LUT does not map padding slot 0 to 0",
+    message=(
+        "{function}: full_to_swa_index_mapping[0] must be 0 (padding slot 0 maps to SWA slot 0), got {got}"
+    ),
+    meaning=(
+        "KV slot 0 is the padding slot: padded tokens write into it and verify never checks it. The "
+        "plan translates every full-pool slot through the SWA LUT, so lut[0] must be 0 for padding "
+        "to stay padding in the SWA group; any other value makes padded positions verify (and seed "
+        "chains from) a real SWA slot, and reports corruption that is not there or hides some that is. "
+        "Checked on the host when the LUT is a NumPy array; a LUT in GPU memory is not read (reading "
+        "one element would synchronise the stream, and is not allowed during CUDA-graph capture)."
+    ),
+    triggers=(
+        "Building the LUT with an offset (e.g. lut = swa_slots + 1) or from a 1-based allocator.",
+        "Passing the SWA-to-full mapping instead of the full-to-SWA one.",
+        "Filling a new LUT with -1 (unmapped) everywhere, slot 0 included.",
+    ),
+    solutions=(
+        "Keep entry 0 of the full-to-SWA mapping at 0, as SGLang's SWA allocator does.",
+        "Set lut[0] = 0 after building the LUT by hand.",
+    ),
+    before=(
+        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)   # slot 0 maps to -1\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+    ),
+    after=(
+        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)\n"
+        "lut[0] = 0                                          # padding stays padding\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+    ),
+    defensive="assert int(lut[0]) == 0, 'full_to_swa_index_mapping[0] must map padding slot 0 to 0'",
+    prevention=(
+        "Take the LUT from the engine's SWA allocator rather than rebuilding it; for a GPU LUT check "
+        "lut[0] once where it is created (that read is a sync the plan does not make per step)."
+    ),
+    related=("KVC-P005", "KVC-C005"),
+    sglang=(),
+    extension=True,
+)

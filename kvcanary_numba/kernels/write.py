@@ -8,14 +8,22 @@ warp walks one request at a time (grid-striding over requests, ``WRITE_WARPS``
 warps per block) in chunks of 32 entries:
 
 1. every lane loads one entry (slot, token, position, expected values) into
-   registers and slot / token / position into the warp's shared row;
-2. lane 0 runs the hash recurrence over the chunk, leaving each entry's
-   prev_hash (and the chain-position assert's expected position) in shared
-   memory; the loop is latency bound, and the SM runs other warps meanwhile;
-3. every lane folds its slot's real-KV bytes, checks whether a later entry of
-   the chunk targets the same slot, records its rows and stores its record
-   unless it was not the last (so the last entry wins, as in the sequential
-   reference; chunks are stored in order).
+   registers; the next chunk's loads are issued before this chunk's chain, so
+   their latency hides behind it;
+2. slot / token / position go to the warp's shared rows, and *every* lane runs
+   the recurrence over them (warp-uniform, registers only; the next entry's
+   row is read before this entry's ``mix3``), keeping the prev_hash and
+   expected chain position of its own entry and noting whether a later entry
+   of the chunk targets its slot. The loop is bound by the latency of the
+   dependent ``mix3``; the redundant lanes cost no extra time (SIMT);
+3. every lane folds its slot's real-KV bytes, records its rows and stores its
+   record unless it was not the last (so the last entry wins, as in the
+   sequential reference; chunks are stored in order).
+
+With ``chain_role`` PUBLISH the launch also leaves every entry's chain state
+in a step scratch; with CONSUME it reuses one published by an earlier launch of
+the same step wherever it applies to this buffer and these inputs, and a chunk
+that reuses it entirely runs no recurrence (``kernels/share.py``).
 
 A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the
@@ -46,15 +54,21 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
+from .share import PUBLISH, first_difference, load_published, publish, request_role, reused_chunk, same_entry
+from .share import share_role, switch_state
 from .verify import record_violation
+from .write_chunk import chunk_chain, load_entry
 
-__all__ = ["KERNELS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
+__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
 WRITE_WARPS = 1 if ON_SIMULATOR else 8
 #: Threads per block of ``write``.
 WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
+#: Most warps per block the shared rows hold; the kernel walks ``blockDim.x // 32`` warps
+#: (tests run several under the simulator: ``launch._common.simulated_shapes``).
+MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
 
 _WARP = np.int64(WARP_SIZE)
 
@@ -105,100 +119,103 @@ def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
 
 
 @cuda.jit(device=True)
-def _seed_state(buf, seed, num_slots, ring, write_index, kind):
-    """(running hash, stored seed position) at a request's start; records the seed row."""
+def _seed_state(buf, seed, num_slots, ring, write_index, kind, report):
+    """(running hash, stored seed position) at a request's start; records the seed row if ``report``."""
     if seed >= num_slots:
-        record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
-                         _SEED_RANGE_BIT)  # fmt: skip
+        if report:
+            record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
+                             _SEED_RANGE_BIT)  # fmt: skip
     elif seed >= ZERO:
         return slot_hash(buf, seed), buf[seed, POSITION]
     return CHAIN_HEAD, ZERO
 
 
 @cuda.jit(device=True)
-def _prepare(slot, t, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params):
-    """Real-KV hash of thread ``t``'s entry and whether no later entry of the chunk has its slot."""
-    real = ZERO
-    last = True
-    if slot >= ZERO and slot < num_slots:
-        if nsrc > 0:
-            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-        for k in range(t + ONE, n):
-            if s_slot[k] == slot:
-                last = False
-    return real, last
+def _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params):
+    """Real-KV hash of an in-range slot's live KV (0 without sources)."""
+    if nsrc > 0 and slot >= ZERO and slot < num_slots:
+        return int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+    return ZERO
 
 
 def _make_write(input_assert: bool, nsrc: int):
     def write(
         buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
         expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params,
+        w0, w1, w2, w3, params, chain_role, published, published_seeds,
     ):  # fmt: skip
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         warp = cuda.threadIdx.x // WARP_SIZE
-        s_slot = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_token = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_position = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_hash = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
-        s_expect = cuda.shared.array((WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_slot = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_token = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_position = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
+        s_switch = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
         if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
         num_slots = int64(buf.shape[0])
         chain_on = chain_flag[0] != 0
-        running = CHAIN_HEAD  # the recurrence state lives in lane 0 only
-        prev_position = ZERO
+        role = share_role(chain_role, num_tokens, num_reqs, published, published_seeds)
         stored = ZERO
-        first = int64(cuda.blockIdx.x) * WRITE_WARPS + warp
-        for r in range(first, num_reqs, int64(cuda.gridDim.x) * WRITE_WARPS):
+        block_warps = int64(cuda.blockDim.x // WARP_SIZE)  # WRITE_WARPS on a GPU
+        # Requests go to blocks first (request r: block r % grid), so a few long
+        # requests run on different SMs instead of sharing one SM's issue slots.
+        first = int64(warp) * int64(cuda.gridDim.x) + int64(cuda.blockIdx.x)
+        for r in range(first, num_reqs, int64(cuda.gridDim.x) * block_warps):
             lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
                 continue
             seed = seeds[r]
             track = chain_on and seed >= ZERO and seed < num_slots
-            if lane == ZERO:
-                running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+            # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
+            running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
+            reuse = request_role(role, r, running, prev_position, published_seeds, lane)
+            nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                              expected_positions, input_assert)  # fmt: skip
+            pub = load_published(lo + lane, hi, reuse, published)
             for c0 in range(lo, hi, _WARP):
                 n = min(_WARP, hi - c0)
-                i = c0 + lane
-                slot = MINUS_ONE
-                token = ZERO
-                position = ZERO
-                expected_token = ZERO
-                expected_position = ZERO
-                if lane < n:
-                    slot = out_cache_loc[i]
-                    token = input_ids[i]
-                    position = positions[i]
-                    if input_assert:
-                        expected_token = expected_tokens[i]
-                        expected_position = expected_positions[i]
+                slot, token, position, expected_token, expected_position = nxt
+                p_hash, p_expect, p_token, p_position, p_slot = pub
+                warp_sync()  # every lane has finished reading the previous chunk's rows
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
+                same = ONE
+                if reuse:
+                    same = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
+                    s_switch[lane] = same
                 warp_sync()
-                if lane == ZERO:
-                    for k in range(n):
-                        if s_slot[k] < ZERO:
-                            continue  # skipped: no store, no count, chain unchanged
-                        s_hash[k] = int64(running)
-                        if track:
-                            s_expect[k] = prev_position + ONE
-                            prev_position = s_position[k]
-                        if s_slot[k] < num_slots:
-                            stored += ONE
-                        running = mix3(running, uint64(s_token[k]), uint64(s_position[k]))
-                warp_sync()
-                real, last = _prepare(slot, lane, n, s_slot, num_slots, nsrc, w0, w1, w2, w3, params)
+                # The next chunk's loads are issued now and land while the chain runs.
+                nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                                  expected_positions, input_assert)  # fmt: skip
+                start = ZERO
+                if reuse:
+                    start = first_difference(lane, n, same, s_switch)
+                    if start < n:  # this chunk's inputs differ from the published ones: own chain from here
+                        reuse = False
+                        running, prev_position = switch_state(published, c0 + start)
+                    else:
+                        pub = load_published(c0 + _WARP + lane, hi, True, published)
+                if start == n:  # the whole chunk reuses the published chain: no recurrence, no scan
+                    counted, last = reused_chunk(lane, n, slot, s_slot, num_slots)
+                    chain_hash, chain_position = p_hash, p_expect
+                else:
+                    running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
+                        lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
+                    )
+                    if lane < start:  # entries before the switch keep the published chain
+                        chain_hash, chain_position = p_hash, p_expect
+                if role == PUBLISH and lane < n:
+                    publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
+                stored += counted
                 if slot >= ZERO:
-                    chain_hash = s_hash[lane]
+                    real = _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
                     ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                                       expected_token, expected_position, track, s_expect[lane], num_slots)  # fmt: skip
+                                       expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
                     if ok and last:
                         _store(buf, slot, token, position, chain_hash, real)
-                warp_sync()  # the next chunk reuses the shared rows
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
@@ -224,7 +241,7 @@ def _write_baseline(
         return
     seed = seeds[r]
     track = chain_flag[0] != 0 and seed >= ZERO and seed < num_slots
-    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind)
+    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, True)
     stored = ZERO
     for i in range(lo, hi):
         slot = out_cache_loc[i]
@@ -261,5 +278,5 @@ SIGNATURE = (
     "void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
     f"int64[::1], int32[::1], int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE}"
 )
-SIGNATURES = {name: (SIGNATURE + ")",) for name in KERNELS}
+SIGNATURES = {name: (SIGNATURE + ", int64, int64[:, ::1], int64[:, ::1])",) for name in KERNELS}
 SIGNATURES["write_baseline"] = (SIGNATURE + ", int64, int64)",)

@@ -31,6 +31,10 @@ API
     Threads per block (``SIM_BLOCK`` under the simulator), blocks covering
     ``n`` items, and a grid-stride grid capped at what the GPU keeps resident
     (``SIM_MAX_BLOCKS`` under the simulator, so simulated launches stay small).
+``simulated_shapes(**shapes)``, ``sim_shape(name, default)``
+    Tests run simulated launches with other launch shapes (several warps per
+    block, several requests per thread) inside ``with simulated_shapes(...)``;
+    launch modules read them with ``sim_shape`` (see ``_kernel_launch``).
 ``compile_kernel(kernel, signature)``
     The kernel compiled for one declared signature (cached; see
     :mod:`kvcanary_numba.kernels` for the ``KERNELS`` / ``SIGNATURES`` convention).
@@ -80,6 +84,8 @@ from ._kernel_launch import (
     launch,
     persistent_grid,
     resident_grid,
+    sim_shape,
+    simulated_shapes,
     sm_count,
 )
 from ._kernel_launch import _current_stream_ptr, _declared_types  # noqa: F401  (prepared launches, tests)
@@ -104,6 +110,8 @@ __all__ = [
     "persistent_views",
     "reinterpret",
     "resident_grid",
+    "sim_shape",
+    "simulated_shapes",
     "sm_count",
 ]
 

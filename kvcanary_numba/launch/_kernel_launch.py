@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..kernels import ON_SIMULATOR
 
@@ -22,6 +23,8 @@ __all__ = [
     "launch",
     "persistent_grid",
     "resident_grid",
+    "sim_shape",
+    "simulated_shapes",
     "sm_count",
 ]
 
@@ -31,6 +34,55 @@ SIM_BLOCK = 32
 SIM_MAX_BLOCKS = 2
 #: Resident threads per SM aimed at by persistent grids (H100/H200: 2048).
 THREADS_PER_SM = 2048
+
+
+# --- simulated launch shapes ----------------------------------------------------
+
+#: Launch-shape names :func:`simulated_shapes` accepts, and where they apply.
+SIM_SHAPE_NAMES = {
+    "block": "threads per block of block_size() launches (verify, plan entries, fingerprint, scatter)",
+    "offsets_block": "threads per block of the plan offsets kernel",
+    "offsets_items": "requests per thread of the plan offsets kernel",
+    "write_warps": "warps (requests walked at once) per block of the write kernel",
+}
+_sim_shapes: dict[str, int] = {}
+
+
+def sim_shape(name: str, default: int) -> int:
+    """Launch shape ``name`` of a simulated launch: the :func:`simulated_shapes` value, else ``default``.
+
+    Launch modules call it only under the simulator (on a GPU they use their GPU shapes).
+    """
+    return int(_sim_shapes.get(name, default))
+
+
+@contextmanager
+def simulated_shapes(**shapes: int) -> Iterator[None]:
+    """Run simulated launches with other launch shapes, e.g. the GPU's (tests only).
+
+    Simulated launches default to one warp per block and one request per
+    thread (each simulated thread costs ~0.2 ms), so index arithmetic that only
+    matters with several warps per block or several items per thread would go
+    untested. Inside ``with simulated_shapes(offsets_items=2, write_warps=2):``
+    the launch modules read these values (names and meaning:
+    :data:`SIM_SHAPE_NAMES`) through :func:`sim_shape`. Kernels derive their
+    index arithmetic from the launch's ``blockDim``, so nothing is recompiled.
+    On a GPU it changes nothing: launches keep the GPU shapes these imitate.
+    Not thread-safe; nests (the inner values win, the outer come back).
+    """
+    unknown = set(shapes) - set(SIM_SHAPE_NAMES)
+    if unknown:
+        raise RuntimeError(f"unknown launch shape(s) {sorted(unknown)}; known: {sorted(SIM_SHAPE_NAMES)}")
+    if any(int(v) < 1 for v in shapes.values()):
+        raise RuntimeError(f"launch shapes must be >= 1: {shapes}")
+    saved = dict(_sim_shapes)
+    if ON_SIMULATOR:
+        _sim_shapes.update({k: int(v) for k, v in shapes.items()})
+    try:
+        yield
+    finally:
+        _sim_shapes.clear()
+        _sim_shapes.update(saved)
 
 
 # --- grids --------------------------------------------------------------------
@@ -47,8 +99,8 @@ def sm_count() -> int:
 
 
 def block_size(gpu_block: int) -> int:
-    """Threads per block: ``gpu_block`` on a GPU, ``SIM_BLOCK`` under the simulator."""
-    return SIM_BLOCK if ON_SIMULATOR else int(gpu_block)
+    """Threads per block: ``gpu_block`` on a GPU, ``SIM_BLOCK`` (or the ``block`` shape) under the simulator."""
+    return sim_shape("block", SIM_BLOCK) if ON_SIMULATOR else int(gpu_block)
 
 
 def grid_for(n_items: int, block: int) -> int:
@@ -198,6 +250,9 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     """
     if ON_SIMULATOR:
         check_signature(signature, args)
+        # The simulator copies every array argument back after the kernel; the wrappers checked
+        # that outputs are writeable, so a read-only array here is an input and goes as a copy.
+        args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
         kernel[int(grid), int(block)](*args)
         return
     cache = getattr(_raw_launches, "by_kernel", None)

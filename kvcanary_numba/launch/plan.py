@@ -12,7 +12,8 @@ Entries: a persistent grid of ``ENTRIES_BLOCK`` threads, no more blocks than
 stay resident and than ``verify_capacity`` needs at ``ENTRIES_PER_THREAD``;
 the entry count is read on the device. Under the simulator both use
 ``SIM_BLOCK`` threads and one request per thread (``SIM_OFFSETS_*``; tests
-shrink the tile to get many tiles out of small batches).
+shrink the tile to get many tiles out of small batches, and run the GPU's
+requests per thread with ``_common.simulated_shapes``).
 
 Scratch (allocated once, never freed or moved)
 ----------------------------------------------
@@ -55,7 +56,11 @@ _scratch: dict[tuple[int, int], dict[tuple, object]] = {}
 
 def offsets_shape() -> tuple[int, int]:
     """(threads per block, requests per thread) of the offsets kernel."""
-    block, items = (SIM_OFFSETS_BLOCK, SIM_OFFSETS_ITEMS) if common.ON_SIMULATOR else (OFFSETS_BLOCK, OFFSETS_ITEMS)
+    if common.ON_SIMULATOR:  # tests pick other shapes with common.simulated_shapes
+        block = common.sim_shape("offsets_block", SIM_OFFSETS_BLOCK)
+        items = common.sim_shape("offsets_items", SIM_OFFSETS_ITEMS)
+    else:
+        block, items = OFFSETS_BLOCK, OFFSETS_ITEMS
     # The block scan's shared arrays hold MAX_SCAN_BLOCK threads; more items per thread instead.
     return min(block, kernels.MAX_SCAN_BLOCK), items
 

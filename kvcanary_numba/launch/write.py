@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..constants import WARP_SIZE
 from ..kernels import write as _kernels
 from . import _common
+from .chain import chain_arguments
 from .verify import context_args
 
 __all__ = ["launch_canary_write_kernel", "launch_write_baseline"]
@@ -73,11 +75,18 @@ def launch_canary_write_kernel(
         context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
     )
     name = _kernels.kernel_name(enable_write_input_assert, nsrc)
-    block = _kernels.WRITE_BLOCK
-    # One warp per request; no more blocks than stay resident (warps then stride).
+    # A monitor step shares one chain between its write launches (launch/chain.py).
+    fallback = args[0] if not isinstance(args[0], np.ndarray) else np.zeros((1, 1), dtype=np.int64)
+    args = (*args, *chain_arguments(fallback))
+    warps = _kernels.WRITE_WARPS
+    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
+        warps = min(_common.sim_shape("write_warps", warps), _kernels.MAX_WRITE_WARPS)
+    block = warps * WARP_SIZE
+    # One warp per request, requests spread over the blocks first (one block
+    # per request up to what stays resident): warps then stride.
     capacity = plan.write_seed_slot_indices.shape[0]
     per_sm = _common.THREADS_PER_SM // block
-    grid = _common.persistent_grid(capacity, _kernels.WRITE_WARPS, blocks_per_sm=per_sm)
+    grid = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm)
     _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
 
 

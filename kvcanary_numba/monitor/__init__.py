@@ -1,24 +1,29 @@
-"""The user-level detector: CanaryMonitor, its step batches, sweeps and readable reports."""
+"""The user-level detector: CanaryMonitor, its step batches, sweeps, readable reports, triage, bundles, budgets."""
 
 from __future__ import annotations
 
 from .batch import StepBatch
+from .budget import VerifyBudget
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
 from .report import BIT_EXPLANATIONS, Violation, decode_rows
 from .sweep import SlotChain
+from .triage import CanaryBlindSpotWarning, Diagnosis
 
 __all__ = [
     "BIT_EXPLANATIONS",
     "MODES",
+    "CanaryBlindSpotWarning",
     "CanaryMonitor",
     "CanaryStalledError",
     "CanaryViolationError",
+    "Diagnosis",
     "HealthReport",
     "KvGroup",
     "SlotChain",
     "StepBatch",
+    "VerifyBudget",
     "Violation",
     "decode_rows",
 ]

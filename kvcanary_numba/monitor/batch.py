@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_int
+from .._arrays import check_array, check_int, resolve_backend
+from .._limits import INT32_MAX, coded_allocation
 from ..errors import error
 
 __all__ = ["StepBatch", "allocate_token_pool"]
@@ -41,6 +42,12 @@ class StepBatch:
         expected-token check.
     token_offsets : int64 [bs + 1] or None
         Exclusive prefix sums into ``token_ids_flat`` (leading 0).
+
+    Raises
+    ------
+    KvCanaryError
+        At construction, :meth:`check_arrays`'s codes; the monitor's hooks check
+        again (cheaply) in case a field was reassigned since.
     """
 
     req_pool_indices: Any
@@ -54,6 +61,34 @@ class StepBatch:
     expected_input_positions: Any = None
     token_ids_flat: Any = None
     token_offsets: Any = None
+    def __post_init__(self) -> None:
+        self.check_arrays("StepBatch")
+
+    def fields(self) -> tuple:
+        """The field objects, in declaration order (what :meth:`check_arrays` looks at)."""
+        return tuple(getattr(self, name) for name in _FIELDS)
+
+    def check_arrays(self, function: str, *, kind: str | None = None, device: int | None = None) -> None:
+        """Check every field (type, dtype, ndim, lengths, contiguity, one device) before any launch.
+
+        Parameters
+        ----------
+        function : str
+            Named in error messages (fields are named ``batch.<field>``).
+        kind, device : optional
+            The monitor's array kind (``"numpy"`` / ``"cuda"``) and CUDA device:
+            every field must live there (KVC-C007).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-C001 … KVC-C007 for a field, KVC-S001 for ``token_offsets``,
+            KVC-M011 for one expected-input array without the other.
+        """
+        infos = _check_fields(function, self)
+        if kind is not None:
+            infos.insert(0, ("the monitor's buffers", _Placement(kind, device)))
+        resolve_backend(function, "auto", infos)
 
     @property
     def batch_size(self) -> int:
@@ -83,17 +118,68 @@ class StepBatch:
                     raise error("KVC-M008", function=function, argument=f"batch.{name}")
 
 
+#: Field names in declaration order (request arrays, table, token arrays, oracle, token snapshot).
+_FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
+           "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_ids_flat", "token_offsets")
+
+
+class _Placement:
+    """Kind and device of the monitor's own arrays, in the shape resolve_backend compares."""
+
+    __slots__ = ("kind", "device")
+
+    def __init__(self, kind: str, device: int | None):
+        self.kind, self.device = kind, device
+
+
+def _check_fields(function: str, batch: StepBatch) -> list:
+    """[(name, ArrayInfo)] of every present field, each checked against the others' lengths."""
+    def one(name, dtype, ndim=1, shape=None):
+        info = check_array(function, f"batch.{name}", getattr(batch, name), dtype=dtype, ndim=ndim, shape=shape)
+        infos.append((f"batch.{name}", info))
+        return info.shape
+
+    infos: list = []
+    (bs,) = one("req_pool_indices", np.int64)
+    one("prefix_lens", np.int64, shape=(bs,))
+    one("extend_seq_lens", np.int64, shape=(bs,))
+    one("req_to_token", np.int32, ndim=2)
+    (n,) = one("input_ids", np.int64)
+    one("positions", np.int64, shape=(n,))
+    one("out_cache_loc", np.int64, shape=(n,))
+    pair = ("expected_input_tokens", "expected_input_positions")
+    given = [getattr(batch, name) is not None for name in pair]
+    if given[0] != given[1]:
+        missing, other = pair if given[1] else pair[::-1]
+        raise error("KVC-M011", function=function, argument=f"batch.{missing}", other=f"batch.{other}")
+    if given[0]:
+        for name in pair:
+            one(name, np.int64, shape=(n,))
+    if batch.token_ids_flat is not None:
+        one("token_ids_flat", np.int64)
+    if batch.token_offsets is not None:
+        offsets = check_array(function, "batch.token_offsets", batch.token_offsets, dtype=np.int64, ndim=1)
+        if offsets.shape[0] != bs + 1:
+            raise error("KVC-S001", function=function, argument="batch.token_offsets", expected=bs + 1,
+                        got=offsets.shape[0])  # fmt: skip
+        infos.append(("batch.token_offsets", offsets))
+    return infos
+
+
 def allocate_token_pool(function: str, xp, *, max_requests, max_context_len, write_req_capacity: int):
     """The expected-token pool int32 [max_requests, max_context_len] and valid lengths int64 [capacity].
 
     Raises
     ------
     KvCanaryError
-        KVC-M008 when a size is missing, KVC-C011 when it is not a positive int.
+        KVC-M008 when a size is missing, KVC-C011 when it is not an int in ``[1, 2**31 - 1]``,
+        KVC-C015 when the pool does not fit in memory.
     """
     for name, value in (("max_requests", max_requests), ("max_context_len", max_context_len)):
         if value is None:
             raise error("KVC-M008", function=function, argument=name)
-    rows = check_int(function, "max_requests", max_requests, low=1)
-    cols = check_int(function, "max_context_len", max_context_len, low=1)
-    return xp.zeros((rows, cols), dtype=np.int32), xp.zeros(write_req_capacity, dtype=np.int64)
+    rows = check_int(function, "max_requests", max_requests, low=1, high=INT32_MAX)
+    cols = check_int(function, "max_context_len", max_context_len, low=1, high=INT32_MAX)
+    nbytes = rows * cols * 4 + write_req_capacity * 8
+    with coded_allocation(function, "max_context_len", cols, what="expected-token pool", nbytes=nbytes):
+        return xp.zeros((rows, cols), dtype=np.int32), xp.zeros(write_req_capacity, dtype=np.int64)

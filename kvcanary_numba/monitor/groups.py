@@ -15,13 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_array, check_bool, check_int
+from .._arrays import check_array, check_bool, check_int, inspect_array, resolve_backend
+from .._limits import INT32_MAX
 from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from ..context import CanaryContext, RealKvSource
 from ..errors import error
+from ..fingerprint import check_real_kv_sources
 from ..plans import VerifyPlan, WritePlan
 
-__all__ = ["KvGroup", "GroupState", "Endpoint", "check_groups", "check_type", "translate_slots"]
+__all__ = ["KvGroup", "GroupState", "Endpoint", "check_group_placement", "check_groups", "check_type",
+           "translate_slots"]
 
 _KINDS = ("full", "swa")
 
@@ -36,9 +39,12 @@ class KvGroup:
         FULL verifies every prefix slot; SWA only the last ``swa_window_size``
         positions, addressed through ``full_to_swa_index_mapping``.
     num_slots : int
-        KV slots of the group (slot 0 = padding); canary slot index == KV slot index.
+        KV slots of the group (slot 0 = padding), in ``[1, 2**31 - 1]`` (slots are
+        int32 in req_to_token); canary slot index == KV slot index.
     k_sources, v_sources : tuple of RealKvSource
-        Live KV fingerprinted by TAIL and SWEEP launches (SGLang: layer 0 only).
+        Live KV fingerprinted by TAIL and SWEEP launches (SGLang: layer 0 only);
+        at most 4 each, every one covering ``num_slots`` slots (checked here, so a
+        monitor never fails mid-step on a source).
     has_v : bool
         The pool has a V half (False for MLA-style K-only pools): V launches run.
     swa_window_size : int
@@ -49,8 +55,8 @@ class KvGroup:
     Raises
     ------
     KvCanaryError
-        KVC-C009, KVC-C011, KVC-C010, KVC-M006, KVC-M007, and the array codes
-        KVC-C001 … KVC-C006 for the mapping.
+        KVC-C009, KVC-C011, KVC-C010, KVC-M006, KVC-M007, KVC-R007 … KVC-R009 for
+        the sources, and the array codes KVC-C001 … KVC-C006 for the mapping.
     """
 
     kind: str
@@ -65,9 +71,9 @@ class KvGroup:
         fn = "KvGroup"
         if self.kind not in _KINDS:
             raise error("KVC-C009", function=fn, argument="kind", expected=_KINDS, got=self.kind)
-        check_int(fn, "num_slots", self.num_slots, low=1)
+        num_slots = check_int(fn, "num_slots", self.num_slots, low=1, high=INT32_MAX)
         check_bool(fn, "has_v", self.has_v)
-        window = check_int(fn, "swa_window_size", self.swa_window_size, low=0)
+        window = check_int(fn, "swa_window_size", self.swa_window_size, low=0, high=2**63 - 1)
         swa = self.kind == "swa"
         if swa != (window > 0):
             raise error(
@@ -81,8 +87,20 @@ class KvGroup:
             raise error("KVC-M007", function=fn, expected=expected, kind=self.kind, got=got)
         if swa:
             check_array(fn, "full_to_swa_index_mapping", lut, dtype=np.int64, ndim=1, min_len=1)
-        object.__setattr__(self, "k_sources", tuple(self.k_sources))
-        object.__setattr__(self, "v_sources", tuple(self.v_sources))
+        for name in ("k_sources", "v_sources"):
+            sources = getattr(self, name)
+            check_real_kv_sources(f"{fn}.{name}", sources, RealKvHashMode.NONE, num_slots=num_slots)
+            object.__setattr__(self, name, tuple(sources))
+        object.__setattr__(self, "num_slots", num_slots)
+        object.__setattr__(self, "swa_window_size", window)
+
+    def arrays(self) -> list[tuple[str, Any]]:
+        """(name, array) of every array the group holds: the LUT and the source tensors."""
+        out = [] if self.full_to_swa_index_mapping is None else [("full_to_swa_index_mapping",
+                                                                    self.full_to_swa_index_mapping)]
+        for name in ("k_sources", "v_sources"):
+            out += [(f"{name}[{i}].tensor", source.tensor) for i, source in enumerate(getattr(self, name))]
+        return out
 
 
 def translate_slots(xp, lut, index, *, out, clipped, mask):
@@ -105,6 +123,22 @@ def check_type(function: str, argument: str, value: Any, cls: type) -> None:
     """Require an instance of one of the monitor's bundle types (KVC-M009)."""
     if not isinstance(value, cls):
         raise error("KVC-M009", function=function, argument=argument, expected=cls.__name__, got=type(value).__name__)
+
+
+def check_group_placement(function: str, groups: list[KvGroup], xp) -> Any:
+    """Every group array must live where the monitor allocates (KVC-C007); returns that placement.
+
+    The returned object has ``kind`` ("numpy" | "cuda") and ``device`` (CUDA device id or None),
+    what :meth:`StepBatch.check_arrays` compares each step's arrays with.
+    """
+    probe = xp.zeros(1, dtype=np.int64)
+    here = inspect_array(function, "device", probe)
+    infos = [("the monitor's buffers", here)]
+    for group in groups:
+        infos += [(f"{group.kind}.{name}", inspect_array(function, f"{group.kind}.{name}", array))
+                  for name, array in group.arrays()]  # fmt: skip
+    resolve_backend(function, "auto", infos)
+    return here
 
 
 def check_groups(function: str, full: Any, swa: Any) -> list[KvGroup]:
@@ -195,6 +229,15 @@ class GroupState:
         scratch = write_token_capacity if self.lut is not None else 0
         self.loc_scratch = (xp.zeros(scratch, dtype=np.int64), xp.zeros(scratch, dtype=np.int64),
                             xp.zeros(scratch, dtype=bool))  # fmt: skip
+
+    @staticmethod
+    def allocation_bytes(group: KvGroup, *, verify_capacity: int, write_req_capacity: int,
+                         write_token_capacity: int, sweep_capacity: int) -> int:  # fmt: skip
+        """Bytes a group's buffers, plans and scratch take (for the allocation error's message)."""
+        buffers = (4 if group.has_v else 2) * group.num_slots * CANARY_SLOT_BYTES
+        plans = VerifyPlan.allocation_bytes(verify_capacity) + VerifyPlan.allocation_bytes(sweep_capacity)
+        scratch = 17 * write_token_capacity if group.full_to_swa_index_mapping is not None else 0
+        return buffers + plans + WritePlan.allocation_bytes(write_req_capacity) + scratch
 
     def translate_loc(self, xp, out_cache_loc, n: int):
         """This group's slots of the step's ``n`` new tokens: FULL slots as given, SWA slots via the LUT."""

@@ -4,10 +4,16 @@
 the methods read the monitor's buffers and issue the launches of one phase with
 no host reads and no allocation, so they can be recorded (:mod:`.fastpath`) or
 captured into a CUDA graph. On the CPU path they are the whole step.
+
+The write launches of one group share one chain per step: the first HEAD
+write publishes it (``launch/chain.py``), the others consume it and only stamp
+(each still checks that the published chain applies to its own buffer and
+inputs, so records stay those of a launch that runs its own chain).
 """
 
 from __future__ import annotations
 
+from ..launch.chain import SharedChain, sharing
 from ..plan import launch_canary_plan_kernels
 from ..scatter import scatter_req_token_ids
 from ..verify import launch_canary_verify_kernel
@@ -22,7 +28,9 @@ class StepLaunches:
     """HEAD and TAIL launches of a step (see the module docstring).
 
     Expects the monitor's attributes: ``xp``, ``groups``, ``check_tokens``,
-    ``token_pool``, ``valid_lens``, ``_backend``; sets ``_locs`` (each group's
+    ``token_pool``, ``valid_lens``, ``_backend``, ``budget`` (None or a
+    :class:`~.budget.BudgetState`), ``write_token_capacity``,
+    ``write_req_capacity``; sets ``_locs`` (each group's
     slots of the new tokens) for the TAIL phase, which reads ``_batch``.
     """
 
@@ -54,22 +62,37 @@ class StepLaunches:
                 req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
                 backend=self._backend,
             )  # fmt: skip
-            self._launch_endpoints(g, g.head, batch, loc, asserted)
+            if self.budget is not None:  # budgeted mode: verify only the entries due this step
+                self.budget.select(self.groups.index(g), g, self._backend)
+            self._launch_endpoints(g, g.head, batch, loc, asserted, publish=True)
 
     def _launch_post(self) -> None:
         """TAIL phase of the batch given to the HEAD phase (the step's plans, live-KV sources)."""
         batch = self._batch
         asserted = batch.expected_input_tokens is not None
         for g, loc in zip(self.groups, self._locs):
-            self._launch_endpoints(g, g.tail, batch, loc, asserted)
+            self._launch_endpoints(g, g.tail, batch, loc, asserted, publish=False)
 
-    def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool) -> None:
-        for endpoint in endpoints:
-            launch_canary_verify_kernel(context=endpoint.context, plan=g.verify_plan,
+    def _shared_chain(self, g: GroupState) -> SharedChain:
+        """The group's step scratch of the shared chain (allocated on first use, before any capture)."""
+        chains = self.__dict__.setdefault("_shared_chains", {})
+        chain = chains.get(id(g))
+        if chain is None:
+            chain = chains[id(g)] = SharedChain(self.xp, tokens=self.write_token_capacity,
+                                                requests=self.write_req_capacity)  # fmt: skip
+        return chain
+
+    def _launch_endpoints(self, g: GroupState, endpoints, batch: StepBatch, loc, asserted: bool, *,
+                          publish: bool) -> None:  # fmt: skip
+        chain = self._shared_chain(g)
+        plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
+        for i, endpoint in enumerate(endpoints):
+            launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
-            launch_canary_write_kernel(
-                context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
-                positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
-                expected_input_tokens=batch.expected_input_tokens,
-                expected_input_positions=batch.expected_input_positions, backend=self._backend,
-            )  # fmt: skip
+            with sharing(chain, publish=publish and i == 0):
+                launch_canary_write_kernel(
+                    context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
+                    positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
+                    expected_input_tokens=batch.expected_input_tokens,
+                    expected_input_positions=batch.expected_input_positions, backend=self._backend,
+                )  # fmt: skip

@@ -24,17 +24,21 @@ from typing import Sequence
 import numpy as np
 
 from .._arrays import array_module, check_bool, check_int
+from .._limits import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool
+from .budget import BudgetState, VerifyBudget
+from .bundle import Aftercare, check_bundle_dir
 from .fastpath import FastPath, capture_step, run_pre
-from .groups import GroupState, KvGroup, check_groups, check_type
+from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
 from .launches import StepLaunches
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -62,6 +66,8 @@ class CanaryMonitor(StepLaunches):
         Default: PARTIAL when any group has sources, else NONE.
     ring_capacity : int
         Violation rows kept (fill-once; later rows are counted, not stored).
+        Every capacity and size is at most ``2**31 - 1`` (int32 device counters,
+        KVC-C011); buffers that do not fit in memory raise KVC-C015.
     write_req_capacity : int
         Largest batch (requests) of a step.
     write_token_capacity : int, optional
@@ -73,6 +79,8 @@ class CanaryMonitor(StepLaunches):
     check_verify_expected_token : bool
         Verify stored tokens against a per-request token pool; needs
         ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
+        Off, the monitor cannot see a corrupted token in a request's newest
+        slot and says so with a :class:`~.triage.CanaryBlindSpotWarning`.
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
@@ -80,11 +88,20 @@ class CanaryMonitor(StepLaunches):
         positions); 0 turns it on from the start. See :meth:`finish_warmup`.
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
+    bundle_dir : str or path, optional
+        Write a replayable bundle (``.npz``, :mod:`.bundle`) of every readback
+        that finds new violation rows into this directory (created if missing);
+        ``kvcanary inspect BUNDLE`` replays one. Paths: :attr:`bundles`.
+    verify_budget : VerifyBudget, optional
+        Budgeted verification (:mod:`.budget`): each step verifies only the
+        prefix entries due then; every entry that stays in the plans for K
+        consecutive steps is verified within them (K: ``stats()["verify_period"]``).
 
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C008, KVC-C009, KVC-C010, KVC-C011.
+        KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
+        KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
     """
 
     def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
@@ -93,7 +110,8 @@ class CanaryMonitor(StepLaunches):
                  verify_capacity: int | None = None, sweep_capacity: int | None = None,
                  check_verify_expected_token: bool = False, max_requests: int | None = None,
                  max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
-                 health_warmup_steps: int = 100):  # fmt: skip
+                 health_warmup_steps: int = 100, bundle_dir=None,
+                 verify_budget: VerifyBudget | None = None):  # fmt: skip
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -103,31 +121,28 @@ class CanaryMonitor(StepLaunches):
             has_sources = any(g.k_sources or g.v_sources for g in groups)
             real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
         self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
-        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1)
-        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1)
+        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
+        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1, high=INT32_MAX - 1)
         slots = full.num_slots
 
         def capacity(name: str, value, default: int) -> int:
-            return check_int(_FN, name, default if value is None else value, low=1)
+            return check_int(_FN, name, default if value is None else value, low=1, high=INT32_MAX)
 
         self.write_token_capacity = capacity("write_token_capacity", write_token_capacity, slots)
-        verify_capacity = capacity("verify_capacity", verify_capacity, 3 * slots)
+        verify_capacity = capacity("verify_capacity", verify_capacity, min(3 * slots, INT32_MAX))
         self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
+        warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
-        self.status = StatusBlock(xp, len(groups))
-        self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
-        self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
-        self.groups = [
-            GroupState(
-                g, xp=xp, device=device, mode=self.real_kv_hash_mode, verify_capacity=verify_capacity,
-                write_req_capacity=self.write_req_capacity, write_token_capacity=self.write_token_capacity,
-                sweep_capacity=self.sweep_capacity,
-                shared=dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert,
-                            **self.status.launch_views(i)),
-            )  # fmt: skip
-            for i, g in enumerate(groups)
-        ]
+        health_interval = check_int(_FN, "health_interval", health_interval, low=0)
+        health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
+        self._placement = check_group_placement(_FN, groups, xp)
+        caps = dict(verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
+                    write_token_capacity=self.write_token_capacity, sweep_capacity=self.sweep_capacity)
+        nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
+        with coded_allocation(_FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans",
+                              nbytes=nbytes):  # fmt: skip
+            self._allocate(groups, xp, device, ring_capacity, caps)
         self.token_pool = self.valid_lens = None
         if self.check_tokens:
             self.token_pool, self.valid_lens = allocate_token_pool(
@@ -135,10 +150,7 @@ class CanaryMonitor(StepLaunches):
                 write_req_capacity=self.write_req_capacity,
             )  # fmt: skip
         self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self.health = HealthChecker(
-            interval=check_int(_FN, "health_interval", health_interval, low=0),
-            warmup_steps=check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0),
-        )
+        self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps)
         self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
         self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
         self.pump = ViolationPump(
@@ -147,8 +159,22 @@ class CanaryMonitor(StepLaunches):
         )  # fmt: skip
         self.step = self.sweeps = 0
         self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
+        self._checked = None  # (batch, its field objects) of the last successful array check
         self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
+        self.budget = BudgetState.build(self, verify_budget, _FN)
         self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
+        self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
+        self.bundles = self.aftercare.bundles
+
+    def _allocate(self, groups, xp, device: str, ring_capacity: int, caps: dict) -> None:
+        """The status block, ring, chain flag and every group's buffers and plans (sizes already checked)."""
+        self.status = StatusBlock(xp, len(groups))
+        self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
+        self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
+        shared = dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert)
+        self.groups = [GroupState(g, xp=xp, device=device, mode=self.real_kv_hash_mode,
+                                  shared=dict(shared, **self.status.launch_views(i)), **caps)
+                       for i, g in enumerate(groups)]  # fmt: skip
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -164,19 +190,38 @@ class CanaryMonitor(StepLaunches):
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         check_type(fn, "batch", batch, StepBatch)
-        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
+        self._check_batch(fn, batch)  # all of it, before the first launch
         self._post = run_pre(self, batch)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.host += self._pre_launches
 
     def post_forward(self) -> None:
-        """Run the TAIL launches (verify the prefix against live KV, stamp the new slots)."""
+        """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (order); the batch's array codes when one of its fields was
+            reassigned to a bad array since pre_forward (the step stays open).
+        """
+        fn = "CanaryMonitor.post_forward"
         if self._phase is not _PRE:
-            raise error("KVC-M005", function="CanaryMonitor.post_forward", state=self._phase, expected=_ORDER)
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._check_batch(fn, self._batch)
         self._post()
         self._phase = _POST
         self.health.host += self._post_launches
+
+    def _check_batch(self, fn: str, batch: StepBatch) -> None:
+        """All of the batch's checks; the array checks are skipped for the batch (and field objects)
+        last checked, so a batch refilled in place costs a few identity tests per hook."""
+        fields = batch.fields()
+        seen = self._checked
+        if seen is None or seen[0] is not batch or any(a is not b for a, b in zip(seen[1], fields)):
+            batch.check_arrays(fn, kind=self._placement.kind, device=self._placement.device)
+            self._checked = (batch, fields)  # set only on success: a rejected call changes nothing
+        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
@@ -210,10 +255,11 @@ class CanaryMonitor(StepLaunches):
         self.health.end_step(step)
         if self.step == self.warmup_steps:
             self.finish_warmup()
+        if self.budget is not None:
+            self.budget.advance(self.xp)
         snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
-        if snapshot is not None:
-            self.pump.process(snapshot)
+        self.aftercare.process(self, snapshot, step)
 
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
@@ -238,14 +284,22 @@ class CanaryMonitor(StepLaunches):
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
 
+        Parameters
+        ----------
+        chains : list or tuple of SlotChain
+            Checked before the first launch (a generator is refused: KVC-M009).
+
         Raises
         ------
         KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004, KVC-C011.
+            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
         """
         fn = "CanaryMonitor.sweep"
         if self._phase is _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        if not isinstance(chains, (list, tuple)):  # a generator would be used up by the checks below
+            raise error("KVC-M009", function=fn, argument="chains", expected="list or tuple of SlotChain",
+                        got=type(chains).__name__)  # fmt: skip
         for i, chain in enumerate(chains):
             check_type(fn, f"chains[{i}]", chain, SlotChain)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)
@@ -255,9 +309,7 @@ class CanaryMonitor(StepLaunches):
 
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
-        snapshot = self.readback.flush()
-        if snapshot is not None:
-            self.pump.process(snapshot)
+        self.aftercare.process(self, self.readback.flush(), self.step)
 
     @property
     def violations(self) -> list[Violation]:
@@ -274,4 +326,5 @@ class CanaryMonitor(StepLaunches):
             "sweep_passes": self.sweeps,
             "violations_recorded": snap.write_index,
             "violations_decoded": len(self.violations),
+            **({} if self.budget is None else self.budget.stats()),
         }

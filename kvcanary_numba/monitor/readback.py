@@ -5,9 +5,10 @@ Everything the host needs per step (violation write index, the 12 kernel and
 device array, the status block; the launch contexts and plans hold views into
 it. One small copy of the block per step therefore carries every signal, and
 on a GPU that copy goes to pinned host memory on a side stream, ordered after
-the step's launches by an event. The host reads the *previous* step's copy, so
-it never stalls the GPU (SGLang pumps its ``write_index > 0`` flag the same way).
-On the CPU the block is host memory and is read immediately.
+the step's launches by an event. The host reads an earlier step's copy once its
+event says it is done (normally the previous step's), so it never stalls the GPU
+(SGLang pumps its ``write_index > 0`` flag the same way). On the CPU the block
+is host memory and is read immediately.
 
 Layout (int64 words):
 
@@ -22,6 +23,7 @@ words 25 + 2g, +1     group g, int32 lanes: [enable, verify_num_valid,
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +103,14 @@ class HostReadback:
 
 
 class CudaReadback:
-    """GPU path: double-buffered pinned copies on a side stream, read one step late."""
+    """GPU path: double-buffered pinned copies on a side stream, read once they are done.
+
+    ``push`` never waits for the previous step's copy: it queries the copies'
+    events in issue order and returns the newest finished one. Only a copy two
+    steps old is waited for (its buffer is needed again, and the pump's plan
+    history spans a bounded lag), which happens only when the device runs
+    more than a step behind the host.
+    """
 
     def __init__(self, block: StatusBlock):
         import cupy
@@ -113,41 +122,44 @@ class CudaReadback:
         self._host = [cupyx.empty_pinned(block.words.shape, np.int64) for _ in range(2)]
         self._launched = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._copied = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
-        self._pending: list[int | None] = [None, None]  # step whose copy sits in buffer i
+        self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
+        self._runtime, self._side = cupy.cuda.runtime, self._stream.ptr
+        self._host_ptrs = [h.ctypes.data for h in self._host]
+        self._device_ptr, self._nbytes = self._words.data.ptr, self._words.nbytes
 
     def _issue(self, step: int) -> None:
-        cupy, i = self._cupy, step % 2
-        self._launched[i].record(cupy.cuda.get_current_stream())
-        self._stream.wait_event(self._launched[i])
-        cupy.cuda.runtime.memcpyAsync(
-            self._host[i].ctypes.data,
-            self._words.data.ptr,
-            self._words.nbytes,
-            cupy.cuda.runtime.memcpyDeviceToHost,
-            self._stream.ptr,
-        )
-        self._copied[i].record(self._stream)
-        self._pending[i] = step
+        # Raw runtime calls on cached pointers: this runs every step on the host's hot path.
+        runtime, i = self._runtime, step % 2
+        launched, copied = self._launched[i].ptr, self._copied[i].ptr
+        runtime.eventRecord(launched, self._cupy.cuda.get_current_stream().ptr)
+        runtime.streamWaitEvent(self._side, launched)
+        runtime.memcpyAsync(self._host_ptrs[i], self._device_ptr, self._nbytes, runtime.memcpyDeviceToHost, self._side)
+        runtime.eventRecord(copied, self._side)
+        self._queue.append((step, i))
 
-    def _take(self, i: int) -> Snapshot | None:
-        step = self._pending[i]
-        if step is None:
-            return None
-        self._copied[i].synchronize()  # a step old: normally complete already
-        self._pending[i] = None
-        return Snapshot(step, self._host[i].copy())
+    def _collect(self, wait_before: float) -> Snapshot | None:
+        """The newest finished copy (waiting for those of steps before ``wait_before``); frees their buffers."""
+        newest = None
+        while self._queue:
+            step, i = self._queue[0]
+            event = self._copied[i]
+            if step < wait_before:
+                event.synchronize()
+            elif not event.done:
+                break  # the side stream is in order: later copies are not done either
+            self._queue.popleft()
+            newest = (step, i)
+        return None if newest is None else Snapshot(newest[0], self._host[newest[1]].copy())
 
     def push(self, step: int) -> Snapshot | None:
-        """Copy this step's block asynchronously; return the previous step's snapshot."""
-        older = self._take(step % 2)  # only left over when step numbers were skipped
+        """Copy this step's block asynchronously; return the newest finished earlier snapshot."""
+        snapshot = self._collect(step - 1)  # frees this step's buffer (its copy is two steps old)
         self._issue(step)
-        previous = self._take((step - 1) % 2)
-        return previous or older  # snapshots are cumulative: the newest supersedes
+        return snapshot  # snapshots are cumulative: the newest supersedes older ones
 
     def flush(self) -> Snapshot | None:
-        """Wait for the newest pending copy (end of a run)."""
-        found = [s for s in (self._take(0), self._take(1)) if s is not None]
-        return max(found, key=lambda s: s.step) if found else None
+        """Wait for every pending copy (end of a run); the newest snapshot."""
+        return self._collect(float("inf"))
 
     def ring(self, ring) -> np.ndarray:
         """Host copy of the ring (synchronous; only done when the index says there are rows)."""

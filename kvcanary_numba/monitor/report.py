@@ -29,6 +29,7 @@ from ..constants import (
     fail_reason_label,
 )
 from ..hashing import to_unsigned
+from .triage import Diagnosis, diagnose
 
 __all__ = ["BIT_EXPLANATIONS", "Violation", "decode_rows", "tag_name", "reason_labels"]
 
@@ -109,6 +110,12 @@ class Violation:
         The 8 ring fields, as stored (signed int64).
     step : int
         Monitor step whose readback found the row (-1 when decoded directly).
+    persistence : str
+        ``pending`` until the monitor re-checks the slot a step later, then
+        ``persistent`` or ``transient`` (``unchecked`` without an in-range slot);
+        see :mod:`kvcanary_numba.monitor.triage`.
+    rewritten : bool
+        The re-check found a verify row's slot holding another record than the row saw.
     """
 
     kernel_kind: int
@@ -120,6 +127,8 @@ class Violation:
     expected_aux: int
     fail_reason: int
     step: int = -1
+    persistence: str = "pending"
+    rewritten: bool = False
 
     @property
     def tag(self) -> str:
@@ -157,6 +166,11 @@ class Violation:
         tag = self.tag.lower()
         return tag if self.stage == "SWEEP" else f"per_forward_{tag}"
 
+    @property
+    def diagnosis(self) -> Diagnosis:
+        """Triage of the row: category (addressing, data_corruption, write_path, out_of_range) and cause."""
+        return diagnose(self.fail_reason, self.tag, rewritten=self.rewritten)
+
     def explanations(self) -> tuple[str, ...]:
         """One human sentence per set bit, in bit order."""
         out = [f"{fail_reason_label(b)}: {BIT_EXPLANATIONS[b]}" for b in FailReason if self.bits & b]
@@ -186,6 +200,9 @@ class Violation:
             f"  {expected}: token={self.expected_token} {aux}={_hex(self.expected_aux)}",
         ]
         lines += [f"  why: {text}" for text in self.explanations()]
+        d = self.diagnosis
+        state = f"{self.persistence}, slot rewritten" if self.rewritten else self.persistence
+        lines += [f"  triage: {d.category} ({state}): {d.cause}"]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,6 +219,10 @@ class Violation:
             "fail_reason": self.fail_reason,
             "reasons": list(self.reasons),
             "step": self.step,
+            "category": self.diagnosis.category,
+            "cause": self.diagnosis.cause,
+            "persistence": self.persistence,
+            "rewritten": self.rewritten,
             "summary": self.summary(),
         }
 

@@ -30,18 +30,63 @@ class SlotChain:
 
     Attributes
     ----------
-    slots : sequence of int
-        FULL slot of positions ``start_position, start_position + 1, ...``.
+    slots : sequence of int or 1-D integer array
+        FULL slot of positions ``start_position, start_position + 1, ...``;
+        stored as an int64 array. Ints outside int64, floats, bools and nested
+        sequences are rejected (KVC-M010); slots outside the pool are reported by
+        the sweep's verify, not rejected.
     start_position : int
-        Position of ``slots[0]`` (>= 0).
+        Position of ``slots[0]``, in ``[0, 2**63 - 1 - len(slots)]`` (KVC-C011).
     prev_slot : int
-        Slot of position ``start_position - 1``; -1 (default) when the chain
-        starts at its head, 0 when the predecessor is unknown (chain check skipped).
+        Slot of position ``start_position - 1``, an int64; -1 (default) when the
+        chain starts at its head, 0 when the predecessor is unknown (chain check
+        skipped).
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-M010, KVC-C011.
     """
 
     slots: Sequence[int]
     start_position: int = 0
     prev_slot: int = NO_PREDECESSOR
+
+    def __post_init__(self) -> None:
+        fn = "SlotChain"
+        slots = _slot_array(fn, self.slots)
+        start = check_int(fn, "start_position", self.start_position, low=0, high=_INT64_MAX - len(slots))
+        prev = check_int(fn, "prev_slot", self.prev_slot, low=_INT64_MIN, high=_INT64_MAX)
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "start_position", start)
+        object.__setattr__(self, "prev_slot", prev)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _slot_array(function: str, slots) -> np.ndarray:
+    """``slots`` as a read-only 1-D int64 array, or KVC-M010."""
+    problem = None
+    if isinstance(slots, (str, bytes)) or slots is None:
+        problem = type(slots).__name__
+    else:
+        try:
+            array = np.asarray(slots)
+        except (OverflowError, ValueError, TypeError) as exc:  # ragged or beyond every integer dtype
+            array, problem = None, f"{type(exc).__name__}: {str(exc)[:60]}"
+        if array is not None:
+            if array.size == 0 and array.ndim == 1:
+                array = np.zeros(0, dtype=np.int64)
+            if array.ndim != 1 or array.dtype.kind not in "iu":
+                problem = f"shape {array.shape} of dtype {array.dtype}"
+            elif array.dtype.kind == "u" and array.size and int(array.max()) > _INT64_MAX:
+                problem = f"a slot {int(array.max())} beyond int64"
+    if problem is not None:
+        raise error("KVC-M010", function=function, argument="slots", got=problem)
+    out = array.astype(np.int64)  # a copy: the chain does not follow later edits of the caller's list
+    out.setflags(write=False)
+    return out
 
 
 def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: int) -> tuple[np.ndarray, ...]:
@@ -50,8 +95,7 @@ def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: in
     Raises
     ------
     KvCanaryError
-        KVC-C011 for a negative start position, KVC-M004 when the chains hold
-        more than ``capacity`` slots.
+        KVC-M004 when the chains hold more than ``capacity`` slots.
     """
     total = sum(len(chain.slots) for chain in chains)
     if total > capacity:
@@ -60,8 +104,8 @@ def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: in
     positions = np.empty(total, dtype=np.int64)
     prevs = np.empty(total, dtype=np.int64)
     at = 0
-    for i, chain in enumerate(chains):
-        start = check_int(function, f"chains[{i}].start_position", chain.start_position, low=0)
+    for chain in chains:  # each chain was checked when it was built
+        start = chain.start_position
         n = len(chain.slots)
         if n == 0:
             continue

@@ -1,0 +1,224 @@
+"""Replayable violation bundles: what a violation saw, in one ``.npz`` any machine can re-verify.
+
+A bundle holds host NumPy arrays only (no CuPy, no device pointers), so bundles
+of GPU and CPU runs are interchangeable:
+
+============  ====================  ================================================================
+key           dtype, shape          what
+============  ====================  ================================================================
+rows          int64 [n, 8]          the violation rows, as read back
+row_steps     int64 [n]             monitor step that read each row back
+entries       int64 [m, 5]          verify entries that replay the rows: tag, slot, expected
+                                    position, predecessor slot, expected token (-1 = unchecked)
+entry_origin  int64 [m]             0: the step's verify / sweep plan; 1: built from a row (a write
+                                    row, or a plan already overwritten: predecessor 0 = not checked)
+records       int64 [k, 6]          tag, slot, and the slot's 4 record fields (token, position,
+                                    prev_hash, real_kv_hash) of the buffer the tag verifies
+kv            uint8 [k, 4, b]       the real-KV bytes each source folds for that slot
+kv_lengths    int64 [k, 4]          bytes of each source (0 = no such source)
+config        str (JSON)            format version, step, device, hash mode, group slot counts
+============  ====================  ================================================================
+
+Replay (:mod:`.replay`) rebuilds a small canary buffer of the recorded slots
+and runs verify on the NumPy path over the entries.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
+from ..errors import error
+from .triage import Rechecker, read_slots, slot_view
+
+__all__ = ["BUNDLE_FORMAT", "BUNDLE_KEYS", "Aftercare", "collect_bundle", "dump_bundle", "load_bundle"]
+
+BUNDLE_FORMAT = 1
+BUNDLE_KEYS = ("rows", "row_steps", "entries", "entry_origin", "records", "kv", "kv_lengths", "config")
+_WRITE_BITS = 8 | 16
+_WRITE_RANGE = 256
+_SEED_RANGE = 128  # alone and at position -1: the write kernel's out-of-range seed row
+
+
+def _host(xp, array) -> np.ndarray:
+    return np.asarray(array if xp is np else xp.asnumpy(array))
+
+
+def _plan_entries(monitor, state, stage: str) -> np.ndarray:
+    """The active entries of the plan a stage verified: int64 [n, 4] (slot, position, prev, token)."""
+    plan = state.sweep_plan if stage == "SWEEP" else state.verify_plan
+    n = min(max(int(_host(monitor.xp, plan.verify_num_valid)[0]), 0), plan.verify_capacity)
+    cols = (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices,
+            plan.verify_expected_tokens)  # fmt: skip
+    return np.stack([_host(monitor.xp, c[:n]) for c in cols], axis=1).astype(np.int64)
+
+
+def _entries_of(monitor, tag_rows, view) -> tuple[list, list]:
+    """Entries (and origins) that replay one tag's rows."""
+    state, endpoint, _ = view
+    plan = _plan_entries(monitor, state, endpoint.tag.name.split("_")[0])
+    entries, origins = [], []
+    for v in tag_rows:
+        if v.fail_reason & (_WRITE_BITS | _WRITE_RANGE) or (v.fail_reason == _SEED_RANGE and v.position < 0):
+            if v.fail_reason & _WRITE_BITS and v.slot_idx > 0:  # the slot against what the oracle expected
+                entries.append((v.slot_idx, v.expected_aux, 0, v.expected_token))
+                origins.append(1)
+            continue  # a clipped range or a bad seed names no slot a verify could look at
+        hits = plan[plan[:, 0] == v.slot_idx]
+        if hits.shape[0]:
+            entries += [(*e[:3], v.expected_token) for e in hits]
+            origins += [0] * hits.shape[0]
+        else:
+            entries.append((v.slot_idx, v.position, 0, v.expected_token))
+            origins.append(1)
+    return entries, origins
+
+
+def _slot_bytes(monitor, endpoint, slots) -> tuple[np.ndarray, np.ndarray]:
+    """The bytes each source folds for each slot: uint8 [k, 4, b] and lengths int64 [k, 4]."""
+    ctx = endpoint.context
+    mode = ctx.real_kv_hash_mode
+    sources = ctx.real_kv_sources if mode != RealKvHashMode.NONE else ()
+    lengths = [PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(s.read_bytes) for s in sources]
+    out = np.zeros((len(slots), MAX_REAL_KV_SOURCES, max(lengths, default=0)), dtype=np.uint8)
+    lens = np.zeros((len(slots), MAX_REAL_KV_SOURCES), dtype=np.int64)
+    for j, (src, n) in enumerate(zip(sources, lengths)):
+        table = src.bytes_view()
+        for i, s in enumerate(slots):
+            row, col = divmod(int(s), int(src.page_size))
+            if row < table.shape[0]:
+                col *= int(src.num_bytes_per_token)
+                out[i, j, :n] = _host(monitor.xp, table[row, col : col + n])
+                lens[i, j] = n
+    return out, lens
+
+
+def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
+    """The bundle arrays of ``violations`` (rows of one readback) from the monitor's current state."""
+    rows = np.array([[v.kernel_kind, v.slot_idx, v.position, v.stored_token, v.expected_token,
+                      v.stored_chain_hash, v.expected_aux, v.fail_reason] for v in violations],
+                    dtype=np.int64).reshape(-1, 8)  # fmt: skip
+    entries, origins, records, kv, kv_lengths = [], [], [], [], []
+    for tag in dict.fromkeys(v.kernel_kind for v in violations):
+        tag_rows = [v for v in violations if v.kernel_kind == tag]
+        view = slot_view(monitor, tag_rows[0])
+        if view is None:
+            continue
+        found, origin = _entries_of(monitor, tag_rows, view)
+        entries += [(tag, *e) for e in found]
+        origins += origin
+        size = view[2].shape[0]
+        slots = sorted({int(s) for e in found for s in e[:3:2] if 0 < s < size})
+        if slots:
+            recs, _ = read_slots(monitor, view[1], slots)
+            records += [(tag, s, *r) for s, r in zip(slots, recs)]
+            data, lens = _slot_bytes(monitor, view[1], slots)
+            kv.append(data)
+            kv_lengths.append(lens)
+    width = max((a.shape[2] for a in kv), default=0)
+    kv_all = np.zeros((len(records), MAX_REAL_KV_SOURCES, width), dtype=np.uint8)
+    at = 0
+    for a in kv:
+        kv_all[at : at + a.shape[0], :, : a.shape[2]] = a
+        at += a.shape[0]
+    from .. import __version__  # the package imports this module while it initialises
+
+    config = {
+        "format": BUNDLE_FORMAT, "kvcanary_numba": __version__, "step": int(step), "device": monitor.device,
+        "real_kv_hash_mode": int(monitor.real_kv_hash_mode), "check_verify_expected_token": monitor.check_tokens,
+        "num_slots": {g.kind.upper(): int(g.group.num_slots) for g in monitor.groups},
+    }  # fmt: skip
+    return dict(
+        rows=rows, row_steps=np.array([v.step for v in violations], dtype=np.int64),
+        entries=np.array(entries, dtype=np.int64).reshape(-1, 5), entry_origin=np.array(origins, dtype=np.int64),
+        records=np.array(records, dtype=np.int64).reshape(-1, 6), kv=kv_all,
+        kv_lengths=np.concatenate(kv_lengths) if kv_lengths else np.zeros((0, MAX_REAL_KV_SOURCES), np.int64),
+        config=np.array(json.dumps(config, sort_keys=True)),
+    )  # fmt: skip
+
+
+def dump_bundle(monitor, violations, directory: pathlib.Path, step: int) -> pathlib.Path:
+    """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>-<i>.npz``; returns the path."""
+    i = 0
+    while (path := directory / f"kvcanary-step{step:06d}-{i}.npz").exists():
+        i += 1
+    np.savez_compressed(path, **collect_bundle(monitor, violations, step))
+    return path
+
+
+def check_bundle_dir(function: str, bundle_dir) -> pathlib.Path | None:
+    """The monitor's ``bundle_dir`` as a directory (created when missing); KVC-M022 when unusable."""
+    if bundle_dir is None:
+        return None
+    path = pathlib.Path(bundle_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error("KVC-M022", function=function, path=str(path), reason=exc.strerror or type(exc).__name__) from exc
+    return path
+
+
+def load_bundle(path) -> dict:
+    """Read a bundle: its arrays and the decoded config (``"config"`` -> dict).
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-M020 when the file is missing, not an ``.npz``, lacks a key, or has another format.
+    """
+    fn, path = "load_bundle", pathlib.Path(path)
+
+    def bad(reason: str):
+        return error("KVC-M020", function=fn, path=str(path), reason=reason)
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            out = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise bad(f"not a readable .npz file ({type(exc).__name__})") from exc
+    missing = [k for k in BUNDLE_KEYS if k not in out]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    try:
+        out["config"] = json.loads(str(out["config"]))
+    except ValueError as exc:
+        raise bad("config is not JSON") from exc
+    if out["config"].get("format") != BUNDLE_FORMAT:
+        raise bad(f"format {out['config'].get('format')!r}, this version reads {BUNDLE_FORMAT}")
+    shapes = {"rows": (2, 8), "entries": (2, 5), "records": (2, 6), "kv": (3, None), "kv_lengths": (2, 4)}
+    for key, (ndim, cols) in shapes.items():
+        a = out[key]
+        if a.ndim != ndim or (cols is not None and a.shape[-1] != cols) or a.dtype.kind not in "iu":
+            raise bad(f"{key} has shape {a.shape} and dtype {a.dtype}")
+    return out
+
+
+class Aftercare:
+    """What a monitor does with each readback beyond reporting: re-check last readback's rows, dump bundles.
+
+    Parameters
+    ----------
+    bundle_dir : path or None
+        Where bundles go (already checked by :func:`check_bundle_dir`); None writes none.
+    """
+
+    def __init__(self, bundle_dir: pathlib.Path | None):
+        self.rechecker, self.bundle_dir, self.bundles = Rechecker(), bundle_dir, []
+
+    def process(self, monitor, snapshot, step: int) -> None:
+        """Re-check the rows of the previous readback, then let the pump decode and report this one;
+        the new rows are tracked for the next re-check and bundled (also when the pump raises)."""
+        if snapshot is None:  # nothing read back (CPU flush, GPU step 0): no step passed for a re-check
+            return
+        self.rechecker.run(monitor, step)
+        start = len(monitor.violations)
+        try:
+            monitor.pump.process(snapshot)
+        finally:
+            new = monitor.violations[start:]
+            self.rechecker.track(start, start + len(new))
+            if self.bundle_dir is not None and new:
+                self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, snapshot.step))

@@ -1,0 +1,127 @@
+"""The write chain shared by one step's launches (kernels/share.py): a consumer's records
+are byte-equal to those of a launch that runs its own chain, whatever differs from the
+publisher (seed record, tokens, positions, skipped entries); and it really reuses the chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from canary_helpers import HEAD, make_context, record, stamp, write_args, write_plan
+from kernel_pairs import KERNEL_DEVICE, to_device, to_host, write
+from numba import cuda
+
+from kvcanary_numba.constants import WARP_SIZE
+from kvcanary_numba.kernels.share import reused_chunk
+
+from kvcanary_numba.hashing import to_signed
+from kvcanary_numba.launch import write as write_glue
+from kvcanary_numba.launch.chain import SharedChain, sharing
+
+pytestmark = pytest.mark.simulator
+
+N = 70  # three chunks of a warp, the last one partial
+SEED = 80
+
+
+def _chain() -> SharedChain:
+    chain = SharedChain(np, tokens=N + 8, requests=2)
+    chain.published = to_device(chain.published, KERNEL_DEVICE)
+    chain.published_seeds = to_device(chain.published_seeds, KERNEL_DEVICE)
+    return chain
+
+
+def _inputs():
+    tokens = list(range(1000, 1000 + N))
+    positions = list(range(5, 5 + N))
+    slots = list(range(1, N + 1))
+    return tokens, positions, slots
+
+
+def _seeded():
+    ctx = make_context(96)
+    stamp(ctx, SEED, 77, 4, HEAD)
+    return ctx
+
+
+def _publish(chain, slots=None):
+    tokens, positions, default = _inputs()
+    with sharing(chain, publish=True):
+        write(_seeded(), write_plan([N], [SEED]), tokens, positions, default if slots is None else slots)
+
+
+def test_consumer_reuses_the_published_chain():
+    # White box: a planted prev_hash in the scratch shows up in the consumer's record,
+    # so the consumer did not recompute the chain (byte-equality alone could not tell).
+    chain = _chain()
+    _publish(chain)
+    published = to_host(chain.published).copy()
+    published[0, 40] = to_signed(0x1234)
+    chain.published = to_device(published, KERNEL_DEVICE)
+    ctx = to_device(_seeded(), KERNEL_DEVICE)
+    with sharing(chain, publish=False):
+        write_glue.launch_canary_write_kernel(context=ctx, **to_device_args(write_args(write_plan([N], [SEED]),
+                                                                                      *_inputs())))  # fmt: skip
+    fields = to_host(ctx.canary_buf).view(np.int64)
+    assert fields[41, 2] == 0x1234 and fields[40, 2] != 0x1234
+
+
+def to_device_args(kwargs: dict) -> dict:
+    return {k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()}
+
+
+@pytest.mark.parametrize("change", ["none", "seed record", "token", "position", "skipped", "unskipped"])
+def test_consumer_records_equal_their_own_chain(change):
+    chain = _chain()
+    tokens, positions, slots = _inputs()
+    _publish(chain, [-1 if i == 10 else s for i, s in enumerate(slots)] if change == "unskipped" else None)
+    ctx = _seeded()
+    if change == "seed record":
+        stamp(ctx, SEED, 78, 4, HEAD)  # a different seed state: the consumer's own chain
+    elif change == "token":
+        tokens[40] += 1  # second chunk: the first chunk reuses, then the chain switches
+    elif change == "position":
+        positions[64] += 3  # first entry of the last chunk (and the chain-position assert row)
+    elif change == "skipped":
+        slots[10] = -1
+    # "unskipped": the publisher skipped entry 10, this launch stores it
+    with sharing(chain, publish=False):
+        write(ctx, write_plan([N], [SEED]), tokens, positions, slots)  # kernels == reference, byte for byte
+    assert record(ctx, 69)[1] == positions[68]
+
+
+def test_reused_chunks_keep_the_last_of_duplicate_slots():
+    # Within a chunk (entries 3 and 20) and across chunks (entry 50), as the reference does;
+    # publisher and consumer see the same inputs, so every chunk is reused.
+    chain = _chain()
+    tokens, positions, slots = _inputs()
+    for i in (3, 20, 50):
+        slots[i] = 7
+    slots[33] = slots[34] = 0  # padding entries landing in slot 0
+    with sharing(chain, publish=True):
+        write(_seeded(), write_plan([N], [SEED]), tokens, positions, slots)
+    ctx = _seeded()
+    with sharing(chain, publish=False):
+        write(ctx, write_plan([N], [SEED]), tokens, positions, slots)
+    assert record(ctx, 7)[0] == tokens[50] and record(ctx, 0)[0] == tokens[34]
+
+
+@cuda.jit
+def _reused_probe(slots, n, num_slots, out):
+    t = cuda.threadIdx.x
+    shared = cuda.shared.array(WARP_SIZE, np.int64)
+    shared[t] = slots[t]
+    cuda.syncthreads()
+    counted, last = reused_chunk(np.int64(t), n, slots[t], shared, num_slots)
+    out[0, t] = counted
+    out[1, t] = 1 if last else 0
+
+
+def test_reused_chunk_counts_and_finds_the_last_entry_of_each_slot():
+    # White box (the simulator's threads store in index order, so "last wins" is checked here).
+    slots = np.full(WARP_SIZE, -1, dtype=np.int64)
+    slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (not counted)
+    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, np.zeros((2, WARP_SIZE), dtype=np.int64))]
+    _reused_probe[1, WARP_SIZE](dev[0], 7, 9, dev[1])
+    out = to_host(dev[1])
+    assert out[0].tolist() == [6] * WARP_SIZE
+    assert out[1, :7].tolist() == [0, 0, 1, 1, 1, 1, 1]
