@@ -188,3 +188,12 @@ def test_blocker_really_hides_numba_cuda(tmp_path):
     script.write_text("import kvcanary_numba.launch.verify\n")  # the launch glue needs numba.cuda
     proc = _without_cuda(str(script))
     assert proc.returncode != 0 and "blocked: CPU-only install" in proc.stderr
+
+
+def test_cpu_side_chain_constants_match_the_kernels():
+    # launch/chain.py keeps the scratch layout without importing the kernels (CPU-only installs).
+    from kvcanary_numba.kernels import share
+    from kvcanary_numba.launch import chain
+
+    assert (chain.ENTRY_ROWS, chain.SEED_ROWS) == (share.ENTRY_ROWS, share.SEED_ROWS)
+    assert all(isinstance(getattr(share, role), type(share.OWN)) for role in ("PUBLISH", "CONSUME"))
