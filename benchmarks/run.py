@@ -34,8 +34,8 @@ if str(HERE.parent) not in sys.path:  # run as a script: make ``benchmarks`` and
 from benchmarks.report import write_results  # noqa: E402
 from benchmarks.timing import Deadline  # noqa: E402
 
-GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor", "budget", "chain")
-CPU_SECTIONS = ("cpu", "validation")
+GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor", "budget", "chain", "public")
+CPU_SECTIONS = ("cpu", "validation", "public-cpu")
 
 
 class Run:
@@ -126,9 +126,10 @@ def _meta(args, gpu: bool) -> dict:
 
 
 def _sections(names: list[str]):
-    from benchmarks import bench_cpu
+    from benchmarks import bench_cpu, bench_public
 
-    table = {"cpu": bench_cpu.cpu_verify, "validation": bench_cpu.validation_cost}
+    table = {"cpu": bench_cpu.cpu_verify, "validation": bench_cpu.validation_cost,
+             "public-cpu": bench_public.public_cpu, "public": bench_public.public_calls}
     if any(n in GPU_SECTIONS for n in names):
         from benchmarks import bench_chain, bench_kernels, bench_step
 

@@ -1,8 +1,11 @@
 """Array introspection, argument validation and backend selection.
 
-Works on NumPy arrays and on any object exposing ``__cuda_array_interface__``
-(CuPy, Numba device arrays) without importing CuPy. Every check raises a
-registered :class:`~kvcanary_numba.errors.KvCanaryError`.
+Works on NumPy arrays, on any object exposing ``__cuda_array_interface__``
+(CuPy, Numba device arrays, PyTorch tensors, JAX arrays: v2 and v3) and on
+DLPack-only objects, without importing any of those libraries. The device of
+a CUDA array comes from its pointer (:func:`._interop.pointer_device`); a
+read-only interface (``data=(ptr, True)``) makes the array an input only.
+Every check raises a registered :class:`~kvcanary_numba.errors.KvCanaryError`.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any, Iterable, Literal
 
 import numpy as np
 
+from . import _interop
 from .errors import error
 
 Backend = Literal["numpy", "cuda"]
@@ -79,7 +83,11 @@ def _is_cupy(array: Any) -> bool:
 
 
 def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
-    """Describe ``array`` or raise KVC-C001 if it is neither NumPy nor CUDA."""
+    """Describe ``array`` or raise KVC-C001 if it is neither NumPy, CUDA nor DLPack.
+
+    A DLPack-only object is described by its NumPy / CuPy view
+    (:func:`._interop.native_array`); the public wrappers hand that view on.
+    """
     if isinstance(array, np.ndarray):
         flags = array.flags
         return ArrayInfo("numpy", array.shape, array.dtype, flags.c_contiguous, array.strides, None,
@@ -87,8 +95,13 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     if _is_cupy(array):  # same facts as its interface, without building the dict
         return ArrayInfo("cuda", array.shape, array.dtype, array.flags.c_contiguous, array.strides,
                          array.data.ptr, True, array.device.id)  # fmt: skip
-    cai = getattr(array, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(array, "__cuda_array_interface__", None)
+    except Exception:  # noqa: BLE001 - e.g. a PyTorch tensor that requires grad refuses to export
+        cai = None
     if not isinstance(cai, dict):
+        if _interop.dlpack_only(array):
+            return inspect_array(function, argument, _interop.native_array(function, argument, array))
         raise error("KVC-C001", function=function, argument=argument, got=type(array).__name__)
     shape = tuple(map(int, cai["shape"]))
     dtype = _dtype(cai["typestr"])
@@ -99,8 +112,9 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
         strides = tuple(strides)
         contiguous = _is_c_contiguous(shape, strides, dtype.itemsize)
     ptr, readonly = cai["data"]
-    device = getattr(getattr(array, "device", None), "id", None)
-    return ArrayInfo("cuda", shape, dtype, contiguous, strides, int(ptr or 0), not readonly, device)
+    ptr = int(ptr or 0)
+    # The memory's device, whatever the library calls it (size-0 arrays: None, any device).
+    return ArrayInfo("cuda", shape, dtype, contiguous, strides, ptr, not readonly, _interop.pointer_device(ptr))
 
 
 _DTYPES: dict[str, np.dtype] = {}
@@ -214,17 +228,20 @@ def resolve_backend(
     """
     if backend not in BACKEND_NAMES:
         raise error("KVC-C009", function=function, argument="backend", expected=BACKEND_NAMES, got=backend)
-    first_name, first = None, None
+    first_name, first, device_name, device = None, None, None, None
     for name, info in arrays:
         if first is None:
             first_name, first = name, info
+        elif info.kind != first.kind:
+            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=first_name,
+                        expected=_where(first))  # fmt: skip
+        if info.device is None:  # NumPy, or a CUDA array whose device is unknown (empty): fits any
             continue
-        if info.kind != first.kind or info.device != first.device:
-            got = info.kind if info.device is None else f"{info.kind}:{info.device}"
-            expected = first.kind if first.device is None else f"{first.kind}:{first.device}"
-            raise error(
-                "KVC-C007", function=function, argument=name, got=got, reference=first_name, expected=expected
-            )
+        if device is None:
+            device_name, device = name, info
+        elif info.device != device.device:
+            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=device_name,
+                        expected=_where(device))  # fmt: skip
     kind: Backend = "numpy" if first is None else first.kind
     if backend == "auto":
         return kind
@@ -241,6 +258,10 @@ def resolve_backend(
             reason="NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1",
         )
     return backend  # type: ignore[return-value]
+
+
+def _where(info: ArrayInfo) -> str:
+    return info.kind if info.device is None else f"{info.kind}:{info.device}"
 
 
 def array_module(function: str, device: str):

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _interop
 from ._arrays import array_module, check_int, inspect_array
 from ._limits import INT32_MAX, MAX_SLOT_STRIDE_BYTES, coded_allocation
 from .constants import (
@@ -81,6 +82,8 @@ class RealKvSource:
             raise error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=self.read_bytes)
         for name, value in (("page_size", page_size), ("num_bytes_per_token", nbt), ("read_bytes", rb)):
             object.__setattr__(self, name, value)
+        if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
+            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
         info = inspect_array(_SOURCE, "tensor", self.tensor)
         if len(info.shape) != 2:
             raise error("KVC-R004", function=_SOURCE, got=info.shape)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _memo
 from ._arrays import ArrayInfo, check_array, check_int, inspect_array, resolve_backend
 from .constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from .context import RealKvSource
@@ -72,7 +73,12 @@ def check_real_kv_sources(
     return RealKvHashMode(mode), arrays
 
 
-def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto") -> None:
+#: Snapshots of calls that passed validation (see :mod:`kvcanary_numba._memo`).
+_MEMO = _memo.Memo()
+
+
+def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto",
+                         stream=None) -> None:
     """Fingerprint the live KV bytes of some slots, as the write kernel stores them.
 
     For slot ``s`` each source contributes the fold of its bytes at row
@@ -96,19 +102,23 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
         Receives the hashes (uint64 bits stored as int64), written in place.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays.
+    stream : CUDA stream, int handle or None
+        Where the kernel is queued (None: CuPy's current stream).
 
     Raises
     ------
     KvCanaryError
-        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-R008, KVC-R009.
+        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016, KVC-R008, KVC-R009.
     """
-    mode, arrays = check_real_kv_sources(_FUNCTION, real_kv_sources, real_kv_hash_mode)
+    kwargs = dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices,
+                  out=out)
+    _memo.run_validated(_FUNCTION, "fingerprint", _MEMO, _validate, kwargs, backend, stream,
+                        {"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
+
+
+def _validate(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend) -> str:
+    _, arrays = check_real_kv_sources(_FUNCTION, real_kv_sources, real_kv_hash_mode)
     slots = check_array(_FUNCTION, "slot_indices", slot_indices, dtype=np.int64, ndim=1)
     out_info = check_array(_FUNCTION, "out", out, dtype=np.int64, ndim=1, shape=slots.shape, writeable=True)
     arrays = [("slot_indices", slots), ("out", out_info), *arrays]
-    kwargs = dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices, out=out)
-    if resolve_backend(_FUNCTION, backend, arrays) == "numpy":
-        from .reference import fingerprint as _impl
-    else:
-        from .launch import fingerprint as _impl
-    _impl.compute_real_kv_hash(**kwargs)
+    return resolve_backend(_FUNCTION, backend, arrays)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _memo
 from ._arrays import check_array, check_int, resolve_backend
 from .errors import error
 from .plans import VerifyPlan, WritePlan
@@ -44,12 +45,7 @@ def _check_batch(function, *, req_pool_indices, prefix_lens, extend_seq_lens, re
         raise error("KVC-P005", function=function, expected=expected, window=window, got=_describe(lut))
     if lut is not None:
         name = "full_to_swa_index_mapping"
-        info = check_array(function, name, lut, dtype=np.int64, ndim=1, min_len=1)
-        # Padding slot 0 must stay 0. Read only from host memory: reading a GPU LUT would sync the
-        # stream every step (and fail inside CUDA-graph capture); the catalogue entry says so.
-        if info.kind == "numpy" and int(lut[0]) != 0:
-            raise error("KVC-P008", function=function, got=int(lut[0]))
-        infos.append((name, info))
+        infos.append((name, check_array(function, name, lut, dtype=np.int64, ndim=1, min_len=1)))
     return bs, window, infos
 
 
@@ -73,20 +69,35 @@ def _check_flag(function, name, array):
     return name, check_array(function, name, array, dtype=np.int32, ndim=1, shape=(1,), writeable=True)
 
 
-def _impl(backend: str):
-    """The module that runs the plan: the NumPy reference or the CUDA launch glue."""
-    if backend == "numpy":
-        from .reference import plan as impl
-    else:  # imported lazily: the launch glue pulls in numba.cuda, the CPU path must not
-        from .launch import plan as impl
-    return impl
+#: Snapshots of plan calls that passed validation, per function (see :mod:`kvcanary_numba._memo`).
+_MEMOS = {"launch_plan_offsets_kernel": _memo.Memo(), "launch_canary_plan_kernels": _memo.Memo()}
+_SCALARS = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offset")
+
+
+def _check_lut_head(function: str, lut) -> None:
+    """KVC-P008: a host LUT must map padding slot 0 to 0.
+
+    A value check, so it runs on every call (the validation memo only knows layouts). Read only
+    from host memory: reading a GPU LUT would sync the stream every step (and fail inside CUDA-graph
+    capture); the catalogue entry says so. A LUT of another type or layout is left to validation.
+    """
+    if isinstance(lut, np.ndarray) and lut.dtype == np.int64 and lut.ndim == 1 and lut.size and lut[0] != 0:
+        raise error("KVC-P008", function=function, got=int(lut[0]))
+
+
+def _run(function: str, validate, backend: str, stream, kwargs: dict) -> None:
+    """Validate ``kwargs`` (unless their snapshot passed before), then run ``function`` on ``stream``."""
+    _check_lut_head(function, kwargs["full_to_swa_index_mapping"])
+    # Validated ints (NumPy integers included) reach the implementation as Python ints.
+    _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream,
+                        {name: int for name in _SCALARS if name in kwargs})
 
 
 def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
                                full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
                                out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
                                out_write_num_valid_reqs, swa_window_size, verify_capacity,
-                               backend: str = "auto") -> None:
+                               backend: str = "auto", stream=None) -> None:
     """Offsets step of the plan: verify offsets, num_valid / enable, write ranges and seeds.
 
     Parameters
@@ -120,12 +131,28 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
         Overflow threshold, in ``[0, 2**31 - 1]``.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays.
+    stream : CUDA stream, int handle or None
+        Where the kernel is queued (None: CuPy's current stream).
 
     Raises
     ------
     KvCanaryError
-        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
+        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
     """
+    _run("launch_plan_offsets_kernel", _validate_offsets, backend, stream, dict(
+        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
+        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
+        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
+        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
+    ))
+
+
+def _validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
+                      out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
+                      out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
+                      verify_capacity, backend) -> str:
     function = "launch_plan_offsets_kernel"
     bs, window, infos = _check_batch(
         function, req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
@@ -141,22 +168,15 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     )
     infos.append(_check_flag(function, "out_verify_num_valid", out_verify_num_valid))
     infos.append(_check_flag(function, "out_verify_enable", out_verify_enable))
-    capacity = check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
-    _impl(resolve_backend(function, backend, infos)).launch_plan_offsets_kernel(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
-        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
-        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
-        swa_window_size=window, verify_capacity=capacity,
-    )
+    check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
+    return resolve_backend(function, backend, infos)
 
 
 def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
                                extend_seq_lens, req_to_token, swa_window_size, full_to_swa_index_mapping,
                                verify_capacity, req_to_verify_expected_tokens,
                                req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
-                               backend: str = "auto") -> None:
+                               backend: str = "auto", stream=None) -> None:
     """Plan one step: fill ``verify_plan_out`` and ``write_plan_out`` in place.
 
     Parameters
@@ -189,12 +209,27 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
         Column offset of the expected token (0 target model, +1 EAGLE draft).
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays.
+    stream : CUDA stream, int handle or None
+        Where the two kernels are queued (None: CuPy's current stream).
 
     Raises
     ------
     KvCanaryError
-        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013.
+        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
     """
+    _run("launch_canary_plan_kernels", _validate_plan, backend, stream, dict(
+        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
+        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+    ))
+
+
+def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
+                   swa_window_size, full_to_swa_index_mapping, verify_capacity, req_to_verify_expected_tokens,
+                   req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset, backend) -> str:
     function = "launch_canary_plan_kernels"
     for argument, value, cls in (("verify_plan_out", verify_plan_out, VerifyPlan),
                                  ("write_plan_out", write_plan_out, WritePlan)):
@@ -238,12 +273,6 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
             ("req_to_verify_expected_tokens_valid_lens", lens, np.int64, 1, (bs,)),
         ):
             infos.append((name, check_array(function, name, array, dtype=dtype, ndim=ndim, shape=shape)))
-    offset = check_int(function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset,
-                       low=_INT64_MIN, high=_INT64_MAX)
-    _impl(resolve_backend(function, backend, infos)).launch_canary_plan_kernels(
-        verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
-        swa_window_size=window, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=capacity, req_to_verify_expected_tokens=pool,
-        req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=offset,
-    )
+    check_int(function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset,
+              low=_INT64_MIN, high=_INT64_MAX)
+    return resolve_backend(function, backend, infos)

@@ -12,13 +12,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _memo
 from ._arrays import check_array, resolve_backend
 from .errors import error
 
 __all__ = ["scatter_req_token_ids"]
 
 
-def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto") -> None:
+#: Snapshots of calls that passed validation (see :mod:`kvcanary_numba._memo`).
+_MEMO = _memo.Memo()
+
+
+def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto",
+                          stream=None) -> None:
     """Copy each request's flat tokens into its pool row (int32), in place.
 
     Parameters
@@ -37,6 +43,8 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
         left as it was.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays.
+    stream : CUDA stream, int handle or None
+        Where the kernel is queued (None: CuPy's current stream; KVC-C016).
 
     Raises
     ------
@@ -45,6 +53,11 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
         KVC-C002 (dtype), KVC-C003 (ndim), KVC-C006 (not contiguous), KVC-C007
         (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
     """
+    kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
+    _memo.run_validated("scatter_req_token_ids", "scatter", _MEMO, _validate, kwargs, backend, stream)
+
+
+def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:
     function = "scatter_req_token_ids"
     rows = check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1)
     ranges = check_array(function, "offsets", offsets, dtype=np.int64, ndim=1)
@@ -56,8 +69,4 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
         ("flat_in", check_array(function, "flat_in", flat_in, dtype=np.int64, ndim=1)),
         ("pool_out", check_array(function, "pool_out", pool_out, dtype=np.int32, ndim=2, writeable=True)),
     ]
-    if resolve_backend(function, backend, infos) == "numpy":
-        from .reference import scatter as impl
-    else:  # imported lazily: the launch glue pulls in numba.cuda, the CPU path must not
-        from .launch import scatter as impl
-    impl.scatter_req_token_ids(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
+    return resolve_backend(function, backend, infos)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _memo
 from ._arrays import check_array, check_bool, resolve_backend
 from .errors import error
 from .plans import WritePlan
@@ -12,6 +13,8 @@ from .verify import check_bundle, check_context, check_plan_type
 __all__ = ["launch_canary_write_kernel"]
 
 _FUNCTION = "launch_canary_write_kernel"
+#: Snapshots of write calls that passed validation (see :mod:`kvcanary_numba._memo`).
+_MEMO = _memo.Memo()
 
 
 def launch_canary_write_kernel(
@@ -25,6 +28,7 @@ def launch_canary_write_kernel(
     expected_input_tokens,
     expected_input_positions,
     backend: str = "auto",
+    stream=None,
 ) -> None:
     """Stamp the canary records of the slots a forward pass writes.
 
@@ -69,14 +73,37 @@ def launch_canary_write_kernel(
         ``enable_write_input_assert`` is True, None otherwise.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays (NumPy -> reference, CUDA -> kernels).
+    stream : CUDA stream, int handle or None
+        Where the kernel is queued (None: CuPy's current stream).
+
+    Notes
+    -----
+    Validation is skipped for arguments whose snapshot passed before
+    (:mod:`kvcanary_numba._memo`).
 
     Raises
     ------
     KvCanaryError
         KVC-V001, KVC-W001 (offsets length), KVC-W002 / KVC-W003 (expected
-        inputs vs the flag), KVC-C001 … KVC-C014 for arrays, bools and the
-        backend, KVC-R007 … KVC-R009 for real-KV sources.
+        inputs vs the flag), KVC-C001 … KVC-C016 for arrays, bools, the
+        backend and the stream, KVC-R007 … KVC-R009 for real-KV sources.
     """
+    kwargs = dict(
+        context=context,
+        plan=plan,
+        input_ids=input_ids,
+        positions=positions,
+        out_cache_loc=out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
+    _memo.run_validated(_FUNCTION, "write", _MEMO, _validate, kwargs, backend, stream, {"enable_write_input_assert": bool})
+
+
+def _validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
+              expected_input_tokens, expected_input_positions, backend) -> str:
+    """Every check of a write call; returns the backend it runs on."""
     arrays = check_context(_FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
     check_plan_type(_FUNCTION, "plan", plan, WritePlan)
     seeds = check_array(_FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
@@ -100,18 +127,4 @@ def launch_canary_write_kernel(
             raise error("KVC-W003", function=_FUNCTION, argument=name)
         if array is not None:
             arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
-    kwargs = dict(
-        context=context,
-        plan=plan,
-        input_ids=input_ids,
-        positions=positions,
-        out_cache_loc=out_cache_loc,
-        enable_write_input_assert=asserted,
-        expected_input_tokens=expected_input_tokens,
-        expected_input_positions=expected_input_positions,
-    )
-    if resolve_backend(_FUNCTION, backend, arrays) == "numpy":
-        from .reference import write as _impl
-    else:
-        from .launch import write as _impl
-    _impl.launch_canary_write_kernel(**kwargs)
+    return resolve_backend(_FUNCTION, backend, arrays)

@@ -45,14 +45,14 @@ def test_quick_cpu_run_writes_the_documented_json(quick_cpu_run):
     assert doc["schema"] == SCHEMA_VERSION
     meta = doc["meta"]
     assert meta["name"] == "ci" and meta["gpu"] is False and meta["quick"] is True
-    assert meta["errors"] == [] and set(meta["sections"]) == {"cpu", "validation"}
+    assert meta["errors"] == [] and set(meta["sections"]) == {"cpu", "validation", "public-cpu"}
     for key in ("date", "python", "numpy", "seconds", "skipped", "plots"):
         assert key in meta
     assert {t["target"] for t in doc["targets"]} >= {"plan bs=4096: device time"}
     for target in doc["targets"]:
         assert set(target) == {"target", "value", "threshold", "better", "unit", "met", "note"}
     records = doc["results"]
-    assert {r["op"] for r in records} == {"cpu verify", "validation"}
+    assert {r["op"] for r in records} == {"cpu verify", "validation", "public call host (NumPy)"}
     for r in records:
         assert isinstance(r["variant"], str) and r["median_us"] > 0
         assert any(k in r for k in ("entries", "n"))

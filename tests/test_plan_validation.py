@@ -198,3 +198,22 @@ def test_lut_mapping_slot_zero_to_zero_is_accepted():
     kwargs = plan_kwargs(swa_window_size=4, full_to_swa_index_mapping=np.array([0, 7, 7], np.int64))
     launch_canary_plan_kernels(**kwargs)
     assert int(kwargs["verify_plan_out"].enable[0]) == 1
+
+
+@pytest.mark.parametrize(("function", "make"), [
+    (launch_canary_plan_kernels, lambda lut: plan_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
+    (launch_plan_offsets_kernel, lambda lut: offsets_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
+])
+def test_lut_head_is_checked_on_every_call(function, make):
+    """The validation memo remembers layouts, not values: a LUT whose entry 0 changed after a
+    passing call of the same layout (same array edited in place, or a new one) is still refused."""
+    lut = LUT.copy()
+    function(**make(lut))
+    function(**make(lut))  # second call: served by the memo
+    lut[0] = 7
+    with raises_code("KVC-P008"):
+        function(**make(lut))
+    other = LUT.copy()
+    other[0] = -1
+    with raises_code("KVC-P008"):
+        function(**make(other))

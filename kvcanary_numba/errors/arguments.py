@@ -120,3 +120,30 @@ define(
         "kv-canary: lut_len must be non-negative, got {n}",
     ),
 )
+
+define(
+    "KVC-C016",
+    title="Not a CUDA stream",
+    message="{function}: {argument} must be a CUDA stream (an object with __cuda_stream__, a CuPy, Numba or "
+    "PyTorch stream, or an int handle >= 0), got {got}",
+    exception="type",
+    meaning=(
+        "stream= names the CUDA stream the launch is queued on. It is read as a raw stream handle: "
+        "an object speaking the CUDA stream protocol (__cuda_stream__ returns (version, handle)), "
+        "a library stream object, or the handle itself. None means CuPy's current stream."
+    ),
+    triggers=(
+        "Passing a device, an event or a string as stream=.",
+        "A negative int, or a bool, as the handle.",
+    ),
+    solutions=("Pass the stream object of your array library, or its integer handle.",),
+    before="launch_canary_verify_kernel(**verify_args(stream='side'))",
+    after=(
+        "side_stream = 0  # an int handle (0: the default stream); on a GPU e.g. cupy.cuda.Stream()\n"
+        "launch_canary_verify_kernel(**verify_args(stream=side_stream))"
+    ),
+    defensive="stream = torch.cuda.current_stream()  # or cupy.cuda.get_current_stream()",
+    prevention="Keep the engine's stream objects and pass them through unchanged.",
+    related=("KVC-C009",),
+    extension=True,
+)

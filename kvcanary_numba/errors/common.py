@@ -252,9 +252,13 @@ define(
     message="{function}: {argument} is written by this call and must be writeable",
     meaning=(
         "Plans, canary buffers, rings and counters are written in place. A read-only NumPy array "
-        "(np.load with mmap_mode='r', a broadcast view, flags.writeable = False) cannot be."
+        "(np.load with mmap_mode='r', a broadcast view, flags.writeable = False) cannot be, nor a CUDA "
+        "array whose __cuda_array_interface__ says data=(ptr, True) (JAX arrays): those are inputs only."
     ),
-    triggers=("Loading a saved canary buffer with mmap_mode='r' and verifying into it.",),
+    triggers=(
+        "Loading a saved canary buffer with mmap_mode='r' and verifying into it.",
+        "Passing a JAX array as a plan output or as part of a CanaryContext.",
+    ),
     solutions=("Pass a writeable copy (array.copy()).",),
     before=(
         "canary_buf = np.load('buf.npy', mmap_mode='r')  # read-only\n"

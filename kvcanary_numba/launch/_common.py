@@ -57,13 +57,33 @@ API
 ``check_signature(signature, args, kernel=None)``
     The check ``launch`` makes, callable on its own.
 ``current_stream()``
-    Numba stream of CuPy's current stream (``0``: legacy default stream, and
-    always under the simulator).
+    Numba stream of the call's stream: the public ``stream=`` argument when one
+    was given (``on_stream``), else CuPy's current stream (``0``: legacy default
+    stream, and always under the simulator).
+``on_stream(handle)``
+    ``with on_stream(handle):`` every launch of this host thread in the block goes
+    to CUDA stream ``handle`` (what :func:`kvcanary_numba._interop.dispatch` does
+    for ``stream=``; plan scratch is keyed by it too).
+``run_launches(entry, run, kwargs, handle)``
+    How every validated public CUDA call runs (``_kernel_launch``). ``entry`` is
+    the call's :class:`kvcanary_numba._memo.Entry`: one per argument snapshot,
+    and a snapshot holds every CUDA pointer, shape, dtype, scalar and per-object
+    token the glue reads. First sight: ``run(**kwargs)`` (this glue). Second
+    sight: the glue runs with a thread-local sink set, so each ``launch`` builds
+    its own :class:`~.prepared.PreparedLaunch` (the explicit launch description:
+    kernel, signature, grid, block, packed parameters; pointers only, no array
+    kept alive), launches it and appends it to the entry. Later sights on the
+    same (stream, device): the packed launches are replayed, one
+    ``cuLaunchKernel`` each, no glue. A changed pointer is another snapshot, so
+    a replay cannot use stale memory. Bypassed under the simulator and while
+    :func:`~kvcanary_numba.launch.recording.recording` is active (the
+    monitor records its phases through the public calls).
 
 The builders live in :mod:`._array_views`, grids, compilation and launch in
 :mod:`._kernel_launch`. The glue calls them through this module
-(``_common.kernel_array(...)``, looked up at call time), which is what
-:func:`~kvcanary_numba.launch.recording.recording` swaps.
+(``_common.kernel_array(...)``). :func:`~kvcanary_numba.launch.recording.recording`
+swaps nothing: the builders report to a thread-local observer and ``launch`` to
+a thread-local sink while a recording of the calling thread is active.
 """
 
 from __future__ import annotations
@@ -118,6 +138,4 @@ __all__ = [
 
 def persistent_views(*arrays) -> tuple:
     """``kernel_array(x, persistent=True)`` of each of ``arrays``."""
-    # Defined here, not in _array_views: the lookup of kernel_array in this module's
-    # namespace at call time is what recording swaps.
     return tuple(kernel_array(x, persistent=True) for x in arrays)

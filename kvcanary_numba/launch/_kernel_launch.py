@@ -21,6 +21,8 @@ __all__ = [
     "current_stream",
     "grid_for",
     "launch",
+    "on_stream",
+    "run_launches",
     "persistent_grid",
     "resident_grid",
     "sim_shape",
@@ -215,7 +217,31 @@ def _stream_pair(ptr: int):
     return pair
 
 
+#: Per host thread: the stream handle a public ``stream=`` argument set for the call in progress.
+_stream_override = threading.local()
+
+
+class on_stream:
+    """``with on_stream(handle):`` launches of this thread go to CUDA stream ``handle``."""
+
+    __slots__ = ("handle", "_saved")
+
+    def __init__(self, handle: int):
+        self.handle = int(handle)
+
+    def __enter__(self):
+        self._saved = getattr(_stream_override, "handle", None)
+        _stream_override.handle = self.handle
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stream_override.handle = self._saved
+
+
 def _current_stream_ptr() -> int:
+    handle = getattr(_stream_override, "handle", None)
+    if handle is not None:
+        return handle
     cupy = sys.modules.get("cupy")  # only if the caller already uses CuPy
     return int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
 
@@ -230,11 +256,15 @@ def _current_device() -> int:
 
 
 def current_stream():
-    """Numba stream wrapping CuPy's current stream; ``0`` for the legacy default stream."""
+    """Numba stream of the call's ``stream=`` (:class:`on_stream`), else CuPy's current stream;
+    ``0`` for the legacy default stream."""
     if ON_SIMULATOR:
         return 0
     return _stream_pair(_current_stream_ptr())[0]
 
+
+#: Per host thread: ``record(kernel, signature, grid, block, args)`` while a recording is active.
+recording_sink = threading.local()
 
 #: Per host thread: (kernel, signature, device) -> the PreparedLaunch every launch of it refills.
 _raw_launches = threading.local()
@@ -248,6 +278,10 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
     launch re-derives the whole kernel ABI from the arguments on every call (the
     bulk of a launch's host time). The first call checks the arguments' types.
     """
+    record = getattr(recording_sink, "record", None)
+    if record is not None:  # a recording of this thread (.recording.recording): collected, not run
+        record(kernel, signature, grid, block, args)
+        return
     if ON_SIMULATOR:
         check_signature(signature, args)
         # The simulator copies every array argument back after the kernel; the wrappers checked
@@ -255,6 +289,16 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
         args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
         kernel[int(grid), int(block)](*args)
         return
+    sink = getattr(_collecting, "sink", None)
+    if sink is not None:  # a public call being packed for replay: a launch of its own
+        from .prepared import PreparedLaunch
+
+        own = PreparedLaunch(kernel, signature, grid, block, args)
+        sink.append(own if own.raw else None)
+        if own.raw:
+            own.launch()
+            own.args = []  # pointers only: the packed launch keeps no array alive
+            return
     cache = getattr(_raw_launches, "by_kernel", None)
     if cache is None:
         cache = _raw_launches.by_kernel = {}
@@ -272,3 +316,46 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
         return
     compiled = compile_kernel(kernel, signature)  # preparing failed (logged once): Numba's launch
     compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)
+
+
+# --- replay of repeated public calls -------------------------------------------
+
+#: Per host thread: the list the launches of a public call being packed are appended to.
+_collecting = threading.local()
+
+
+def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
+    """Run one validated public CUDA call: ``run(**kwargs)`` (the launch glue), or its replay.
+
+    ``entry`` (:class:`kvcanary_numba._memo.Entry`) belongs to the call's argument snapshot,
+    which holds every CUDA pointer, shape, scalar and per-object token the glue reads. The
+    second time a snapshot comes back, the glue's launches are packed as launches of their
+    own; later calls with that snapshot on the same stream and device replay them (one
+    ``cuLaunchKernel`` each, no glue). A different pointer is a different snapshot, so a
+    replay never launches on stale memory. Not under the simulator, and not while
+    :func:`.recording.recording` is active on this thread (the monitor records its phases).
+    """
+    if ON_SIMULATOR or getattr(recording_sink, "record", None) is not None:
+        if handle is None:
+            run(**kwargs)
+        else:
+            with on_stream(handle):
+                run(**kwargs)
+        return
+    stream = _current_stream_ptr() if handle is None else handle
+    where = (stream, _current_device())
+    launches = entry.launches
+    if launches is not None and entry.where == where:
+        raw = sys.modules["kvcanary_numba.launch.prepared"]._driver.launch  # imported when packed
+        for p in launches:
+            raw(p._func, p.grid, p.block, stream, p._params)
+        return
+    sink = [] if entry.hits else None  # the first time, just run: most snapshots never come back
+    with on_stream(stream):
+        _collecting.sink = sink
+        try:
+            run(**kwargs)
+        finally:
+            _collecting.sink = None
+    if sink and all(p is not None for p in sink):
+        entry.launches, entry.where = sink, where

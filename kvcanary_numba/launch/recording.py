@@ -1,28 +1,28 @@
 """Recording the launches of the launch glue instead of running them.
 
-:func:`recording` swaps the view builders and ``launch`` of :mod:`._common`
-for the duration of a ``with`` block, so every launch-glue call made in it runs
-as usual (after the public wrapper's validation) but its launches are collected as
-:class:`RecordedLaunch` (kernel, signature, grid, block, arguments), each array
-argument with its :class:`Origin` (which caller array it views, and how).
-:mod:`.prepared` turns them into one-call launches whose per-step arguments
-can be re-pointed at new arrays.
+Inside a ``with recording()`` block every launch-glue call of this host thread
+runs as usual (after the public wrapper's validation) but its launches are
+collected as :class:`RecordedLaunch` (kernel, signature, grid, block,
+arguments), each array argument with its :class:`Origin` (which caller array
+it views, and how). Nothing is swapped: the view builders report what they
+built to a thread-local observer (``_array_views.observing``) and ``launch``
+hands its arguments to a thread-local sink (``_kernel_launch.recording_sink``)
+instead of launching; other threads are untouched. :mod:`.prepared` turns the
+records into one-call launches whose per-step arguments can be re-pointed at
+new arrays.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import _common
+from . import _array_views, _common, _kernel_launch
 
 __all__ = ["Origin", "RecordedLaunch", "recording"]
-
-_record_lock = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,56 +72,31 @@ class _Recording:
         self.launches: list[RecordedLaunch] = []
         self._origins: dict[int, tuple[Any, Origin]] = {}  # id(view) -> (view kept alive, origin)
 
-    def note(self, view, origin: Origin):
-        self._origins[id(view)] = (view, origin)
-        return view
+    def note(self, view, source, builder: str, params: tuple) -> None:
+        self._origins[id(view)] = (view, Origin(source, builder, params))
 
     def origin_of(self, arg) -> Origin | None:
         hit = self._origins.get(id(arg))
         return hit[1] if hit is not None and hit[0] is arg else None
 
+    def record(self, kernel, signature, grid, block, args) -> None:
+        args = tuple(args)
+        origins = tuple(self.origin_of(a) for a in args)
+        self.launches.append(RecordedLaunch(kernel, signature, int(grid), int(block), args, origins))
+
 
 @contextlib.contextmanager
 def recording():
-    """Record the launches of launch-glue calls made in the block instead of running them.
+    """Record the launches of launch-glue calls this thread makes in the block instead of running them.
 
-    The glue's view builders and ``launch`` of :mod:`._common` are swapped for
-    the duration (module attributes the glue looks up at call time); calls from
-    other threads pass straight through to the originals, and one recording
-    runs at a time (a lock). Everything else the glue does still happens
-    (validation, scratch allocation, view caching), so a phase can be recorded
-    before it is captured into a CUDA graph.
+    Everything else the glue does still happens (validation, scratch
+    allocation, view caching), so a phase can be recorded before it is
+    captured into a CUDA graph. Recordings nest (the inner one collects).
     """
     rec = _Recording()
-    names = ("kernel_array", "reinterpret", "byte_span", "launch")
-    me = threading.get_ident()
-    with _record_lock:
-        saved = {name: getattr(_common, name) for name in names}
-
-        def builder(name):
-            original = saved[name]
-
-            def build(x, *params, persistent=False, **options):
-                view = original(x, *params, persistent=persistent, **options)
-                if threading.get_ident() != me:  # another thread's glue: untouched
-                    return view
-                return rec.note(view, Origin(x, name, params, tuple(sorted(options.items()))))
-
-            return build
-
-        def record(kernel, signature, grid, block, args):
-            if threading.get_ident() != me:
-                saved["launch"](kernel, signature, grid, block, args)
-                return
-            args = tuple(args)
-            origins = tuple(rec.origin_of(a) for a in args)
-            rec.launches.append(RecordedLaunch(kernel, signature, int(grid), int(block), args, origins))
-
-        try:
-            for name in names[:3]:
-                setattr(_common, name, builder(name))
-            _common.launch = record
-            yield rec
-        finally:
-            for name, original in saved.items():
-                setattr(_common, name, original)
+    saved = (getattr(_array_views.observing, "note", None), getattr(_kernel_launch.recording_sink, "record", None))
+    _array_views.observing.note, _kernel_launch.recording_sink.record = rec.note, rec.record
+    try:
+        yield rec
+    finally:
+        _array_views.observing.note, _kernel_launch.recording_sink.record = saved

@@ -1,0 +1,213 @@
+"""Validation results remembered per argument snapshot, so a repeated public call skips its checks.
+
+A *snapshot* of a call's arguments is a hashable tuple holding everything the
+validation of that call reads and nothing that keeps a user object alive:
+
+- an array's layout: library tag, data pointer (CUDA arrays: their device
+  follows from it), shape, byte strides, dtype, writeability;
+- for an array held by a context, plan or source (long-lived by design) also a
+  per-object *token*: a number given to a live object on first sight and
+  forgotten (weak-reference callback) when it is freed, so an array freed and
+  replaced at the same address gets a new token. NumPy pointers are not read
+  (``ctypes.data`` costs microseconds); the token stands for them, since a live
+  NumPy array's memory does not move;
+- a dataclass (CanaryContext, VerifyPlan, WritePlan, RealKvSource): its type and
+  its fields' snapshots; tuples and lists element-wise; scalars as (type, value).
+
+Two calls with equal snapshots pass or fail validation alike, so :class:`Memo`
+stores the snapshots (and a small result) of calls that passed. Anything the
+walk does not know raises :class:`Uncacheable`: the call is validated in full.
+Array-like objects that cannot be weakly referenced are never cached at depth.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _interop
+
+__all__ = ["Entry", "Memo", "Uncacheable", "run_validated", "snapshot", "token"]
+
+
+class Uncacheable(Exception):
+    """The arguments hold something the snapshot cannot describe: validate in full."""
+
+
+_next = itertools.count(1)
+#: id(object) -> (weak reference, token); the callback drops the entry when the object dies.
+_tokens: dict[int, tuple[weakref.ref, int]] = {}
+
+
+def token(x: Any) -> int:
+    """A number for live object ``x``, never reused for another object."""
+    key = id(x)
+    hit = _tokens.get(key)
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    try:
+        ref = weakref.ref(x, lambda _, key=key: _tokens.pop(key, None))
+    except TypeError:
+        raise Uncacheable(type(x).__name__) from None
+    value = next(_next)
+    _tokens[key] = (ref, value)
+    return value
+
+
+# --- per-type walkers: (value, depth, state) -> hashable ---------------------------
+# ``state`` is a one-item list set to True when a DLPack-only object was seen (the
+# wrapper then hands NumPy / CuPy views to the implementation).
+
+def _numpy(x, depth, state):
+    if depth == 0:
+        return (x.shape, x.strides, x.dtype, x.flags.writeable)
+    hit = _tokens.get(id(x))  # token(x), inlined: this is the hot path
+    return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype,
+            x.flags.writeable)  # fmt: skip
+
+
+def _cupy(x, depth, state):
+    return (x.data.ptr, x.shape, x.strides, x.dtype)
+
+
+def _torch(x, depth, state):
+    if not x.is_cuda:  # a CPU tensor is read through DLPack, as a NumPy view
+        return _dlpack(x, depth, state)
+    return (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.requires_grad)
+
+
+def _cai(x, depth, state):
+    cai = x.__cuda_array_interface__
+    strides = cai.get("strides")
+    layout = (tuple(cai["data"]), tuple(cai["shape"]), None if strides is None else tuple(strides), cai["typestr"])
+    return layout if depth == 0 else (token(x), *layout)
+
+
+def _dlpack(x, depth, state):
+    state[0] = True
+    # The producer's token stands for its identity (its views are new objects every call).
+    return (token(x) if depth else None, _walk(_interop.native_array("snapshot", "array", x), 0, state))
+
+
+def _scalar(x, depth, state):
+    return (type(x), x)
+
+
+def _none(x, depth, state):
+    return None
+
+
+def _sequence(x, depth, state):
+    return (type(x), *(_walk(item, depth + 1, state) for item in x))
+
+
+_WALKERS: dict[type, Callable] = {np.ndarray: _numpy, type(None): _none, tuple: _sequence, list: _sequence}
+for _t in (bool, int, float, str, np.bool_, np.int32, np.int64):
+    _WALKERS[_t] = _scalar
+
+
+def _dataclass_walker(cls: type) -> Callable:
+    # Generated straight-line code (one attribute read and one walker call per field):
+    # a loop over the fields costs twice as much, and contexts are walked on every call.
+    names = [f.name for f in dataclasses.fields(cls)]
+    items = "".join(f"(_get(type(x.{n})) or _walker(x.{n}))(x.{n}, d, state), " for n in names)
+    source = f"def walk(x, depth, state):\n    d = depth + 1\n    return (cls, {items})\n"
+    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register}
+    exec(source, scope)  # noqa: S102 - field names come from the dataclass definition
+    return scope["walk"]
+
+
+def _walker_for(cls: type) -> Callable:
+    if issubclass(cls, np.ndarray):
+        return _numpy
+    root = cls.__module__.split(".")[0]
+    if root == "cupy" and hasattr(cls, "data"):
+        return _cupy
+    if root == "torch" and hasattr(cls, "data_ptr"):
+        return _torch
+    if dataclasses.is_dataclass(cls):
+        return _dataclass_walker(cls)
+    if issubclass(cls, (int, np.integer)):  # IntEnum members (tags, modes), other ints
+        return _scalar
+    if hasattr(cls, "__cuda_array_interface__"):
+        return _cai
+    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
+        return _dlpack
+    raise Uncacheable(cls.__name__)
+
+
+def _register(x) -> Callable:
+    walker = _WALKERS[type(x)] = _walker_for(type(x))
+    return walker
+
+
+def _walk(x, depth, state):
+    return (_WALKERS.get(type(x)) or _register(x))(x, depth, state)
+
+
+def snapshot(values: tuple) -> tuple[tuple, bool]:
+    """(snapshot of ``values``, whether a DLPack-only object is among them); may raise Uncacheable."""
+    state = [False]
+    return tuple(_walk(v, 0, state) for v in values), state[0]
+
+
+class Entry:
+    """What a memo remembers of a call that passed: its backend, how often the snapshot came back
+    and, on a GPU, the call's launches packed for replay (see :func:`._kernel_launch.run_launches`)."""
+
+    __slots__ = ("kind", "hits", "launches", "where")
+
+    def __init__(self, kind: str):
+        self.kind, self.hits, self.launches, self.where = kind, 0, None, None
+
+
+class Memo:
+    """Snapshots of calls that passed validation, with an :class:`Entry` each (bounded, oldest out)."""
+
+    __slots__ = ("_hits", "size")
+
+    def __init__(self, size: int = 1024):
+        self._hits: dict[tuple, Any] = {}
+        self.size = size
+
+    def get(self, key: tuple | None):
+        return None if key is None else self._hits.get(key)
+
+    def put(self, key: tuple | None, result: Any) -> None:
+        if key is None:
+            return
+        if len(self._hits) >= self.size:
+            del self._hits[next(iter(self._hits))]
+        self._hits[key] = result
+
+    def clear(self) -> None:
+        self._hits.clear()
+
+
+def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., str], kwargs: dict, backend: str,
+                  stream: Any, normalize: dict[str, Callable] | None = None) -> None:
+    """The body of every public launch: validate ``kwargs`` unless their snapshot passed before,
+    hand DLPack-only arrays on as NumPy / CuPy views, normalize scalars, run on ``stream``.
+
+    ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend.
+    """
+    try:
+        key, dlpack = snapshot((*kwargs.values(), backend))
+    except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
+        key, dlpack = None, True
+    entry = memo.get(key)
+    if entry is None:
+        entry = Entry(validate(backend=backend, **kwargs))
+        memo.put(key, entry)
+    else:
+        entry.hits += 1
+    if dlpack:
+        kwargs = {name: _interop.native_views(value, function, name) for name, value in kwargs.items()}
+    if normalize:
+        for name, cast in normalize.items():
+            kwargs[name] = cast(kwargs[name])
+    _interop.dispatch(function, entry, op, stream, kwargs)
