@@ -8,6 +8,7 @@ versions), ``inspect BUNDLE`` (replay a violation bundle), ``bench`` (the benchm
 from __future__ import annotations
 
 import argparse
+import datetime
 import difflib
 import json
 import os
@@ -16,6 +17,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from importlib import metadata
 
@@ -25,7 +27,8 @@ from .errors import REGISTRY, ErrorEntry, KvCanaryError
 
 __all__ = ["main"]
 
-_BENCH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+_SOURCE_TREE = pathlib.Path(__file__).resolve().parent.parent
+_BENCH = _SOURCE_TREE / "benchmarks" / "run.py"
 _WIDTH = 100
 
 
@@ -155,7 +158,8 @@ def _doctor(args) -> int:
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("numpy", _version("numpy")),
         ("numba", _version("numba")),
-        ("numba-cuda", _version("numba-cuda")),
+        ("numba-cuda", _version("numba-cuda") if _version("numba-cuda") != "not installed" else
+         "not installed (CPU path only; kernels need pip install 'kvcanary_numba[gpu]')"),
         ("cupy", cupy or "not installed (GPU path unavailable; pip install 'kvcanary_numba[gpu]')"),
         ("GPU", gpu),
         ("CUDA simulator", f"{'on' if sim else 'off'} (NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})"),
@@ -171,6 +175,21 @@ def _doctor(args) -> int:
 
 
 # --- bench -------------------------------------------------------------------------
+def bench_out_dir(cwd: pathlib.Path, source_tree: pathlib.Path, now: datetime.datetime) -> pathlib.Path:
+    """Default results folder of ``kvcanary bench``: never inside the source tree.
+
+    Results written there would be published by the next docs build
+    (``benchmarks/results/`` feeds the benchmarks pages); committing a run is a
+    deliberate ``--out benchmarks/results``. Outside the tree:
+    ``<cwd>/kvcanary-bench-<date>``; inside it: a fresh temporary folder.
+    """
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    cwd, source_tree = cwd.resolve(), source_tree.resolve()
+    if cwd == source_tree or source_tree in cwd.parents:
+        return pathlib.Path(tempfile.mkdtemp(prefix=f"kvcanary-bench-{stamp}-"))
+    return cwd / f"kvcanary-bench-{stamp}"
+
+
 def _bench(args) -> int:
     if not _BENCH.is_file():
         print(
@@ -180,6 +199,10 @@ def _bench(args) -> int:
         )
         return 1
     extra = args.args[1:] if args.args[:1] == ["--"] else args.args
+    if not any(a == "--out" or a.startswith("--out=") for a in extra) and not ({"-h", "--help"} & set(extra)):
+        out = bench_out_dir(pathlib.Path.cwd(), _SOURCE_TREE, datetime.datetime.now())
+        print(f"kvcanary bench: results go to {out} (choose with -- --out DIR)", file=sys.stderr)
+        extra = [*extra, "--out", str(out)]
     return subprocess.call([sys.executable, str(_BENCH), *extra])
 
 
@@ -191,12 +214,23 @@ def _inspect(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of counts such as ``--steps``: 0 or less is a usage error (exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (a run needs at least one step), got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvcanary", description="KV-cache canary: demo, error catalogue, checks.")
     parser.add_argument("--version", action="version", version=f"kvcanary_numba {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the toy engine with planted faults and report what was caught")
-    demo.add_argument("--steps", type=int, default=40, help="engine steps per run (default 40)")
+    demo.add_argument("--steps", type=_positive_int, default=40, help="engine steps per run, >= 1 (default 40)")
     demo.add_argument("--faults", default="all", help="comma-separated fault classes, 'all' or 'none'")
     demo.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     demo.add_argument("--seed", type=int, default=0)
@@ -223,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except KvCanaryError as exc:  # a rejected argument: show the catalogue message, not a traceback
+    except KvCanaryError as exc:  # a rejected argument: the message ends with its docs URL and `kvcanary explain`
         print(f"kvcanary {args.command}: {exc}", file=sys.stderr)
-        print(f"Details: kvcanary explain {exc.code}", file=sys.stderr)
         return 2

@@ -102,9 +102,12 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
 
     Parameters
     ----------
-    req_pool_indices, prefix_lens, extend_seq_lens : int64 [bs]
-        Request rows of ``req_to_token`` (0 = padding row), tokens already in
-        the KV cache, and new tokens of this step (negative counts as 0).
+    req_pool_indices : int64 [bs]
+        Row of ``req_to_token`` of each request (0 = padding row).
+    prefix_lens : int64 [bs]
+        Tokens of each request already in the KV cache (negative counts as 0).
+    extend_seq_lens : int64 [bs]
+        New tokens of each request in this step (negative counts as 0).
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position).
     full_to_swa_index_mapping : int64 [lut_len >= 1] or None
@@ -116,8 +119,12 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
         Exclusive sums of the write lengths at ``[0, bs]``, zeros after.
     out_write_seed_slot_indices : int64 [write_req_capacity]
         Chain seed per request at ``[0, bs)``, -1 after.
-    out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs : int32 [1]
-        ``min(total, verify_capacity)``; 0 on overflow else 1; ``bs``.
+    out_verify_num_valid : int32 [1]
+        Receives ``min(total, verify_capacity)``.
+    out_verify_enable : int32 [1]
+        Receives 0 when the verify entries overflow ``verify_capacity``, else 1.
+    out_write_num_valid_reqs : int32 [1]
+        Receives ``bs``.
     swa_window_size : int
         SWA window ``W >= 0``; 0 verifies the whole prefix.
     verify_capacity : int
@@ -180,8 +187,12 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     write_plan_out : WritePlan
         Receives write ranges, seeds and ``write_num_valid_reqs = bs``; needs
         ``write_req_capacity >= bs``.
-    req_pool_indices, prefix_lens, extend_seq_lens : int64 [bs]
-        As in :func:`launch_plan_offsets_kernel`.
+    req_pool_indices : int64 [bs]
+        Request rows, as in :func:`launch_plan_offsets_kernel`.
+    prefix_lens : int64 [bs]
+        Cached tokens per request: positions ``[0, prefix)`` are verified (within the SWA window).
+    extend_seq_lens : int64 [bs]
+        New tokens per request: positions ``[prefix, prefix + extend)`` are planned for writing.
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position); unresolvable -> ``OUT_OF_RANGE_SLOT``.
     swa_window_size : int

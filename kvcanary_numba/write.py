@@ -57,12 +57,20 @@ def launch_canary_write_kernel(
     plan : WritePlan
         write_offsets int64 [write_req_capacity + 1]; write_seed_slot_indices
         int64 [write_req_capacity]; write_num_valid_reqs int32 [1].
-    input_ids, positions, out_cache_loc : int64 [num_tokens]
-        Token, position and target slot of every entry (padding allowed).
+    input_ids : int64 [num_tokens]
+        Token id of every entry of the step (padding allowed).
+    positions : int64 [num_tokens]
+        Position of every entry in its request.
+    out_cache_loc : int64 [num_tokens]
+        KV slot every entry is written to.
     enable_write_input_assert : bool
         Run the write-input assert.
-    expected_input_tokens, expected_input_positions : int64 [num_tokens] or None
-        Required when ``enable_write_input_assert`` is True, None otherwise.
+    expected_input_tokens : int64 [num_tokens] or None
+        Tokens the write-input assert compares ``input_ids`` with; required when
+        ``enable_write_input_assert`` is True, None otherwise.
+    expected_input_positions : int64 [num_tokens] or None
+        Positions the write-input assert compares ``positions`` with; required when
+        ``enable_write_input_assert`` is True, None otherwise.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays (NumPy -> reference, CUDA -> kernels).
     stream : CUDA stream, int handle or None

@@ -18,7 +18,7 @@ def raises_code(code: str):
     with pytest.raises(KvCanaryError) as excinfo:
         yield excinfo
     assert excinfo.value.code == code, f"expected {code}, got {excinfo.value.code}: {excinfo.value}"
-    assert str(excinfo.value).endswith(excinfo.value.entry.url)
+    assert str(excinfo.value).endswith(excinfo.value.entry.ending)
 
 
 #: Columns of the "linear" req_to_token of the plan tests.

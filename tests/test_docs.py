@@ -96,6 +96,55 @@ def test_site_url_is_the_registry_docs_url():
         assert docs_url(code) == f"{site_url}errors/{code}/"
 
 
+def test_site_url_check_accepts_serve_address_and_refuses_a_wrong_url():
+    sys.path.insert(0, str(DOCS / "hooks"))
+    import kvc_hooks
+    from mkdocs.exceptions import PluginError
+
+    kvc_hooks.check_site_url(DOCS_URL + "/", DOCS_URL, "build")
+    kvc_hooks.check_site_url("http://127.0.0.1:8000/en/latest/", DOCS_URL, "serve")  # what serve sets
+    with pytest.raises(PluginError):
+        kvc_hooks.check_site_url("http://127.0.0.1:8000/en/latest/", DOCS_URL, "build")
+    with pytest.raises(PluginError):
+        kvc_hooks.check_site_url("http://127.0.0.1:8000/", DOCS_URL, "serve")
+
+
+def test_mkdocs_serve_serves_the_error_pages(tmp_path):
+    """``mkdocs serve`` (the README's first docs command) starts and serves a catalogue page."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/en/latest/errors/KVC-P001/"
+    with open(tmp_path / "serve.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mkdocs", "serve", "--no-livereload", "-a", f"127.0.0.1:{port}"],
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        )  # fmt: skip
+        try:
+            body = _wait_for_page(proc, url, tmp_path / "serve.log")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert "write_offsets is empty" in body
+
+
+def _wait_for_page(proc, url: str, log: pathlib.Path) -> str:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + 600
+    while True:
+        assert proc.poll() is None, "mkdocs serve exited:\n" + log.read_text()[-5000:]
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.read().decode()
+        except OSError:
+            assert time.monotonic() < deadline, "mkdocs serve did not come up:\n" + log.read_text()[-5000:]
+            time.sleep(1)
+
+
 @pytest.mark.parametrize("code", sorted(REGISTRY))
 def test_every_code_has_a_page(code):
     entry = REGISTRY[code]
@@ -107,6 +156,20 @@ def test_every_code_has_a_page(code):
         assert heading in text, f"{code}: section {heading!r} missing"
     for sglang in entry.sglang:
         assert sglang in text
+
+
+def test_every_sglang_message_is_a_search_section_of_its_page():
+    """Each recorded SGLang message is the title of a search-index section of its code's page."""
+    docs = json.loads((build_site() / "search" / "search_index.json").read_text())["docs"]
+    titles = {(d["location"].split("#")[0], html.unescape(re.sub(r"<[^>]+>", "", d["title"]))) for d in docs}
+    missing = [(code, m) for code, entry in REGISTRY.items() for m in entry.sglang if (f"errors/{code}/", m) not in titles]
+    assert not missing, missing
+
+
+def test_every_message_ending_is_on_its_page():
+    for code, entry in REGISTRY.items():
+        text = html.unescape(re.sub(r"<[^>]+>", "", page_text(build_site(), f"errors/{code}")))
+        assert entry.ending in text and f"kvcanary explain {code}" in text, code
 
 
 def test_error_index_lists_every_code_under_its_operation():
@@ -133,6 +196,24 @@ def test_api_reference_has_a_page_per_module():
     text = page_text(site, "api/verify")
     assert "launch_canary_verify_kernel" in text
     assert 'href="../../errors/KVC-V001/"' in text  # codes in Raises sections link to the catalogue
+
+
+def test_public_parameters_are_documented_one_by_one():
+    """No grouped ``a, b : type`` entry in the public functions' docstrings (the API page would copy it)."""
+    grouped = re.compile(r"^    \w+(?:, \w+)+ : ", re.MULTILINE)
+    found = [f"{name}.py: {m.group(0).strip()}" for name in ("plan", "write", "verify", "scatter", "fingerprint")
+             for m in grouped.finditer((ROOT / "kvcanary_numba" / f"{name}.py").read_text(encoding="utf-8"))]
+    assert not found, found
+
+
+def test_api_pages_link_every_registered_code():
+    site = build_site()
+    unlinked = []
+    for page in (site / "api").rglob("index.html"):
+        text = re.sub(r"<a\b[^>]*>.*?</a>", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+        text = re.sub(r"<(script|title)\b.*?</\1>|<[^>]+>", "", text, flags=re.DOTALL)  # text only
+        unlinked += [f"{page.relative_to(site)}: {c}" for c in re.findall(r"KVC-[A-Z]\d{3}", text) if c in REGISTRY]
+    assert not unlinked, unlinked[:20]
 
 
 def test_benchmarks_page_is_built():
@@ -218,7 +299,7 @@ def test_entry_page_states_extension_and_sglang_counterpart():
     assert "SGLang has no such check" in docgen_errors.render_entry(extension, REGISTRY)
     ported = REGISTRY["KVC-P001"]
     text = docgen_errors.render_entry(ported, REGISTRY)
-    assert "Extension: **no**" in text and f"`{ported.sglang[0]}`" in text
+    assert "Extension: **no**" in text and f"<code>{ported.sglang[0]}</code></h3>" in text
 
 
 def test_link_codes_links_registered_codes_outside_links():
@@ -255,8 +336,8 @@ def _write(path: pathlib.Path, content) -> pathlib.Path:
 
 
 def test_benchmarks_without_results_say_so(tmp_path):
-    text, images = docgen_bench.render(tmp_path / "missing", "img")
-    assert "No results yet" in text and images == {}
+    pages, images = docgen_bench.render(tmp_path / "missing", "img")
+    assert list(pages) == ["benchmarks.md"] and "No results yet" in pages["benchmarks.md"] and images == {}
 
 
 def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
@@ -271,16 +352,42 @@ def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
     _write(tmp_path / "a.json", {"meta": {"device": "H200"}, "results": records})
     _write(tmp_path / "b.json", '{"results": [{"op": "write", "size": 8')  # truncated file
     _write(tmp_path / "c.json", [{"kernel": "write", "tokens": 8, "time_us": 3.5}])
-    text, images = docgen_bench.render(tmp_path, "img")
+    pages, images = docgen_bench.render(tmp_path, "img")
     assert sorted(images) == ["img/a-verify.svg", "img/c-write.svg"]
     assert all(b"<svg" in data for data in images.values())
-    assert "could not be read" in text and "1 result entries are not objects" in text
-    assert "| H200 |" in text and "4096" in text  # meta and the unplotted record are in the tables
+    assert sorted(pages) == ["benchmarks.md", "benchmarks/a.md", "benchmarks/b.md", "benchmarks/c.md"]
+    assert "could not be read" in pages["benchmarks/b.md"] and "1 result entries are not objects" in pages["benchmarks/a.md"]
+    assert "| H200 |" in pages["benchmarks/a.md"] and "4096" in pages["benchmarks/a.md"]  # meta, unplotted record
+    assert "](../img/a-verify.svg)" in pages["benchmarks/a.md"]
+    summary = pages["benchmarks.md"]
+    assert "## Latest run: `c`" in summary and "](img/c-write.svg)" in summary and "img/a-verify.svg" not in summary
+    for stem in "abc":
+        assert f"[`{stem}`](benchmarks/{stem}.md)" in summary
+    assert "|---|" not in summary  # the hand-written summary (intro) is the page's one table
     series = docgen_bench.series(records[:4])
     assert series["verify"]["NONE"] == [(float(1 << 22), 100.0)]
     assert "plan" not in series
     assert docgen_bench.size_key(records[:4], "plan") == "bs"
     assert docgen_bench.size_key(records[:4], "verify") == "size"  # size and entries disagree
+
+
+def test_benchmark_plots_are_cached_by_what_they_draw(tmp_path, monkeypatch):
+    drawn = []
+    real = docgen_bench.plot_svg
+    monkeypatch.setattr(docgen_bench, "plot_svg", lambda *a: drawn.append(a) or real(*a))
+    lines = {"ALL": [(1.0, 2.0), (4.0, 5.0)]}
+    first = docgen_bench.cached_plot("verify", lines, "entries", tmp_path)
+    again = docgen_bench.cached_plot("verify", {"ALL": [(1.0, 2.0), (4.0, 5.0)]}, "entries", tmp_path)
+    assert first == again and len(drawn) == 1 and len(list(tmp_path.glob("*.svg"))) == 1
+    docgen_bench.cached_plot("verify", {"ALL": [(1.0, 2.0), (4.0, 6.0)]}, "entries", tmp_path)  # a new point
+    assert len(drawn) == 2 and len(list(tmp_path.glob("*.svg"))) == 2
+
+
+def test_committed_benchmarks_page_is_short():
+    pages, images = docgen_bench.render(ROOT / "benchmarks" / "results", "img")
+    summary = pages["benchmarks.md"]
+    assert summary.count("![") <= 3, "the summary page shows a few plots; the rest are on the run pages"
+    assert len(pages) == 1 + len(list((ROOT / "benchmarks" / "results").glob("*.json")))
 
 
 def test_benchmark_plots_draw_a_repeated_timing_once():

@@ -1,7 +1,10 @@
 """The built site in a real browser: serve it on localhost, load pages in headless Chromium.
 
-Skipped only when Chromium is missing outside CI; with the ``CI`` environment
-variable set (``.ci/run`` installs Debian's chromium) a missing browser fails.
+Page loads use ``chromium --dump-dom``; the layout and search checks drive the
+browser through chromedriver (W3C WebDriver over HTTP, no client library) at a
+1280 px wide window. Skipped only when Chromium / chromedriver are missing
+outside CI; with the ``CI`` environment variable set (``.ci/run`` installs
+Debian's chromium and chromium-driver) a missing browser fails.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
+import tempfile
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -33,13 +39,17 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _chromium() -> str:
-    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+def _tool(name: str, package: str) -> str:
+    path = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
     if path is None:
         if os.environ.get("CI"):
-            pytest.fail("Chromium is required in CI (.ci/run installs Debian's chromium)")
-        pytest.skip("Chromium not installed (apt-get install chromium)")
+            pytest.fail(f"{name} is required in CI (.ci/run installs Debian's {package})")
+        pytest.skip(f"{name} not installed (apt-get install {package})")
     return path
+
+
+def _chromium() -> str:
+    return _tool("chromium", "chromium")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -110,3 +120,133 @@ def test_search_index_holds_every_code(site_url):
     # Message text is searchable too: the index page lists every template.
     index_text = " ".join(d["text"] for d in docs if d["location"].startswith("errors/#"))
     assert "length must be positive" in index_text
+
+
+# --- layout and search, driven through chromedriver --------------------------------
+
+#: Pasted SGLang log lines, with values -> the template the catalogue records for each.
+PASTED_SGLANG = {
+    "kv-canary: write_offsets_len must be positive, got 0":
+        "kv-canary: write_offsets_len must be positive, got {n}",
+    "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs=5000. "
+    "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.":
+        "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs={bs}. "
+        "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.",
+    "kv-canary: scatter_req_token_ids offsets length 4 != bs+1 (5)":
+        "kv-canary: scatter_req_token_ids offsets length {len} != bs+1 ({bs+1})",
+}  # fmt: skip
+
+
+#: Elements of the article that scroll sideways (a code block too wide for the column), as text.
+OVERFLOW_JS = """
+const out = [];
+const root = document.documentElement;
+if (root.scrollWidth > root.clientWidth) out.push(`page ${root.scrollWidth} > ${root.clientWidth}`);
+for (const el of document.querySelectorAll(".md-content *")) {
+  const style = getComputedStyle(el).overflowX;
+  if ((style === "auto" || style === "scroll") && el.scrollWidth > el.clientWidth + 1)
+    out.push(`${el.tagName} ${el.scrollWidth} > ${el.clientWidth}: ${el.textContent.slice(0, 80)}`);
+}
+return out;
+"""
+
+RESULTS_JS = """
+return Array.from(document.querySelectorAll(".md-search-result__item > .md-search-result__link"))
+  .map(a => new URL(a.href).pathname);
+"""
+
+
+class WebDriver:
+    """The few W3C WebDriver commands these tests need, spoken to chromedriver over HTTP."""
+
+    def __init__(self, chromium: str, chromedriver: str, profile: pathlib.Path):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.base = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([chromedriver, f"--port={port}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._call("GET", "/status")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        args = [*CHROMIUM_FLAGS, "--window-size=1280,900", f"--user-data-dir={profile}"]
+        caps = {"alwaysMatch": {"goog:chromeOptions": {"binary": chromium, "args": args}}}
+        self.session = "/session/" + self._call("POST", "/session", {"capabilities": caps})["sessionId"]
+
+    def _call(self, method: str, path: str, body: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.load(response)["value"]
+
+    def get(self, url: str) -> None:
+        self._call("POST", self.session + "/url", {"url": url})
+
+    def js(self, script: str, *args):
+        return self._call("POST", self.session + "/execute/sync", {"script": script, "args": list(args)})
+
+    def type_into(self, selector: str, text: str) -> None:
+        element = self._call("POST", self.session + "/element", {"using": "css selector", "value": selector})
+        self._call("POST", f"{self.session}/element/{next(iter(element.values()))}/value", {"text": text})
+
+    def close(self) -> None:
+        try:
+            self._call("DELETE", self.session)
+        finally:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser(site_url):
+    chromium, base = site_url
+    driver = WebDriver(chromium, _tool("chromedriver", "chromium-driver"), pathlib.Path(tempfile.mkdtemp()))
+    try:
+        yield driver, base
+    finally:
+        driver.close()
+
+
+def test_error_pages_do_not_scroll_sideways_at_1280_px(browser):
+    driver, base = browser
+    assert driver.js("return window.innerWidth") == 1280
+    wide = {}
+    for code in sorted(REGISTRY):
+        driver.get(f"{base}errors/{code}/")
+        if found := driver.js(OVERFLOW_JS):
+            wide[code] = found
+    assert not wide, wide
+
+
+def _search(driver: WebDriver, base: str, query: str) -> list[str]:
+    """Paths of the result links once they stop changing (the box searches while it is typed into)."""
+    driver.get(base + "errors/")
+    driver.js("const t = document.querySelector('[data-md-toggle=search]'); t.checked = true;"
+              "t.dispatchEvent(new Event('change'));")  # fmt: skip
+    driver.type_into("input.md-search__input", query)
+    last, stable, deadline = None, 0, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = driver.js(RESULTS_JS)
+        value = driver.js("return document.querySelector('input.md-search__input').value")
+        stable = stable + 1 if found == last and found else 0
+        if stable >= 4:
+            return found
+        last = found
+        time.sleep(0.25)
+    pytest.fail(f"search for {query!r} did not settle (box {value!r}): {last}")
+
+
+@pytest.mark.parametrize(("message", "template"), sorted(PASTED_SGLANG.items()))
+def test_search_finds_the_page_of_a_pasted_sglang_message(browser, message, template):
+    driver, base = browser
+    pages = {f"/errors/{code}/" for code, entry in REGISTRY.items() if template in entry.sglang}
+    assert pages, f"no catalogue entry records {template!r}"
+    found = _search(driver, base, message)
+    assert found[0] in pages, (sorted(pages), found[:5])

@@ -7,9 +7,13 @@ code that is defined but never exercised, or raised but never defined, fails her
 from __future__ import annotations
 
 import ast
+import json
+import os
 import pathlib
 import re
 import string
+import subprocess
+import sys
 
 import pytest
 
@@ -73,18 +77,47 @@ def test_message_template_parses_and_formats(code):
     assert entry.message.startswith("{function}: "), f"{code}: messages read '<function>: <argument> ...'"
     exc = error(code, **_dummy_fields(code))
     text = str(exc)
-    assert text.endswith(docs_url(code)) and text.endswith(entry.url)
-    assert f"[{code}]" in text
+    assert text.endswith(f"[{code}] See {docs_url(code)} or run: kvcanary explain {code}")
+    assert text.endswith(entry.ending) and entry.url == docs_url(code)
     assert exc.code == code and exc.entry is entry
     assert isinstance(exc, KvCanaryError) and isinstance(exc, ValueError)
     assert isinstance(exc, TypeError) == (entry.exception == "type")
+
+
+_EXAMPLES: dict[str, list[str]] = {}
+
+
+def example_outcomes() -> dict[str, list[str]]:
+    """Outcome of every catalogue example, run once per test process in a CPU-only subprocess.
+
+    The simulator is off there (``NUMBA_ENABLE_CUDASIM=0``), as on a user's machine
+    without a GPU: an example that needs CUDA fails as it would for them.
+    """
+    if not _EXAMPLES:
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # this checkout
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONWARNINGS": "error", "PYTHONPATH": path}
+        proc = subprocess.run([sys.executable, str(ROOT / "tests" / "catalogue_examples.py")], cwd=ROOT,
+                              capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-5000:]
+        _EXAMPLES.update(json.loads(proc.stdout.splitlines()[-1]))
+    return _EXAMPLES
+
+
+@pytest.mark.parametrize("code", CODES)
+def test_catalogue_example_before_raises_its_code_and_after_runs(code):
+    before, after = example_outcomes()[code]
+    assert before == code, f"{code}: 'Before' should raise {code}, got {before}"
+    assert after == "ran", f"{code}: 'After' should run, got {after}"
 
 
 def test_example_error_names_argument_value_and_url():
     exc = error("KVC-P001", function="launch_plan_offsets_kernel", argument="out_write_offsets", got=0)
     text = str(exc)
     assert text.startswith("launch_plan_offsets_kernel: out_write_offsets length must be positive")
-    assert text.endswith("https://kvcanary-numba.readthedocs.io/en/latest/errors/KVC-P001/")
+    assert text.endswith(
+        "got 0 [KVC-P001] See https://kvcanary-numba.readthedocs.io/en/latest/errors/KVC-P001/"
+        " or run: kvcanary explain KVC-P001"
+    )
     assert not isinstance(exc, KvCanaryTypeError)
 
 

@@ -1,4 +1,9 @@
-"""Benchmarks page: tables and plots from ``benchmarks/results/*.json``.
+"""Benchmarks pages: a summary page and one page per run, from ``benchmarks/results/*.json``.
+
+The summary page (``benchmarks.md``) holds the hand-written summary, a few plots
+of the latest run and links to the runs; each run's page holds its metadata,
+every plot and every record. Plots are cached on disk by the hash of what they
+draw (:func:`cached_plot`), so a rebuild does not re-render them.
 
 Tolerant by design: files may be missing, truncated or half-filled while the
 benchmark suite grows. Each file is read on its own; what cannot be read is
@@ -11,13 +16,15 @@ reported on the page instead of failing the build. Accepted shapes:
   ``median_ms`` / ``time_ms``); ``variant`` / ``impl`` / ``mode`` / ``backend``
   name the line. Every record, plotted or not, is listed in the table.
 
-Run standalone to write the plots of a folder: ``python docgen_bench.py RESULTS OUT``.
+Run standalone to write the pages of a folder: ``python docgen_bench.py RESULTS OUT``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import re
 import pathlib
 import sys
 from collections import defaultdict
@@ -28,6 +35,10 @@ VARIANT_KEYS = ("variant", "impl", "mode", "backend")
 TIME_KEYS = (("median_us", 1.0), ("time_us", 1.0), ("us", 1.0), ("median_ms", 1e3), ("time_ms", 1e3))
 
 LINE_STYLES = ("-", "--", ":", "-.")
+#: Operations plotted on the summary page (from the latest run), in this order.
+SUMMARY_OPS = ("verify", "write", "plan")
+#: Bump when plot_svg draws differently: cached plots of the old look are then not reused.
+PLOT_VERSION = 1
 
 NO_RESULTS = (
     "!!! note \"No results yet\"\n"
@@ -121,6 +132,25 @@ def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str =
     return buf.getvalue()
 
 
+def cached_plot(op: str, lines: dict, xlabel: str, cache_dir: pathlib.Path | None) -> bytes:
+    """:func:`plot_svg`, read from ``cache_dir/<hash>.svg`` when the same plot was drawn before.
+
+    The key hashes everything the plot shows (operation, points, axis label) and
+    :data:`PLOT_VERSION`; a changed result file changes its key, nothing else does.
+    """
+    payload = json.dumps([PLOT_VERSION, op, xlabel, sorted(lines.items())], sort_keys=True)
+    path = cache_dir / f"{hashlib.sha256(payload.encode()).hexdigest()[:32]}.svg" if cache_dir else None
+    if path is not None and path.is_file():
+        return path.read_bytes()
+    data = plot_svg(op, lines, xlabel)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)  # atomic: a concurrent build never reads half a file
+    return data
+
+
 def _cell(value) -> str:
     text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
     return text.replace("|", "/").replace("\n", " ")
@@ -135,41 +165,82 @@ def _table(records: list[dict]) -> list[str]:
     return rows
 
 
-def render(results_dir: pathlib.Path, image_dir: str) -> tuple[str, dict[str, bytes]]:
-    """(Markdown of the benchmarks page, image path -> SVG bytes).
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text)
 
-    ``image_dir`` is the docs-relative folder the images are placed in; links
-    in the page are relative to ``benchmarks.md`` at the docs root.
+
+def _natural(name: str) -> list:
+    """Sort key in which ``run10`` follows ``run9``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _run_page(path: pathlib.Path, meta, records, problem, plots: list[tuple[str, str]]) -> str:
+    parts = [f"# Benchmark run `{path.stem}`", "", f"From `benchmarks/results/{path.name}`; "
+             "the summary of all runs is on the [benchmarks page](../benchmarks.md).", ""]
+    if problem:
+        parts += [f"!!! warning \"Partial results\"\n    `{path.name}` {problem}.", ""]
+    if meta:
+        parts += ["## Run", "", "| run | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in meta.items()), ""]
+    if plots:
+        parts += ["## Plots", "", *(f"![{op}: time versus size](../{name})\n" for op, name in plots)]
+    parts += ["## Records", "", *(_table(records) if records else ["No result records in this file."]), ""]
+    return "\n".join(parts)
+
+
+def _run_line(path: pathlib.Path, page: str, meta: dict, records: list, problem) -> str:
+    facts = [str(meta[k]) for k in ("device", "date", "commit") if meta.get(k)]
+    facts.append(f"{len(records)} records")
+    if problem:
+        facts.append(f"partial: {problem}")
+    return f"- [`{path.stem}`]({page}): {', '.join(facts)}"
+
+
+def render(results_dir: pathlib.Path, image_dir: str,
+           cache_dir: pathlib.Path | None = None) -> tuple[dict[str, str], dict[str, bytes]]:  # fmt: skip
+    """(docs-relative page path -> Markdown, image path -> SVG bytes).
+
+    ``benchmarks.md`` (docs root) is the summary page; each results file gets
+    ``benchmarks/<stem>.md``. ``image_dir`` is the docs-relative folder of the
+    plots; ``cache_dir`` (optional) keeps rendered plots between builds.
     """
-    parts = ["# Benchmarks", "", '--8<-- "benchmarks-intro.md"', ""]
-    paths = sorted(results_dir.glob("*.json")) if results_dir.is_dir() else []
+    summary = ["# Benchmarks", "", '--8<-- "benchmarks-intro.md"', ""]
+    paths = sorted(results_dir.glob("*.json"), key=lambda p: _natural(p.name)) if results_dir.is_dir() else []
     if not paths:
-        return "\n".join(parts + [NO_RESULTS, ""]), {}
+        return {"benchmarks.md": "\n".join(summary + [NO_RESULTS, ""])}, {}
+    pages: dict[str, str] = {}
     images: dict[str, bytes] = {}
+    runs, latest = [], None
     for path in paths:
         meta, records, problem = load(path)
-        parts += [f"## `{path.name}`", ""]
-        if problem:
-            parts += [f"!!! warning \"Partial results\"\n    `{path.name}` {problem}.", ""]
-        if meta:
-            parts += ["| run | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in meta.items()), ""]
+        plots = []
         for op, lines in series(records).items():
-            name = f"{image_dir}/{path.stem}-{''.join(c if c.isalnum() else '-' for c in op)}.svg"
-            images[name] = plot_svg(op, lines, size_key(records, op))
-            parts += [f"![{op}: time versus size]({name})", ""]
-        parts += (_table(records) if records else ["No result records in this file."]) + [""]
-    return "\n".join(parts), images
+            name = f"{image_dir}/{path.stem}-{_slug(op)}.svg"
+            images[name] = cached_plot(op, lines, size_key(records, op), cache_dir)
+            plots.append((op, name))
+        page = f"benchmarks/{path.stem}.md"
+        pages[page] = _run_page(path, meta, records, problem, plots)
+        runs.append(_run_line(path, page, meta, records, problem))
+        if plots:
+            latest = (path, plots)
+    if latest is not None:
+        path, plots = latest
+        chosen = [p for op in SUMMARY_OPS for p in plots if p[0] == op] or plots[:3]
+        summary += [f"## Latest run: `{path.stem}`", "",
+                    f"Median time against size, one line per variant; every plot and record of the run is on "
+                    f"[its page](benchmarks/{path.stem}.md).", ""]  # fmt: skip
+        summary += [f"![{op}: time versus size]({name})\n" for op, name in chosen]
+    summary += ["## All runs", "", "One page per results file (metadata, every plot, every record), oldest first:", ""]
+    pages["benchmarks.md"] = "\n".join(summary + runs + [""])
+    return pages, images
 
 
 def main(argv: list[str]) -> int:
     results, out = pathlib.Path(argv[0]), pathlib.Path(argv[1])
-    text, images = render(results, "img")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmarks.md").write_text(text, encoding="utf-8")
-    for name, data in images.items():
+    pages, images = render(results, "img")
+    for name, data in {**pages, **images}.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_bytes(data)
-    print(f"wrote {out / 'benchmarks.md'} and {len(images)} plots")
+        (out / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    print(f"wrote {len(pages)} pages and {len(images)} plots under {out}")
     return 0
 
 

@@ -8,6 +8,7 @@ files at ``errors/<CODE>.md`` (URL ``errors/<CODE>/``, what
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Mapping
 
@@ -46,10 +47,20 @@ def code_span(text: str) -> str:
 
 
 def code_block(text: str, language: str = "python") -> str:
+    """A fenced block inside a ``kvc-wrap`` box: long lines wrap instead of scrolling (kvcanary.css)."""
     fence = "```"
     while fence in text:
         fence += "`"
-    return f"{fence}{language}\n{text.rstrip()}\n{fence}"
+    return f'<div class="kvc-wrap" markdown>\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n\n</div>'
+
+
+def sglang_heading(message: str, index: int) -> str:
+    """One SGLang message as a small heading of its own (raw HTML: kept out of the page's table of contents).
+
+    The search index makes every heading a section whose title weighs far more
+    than body text, so a pasted log line ranks the page that covers it first.
+    """
+    return f'<h3 class="kvc-sglang" id="sglang-message-{index}"><code>{html.escape(message, quote=False)}</code></h3>\n'
 
 
 def _exception_text(entry) -> str:
@@ -81,7 +92,7 @@ def render_entry(entry, registry: Mapping) -> str:
         code_block(entry.message, "text"),
         "",
         f"The fields in braces are filled in by the raise site. Every message ends with "
-        f"{code_span(f'[{entry.code}] See {entry.url}')}.",
+        f"{code_span(entry.ending)}: the page you are reading, and the same entry offline.",
         "",
         "## What it means",
         "",
@@ -96,6 +107,11 @@ def render_entry(entry, registry: Mapping) -> str:
         *(f"- {escape(s)}" for s in entry.solutions),
         "",
         "## Example fix",
+        "",
+        "Both snippets run on a CPU as written (a test executes them): `xp` is the array module (NumPy "
+        "here, CuPy on a GPU), `ctx`, `vplan`, `wplan`, `req_to_token` are a small valid step, and "
+        "`plan_args(...)`, `write_args(...)`, `verify_args(...)`, `monitor_args(...)` stand for the other "
+        "arguments of a valid call (`tests/catalogue_examples.py`).",
         "",
         f"Before (raises {entry.code}):",
         "",
@@ -122,7 +138,7 @@ def render_entry(entry, registry: Mapping) -> str:
     ]
     if entry.sglang:
         parts += ["SGLang's kv-canary rejects the same input with:", ""]
-        parts += [f"- {code_span(m)}" for m in entry.sglang]
+        parts += [sglang_heading(m, i) for i, m in enumerate(entry.sglang, 1)]
     elif entry.extension:
         parts.append("None: SGLang has no such check; this is an extension of kvcanary_numba.")
     else:

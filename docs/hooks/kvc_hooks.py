@@ -3,23 +3,28 @@
 The pages are virtual files (nothing is written into ``docs/``), so the
 catalogue always matches ``kvcanary_numba.errors.REGISTRY`` of the checkout
 being built. ``on_config`` also fills the navigation for the generated pages
-and refuses a ``site_url`` that disagrees with the URLs in error messages.
+and refuses a ``site_url`` that disagrees with the URLs in error messages
+(``mkdocs serve`` replaces the host with its own address: there only the path
+must agree).
 """
 
 from __future__ import annotations
 
 import pathlib
+import urllib.parse
 
 import docgen_api
 import docgen_bench
 import docgen_errors
 from mkdocs.exceptions import PluginError
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import File, Files, InclusionLevel
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE_DIR = ROOT / "kvcanary_numba"
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 INTRO = '--8<-- "errors-intro.md"'
+#: Rendered benchmark plots, kept between builds (keyed by what they draw; git-ignored).
+PLOT_CACHE = ROOT / ".cache" / "docs-plots"
 
 
 def _registry():
@@ -49,11 +54,31 @@ def _nav_api() -> list:
     return nav
 
 
+_COMMAND: dict[str, str] = {}
+
+
+def on_startup(command: str, **kwargs):
+    _COMMAND["name"] = command
+
+
+def check_site_url(site_url: str, docs_url: str, command: str) -> None:
+    """Raise ``PluginError`` unless ``site_url`` is where error messages link to.
+
+    Under ``mkdocs serve`` the site lives at ``http://<dev_addr><path of site_url>``,
+    so only the path is compared there.
+    """
+    want = docs_url.rstrip("/") + "/"
+    if command == "serve":
+        got, want = urllib.parse.urlsplit(site_url or "").path, urllib.parse.urlsplit(want).path
+    else:
+        got = site_url
+    if got != want:
+        raise PluginError(f"site_url is {site_url!r} but error messages link to {want!r}")
+
+
 def on_config(config, **kwargs):
     errors = _registry()
-    want = errors.DOCS_URL.rstrip("/") + "/"
-    if config.site_url != want:
-        raise PluginError(f"site_url is {config.site_url!r} but error messages link to {want!r}")
+    check_site_url(config.site_url, errors.DOCS_URL, _COMMAND.get("name", "build"))
     generated = {"Error catalogue": _nav_errors(errors), "API reference": _nav_api()}
     for item in config.nav or ():
         if isinstance(item, dict):
@@ -63,11 +88,12 @@ def on_config(config, **kwargs):
     return config
 
 
-def _add(files: Files, config, src_uri: str, content: str | bytes) -> None:
+def _add(files: Files, config, src_uri: str, content: str | bytes, *, in_nav: bool = True) -> None:
     existing = files.get_file_from_path(src_uri)
     if existing is not None:
         files.remove(existing)
-    files.append(File.generated(config, src_uri, content=content))
+    inclusion = InclusionLevel.UNDEFINED if in_nav else InclusionLevel.NOT_IN_NAV
+    files.append(File.generated(config, src_uri, content=content, inclusion=inclusion))
 
 
 def on_files(files: Files, config, **kwargs):
@@ -81,16 +107,27 @@ def on_files(files: Files, config, **kwargs):
     for modules in found.values():
         for dotted, _ in modules:
             _add(files, config, docgen_api.page_path(dotted), docgen_api.render_module(dotted))
-    text, images = docgen_bench.render(RESULTS_DIR, "assets/benchmarks")
-    _add(files, config, "benchmarks.md", text)
+    pages, images = docgen_bench.render(RESULTS_DIR, "assets/benchmarks", PLOT_CACHE)
+    for src_uri, text in pages.items():  # run pages are linked from benchmarks.md, not listed in the nav
+        _add(files, config, src_uri, text, in_nav=src_uri == "benchmarks.md")
     for name, data in images.items():
         _add(files, config, name, data)
     return files
 
 
 def on_page_content(html: str, page, config, files, **kwargs):
-    """API pages: render Sphinx roles as plain code and link error codes to the catalogue."""
+    """API pages: render Sphinx roles as plain code."""
     if not page.file.src_uri.startswith("api/"):
         return html
-    html = docgen_api.plain_roles(html)
-    return docgen_errors.link_codes(html, "../" * page.url.count("/"), _registry().REGISTRY)
+    return docgen_api.plain_roles(html)
+
+
+def on_post_page(output: str, page, config, **kwargs):
+    """API pages: link error codes to the catalogue.
+
+    Done on the finished page: at ``on_page_content`` time mkdocstrings'
+    cross-references are still placeholders, and codes after one were missed.
+    """
+    if not page.file.src_uri.startswith("api/"):
+        return output
+    return docgen_errors.link_codes(output, "../" * page.url.count("/"), _registry().REGISTRY)

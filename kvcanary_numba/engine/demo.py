@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -18,10 +19,28 @@ from .config import EngineConfig
 from .engine import ToyEngine
 from .faults import FAULT_CLASSES, FaultRecord
 
-__all__ = ["DemoRun", "run_demo", "format_report", "report_dict"]
+__all__ = ["DemoRun", "TERMS", "format_report", "glossary", "report_dict", "run_demo"]
 
 #: Sweep cadence of the demo runs (cached_kv_flip is only visible to a sweep).
 SWEEP_INTERVAL = 4
+
+#: One line per term of the report, printed under "terms:" when the report uses the term.
+#: Keys are regular expressions matched as whole words.
+TERMS: dict[str, str] = {
+    r"HEAD_[KV]_(?:FULL|SWA)": "launch before the forward pass: verifies the prefix, stamps the new slots "
+                               "(K or V buffer, FULL or SWA pool)",
+    r"TAIL_[KV]_(?:FULL|SWA)": "launch after the forward pass wrote the KV: verifies again, now against the "
+                               "real KV bytes, then stamps the new slots with their KV fingerprints",
+    r"SWEEP_[KV]_(?:FULL|SWA)": f"periodic check of idle cached slots (every {SWEEP_INTERVAL} steps here)",
+    r"violation row\(s\)": "rows the monitor read back from the violation ring (one per failed check and slot)",
+    r"launch_tag": "which launch wrote the row (one of the HEAD / TAIL / SWEEP names above)",
+    r"fail_reason": "the checks that failed, joined by +; each is explained on a 'why:' line",
+    r"slot_idx": "KV-cache slot the row is about",
+    r"stored_token": "token id recorded in the slot's canary record (expected_token: what it should be)",
+    r"stored_chain_hash": "chain hash recorded in the slot (hash of its predecessor's record)",
+    r"expected_aux": "what the check expected instead: the chain hash for verify rows, the position for "
+                     "write rows (hex)",
+}
 
 
 @dataclass
@@ -140,8 +159,19 @@ def format_report(runs: list[DemoRun], *, device: str, config: EngineConfig) -> 
         elif run.fault is None and run.violations:
             lines.append(f"  first:    {run.violations[0].summary()}")
         lines.append("")
+    lines += glossary("\n".join(lines))
     caught = sum(1 for r in runs if r.fault is not None and r.ok)
     total = sum(1 for r in runs if r.fault is not None)
     clean = runs[0].ok if runs and runs[0].fault is None else True
     lines.append(f"summary: {caught}/{total} fault classes caught; clean run {'reported nothing' if clean else 'FAILED'}")
     return "\n".join(lines)
+
+
+def glossary(text: str) -> list[str]:
+    """"terms:" lines explaining each :data:`TERMS` entry that ``text`` uses ([] when none), then a blank line."""
+    found = [(sorted(set(re.findall(rf"\b{pattern}", text))), meaning) for pattern, meaning in TERMS.items()]
+    found = [(", ".join(names), meaning) for names, meaning in found if names]
+    if not found:
+        return []
+    width = max(len(names) for names, _ in found)
+    return ["terms:", *(f"  {names:<{width}}  {meaning}" for names, meaning in found), ""]

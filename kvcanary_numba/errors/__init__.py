@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import DOCS_URL, OPERATIONS, REGISTRY, ErrorEntry, define, docs_url
+from .registry import DOCS_URL, OPERATIONS, REGISTRY, ErrorEntry, define, docs_url, message_ending
 
 __all__ = [
     "DOCS_URL",
@@ -22,6 +22,7 @@ __all__ = [
     "docs_url",
     "error",
     "lookup",
+    "message_ending",
 ]
 
 
@@ -71,7 +72,7 @@ def error(code: str, **fields: Any) -> KvCanaryError:
     missing = set(entry.fields) - set(fields)
     if missing:
         raise RuntimeError(f"{code}: raise site did not supply {sorted(missing)}")
-    text = f"{entry.message.format(**fields)} [{code}] See {entry.url}"
+    text = entry.render(fields)
     cls = KvCanaryTypeError if entry.exception == "type" else KvCanaryError
     return cls(code, text, dict(fields))
 

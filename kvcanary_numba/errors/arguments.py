@@ -20,8 +20,14 @@ define(
         "Arrays allocated on two different GPUs.",
     ),
     solutions=("Move the odd array to the device of the others once (cupy.asarray / .get()).",),
-    before="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=np_prefix, ...)",
-    after="launch_canary_plan_kernels(verify_plan_out=gpu_plan, prefix_lens=cupy.asarray(np_prefix), ...)",
+    before=(
+        "prefix = gpu_array(xp.asarray([4]))  # on the GPU; every other array is NumPy\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=prefix))"
+    ),
+    after=(
+        "prefix = xp.asarray([4])  # with the other arrays (cupy.asnumpy(prefix) brings one back)\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=prefix))"
+    ),
     defensive="prefix_lens = xp.asarray(prefix_lens)  # xp = cupy when the plans live on a GPU",
     prevention="Allocate plans and contexts with the same device= as the engine's arrays.",
     related=("KVC-C001", "KVC-C008"),
@@ -47,8 +53,8 @@ define(
         "Install the GPU extra (pip install 'kvcanary_numba[gpu]') on a machine with a GPU.",
         "Set NUMBA_ENABLE_CUDASIM=1 before importing numba to run kernels on NumPy arrays.",
     ),
-    before="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False, backend='cuda')",
-    after="launch_canary_verify_kernel(context=cpu_ctx, plan=cpu_plan, check_verify_expected_token=False)",
+    before="launch_canary_verify_kernel(**verify_args(backend='cuda'))  # NumPy arrays, no GPU",
+    after="launch_canary_verify_kernel(**verify_args())  # backend='auto' follows the arrays",
     defensive="device = 'cuda' if kvcanary_numba.gpu_available() else 'cpu'",
     prevention="Run `kvcanary doctor` to see which backends this machine offers.",
     related=("KVC-C007", "KVC-C009"),
@@ -63,7 +69,7 @@ define(
     triggers=("A typo such as backend='gpu' or device='cuda:0'.",),
     solutions=("Use one of the listed names.",),
     before="VerifyPlan.allocate(verify_capacity=1024, device='gpu')",
-    after="VerifyPlan.allocate(verify_capacity=1024, device='cuda')",
+    after="VerifyPlan.allocate(verify_capacity=1024, device='cpu')  # or device='cuda' on a GPU",
     defensive="device = 'cuda' if use_gpu else 'cpu'",
     prevention="Take the device from one configuration value.",
     related=("KVC-C008",),
@@ -81,8 +87,8 @@ define(
     ),
     triggers=("Passing an int, a NumPy bool array or None as a switch.",),
     solutions=("Pass True or False (bool(x) for a NumPy bool scalar).",),
-    before="launch_canary_verify_kernel(..., check_verify_expected_token=1)",
-    after="launch_canary_verify_kernel(..., check_verify_expected_token=True)",
+    before="launch_canary_verify_kernel(**verify_args(check_verify_expected_token=1))",
+    after="launch_canary_verify_kernel(**verify_args(check_verify_expected_token=False))",
     defensive="check = bool(config.verify_tokens)",
     prevention="Keep switches in a typed configuration object.",
     related=("KVC-C011",),
@@ -104,7 +110,7 @@ define(
     ),
     solutions=("Pass a value in the stated range; use the enums for tags and modes.",),
     before="VerifyPlan.allocate(verify_capacity=0)",
-    after="VerifyPlan.allocate(verify_capacity=3 * num_kv_slots)",
+    after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",
     defensive="capacity = max(1, 3 * num_kv_slots)",
     prevention="Derive capacities from the pool size once, at start-up.",
     related=("KVC-C010",),
@@ -131,8 +137,11 @@ define(
         "A negative int, or a bool, as the handle.",
     ),
     solutions=("Pass the stream object of your array library, or its integer handle.",),
-    before="launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False, stream='side')",
-    after="launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False, stream=side_stream)",
+    before="launch_canary_verify_kernel(**verify_args(stream='side'))",
+    after=(
+        "side_stream = 0  # an int handle (0: the default stream); on a GPU e.g. cupy.cuda.Stream()\n"
+        "launch_canary_verify_kernel(**verify_args(stream=side_stream))"
+    ),
     defensive="stream = torch.cuda.current_stream()  # or cupy.cuda.get_current_stream()",
     prevention="Keep the engine's stream objects and pass them through unchanged.",
     related=("KVC-C009",),

@@ -32,8 +32,8 @@ define(
         "Wrap host data with numpy.asarray(..., dtype=...).",
         "Convert device tensors zero-copy with cupy.from_dlpack(tensor).",
     ),
-    before="launch_canary_plan_kernels(..., prefix_lens=[0, 4, 7], ...)",
-    after="launch_canary_plan_kernels(..., prefix_lens=np.asarray([0, 4, 7], dtype=np.int64), ...)",
+    before="launch_canary_plan_kernels(**plan_args(prefix_lens=[4]))",
+    after="launch_canary_plan_kernels(**plan_args(prefix_lens=np.asarray([4], dtype=np.int64)))",
     defensive="prefix_lens = cupy.from_dlpack(torch_prefix_lens)  # zero-copy view, live data",
     prevention="Keep the engine's metadata in CuPy (GPU) or NumPy (CPU) arrays from the start.",
     related=("KVC-C002", "KVC-C007"),
@@ -61,8 +61,11 @@ define(
         "Allocate with the documented dtype, or cast once outside the hot path (astype).",
         "Use VerifyPlan.allocate / WritePlan.allocate / CanaryContext.allocate, which pick the dtypes.",
     ),
-    before="positions = cupy.arange(n, dtype=cupy.int32)",
-    after="positions = cupy.arange(n, dtype=cupy.int64)",
+    before="launch_canary_write_kernel(**write_args(positions=xp.arange(4, dtype=xp.int32)))",
+    after=(
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(positions=xp.arange(4, dtype=xp.int64)))"
+    ),
     defensive="positions = positions.astype(np.int64, copy=False)  # no copy when already int64",
     prevention="Let the allocators build every canary-owned array; cast engine arrays once per step.",
     related=("KVC-C003", "KVC-C004"),
@@ -92,8 +95,14 @@ define(
         "Flatten vectors with .reshape(-1) (a view when contiguous).",
         "View a KV layer as [rows, bytes]: layer.view(numpy.uint8).reshape(rows, -1).",
     ),
-    before="scatter_req_token_ids(flat_in=tokens.reshape(1, -1), ...)",
-    after="scatter_req_token_ids(flat_in=tokens.reshape(-1), ...)",
+    before=(
+        "flat = xp.asarray([5, 6, 7, 8])\n"
+        "scatter_req_token_ids(**scatter_args(flat_in=flat.reshape(1, -1)))"
+    ),
+    after=(
+        "flat = xp.asarray([5, 6, 7, 8])\n"
+        "scatter_req_token_ids(**scatter_args(flat_in=flat.reshape(-1)))"
+    ),
     defensive="assert_1d = flat.reshape(-1)  # explicit flatten at the engine boundary",
     prevention="Keep a table of the documented shapes next to the engine's buffer definitions.",
     related=("KVC-C004",),
@@ -125,8 +134,15 @@ define(
         "Slice every per-request array with the same [:bs].",
         "Pass 1-element views (counters[tag:tag + 1]) for per-launch counters.",
     ),
-    before="slot_run_counter=counters  # shape (12,)",
-    after="slot_run_counter=counters[tag:tag + 1]  # shape (1,)",
+    before=(
+        "counters = xp.zeros(12, dtype=xp.int64)  # one per launch tag\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters)))"
+    ),
+    after=(
+        "counters = xp.zeros(12, dtype=xp.int64)  # one per launch tag\n"
+        "tag = 0\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters[tag:tag + 1])))"
+    ),
     defensive="bs = len(req_pool_indices); prefix_lens, extend_seq_lens = prefix_lens[:bs], extend_seq_lens[:bs]",
     prevention="Derive every batch length from one variable.",
     related=("KVC-C003", "KVC-C005"),
@@ -146,8 +162,14 @@ define(
         "An SWA LUT shorter than one entry.",
     ),
     solutions=("Allocate the array with at least the stated length (padding is allowed).",),
-    before="lut = cupy.zeros(0, dtype=cupy.int64)",
-    after="lut = cupy.zeros(full_pool_size + 1, dtype=cupy.int64)",
+    before=(
+        "lut = xp.zeros(0, dtype=xp.int64)\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+    ),
+    after=(
+        "lut = xp.zeros(num_slots + 1, dtype=xp.int64)\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+    ),
     defensive="assert lut.shape[0] >= full_pool_size + 1",
     prevention="Size buffers from the pool's capacity, not from the current batch.",
     related=("KVC-C004",),
@@ -172,8 +194,15 @@ define(
         "Passing every other element (a[::2]).",
     ),
     solutions=("Pass a contiguous copy made once (numpy.ascontiguousarray / cupy.ascontiguousarray).",),
-    before="input_ids=batch_tokens[:, 0]",
-    after="input_ids=cupy.ascontiguousarray(batch_tokens[:, 0])",
+    before=(
+        "batch_tokens = xp.zeros((4, 2), dtype=xp.int64)  # token, position columns\n"
+        "launch_canary_write_kernel(**write_args(input_ids=batch_tokens[:, 0]))"
+    ),
+    after=(
+        "batch_tokens = xp.zeros((4, 2), dtype=xp.int64)  # token, position columns\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(input_ids=xp.ascontiguousarray(batch_tokens[:, 0])))"
+    ),
     defensive="x = x if x.flags.c_contiguous else xp.ascontiguousarray(x)",
     prevention="Keep persistent canary buffers as fresh allocations, never views.",
     related=("KVC-R005",),
@@ -199,8 +228,14 @@ define(
     ),
     triggers=("Allocating [num_slots, 16] or a 1-column buffer.", "A stride such as 36 or 40 + 4 that is not a multiple of 8."),
     solutions=("Allocate uint8 [num_slots, 32], or use CanaryContext.allocate.",),
-    before="canary_buf = cupy.zeros((num_slots, 16), dtype=cupy.uint8)",
-    after="canary_buf = cupy.zeros((num_slots, 32), dtype=cupy.uint8)",
+    before=(
+        "canary_buf = xp.zeros((num_slots, 16), dtype=xp.uint8)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
+    after=(
+        "canary_buf = xp.zeros((num_slots, 32), dtype=xp.uint8)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
     defensive="stride = max(32, requested_stride)",
     prevention="Use CanaryContext.allocate, which sizes the buffer.",
     related=("KVC-C002", "KVC-C003"),
@@ -225,8 +260,16 @@ define(
         "Passing a JAX array as a plan output or as part of a CanaryContext.",
     ),
     solutions=("Pass a writeable copy (array.copy()).",),
-    before="canary_buf = np.load('buf.npy', mmap_mode='r')",
-    after="canary_buf = np.load('buf.npy').copy()",
+    before=(
+        "canary_buf = np.load('buf.npy', mmap_mode='r')  # read-only\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
+    after=(
+        "canary_buf = np.load('buf.npy').copy()\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
     defensive="if not a.flags.writeable: a = a.copy()",
     prevention="Only pass buffers you own as outputs.",
     related=("KVC-C006",),
@@ -243,8 +286,16 @@ define(
     ),
     triggers=("A uint8 view that starts at an odd byte offset of a larger allocation.",),
     solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
-    before="canary_buf = big_u8[3:].reshape(-1, 32)",
-    after="canary_buf = big_u8[32:].reshape(-1, 32)",
+    before=(
+        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
+        "canary_buf = big_u8[3:3 + 32 * num_slots].reshape(-1, 32)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
+    after=(
+        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
+        "canary_buf = big_u8[32:].reshape(-1, 32)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+    ),
     defensive="assert arr.data.ptr % 16 == 0",
     prevention="Never carve canary-owned arrays out of byte pools at arbitrary offsets.",
     related=("KVC-R005",),

@@ -37,8 +37,11 @@ define(
         "Fingerprint a 16-byte-aligned part of the token (round num_bytes_per_token down is not "
         "possible: it must be the real per-token stride); otherwise leave the source out.",
     ),
-    before="RealKvSource(tensor=t, page_size=1, num_bytes_per_token=24, read_bytes=16)",
-    after="()  # no source: fingerprints off for this pool",
+    before=(
+        "t = xp.zeros((num_slots, 24), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=24, read_bytes=16)"
+    ),
+    after="real_kv_sources = ()  # no source: fingerprints off for this pool",
     defensive="sources = (src,) if nbytes % 16 == 0 else ()",
     prevention="Check alignment once when the pool is created.",
     related=("KVC-R003",),
@@ -58,8 +61,14 @@ define(
     ),
     triggers=("read_bytes=0 to disable a source.", "read_bytes larger than the strip."),
     solutions=("Omit the source instead of read_bytes=0.", "Use read_bytes=num_bytes_per_token for the whole strip."),
-    before="RealKvSource(tensor=t, page_size=1, num_bytes_per_token=128, read_bytes=0)",
-    after="real_kv_sources=()  # or read_bytes=128",
+    before=(
+        "t = xp.zeros((num_slots, 128), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=128, read_bytes=0)"
+    ),
+    after=(
+        "t = xp.zeros((num_slots, 128), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=128, read_bytes=128)  # or no source"
+    ),
     defensive="read_bytes = min(num_bytes_per_token, max(16, read_bytes // 16 * 16))",
     prevention="Derive read_bytes from the mode: PARTIAL -> 16, ALL -> num_bytes_per_token.",
     related=("KVC-R002",),
@@ -82,8 +91,15 @@ define(
     ),
     triggers=("Passing the whole [layers, slots, heads*dim] KV tensor.", "Passing a flat byte buffer."),
     solutions=("Pass one layer reshaped to 2-D: k_buffer[0].reshape(num_rows, -1).",),
-    before="RealKvSource(tensor=k_buffer, page_size=1, num_bytes_per_token=256, read_bytes=256)",
-    after="RealKvSource(tensor=k_buffer[0].reshape(k_buffer.shape[1], -1), page_size=1, num_bytes_per_token=256, read_bytes=256)",
+    before=(
+        "k_buffer = xp.zeros((2, num_slots, 256), dtype=xp.uint8)  # [layer, slot, bytes]\n"
+        "RealKvSource(tensor=k_buffer, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+    ),
+    after=(
+        "k_buffer = xp.zeros((2, num_slots, 256), dtype=xp.uint8)  # [layer, slot, bytes]\n"
+        "RealKvSource(tensor=k_buffer[0].reshape(k_buffer.shape[1], -1), page_size=1,\n"
+        "             num_bytes_per_token=256, read_bytes=256)"
+    ),
     defensive="layer = k_buffer[0]; layer = layer.reshape(layer.shape[0], -1)",
     prevention="Fingerprint layer 0 (as SGLang does) through one helper.",
     related=("KVC-C003", "KVC-R005"),
@@ -106,8 +122,14 @@ define(
     ),
     triggers=("A transposed view.", "A row stride of 24 bytes."),
     solutions=("Use a view whose rows are contiguous and 16-byte aligned, or pad the rows.",),
-    before="RealKvSource(tensor=kv.T, ...)",
-    after="RealKvSource(tensor=kv, ...)",
+    before=(
+        "kv = xp.zeros((256, num_slots), dtype=xp.uint8).T  # rows 1 byte apart\n"
+        "RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+    ),
+    after=(
+        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+    ),
     defensive="assert t.strides[-1] == t.itemsize and t.strides[0] % 16 == 0",
     prevention="Pad KV rows to a multiple of 16 bytes at allocation.",
     related=("KVC-C006", "KVC-C014"),
@@ -130,8 +152,14 @@ define(
     ),
     triggers=("page_size or num_bytes_per_token taken from another pool.", "A row view cut too short."),
     solutions=("Fix page_size / num_bytes_per_token to the tensor's real geometry.",),
-    before="RealKvSource(tensor=t_256_bytes_per_row, page_size=4, num_bytes_per_token=128, read_bytes=16)",
-    after="RealKvSource(tensor=t_256_bytes_per_row, page_size=2, num_bytes_per_token=128, read_bytes=16)",
+    before=(
+        "t_256_bytes_per_row = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=t_256_bytes_per_row, page_size=4, num_bytes_per_token=128, read_bytes=16)"
+    ),
+    after=(
+        "t_256_bytes_per_row = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "RealKvSource(tensor=t_256_bytes_per_row, page_size=2, num_bytes_per_token=128, read_bytes=16)"
+    ),
     defensive="assert t.shape[1] * t.itemsize >= page_size * nbytes",
     prevention="Compute page_size and bytes per token from the same tensor.",
     related=("KVC-R001", "KVC-R002"),
@@ -167,14 +195,18 @@ define(
         "Size the canary buffer from the KV pool: num_slots = rows * page_size.",
     ),
     before=(
-        "ctx = CanaryContext.allocate(num_slots=4096, real_kv_hash_mode=RealKvHashMode.ALL,\n"
-        "    real_kv_sources=(RealKvSource(tensor=k0[:1024], page_size=1,\n"
-        "                                  num_bytes_per_token=256, read_bytes=256),))"
+        "k0 = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "ctx = CanaryContext.allocate(num_slots=num_slots, real_kv_hash_mode=RealKvHashMode.ALL,\n"
+        "    real_kv_sources=(RealKvSource(tensor=k0[:16], page_size=1,\n"
+        "                                  num_bytes_per_token=256, read_bytes=256),))\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx))"
     ),
     after=(
+        "k0 = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
         "ctx = CanaryContext.allocate(num_slots=k0.shape[0], real_kv_hash_mode=RealKvHashMode.ALL,\n"
         "    real_kv_sources=(RealKvSource(tensor=k0, page_size=1,\n"
-        "                                  num_bytes_per_token=256, read_bytes=256),))"
+        "                                  num_bytes_per_token=256, read_bytes=256),))\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx))"
     ),
     defensive="assert all(s.slots_covered >= ctx.num_slots for s in ctx.real_kv_sources)",
     prevention=(
@@ -204,8 +236,21 @@ define(
         "Fingerprint layer 0 only (as SGLang does): one K source for the K canary, one V source for the V canary.",
         "Split the strips over several contexts (e.g. the K and V canaries) with at most 4 each.",
     ),
-    before="ctx = ctx.replace(real_kv_sources=tuple(source(layer) for layer in range(32)))",
-    after="ctx = ctx.replace(real_kv_sources=(source(0),))",
+    before=(
+        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
+        "def source(layer):\n"
+        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = ctx.replace(real_kv_sources=tuple(source(layer) for layer in range(32)),\n"
+        "                  real_kv_hash_mode=RealKvHashMode.ALL)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+    ),
+    after=(
+        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
+        "def source(layer):\n"
+        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = ctx.replace(real_kv_sources=(source(0),), real_kv_hash_mode=RealKvHashMode.ALL)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+    ),
     defensive="sources = tuple(sources)[:MAX_REAL_KV_SOURCES]  # only if dropping the rest is acceptable",
     prevention="Keep the list of fingerprinted strips in one place and size it against MAX_REAL_KV_SOURCES.",
     related=("KVC-R007", "KVC-R009"),
@@ -235,8 +280,11 @@ define(
         "Wrap each tensor: RealKvSource(tensor=t, page_size=p, num_bytes_per_token=n, read_bytes=r).",
         "Use () for no sources.",
     ),
-    before="ctx.replace(real_kv_sources=k_layer0)",
-    after="ctx.replace(real_kv_sources=(RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256),))",
+    before="launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=k_layer0)))",
+    after=(
+        "sources = (RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256),)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=sources)))"
+    ),
     defensive="sources = tuple(sources or ())",
     prevention="Build contexts with CanaryContext.allocate(real_kv_sources=...).",
     related=("KVC-R008", "KVC-C001"),

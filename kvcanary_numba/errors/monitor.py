@@ -23,8 +23,11 @@ define(
         "Pass mode='log' or mode='raise'.",
         "To run without checks, skip creating the monitor and its hooks.",
     ),
-    before="CanaryMonitor(full=group, mode='none')",
-    after="monitor = CanaryMonitor(full=group, mode='log') if enabled else None",
+    before="CanaryMonitor(**monitor_args(mode='none'))",
+    after=(
+        "enabled = False\n"
+        "monitor = CanaryMonitor(**monitor_args(mode='log')) if enabled else None"
+    ),
     defensive="mode = os.environ.get('KV_CANARY', 'log').strip().lower()",
     prevention="Parse the mode once from configuration with an explicit list of choices.",
     related=("KVC-C009",),
@@ -49,8 +52,16 @@ define(
         "Build the monitor with write_req_capacity = the largest batch the engine schedules "
         "(SGLang: max(cuda_graph_max_bs, req_to_token_pool_size)).",
     ),
-    before="CanaryMonitor(full=group, write_req_capacity=8)  # engine runs 32 requests",
-    after="CanaryMonitor(full=group, write_req_capacity=engine.max_running_requests)",
+    before=(
+        "monitor = CanaryMonitor(**monitor_args(write_req_capacity=1))\n"
+        "monitor.pre_forward(batch(req_pool_indices=xp.asarray([1, 2]), prefix_lens=xp.asarray([0, 0]),\n"
+        "                          extend_seq_lens=xp.asarray([2, 2])))  # 2 requests"
+    ),
+    after=(
+        "monitor = CanaryMonitor(**monitor_args(write_req_capacity=2))\n"
+        "monitor.pre_forward(batch(req_pool_indices=xp.asarray([1, 2]), prefix_lens=xp.asarray([0, 0]),\n"
+        "                          extend_seq_lens=xp.asarray([2, 2])))"
+    ),
     defensive="write_req_capacity = max(max_decode_bs, max_prefill_bs, req_to_token.shape[0])",
     prevention="Derive every monitor capacity from the engine's own limits in one place.",
     related=("KVC-M003", "KVC-P002"),
@@ -82,8 +93,15 @@ define(
     solutions=(
         "Build the monitor with write_token_capacity = max(max_bs * draft_tokens, max prefill tokens).",
     ),
-    before="CanaryMonitor(full=f, swa=s, write_token_capacity=64)  # 512-token prefill chunks",
-    after="CanaryMonitor(full=f, swa=s, write_token_capacity=max(64, chunked_prefill_size))",
+    before=(
+        "monitor = CanaryMonitor(**monitor_args(write_token_capacity=2))\n"
+        "monitor.pre_forward(batch())  # a 4-token prefill"
+    ),
+    after=(
+        "chunked_prefill_size = 4\n"
+        "monitor = CanaryMonitor(**monitor_args(write_token_capacity=max(2, chunked_prefill_size)))\n"
+        "monitor.pre_forward(batch())"
+    ),
     defensive="write_token_capacity = max(max_bs * max(1, num_draft_tokens), chunked_prefill_size)",
     prevention="Take the capacity from the same setting that bounds the engine's prefill chunks.",
     related=("KVC-M002",),
@@ -108,8 +126,14 @@ define(
         "Build the monitor with sweep_capacity >= the number of KV slots of the pool (the default).",
         "Split the chains over several sweep() calls.",
     ),
-    before="monitor = CanaryMonitor(full=group, sweep_capacity=64); monitor.sweep(all_chains)",
-    after="monitor = CanaryMonitor(full=group)  # sweep_capacity defaults to num_slots",
+    before=(
+        "monitor = CanaryMonitor(**monitor_args(sweep_capacity=2))\n"
+        "monitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
+    ),
+    after=(
+        "monitor = CanaryMonitor(**monitor_args())  # sweep_capacity defaults to num_slots\n"
+        "monitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
+    ),
     defensive="for part in batched(chains, 64): monitor.sweep(part)",
     prevention="Size the sweep plan from the pool: a slot belongs to at most one cached chain.",
     related=("KVC-M002",),
@@ -137,8 +161,14 @@ define(
         "Call the three hooks once per step in order, or use `with monitor.forward(batch): ...` "
         "followed by monitor.end_step().",
     ),
-    before="monitor.pre_forward(batch); monitor.end_step()",
-    after="monitor.pre_forward(batch); run_forward(); monitor.post_forward(); monitor.end_step()",
+    before=(
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch()); monitor.end_step()"
+    ),
+    after=(
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch()); monitor.post_forward(); monitor.end_step()"
+    ),
     defensive="with monitor.forward(batch):\n    run_forward()\nmonitor.end_step()",
     prevention="Wrap the engine's forward in one function that calls the hooks.",
     related=("KVC-M004",),
@@ -159,8 +189,14 @@ define(
         "Giving the FULL group the model's sliding window.",
     ),
     solutions=("Pass swa_window_size = the model's sliding window for kind='swa' and 0 for kind='full'.",),
-    before="KvGroup(kind='swa', num_slots=n, full_to_swa_index_mapping=lut)",
-    after="KvGroup(kind='swa', num_slots=n, swa_window_size=4096, full_to_swa_index_mapping=lut)",
+    before=(
+        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
+        "KvGroup(kind='swa', num_slots=num_slots, full_to_swa_index_mapping=lut)"
+    ),
+    after=(
+        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
+        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4096, full_to_swa_index_mapping=lut)"
+    ),
     defensive="window = config.sliding_window if kind == 'swa' else 0",
     prevention="Build both groups from the pool object that knows its window.",
     related=("KVC-M007", "KVC-C011"),
@@ -182,8 +218,11 @@ define(
         "Passing the LUT to the FULL group as well.",
     ),
     solutions=("Give the LUT to the SWA group only.",),
-    before="KvGroup(kind='swa', num_slots=n, swa_window_size=w)",
-    after="KvGroup(kind='swa', num_slots=n, swa_window_size=w, full_to_swa_index_mapping=pool.full_to_swa)",
+    before="KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4)",
+    after=(
+        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
+        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4, full_to_swa_index_mapping=lut)"
+    ),
     defensive="lut = pool.full_to_swa if kind == 'swa' else None",
     prevention="Keep the LUT with the SWA sub-pool object and build the group from it.",
     related=("KVC-M006",),
@@ -211,8 +250,8 @@ define(
         "Pass max_requests (req_to_token rows) and max_context_len when enabling the check.",
         "Fill StepBatch.token_ids_flat and token_offsets from the requests' token lists.",
     ),
-    before="CanaryMonitor(full=group, check_verify_expected_token=True)",
-    after="CanaryMonitor(full=group, check_verify_expected_token=True, max_requests=rows, max_context_len=ctx)",
+    before="CanaryMonitor(**monitor_args(check_verify_expected_token=True))",
+    after="CanaryMonitor(**monitor_args(check_verify_expected_token=True, max_requests=4, max_context_len=16))",
     defensive="check = snapshot is not None  # enable the check only where the engine keeps token lists",
     prevention="Enable the token check together with the code that builds token snapshots.",
     related=("KVC-S001",),
@@ -242,8 +281,14 @@ define(
         "Wrap the arrays: StepBatch(**arrays).",
         "Wrap each chain: SlotChain(slots=[...], start_position=0).",
     ),
-    before="monitor.sweep([[5, 6, 7]])",
-    after="monitor.sweep([SlotChain(slots=[5, 6, 7])])",
+    before=(
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.sweep([[10, 11, 12]])"
+    ),
+    after=(
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.sweep([SlotChain(slots=[10, 11, 12])])"
+    ),
     defensive="chains = [c if isinstance(c, SlotChain) else SlotChain(slots=c) for c in chains]",
     prevention="Build the bundles in the one adapter between the engine and the monitor.",
     related=("KVC-V001",),
@@ -285,8 +330,16 @@ define(
     ),
     triggers=("An engine adapter that fills expected_input_tokens but forgot expected_input_positions.",),
     solutions=("Give both arrays, or leave both None to run without the write-input assert.",),
-    before="StepBatch(..., expected_input_tokens=oracle_tokens)",
-    after="StepBatch(..., expected_input_tokens=oracle_tokens, expected_input_positions=oracle_positions)",
+    before=(
+        "oracle_tokens = xp.asarray([101, 102, 103, 104])\n"
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens))"
+    ),
+    after=(
+        "oracle_tokens, oracle_positions = xp.asarray([101, 102, 103, 104]), xp.arange(4)\n"
+        "monitor = CanaryMonitor(**monitor_args())\n"
+        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens, expected_input_positions=oracle_positions))"
+    ),
     defensive="if tokens is None or positions is None: tokens = positions = None",
     prevention="Produce the oracle's tokens and positions in one function that returns both.",
     related=("KVC-W002", "KVC-W003", "KVC-M008"),

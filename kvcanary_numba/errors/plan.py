@@ -27,11 +27,15 @@ define(
         "When building arrays by hand, allocate write_req_capacity + 1 int64 entries.",
     ),
     before=(
-        "plan = WritePlan(write_offsets=xp.zeros(cap, dtype=xp.int64),\n"
-        "                 write_seed_slot_indices=xp.zeros(cap, dtype=xp.int64),\n"
-        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))"
+        "plan = WritePlan(write_offsets=xp.zeros(0, dtype=xp.int64),  # no room for the leading 0\n"
+        "                 write_seed_slot_indices=xp.zeros(0, dtype=xp.int64),\n"
+        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
     ),
-    after="plan = WritePlan.allocate(write_req_capacity=cap, device='cuda')",
+    after=(
+        "plan = WritePlan.allocate(write_req_capacity=cap)  # cap + 1 offsets\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+    ),
     defensive=(
         "offsets = xp.zeros(write_req_capacity + 1, dtype=xp.int64)  # one more than requests\n"
         "assert offsets.shape[0] == write_req_capacity + 1"
@@ -71,9 +75,13 @@ define(
     before=(
         "plan = WritePlan(write_offsets=xp.zeros(cap, dtype=xp.int64),\n"
         "                 write_seed_slot_indices=xp.full(cap, -1, dtype=xp.int64),\n"
-        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))"
+        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
     ),
-    after="plan = WritePlan.allocate(write_req_capacity=cap, device='cuda')",
+    after=(
+        "plan = WritePlan.allocate(write_req_capacity=cap)  # device='cuda' on a GPU\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+    ),
     defensive=(
         "assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1"
     ),
@@ -108,8 +116,17 @@ define(
         "Allocate the write plan with write_req_capacity = max(cuda_graph_max_bs, req_pool_size).",
         "Split an oversized batch into launches that fit.",
     ),
-    before="wplan = WritePlan.allocate(write_req_capacity=8)  # then a 16-request batch",
-    after="wplan = WritePlan.allocate(write_req_capacity=max(cuda_graph_max_bs, req_pool_size))",
+    before=(
+        "wplan = WritePlan.allocate(write_req_capacity=1)  # then a 2-request batch\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=wplan, req_pool_indices=xp.asarray([1, 2]),\n"
+        "                                       prefix_lens=xp.asarray([4, 0]), extend_seq_lens=xp.asarray([1, 1])))"
+    ),
+    after=(
+        "cuda_graph_max_bs, req_pool_size = 2, 3\n"
+        "wplan = WritePlan.allocate(write_req_capacity=max(cuda_graph_max_bs, req_pool_size))\n"
+        "launch_canary_plan_kernels(**plan_args(write_plan_out=wplan, req_pool_indices=xp.asarray([1, 2]),\n"
+        "                                       prefix_lens=xp.asarray([4, 0]), extend_seq_lens=xp.asarray([1, 1])))"
+    ),
     defensive=(
         "if len(req_pool_indices) > wplan.write_req_capacity:\n"
         "    wplan = WritePlan.allocate(write_req_capacity=2 * len(req_pool_indices), device=dev)"
@@ -148,8 +165,8 @@ define(
         "Pass verify_capacity=verify_plan.verify_capacity.",
         "Allocate the plan from the same variable you pass as verify_capacity.",
     ),
-    before="launch_canary_plan_kernels(verify_plan_out=vplan, verify_capacity=4096, ...)  # vplan has 1024",
-    after="launch_canary_plan_kernels(verify_plan_out=vplan, verify_capacity=vplan.verify_capacity, ...)",
+    before="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, verify_capacity=4096))  # vplan has 64",
+    after="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, verify_capacity=vplan.verify_capacity))",
     defensive="verify_capacity = vplan.verify_capacity  # single source of truth",
     prevention="Never keep the capacity separately from the plan; read it from the plan object.",
     related=("KVC-P003", "KVC-C011"),
@@ -183,12 +200,10 @@ define(
         "For the SWA group pass swa_window_size=W and full_to_swa_index_mapping=lut.",
         "For the full group pass swa_window_size=0 and full_to_swa_index_mapping=None.",
     ),
-    before=(
-        "launch_canary_plan_kernels(..., swa_window_size=4096, full_to_swa_index_mapping=None, ...)"
-    ),
+    before="launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=None))",
     after=(
-        "launch_canary_plan_kernels(..., swa_window_size=4096,\n"
-        "                           full_to_swa_index_mapping=pool.full_to_swa_index_mapping, ...)"
+        "lut = xp.arange(num_slots + 1, dtype=xp.int64)  # the pool's full-to-SWA mapping\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
     ),
     defensive=(
         "lut = group.full_to_swa_index_mapping if group.is_swa else None\n"
@@ -229,12 +244,12 @@ define(
         "Fill the pool with scatter_req_token_ids and pass the same per-request lengths it used.",
     ),
     before=(
-        "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool,\n"
-        "                           req_to_verify_expected_tokens_valid_lens=None, ...)"
+        "launch_canary_plan_kernels(**plan_args(req_to_verify_expected_tokens=pool,\n"
+        "                                       req_to_verify_expected_tokens_valid_lens=None))"
     ),
     after=(
-        "launch_canary_plan_kernels(..., req_to_verify_expected_tokens=pool,\n"
-        "                           req_to_verify_expected_tokens_valid_lens=lens, ...)"
+        "launch_canary_plan_kernels(**plan_args(req_to_verify_expected_tokens=pool,\n"
+        "                                       req_to_verify_expected_tokens_valid_lens=lens))"
     ),
     defensive=(
         "pool_args = (pool, lens) if check_tokens else (None, None)\n"
@@ -273,8 +288,8 @@ define(
         "Pass VerifyPlan.allocate(...) as verify_plan_out and WritePlan.allocate(...) as write_plan_out.",
         "To compute only write ranges and seeds, call launch_plan_offsets_kernel with raw arrays.",
     ),
-    before="launch_canary_plan_kernels(verify_plan_out=wplan, write_plan_out=vplan, ...)",
-    after="launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, ...)",
+    before="launch_canary_plan_kernels(**plan_args(verify_plan_out=wplan, write_plan_out=vplan))",
+    after="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, write_plan_out=wplan))",
     defensive="assert isinstance(vplan, VerifyPlan) and isinstance(wplan, WritePlan)",
     prevention="Always pass plans by keyword and allocate them next to each other.",
     related=("KVC-C001", "KVC-P002"),
@@ -306,13 +321,13 @@ define(
         "Set lut[0] = 0 after building the LUT by hand.",
     ),
     before=(
-        "lut = np.full(full_pool_size + 1, -1, dtype=np.int64)   # slot 0 maps to -1\n"
-        "launch_canary_plan_kernels(..., swa_window_size=W, full_to_swa_index_mapping=lut, ...)"
+        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)   # slot 0 maps to -1\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
     ),
     after=(
-        "lut = np.full(full_pool_size + 1, -1, dtype=np.int64)\n"
-        "lut[0] = 0                                              # padding stays padding\n"
-        "launch_canary_plan_kernels(..., swa_window_size=W, full_to_swa_index_mapping=lut, ...)"
+        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)\n"
+        "lut[0] = 0                                          # padding stays padding\n"
+        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
     ),
     defensive="assert int(lut[0]) == 0, 'full_to_swa_index_mapping[0] must map padding slot 0 to 0'",
     prevention=(

@@ -62,6 +62,15 @@ class ErrorEntry:
         return docs_url(self.code)
 
     @property
+    def ending(self) -> str:
+        """What every message of this code ends with: the code, its docs page, the offline command."""
+        return message_ending(self.code)
+
+    def render(self, fields: dict) -> str:
+        """The full message: the template filled with ``fields``, then :attr:`ending`."""
+        return f"{self.message.format(**fields)} {self.ending}"
+
+    @property
     def fields(self) -> tuple[str, ...]:
         """Names of the template fields a raise site must supply."""
         return tuple(
@@ -75,6 +84,11 @@ REGISTRY: dict[str, ErrorEntry] = {}
 def docs_url(code: str) -> str:
     """URL of the catalogue page of ``code``."""
     return f"{DOCS_URL}/errors/{code}/"
+
+
+def message_ending(code: str) -> str:
+    """The tail of every message of ``code``; added here, so no raise site or template repeats it."""
+    return f"[{code}] See {docs_url(code)} or run: kvcanary explain {code}"
 
 
 def define(code: str, **kwargs) -> ErrorEntry:

@@ -35,11 +35,12 @@ define(
         "Slice offsets to [:bs + 1] together with req_pool_indices[:bs].",
     ),
     before=(
-        "scatter_req_token_ids(flat_in=flat, offsets=np.cumsum(lengths), "
-        "req_pool_indices=rows, pool_out=pool)"
+        "flat, lengths, rows = xp.asarray([5, 6, 7, 8]), xp.asarray([4]), xp.asarray([1])\n"
+        "scatter_req_token_ids(flat_in=flat, offsets=xp.cumsum(lengths), req_pool_indices=rows, pool_out=pool)"
     ),
     after=(
-        "offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)\n"
+        "flat, lengths, rows = xp.asarray([5, 6, 7, 8]), xp.asarray([4]), xp.asarray([1])\n"
+        "offsets = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(lengths)]).astype(xp.int64)\n"
         "scatter_req_token_ids(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=pool)"
     ),
     defensive=(

@@ -55,8 +55,14 @@ define(
         "Give expected_entries (typical prefix entries per step) or the period K directly.",
         "Raise the budget or max_period when the bound K is too large.",
     ),
-    before="VerifyBudget(budget_bytes=16, expected_entries=1_000_000)",
-    after="VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)  # K = ceil(entries / budget)",
+    before=(
+        "budget = VerifyBudget(budget_bytes=16, expected_entries=1_000_000)  # less than one entry\n"
+        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+    ),
+    after=(
+        "budget = VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)  # K = ceil(entries / budget)\n"
+        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+    ),
     defensive="budget = VerifyBudget.from_period(k) if k > 1 else None  # None: full verification",
     prevention="Derive the budget from the detection delay you accept (K steps) rather than the other way round.",
     related=("KVC-M001",),
@@ -80,8 +86,8 @@ define(
         "Pass a directory path that can be created or already exists and is writable.",
         "Leave bundle_dir unset (None) to write no bundles.",
     ),
-    before="CanaryMonitor(full=group, write_req_capacity=8, bundle_dir='/proc/bundles')",
-    after="CanaryMonitor(full=group, write_req_capacity=8, bundle_dir=run_dir / 'kv-bundles')",
+    before="CanaryMonitor(**monitor_args(bundle_dir='/proc/bundles'))",
+    after="CanaryMonitor(**monitor_args(bundle_dir='kv-bundles'))  # created when missing",
     defensive="bundle_dir = os.environ.get('KVCANARY_BUNDLES') or None",
     prevention="Put bundles next to the run's logs, on a writable disk.",
     related=("KVC-M020",),

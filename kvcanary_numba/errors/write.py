@@ -31,12 +31,16 @@ define(
         "When slicing, slice write_offsets to bs + 1 and the seeds to bs.",
     ),
     before=(
+        "bs, offsets, seeds = 1, xp.asarray([0, 4, 0, 0]), xp.asarray([-1, -1, -1])\n"
         "plan = WritePlan(write_offsets=offsets[:bs], write_seed_slot_indices=seeds[:bs],\n"
-        "                 write_num_valid_reqs=num_valid)"
+        "                 write_num_valid_reqs=xp.ones(1, dtype=xp.int32))\n"
+        "launch_canary_write_kernel(**write_args(plan=plan))"
     ),
     after=(
+        "bs, offsets, seeds = 1, xp.asarray([0, 4, 0, 0]), xp.asarray([-1, -1, -1])\n"
         "plan = WritePlan(write_offsets=offsets[:bs + 1], write_seed_slot_indices=seeds[:bs],\n"
-        "                 write_num_valid_reqs=num_valid)"
+        "                 write_num_valid_reqs=xp.ones(1, dtype=xp.int32))\n"
+        "launch_canary_write_kernel(**write_args(plan=plan))"
     ),
     defensive="assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1",
     prevention="Allocate plans once with WritePlan.allocate and never rebuild them from slices in the hot path.",
@@ -70,13 +74,14 @@ define(
         "Or pass enable_write_input_assert=False when there is no oracle for this step.",
     ),
     before=(
-        f"{_FUNCTION}(context=ctx, plan=wplan, input_ids=ids, positions=pos, out_cache_loc=loc,\n"
-        "    enable_write_input_assert=True, expected_input_tokens=None, expected_input_positions=None)"
+        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
+        "    expected_input_tokens=None, expected_input_positions=None))"
     ),
     after=(
-        f"{_FUNCTION}(context=ctx, plan=wplan, input_ids=ids, positions=pos, out_cache_loc=loc,\n"
-        "    enable_write_input_assert=True, expected_input_tokens=oracle_ids,\n"
-        "    expected_input_positions=oracle_pos)"
+        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
     ),
     defensive=(
         "check = oracle is not None\n"
@@ -113,12 +118,15 @@ define(
         "Or pass expected_input_tokens=None and expected_input_positions=None.",
     ),
     before=(
-        f"{_FUNCTION}(..., enable_write_input_assert=False,\n"
-        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos)"
+        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
+        "launch_canary_write_kernel(**write_args(enable_write_input_assert=False,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
     ),
     after=(
-        f"{_FUNCTION}(..., enable_write_input_assert=True,\n"
-        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos)"
+        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
+        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
+        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
     ),
     defensive="expected = (oracle_ids, oracle_pos) if check else (None, None)",
     prevention="Derive the flag from the presence of the oracle, never from a separate setting.",

@@ -8,11 +8,14 @@ import threading
 
 import numpy as np
 
-from ..kernels import chain as _kernels
-from ..kernels import share as _share
 from . import _common
 
 __all__ = ["SharedChain", "chain_arguments", "launch_chain_limit", "sharing"]
+
+# The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
+# (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
+#: Rows of the published scratch: kernels/share.py's ENTRY_ROWS, SEED_ROWS (tests/test_cli.py checks).
+ENTRY_ROWS, SEED_ROWS = 5, 2
 
 
 def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: int = 32) -> None:
@@ -30,6 +33,8 @@ def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: i
     block : int
         Threads per block (32: one warp per block keeps each SM's scheduler lightly loaded).
     """
+    from ..kernels import chain as _kernels
+
     grid = _common.grid_for(out.shape[0], block)
     if tokens is None:
         name, args = "chain_synth", (int(steps), _common.kernel_array(out))
@@ -48,8 +53,8 @@ class SharedChain:
     """
 
     def __init__(self, xp, *, tokens: int, requests: int):
-        self.published = xp.zeros((_share.ENTRY_ROWS, max(int(tokens), 1)), dtype=np.int64)
-        self.published_seeds = xp.zeros((_share.SEED_ROWS, max(int(requests), 1)), dtype=np.int64)
+        self.published = xp.zeros((ENTRY_ROWS, max(int(tokens), 1)), dtype=np.int64)
+        self.published_seeds = xp.zeros((SEED_ROWS, max(int(requests), 1)), dtype=np.int64)
 
 
 _state = threading.local()
@@ -64,7 +69,7 @@ def sharing(chain: SharedChain, *, publish: bool):
     computes the same records anyway).
     """
     previous = getattr(_state, "role", None)
-    _state.role = (_share.PUBLISH if publish else _share.CONSUME, chain)
+    _state.role = ("PUBLISH" if publish else "CONSUME", chain)
     try:
         yield
     finally:
@@ -77,8 +82,10 @@ def chain_arguments(fallback) -> tuple:
     ``fallback`` (an int64 [:, ::1] kernel array the launch passes anyway) stands
     in for the scratch arrays when nothing is shared: role ``OWN`` never reads them.
     """
+    from ..kernels import share as _share
+
     state = getattr(_state, "role", None)
     if state is None:
         return (int(_share.OWN), fallback, fallback)
     role, chain = state
-    return (int(role), *_common.persistent_views(chain.published, chain.published_seeds))
+    return (int(getattr(_share, role)), *_common.persistent_views(chain.published, chain.published_seeds))
