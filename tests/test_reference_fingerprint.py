@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from canary_helpers import make_context
@@ -209,7 +211,12 @@ def test_more_than_four_sources_rejected_even_in_none_mode():
 def test_context_sources_must_cover_every_slot():
     from canary_helpers import run_verify, verify_plan
 
-    ctx = make_context(16, sources=(known_source(rows=15),), mode=PARTIAL)
+    with raises_code("KVC-R007") as excinfo:  # refused when the context is allocated ...
+        make_context(16, sources=(known_source(rows=15),), mode=PARTIAL)
+    assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
+    # ... and by verify, for a context whose sources were swapped after allocation
+    ctx = dataclasses.replace(make_context(16, sources=(known_source(rows=16),), mode=PARTIAL),
+                              real_kv_sources=(known_source(rows=15),))
     with raises_code("KVC-R007") as excinfo:
         run_verify(ctx, verify_plan([1], [0], [-1]))
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
