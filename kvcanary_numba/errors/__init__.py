@@ -78,4 +78,7 @@ def error(code: str, **fields: Any) -> KvCanaryError:
 
 
 # Registering modules, one per operation (imported for their side effect).
-from . import arguments, common, engine, fingerprint, monitor, plan, scatter, triage, verify, write  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    arguments, batch, buffers, common, engine, fingerprint, monitor, plan, plan_inputs, scatter, sources, triage,
+    verify, write,
+)

@@ -1,6 +1,7 @@
 """Codes KVC-C… about arrays (type, dtype, shape, layout, writability), shared by every operation.
 
-Devices, backend choice and host scalar arguments are in :mod:`.arguments`.
+Devices, backend choice and host scalar arguments are in :mod:`.arguments`; row width,
+writability, alignment and allocation of buffers in :mod:`.buffers`.
 """
 
 from __future__ import annotations
@@ -211,120 +212,4 @@ define(
         "kv-canary: req_to_token_stride0 must be positive, got {n}",
         "kv-canary: req_to_token_stride0={a} does not match req_to_token.stride(0)={b}",
     ),
-)
-
-define(
-    "KVC-C012",
-    title="Canary buffer rows too narrow",
-    message=(
-        "{function}: {argument} rows must be a multiple of 8 bytes and at least 32 bytes "
-        "(4 int64 fields), got {got} bytes"
-    ),
-    meaning=(
-        "A canary slot stores 4 little-endian int64 fields (token, position, prev_hash, "
-        "real_kv_hash), so canary_buf is uint8 [num_slots, stride] with stride >= 32. Wider rows are "
-        "allowed (the extra bytes are never touched); the stride must be a multiple of 8 so that every "
-        "field is an aligned 8-byte word on the GPU (SGLang does not check this; it is an extension)."
-    ),
-    triggers=("Allocating [num_slots, 16] or a 1-column buffer.", "A stride such as 36 or 40 + 4 that is not a multiple of 8."),
-    solutions=("Allocate uint8 [num_slots, 32], or use CanaryContext.allocate.",),
-    before=(
-        "canary_buf = xp.zeros((num_slots, 16), dtype=xp.uint8)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    after=(
-        "canary_buf = xp.zeros((num_slots, 32), dtype=xp.uint8)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    defensive="stride = max(32, requested_stride)",
-    prevention="Use CanaryContext.allocate, which sizes the buffer.",
-    related=("KVC-C002", "KVC-C003"),
-    sglang=(
-        "kv-canary: canary_buf slot stride must hold at least 4 int64 fields, got {n}",
-        "canary_verify: slot_stride_bytes must hold at least 32 bytes per slot, got {n}",
-        "canary_write: slot_stride_bytes must hold at least 32 bytes per slot, got {n}",
-    ),
-)
-
-define(
-    "KVC-C013",
-    title="Read-only output array",
-    message="{function}: {argument} is written by this call and must be writeable",
-    meaning=(
-        "Plans, canary buffers, rings and counters are written in place. A read-only NumPy array "
-        "(np.load with mmap_mode='r', a broadcast view, flags.writeable = False) cannot be, nor a CUDA "
-        "array whose __cuda_array_interface__ says data=(ptr, True) (JAX arrays): those are inputs only."
-    ),
-    triggers=(
-        "Loading a saved canary buffer with mmap_mode='r' and verifying into it.",
-        "Passing a JAX array as a plan output or as part of a CanaryContext.",
-    ),
-    solutions=("Pass a writeable copy (array.copy()).",),
-    before=(
-        "canary_buf = np.load('buf.npy', mmap_mode='r')  # read-only\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    after=(
-        "canary_buf = np.load('buf.npy').copy()\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    defensive="if not a.flags.writeable: a = a.copy()",
-    prevention="Only pass buffers you own as outputs.",
-    related=("KVC-C006",),
-    extension=True,
-)
-
-define(
-    "KVC-C014",
-    title="Misaligned device array",
-    message="{function}: {argument} data must be aligned to {expected} bytes, got address {got:#x}",
-    meaning=(
-        "Kernels load canary fields as 8-byte words and real-KV bytes as 16-byte vectors; an array "
-        "starting at an unaligned address (a byte-offset view) would fault on the GPU."
-    ),
-    triggers=("A uint8 view that starts at an odd byte offset of a larger allocation.",),
-    solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
-    before=(
-        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
-        "canary_buf = big_u8[3:3 + 32 * num_slots].reshape(-1, 32)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    after=(
-        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
-        "canary_buf = big_u8[32:].reshape(-1, 32)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
-    ),
-    defensive="assert arr.data.ptr % 16 == 0",
-    prevention="Never carve canary-owned arrays out of byte pools at arbitrary offsets.",
-    related=("KVC-R005",),
-    extension=True,
-)
-
-define(
-    "KVC-C015",
-    title="Buffer cannot be allocated",
-    message="{function}: {argument}={got} needs a {what} of {nbytes} bytes, which cannot be allocated ({reason})",
-    meaning=(
-        "Plans, canary buffers, rings and monitor scratch are allocated once, at their capacity. A "
-        "capacity inside its documented range can still ask for more host or device memory than "
-        "the process can get; the allocation is refused up front with the size it needed instead of "
-        "a bare MemoryError from the array library."
-    ),
-    triggers=(
-        "A capacity derived from a product of engine limits that overflowed into a huge number.",
-        "ring_capacity or verify_capacity sized for a much larger pool than the device holds.",
-    ),
-    solutions=(
-        "Size the capacity from the engine's real limits (slots, batch, tokens); see each "
-        "argument's documented upper bound.",
-        "Free device memory, or allocate on a device with room for the buffer.",
-    ),
-    before="VerifyPlan.allocate(verify_capacity=2**31 - 1)  # 64 GiB of plan",
-    after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",
-    defensive="capacity = min(capacity, 3 * num_slots)",
-    prevention="Derive every capacity in one place from the pool size.",
-    related=("KVC-C011",),
-    extension=True,
 )

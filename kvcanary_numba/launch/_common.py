@@ -34,7 +34,7 @@ API
 ``simulated_shapes(**shapes)``, ``sim_shape(name, default)``
     Tests run simulated launches with other launch shapes (several warps per
     block, several requests per thread) inside ``with simulated_shapes(...)``;
-    launch modules read them with ``sim_shape`` (see ``_kernel_launch``).
+    launch modules read them with ``sim_shape`` (see ``_compile``).
 ``compile_kernel(kernel, signature)``
     The kernel compiled for one declared signature (cached; see
     :mod:`kvcanary_numba.kernels` for the ``KERNELS`` / ``SIGNATURES`` convention).
@@ -79,8 +79,8 @@ API
     :func:`~kvcanary_numba.launch.recording.recording` is active (the
     monitor records its phases through the public calls).
 
-The builders live in :mod:`._array_views`, grids, compilation and launch in
-:mod:`._kernel_launch`. The glue calls them through this module
+The builders live in :mod:`._array_views`, grids and compilation in :mod:`._compile`,
+launch and replay in :mod:`._kernel_launch`. The glue calls them through this module
 (``_common.kernel_array(...)``). :func:`~kvcanary_numba.launch.recording.recording`
 swaps nothing: the builders report to a thread-local observer and ``launch`` to
 a thread-local sink while a recording of the calling thread is active.
@@ -91,7 +91,7 @@ from __future__ import annotations
 from ..kernels import ON_SIMULATOR
 from ._array_views import CACHE_SIZE, array_layout, byte_span, kernel_array, reinterpret
 from ._array_views import _views  # noqa: F401  (benchmarks clear the view cache)
-from ._kernel_launch import (
+from ._compile import (
     SIM_BLOCK,
     SIM_MAX_BLOCKS,
     THREADS_PER_SM,
@@ -99,16 +99,16 @@ from ._kernel_launch import (
     check_signature,
     compile_eagerly,
     compile_kernel,
-    current_stream,
     grid_for,
-    launch,
     persistent_grid,
     resident_grid,
     sim_shape,
     simulated_shapes,
     sm_count,
 )
-from ._kernel_launch import _current_stream_ptr, _declared_types  # noqa: F401  (prepared launches, tests)
+from ._compile import _declared_types  # noqa: F401  (prepared launches, tests)
+from ._kernel_launch import current_stream, launch
+from ._kernel_launch import _current_stream_ptr  # noqa: F401  (prepared launches, tests)
 
 __all__ = [
     "CACHE_SIZE",

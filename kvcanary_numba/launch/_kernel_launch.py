@@ -1,205 +1,23 @@
-"""Grids, compilation and launch of declared kernel signatures (API: :mod:`._common`)."""
+"""Launch of declared kernel signatures on the call's stream, and replay of repeated calls (API: :mod:`._common`).
+
+Launch shapes, grids and compilation: :mod:`._compile`.
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
-from contextlib import contextmanager
-from functools import lru_cache
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from ..kernels import ON_SIMULATOR
+from ._compile import check_signature, compile_kernel
 
 __all__ = [
-    "SIM_BLOCK",
-    "SIM_MAX_BLOCKS",
-    "THREADS_PER_SM",
-    "block_size",
-    "check_signature",
-    "compile_eagerly",
-    "compile_kernel",
     "current_stream",
-    "grid_for",
     "launch",
     "on_stream",
     "run_launches",
-    "persistent_grid",
-    "resident_grid",
-    "sim_shape",
-    "simulated_shapes",
-    "sm_count",
 ]
-
-#: Threads per block under the simulator (one warp: each simulated thread costs ~0.2 ms).
-SIM_BLOCK = 32
-#: Largest grid-stride grid under the simulator (two blocks still exercise the stride).
-SIM_MAX_BLOCKS = 2
-#: Resident threads per SM aimed at by persistent grids (H100/H200: 2048).
-THREADS_PER_SM = 2048
-
-
-# --- simulated launch shapes ----------------------------------------------------
-
-#: Launch-shape names :func:`simulated_shapes` accepts, and where they apply.
-SIM_SHAPE_NAMES = {
-    "block": "threads per block of block_size() launches (verify, plan entries, fingerprint, scatter)",
-    "offsets_block": "threads per block of the plan offsets kernel",
-    "offsets_items": "requests per thread of the plan offsets kernel",
-    "write_warps": "warps (requests walked at once) per block of the write kernel",
-}
-_sim_shapes: dict[str, int] = {}
-
-
-def sim_shape(name: str, default: int) -> int:
-    """Launch shape ``name`` of a simulated launch: the :func:`simulated_shapes` value, else ``default``.
-
-    Launch modules call it only under the simulator (on a GPU they use their GPU shapes).
-    """
-    return int(_sim_shapes.get(name, default))
-
-
-@contextmanager
-def simulated_shapes(**shapes: int) -> Iterator[None]:
-    """Run simulated launches with other launch shapes, e.g. the GPU's (tests only).
-
-    Simulated launches default to one warp per block and one request per
-    thread (each simulated thread costs ~0.2 ms), so index arithmetic that only
-    matters with several warps per block or several items per thread would go
-    untested. Inside ``with simulated_shapes(offsets_items=2, write_warps=2):``
-    the launch modules read these values (names and meaning:
-    :data:`SIM_SHAPE_NAMES`) through :func:`sim_shape`. Kernels derive their
-    index arithmetic from the launch's ``blockDim``, so nothing is recompiled.
-    On a GPU it changes nothing: launches keep the GPU shapes these imitate.
-    Not thread-safe; nests (the inner values win, the outer come back).
-    """
-    unknown = set(shapes) - set(SIM_SHAPE_NAMES)
-    if unknown:
-        raise RuntimeError(f"unknown launch shape(s) {sorted(unknown)}; known: {sorted(SIM_SHAPE_NAMES)}")
-    if any(int(v) < 1 for v in shapes.values()):
-        raise RuntimeError(f"launch shapes must be >= 1: {shapes}")
-    saved = dict(_sim_shapes)
-    if ON_SIMULATOR:
-        _sim_shapes.update({k: int(v) for k, v in shapes.items()})
-    try:
-        yield
-    finally:
-        _sim_shapes.clear()
-        _sim_shapes.update(saved)
-
-
-# --- grids --------------------------------------------------------------------
-
-
-@lru_cache(maxsize=None)
-def sm_count() -> int:
-    """Multiprocessors of the current device (1 under the simulator)."""
-    if ON_SIMULATOR:
-        return 1
-    from numba import cuda
-
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-
-
-def block_size(gpu_block: int) -> int:
-    """Threads per block: ``gpu_block`` on a GPU, ``SIM_BLOCK`` (or the ``block`` shape) under the simulator."""
-    return sim_shape("block", SIM_BLOCK) if ON_SIMULATOR else int(gpu_block)
-
-
-def grid_for(n_items: int, block: int) -> int:
-    """Blocks of ``block`` threads covering ``n_items`` (at least 1)."""
-    return max(1, -(-int(n_items) // int(block)))
-
-
-def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = None) -> int:
-    """Blocks for a grid-stride loop over ``n_items``: no more than stay resident."""
-    if ON_SIMULATOR:
-        return min(grid_for(n_items, block), SIM_MAX_BLOCKS)
-    per_sm = blocks_per_sm if blocks_per_sm is not None else max(1, THREADS_PER_SM // int(block))
-    return min(grid_for(n_items, block), sm_count() * per_sm)
-
-
-def resident_grid(kernel, signature: str, n_items: int, block: int) -> int:
-    """:func:`persistent_grid` sized by the compiled kernel's occupancy.
-
-    A grid-stride kernel whose registers or shared memory keep fewer than
-    ``THREADS_PER_SM`` threads resident would otherwise run its blocks in
-    uneven waves; this asks the driver how many blocks of ``block`` threads fit
-    on the whole device at once (cached per kernel and block size).
-    """
-    if ON_SIMULATOR:
-        return persistent_grid(n_items, block)
-    key = (id(kernel), signature, int(block))
-    fit = _resident.get(key)
-    if fit is None:
-        fit = _resident[key] = max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(int(block))))
-    return min(grid_for(n_items, block), fit)
-
-
-_resident: dict[tuple[int, str, int], int] = {}
-
-
-# --- compilation and launch ---------------------------------------------------
-
-_compiled: dict[tuple[int, str], Any] = {}
-
-
-def compile_kernel(kernel, signature: str):
-    """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator."""
-    if ON_SIMULATOR:
-        return kernel
-    key = (id(kernel), signature)
-    hit = _compiled.get(key)
-    if hit is None:
-        hit = kernel.compile(signature)
-        hit.bind()  # load the module now: not allowed later inside CUDA-graph capture
-        _compiled[key] = hit
-    return hit
-
-
-def compile_eagerly(module, names: Sequence[str] | None = None) -> int:
-    """Compile the declared signatures of ``module``'s kernels; returns how many."""
-    count = 0
-    for name in module.KERNELS if names is None else names:
-        for signature in module.SIGNATURES[name]:
-            compile_kernel(module.KERNELS[name], signature)
-            count += 1
-    return count
-
-
-@lru_cache(maxsize=None)
-def _declared_types(signature: str):
-    from numba.core import sigutils
-
-    return sigutils.normalize_signature(signature)[0]
-
-
-def _same_type(declared, actual) -> bool:
-    if hasattr(declared, "ndim"):  # array: ignore mutability / alignment flags
-        return (
-            hasattr(actual, "ndim")
-            and (declared.dtype, declared.ndim, declared.layout) == (actual.dtype, actual.ndim, actual.layout)
-        )
-    return declared == actual
-
-
-def check_signature(signature: str, args: Sequence[Any], kernel=None) -> None:
-    """Raise ``RuntimeError`` if ``args`` do not have the Numba types of ``signature``.
-
-    Under the simulator the types come from ``numba.typeof``; on a GPU pass the
-    ``kernel``, whose compiled argument types and argument typing are used.
-    """
-    if kernel is None or ON_SIMULATOR:
-        from numba import typeof
-
-        declared = _declared_types(signature)
-    else:
-        declared, typeof = compile_kernel(kernel, signature).argument_types, kernel.typeof_pyval
-    if len(declared) != len(args):
-        raise RuntimeError(f"kernel launch: {len(args)} arguments for signature {signature}")
-    for i, (want, arg) in enumerate(zip(declared, args)):
-        got = typeof(arg)
-        if not _same_type(want, got):
-            raise RuntimeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
 
 
 _streams: dict[int, tuple[Any, Any]] = {}

@@ -14,6 +14,7 @@ Every array is allocated in the constructor; each phase's launches sit in one
 method (:mod:`.launches`) with no host reads: capturable.
 On a GPU the launches run prepared (:mod:`.fastpath`), or replay a captured
 CUDA graph (:meth:`CanaryMonitor.capture_graph`).
+Sweeps, graph capture, warm-up, flush and counters: :mod:`.controls`.
 """
 
 from __future__ import annotations
@@ -30,25 +31,22 @@ from ..errors import error
 from .batch import StepBatch, allocate_token_pool
 from .budget import BudgetState, VerifyBudget
 from .bundle import Aftercare, check_bundle_dir
-from .fastpath import FastPath, capture_step, run_pre
+from .controls import _IDLE, _ORDER, _POST, _PRE, MonitorControls
+from .fastpath import FastPath, run_pre
 from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
-from .launches import StepLaunches
 from .pump import CanaryViolationError, ViolationPump
-from .readback import CudaReadback, HostReadback, Snapshot, StatusBlock
-from .report import Violation
-from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .readback import CudaReadback, HostReadback, StatusBlock
+from .sweep import SlotChain
 from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
 MODES = ("log", "raise")
 _FN = "CanaryMonitor"
-_IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
-_ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 
 
-class CanaryMonitor(StepLaunches):
+class CanaryMonitor(MonitorControls):
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
     Parameters
@@ -261,70 +259,3 @@ class CanaryMonitor(StepLaunches):
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
         self.aftercare.process(self, snapshot, step)
 
-    def capture_graph(self, batch: StepBatch) -> None:
-        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
-        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
-
-        The engine must refill the batch arrays in place (same objects and shapes)
-        between steps. Health counting is unchanged: each replay counts its launches.
-
-        Raises
-        ------
-        KvCanaryError
-            KVC-C008 on the CPU path, KVC-M005 between pre_forward and end_step,
-            and pre_forward's codes for the batch.
-        """
-        self.graph = None
-        self.graph = capture_step(self, batch, busy=None if self._phase is _IDLE else self._phase, order=_ORDER)
-
-    def finish_warmup(self) -> None:
-        """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
-        self.enable_chain_position_assert.fill(1)
-
-    def sweep(self, chains: Sequence[SlotChain]) -> None:
-        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
-
-        Parameters
-        ----------
-        chains : list or tuple of SlotChain
-            Checked before the first launch (a generator is refused: KVC-M009).
-
-        Raises
-        ------
-        KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
-        """
-        fn = "CanaryMonitor.sweep"
-        if self._phase is _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        if not isinstance(chains, (list, tuple)):  # a generator would be used up by the checks below
-            raise error("KVC-M009", function=fn, argument="chains", expected="list or tuple of SlotChain",
-                        got=type(chains).__name__)  # fmt: skip
-        for i, chain in enumerate(chains):
-            check_type(fn, f"chains[{i}]", chain, SlotChain)
-        entries = build_sweep_entries(fn, chains, self.sweep_capacity)
-        for g in self.groups:
-            self.health.host += launch_sweep(self.xp, g, entries)
-        self.sweeps += 1
-
-    def flush(self) -> None:
-        """Process every pending readback now (end of a run; waits for the device)."""
-        self.aftercare.process(self, self.readback.flush(), self.step)
-
-    @property
-    def violations(self) -> list[Violation]:
-        """Every violation decoded so far, in ring order (rows lost to a full ring are not included)."""
-        return self.pump.violations
-
-    def stats(self) -> dict:
-        """Counters as of now (reads the device: not for the hot path)."""
-        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
-        return {
-            "step": self.step,
-            "protected_tokens": int(snap.slot_run_counters.sum()),
-            "kernel_runs": int(snap.kernel_run_counters.sum()),
-            "sweep_passes": self.sweeps,
-            "violations_recorded": snap.write_index,
-            "violations_decoded": len(self.violations),
-            **({} if self.budget is None else self.budget.stats()),
-        }
