@@ -102,7 +102,7 @@ def test_stream_argument_runs_the_flow_on_that_stream(monkeypatch, kind):
     rows, buf, expected = run_pipeline("position")
 
     def sync():
-        cupy.cuda.ExternalStream(handle).synchronize()
+        cupy.cuda.runtime.streamSynchronize(handle)
 
     patch_public_calls(monkeypatch, _cupy, after=sync, stream=stream)
     on_stream = run_pipeline("position")

@@ -8,10 +8,6 @@ import numpy as np
 import pytest
 from canary_helpers import HEAD, make_context, record, stamp, write_args, write_plan
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host, write
-from numba import cuda
-
-from kvcanary_numba.constants import WARP_SIZE
-from kvcanary_numba.kernels.share import reused_chunk
 
 from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.launch import write as write_glue
@@ -103,25 +99,3 @@ def test_reused_chunks_keep_the_last_of_duplicate_slots():
     with sharing(chain, publish=False):
         write(ctx, write_plan([N], [SEED]), tokens, positions, slots)
     assert record(ctx, 7)[0] == tokens[50] and record(ctx, 0)[0] == tokens[34]
-
-
-@cuda.jit
-def _reused_probe(slots, n, num_slots, out):
-    t = cuda.threadIdx.x
-    shared = cuda.shared.array(WARP_SIZE, np.int64)
-    shared[t] = slots[t]
-    cuda.syncthreads()
-    counted, last = reused_chunk(np.int64(t), n, slots[t], shared, num_slots)
-    out[0, t] = counted
-    out[1, t] = 1 if last else 0
-
-
-def test_reused_chunk_counts_and_finds_the_last_entry_of_each_slot():
-    # White box (the simulator's threads store in index order, so "last wins" is checked here).
-    slots = np.full(WARP_SIZE, -1, dtype=np.int64)
-    slots[:7] = [5, 3, 5, 7, 3, 0, 9]  # 9: out of range (not counted)
-    dev = [to_device(a, KERNEL_DEVICE) for a in (slots, np.zeros((2, WARP_SIZE), dtype=np.int64))]
-    _reused_probe[1, WARP_SIZE](dev[0], 7, 9, dev[1])
-    out = to_host(dev[1])
-    assert out[0].tolist() == [6] * WARP_SIZE
-    assert out[1, :7].tolist() == [0, 0, 1, 1, 1, 1, 1]

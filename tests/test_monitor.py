@@ -5,6 +5,8 @@ Rejected input is in test_monitor_validation.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 
 import numpy as np
@@ -235,14 +237,14 @@ def test_gpu_readback_is_one_step_late_and_flush_catches_up():
     import cupy
 
     d = Driver(has_v=False)  # host bookkeeping; the monitor below runs on the GPU
-    d.k, d.req_to_token = cupy.asarray(d.k), cupy.asarray(d.req_to_token)
+    d.k = cupy.asarray(d.k)
     d.monitor = CanaryMonitor(full=KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(d.k),), has_v=False),
                               device="cuda", write_req_capacity=3, health_interval=0)  # fmt: skip
-    batch = d.batch(PREFILL)
-    for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "input_ids", "positions", "out_cache_loc",
-                 "token_ids_flat", "token_offsets"):  # fmt: skip
-        setattr(batch, name, cupy.asarray(getattr(batch, name)))
-    batch.expected_input_tokens = batch.expected_input_positions = None
+    host = d.batch(PREFILL)  # built on the host, then moved whole (a batch is of one array kind)
+    names = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
+             "out_cache_loc", "token_ids_flat", "token_offsets")  # fmt: skip
+    batch = dataclasses.replace(host, expected_input_tokens=None, expected_input_positions=None,
+                                **{name: cupy.asarray(getattr(host, name)) for name in names})
     with d.monitor.forward(batch):
         d.k[3:6] = 1
     d.monitor.end_step()

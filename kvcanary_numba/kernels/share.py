@@ -26,17 +26,15 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from . import ON_SIMULATOR
 from .hashing import MINUS_ONE, ONE, ZERO
 
 __all__ = ["CONSUME", "OWN", "PUBLISH", "first_difference", "load_published", "publish", "request_role",
-           "reused_chunk", "same_entry", "share_role", "switch_state"]  # fmt: skip
+           "same_entry", "share_role", "switch_state"]  # fmt: skip
 
 OWN = np.int64(0)
 PUBLISH = np.int64(1)
 CONSUME = np.int64(2)
 _HASH, _EXPECT, _TOKEN, _POSITION, _SLOT = (np.int64(i) for i in range(5))
-_FULL_MASK = np.uint32(0xFFFFFFFF)
 #: Rows of ``published`` and ``published_seeds``.
 ENTRY_ROWS, SEED_ROWS = 5, 2
 
@@ -95,47 +93,13 @@ def same_entry(lane, n, slot, token, position, p_token, p_position, p_slot):
     return ZERO
 
 
-# Per-chunk questions of a consumer that reuses the whole chunk: warp votes on a GPU
-# (a few instructions, no loop), shared-row scans under the simulator (no votes there).
-if ON_SIMULATOR:
-
-    @cuda.jit(device=True)
-    def first_difference(lane, n, same, s_same):
-        """First entry of the chunk whose inputs differ from the published ones (``n`` if none)."""
-        for k in range(n):
-            if s_same[k] == ZERO:
-                return int64(k)
-        return int64(n)
-
-    @cuda.jit(device=True)
-    def reused_chunk(lane, n, slot, s_slot, num_slots):
-        """(entries of the chunk in slot range, whether no later entry has this lane's slot)."""
-        counted = ZERO
-        last = True
-        for k in range(n):
-            other = s_slot[k]
-            if other >= ZERO and other < num_slots:
-                counted += ONE
-            if k > lane and other == slot:
-                last = False
-        return counted, last
-
-else:
-
-    @cuda.jit(device=True)
-    def first_difference(lane, n, same, s_same):
-        """First entry of the chunk whose inputs differ from the published ones (``n`` if none)."""
-        differs = cuda.ballot_sync(_FULL_MASK, same == ZERO)  # lanes past n vote "same"
-        if differs == 0:
-            return int64(n)
-        return int64(cuda.clz(cuda.brev(differs)))  # index of the lowest set bit
-
-    @cuda.jit(device=True)
-    def reused_chunk(lane, n, slot, s_slot, num_slots):
-        """(entries of the chunk in slot range, whether no later entry has this lane's slot)."""
-        counted = int64(cuda.popc(cuda.ballot_sync(_FULL_MASK, slot >= ZERO and slot < num_slots)))
-        peers = int64(cuda.match_any_sync(_FULL_MASK, slot))  # lanes past n hold slot -1: never a stored slot
-        return counted, (peers >> (lane + ONE)) == ZERO
+@cuda.jit(device=True)
+def first_difference(n, s_same):
+    """First entry of the chunk whose inputs differ from the published ones (``n`` if none)."""
+    for k in range(n):
+        if s_same[k] == ZERO:
+            return int64(k)
+    return int64(n)
 
 
 @cuda.jit(device=True)

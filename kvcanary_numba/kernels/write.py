@@ -54,8 +54,8 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
-from .share import PUBLISH, first_difference, load_published, publish, request_role, reused_chunk, same_entry
-from .share import share_role, switch_state
+from .share import PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role
+from .share import switch_state
 from .verify import record_violation
 from .write_chunk import chunk_chain, load_entry
 
@@ -182,31 +182,25 @@ def _make_write(input_assert: bool, nsrc: int):
                 s_slot[lane] = slot
                 s_token[lane] = token
                 s_position[lane] = position
-                same = ONE
                 if reuse:
-                    same = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
-                    s_switch[lane] = same
+                    s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
                 warp_sync()
                 # The next chunk's loads are issued now and land while the chain runs.
                 nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
                                   expected_positions, input_assert)  # fmt: skip
                 start = ZERO
                 if reuse:
-                    start = first_difference(lane, n, same, s_switch)
+                    start = first_difference(n, s_switch)
                     if start < n:  # this chunk's inputs differ from the published ones: own chain from here
                         reuse = False
                         running, prev_position = switch_state(published, c0 + start)
                     else:
                         pub = load_published(c0 + _WARP + lane, hi, True, published)
-                if start == n:  # the whole chunk reuses the published chain: no recurrence, no scan
-                    counted, last = reused_chunk(lane, n, slot, s_slot, num_slots)
+                running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
+                    lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
+                )
+                if lane < start:  # entries before the switch keep the published chain
                     chain_hash, chain_position = p_hash, p_expect
-                else:
-                    running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
-                        lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
-                    )
-                    if lane < start:  # entries before the switch keep the published chain
-                        chain_hash, chain_position = p_hash, p_expect
                 if role == PUBLISH and lane < n:
                     publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
                 stored += counted
