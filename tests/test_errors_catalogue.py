@@ -77,7 +77,7 @@ def test_message_template_parses_and_formats(code):
     assert entry.message.startswith("{function}: "), f"{code}: messages read '<function>: <argument> ...'"
     exc = error(code, **_dummy_fields(code))
     text = str(exc)
-    assert text.endswith(f"[{code}] See {docs_url(code)} or run: kvcanary explain {code}")
+    assert text.endswith(f"[{code}] Run 'kvcanary explain {code}' or see {docs_url(code)}")
     assert text.endswith(entry.ending) and entry.url == docs_url(code)
     assert exc.code == code and exc.entry is entry
     assert isinstance(exc, KvCanaryError) and isinstance(exc, ValueError)
@@ -115,8 +115,8 @@ def test_example_error_names_argument_value_and_url():
     text = str(exc)
     assert text.startswith("launch_plan_offsets_kernel: out_write_offsets length must be positive")
     assert text.endswith(
-        "got 0 [KVC-P001] See https://kvcanary-numba.readthedocs.io/en/latest/errors/KVC-P001/"
-        " or run: kvcanary explain KVC-P001"
+        "got 0 [KVC-P001] Run 'kvcanary explain KVC-P001' or see"
+        " https://kvcanary-numba.readthedocs.io/en/latest/errors/KVC-P001/"
     )
     assert not isinstance(exc, KvCanaryTypeError)
 

@@ -92,7 +92,7 @@ def render_entry(entry, registry: Mapping) -> str:
         code_block(entry.message, "text"),
         "",
         f"The fields in braces are filled in by the raise site. Every message ends with "
-        f"{code_span(entry.ending)}: the page you are reading, and the same entry offline.",
+        f"{code_span(entry.ending)}: the same entry offline, and the page you are reading.",
         "",
         "## What it means",
         "",

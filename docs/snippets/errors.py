@@ -8,13 +8,13 @@ try:
     VerifyPlan.allocate(verify_capacity=0)
 except KvCanaryError as exc:     # a ValueError (dtype problems: also a TypeError)
     print(exc.code)              # KVC-C011
-    print(exc)                   # "... got 0 [KVC-C011] See https://.../errors/KVC-C011/
-                                 #  or run: kvcanary explain KVC-C011"
+    print(exc)                   # "... got 0 [KVC-C011] Run 'kvcanary explain KVC-C011'
+                                 #  or see https://.../errors/KVC-C011/"
     print(exc.entry.solutions)   # the catalogue entry travels with the exception
     caught = exc
 # --8<-- [end:catch]
 assert caught.code == "KVC-C011"
-assert str(caught).endswith(f"{caught.entry.url} or run: kvcanary explain KVC-C011")
+assert str(caught).endswith(f"Run 'kvcanary explain KVC-C011' or see {caught.entry.url}")
 assert isinstance(caught, ValueError)
 
 # --8<-- [start:lookup]

@@ -87,8 +87,9 @@ def docs_url(code: str) -> str:
 
 
 def message_ending(code: str) -> str:
-    """The tail of every message of ``code``; added here, so no raise site or template repeats it."""
-    return f"[{code}] See {docs_url(code)} or run: kvcanary explain {code}"
+    """The tail of every message of ``code``, ending with its page's URL (SPEC §4); added here, so no
+    raise site or template repeats it."""
+    return f"[{code}] Run 'kvcanary explain {code}' or see {docs_url(code)}"
 
 
 def define(code: str, **kwargs) -> ErrorEntry:
