@@ -189,11 +189,14 @@ class Memo:
 
 
 def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., str], kwargs: dict, backend: str,
-                  stream: Any, normalize: dict[str, Callable] | None = None) -> None:
+                  stream: Any, normalize: dict[str, Callable] | None = None,
+                  recheck: Callable[[dict], None] | None = None) -> None:
     """The body of every public launch: validate ``kwargs`` unless their snapshot passed before,
     hand DLPack-only arrays on as NumPy / CuPy views, normalize scalars, run on ``stream``.
 
     ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend.
+    ``recheck(kwargs)`` holds the value checks of ``validate`` (a snapshot knows layouts, not
+    contents): it runs on a memo hit, so those checks run on every call.
     """
     try:
         key, dlpack = snapshot((*kwargs.values(), backend))
@@ -205,6 +208,8 @@ def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., st
         memo.put(key, entry)
     else:
         entry.hits += 1
+        if recheck is not None:
+            recheck(kwargs)
     if dlpack:
         kwargs = {name: _interop.native_views(value, function, name) for name, value in kwargs.items()}
     if normalize:

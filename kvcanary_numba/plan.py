@@ -46,6 +46,7 @@ def _check_batch(function, *, req_pool_indices, prefix_lens, extend_seq_lens, re
     if lut is not None:
         name = "full_to_swa_index_mapping"
         infos.append((name, check_array(function, name, lut, dtype=np.int64, ndim=1, min_len=1)))
+        _check_lut_head(function, lut)
     return bs, window, infos
 
 
@@ -77,9 +78,9 @@ _SCALARS = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offse
 def _check_lut_head(function: str, lut) -> None:
     """KVC-P008: a host LUT must map padding slot 0 to 0.
 
-    A value check, so it runs on every call (the validation memo only knows layouts). Read only
-    from host memory: reading a GPU LUT would sync the stream every step (and fail inside CUDA-graph
-    capture); the catalogue entry says so. A LUT of another type or layout is left to validation.
+    A value check: validation runs it, and so does every call the validation memo serves (the memo
+    knows layouts, not contents). Read only from host memory: reading a GPU LUT would sync the
+    stream every step (and fail inside CUDA-graph capture); the catalogue entry says so.
     """
     if isinstance(lut, np.ndarray) and lut.dtype == np.int64 and lut.ndim == 1 and lut.size and lut[0] != 0:
         raise error("KVC-P008", function=function, got=int(lut[0]))
@@ -87,10 +88,10 @@ def _check_lut_head(function: str, lut) -> None:
 
 def _run(function: str, validate, backend: str, stream, kwargs: dict) -> None:
     """Validate ``kwargs`` (unless their snapshot passed before), then run ``function`` on ``stream``."""
-    _check_lut_head(function, kwargs["full_to_swa_index_mapping"])
     # Validated ints (NumPy integers included) reach the implementation as Python ints.
     _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream,
-                        {name: int for name in _SCALARS if name in kwargs})
+                        {name: int for name in _SCALARS if name in kwargs},
+                        lambda kw: _check_lut_head(function, kw["full_to_swa_index_mapping"]))
 
 
 def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
