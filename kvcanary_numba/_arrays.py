@@ -114,7 +114,11 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     ptr, readonly = cai["data"]
     ptr = int(ptr or 0)
     # The memory's device, whatever the library calls it (size-0 arrays: None, any device).
-    return ArrayInfo("cuda", shape, dtype, contiguous, strides, ptr, not readonly, _interop.pointer_device(ptr))
+    device = _interop.pointer_device(ptr)
+    if device == _interop.NOT_DEVICE_MEMORY:
+        got = f"{type(array).__name__} whose interface points at {ptr:#x}, which is not CUDA device memory"
+        raise error("KVC-C001", function=function, argument=argument, got=got)
+    return ArrayInfo("cuda", shape, dtype, contiguous, strides, ptr, not readonly, device)
 
 
 _DTYPES: dict[str, np.dtype] = {}

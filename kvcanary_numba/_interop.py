@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import error
 
-__all__ = ["dispatch", "dlpack_only", "native_array", "native_views", "pointer_device", "stream_handle"]
+__all__ = ["NOT_DEVICE_MEMORY", "dispatch", "dlpack_only", "native_array", "native_views", "pointer_device", "stream_handle"]
 
 #: DLPack device types (dlpack.h ``DLDeviceType``).
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -51,18 +51,27 @@ def _driver():
     return _driver_state[0]
 
 
+#: :func:`pointer_device` of a pointer the driver does not know (pageable host memory, junk).
+NOT_DEVICE_MEMORY = -2
+
+
 def _driver_ordinal(ptr: int) -> int | None:
-    """The driver's device ordinal of ``ptr`` (None: not device memory, or no driver)."""
+    """The driver's device ordinal of ``ptr``: ``NOT_DEVICE_MEMORY`` when the driver says it is no
+    memory it maps (a host array posing as a CUDA array: a kernel would fault on it), None when
+    it cannot tell (no driver, other errors)."""
     cu = _driver()
     if cu is None:
         return None
     attribute = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     err, ordinal = cu.cuPointerGetAttribute(attribute, ptr)
-    return int(ordinal) if err == cu.CUresult.CUDA_SUCCESS else None
+    if err == cu.CUresult.CUDA_SUCCESS:
+        return int(ordinal)
+    return NOT_DEVICE_MEMORY if err == cu.CUresult.CUDA_ERROR_INVALID_VALUE else None
 
 
 def pointer_device(ptr: int) -> int | None:
-    """Device ordinal owning CUDA pointer ``ptr`` (cached per pointer); None when unknown."""
+    """Device ordinal owning CUDA pointer ``ptr`` (cached per pointer); None when unknown,
+    ``NOT_DEVICE_MEMORY`` when the driver maps no memory there."""
     if not ptr:
         return None
     hit = _DEVICE_OF.get(ptr, -1)

@@ -167,3 +167,39 @@ def test_snapshots_hold_no_user_object():
             yield value
 
     assert all(isinstance(v, (int, bool, str, type, np.dtype, type(None))) for v in leaves(key))
+
+
+def test_a_cai_over_memory_the_driver_does_not_map_is_refused(driver, monkeypatch):
+    """A host array posing as a CUDA array (the fuzz harness's ``CAI``) faulted the write kernel on
+    the H200; the driver's answer for its pointer now refuses it before any launch."""
+    calls = fake_launch_module(monkeypatch, "verify", "launch_canary_verify_kernel")
+    ctx, plan = _cuda_verify_args(OnDevice)
+    host = OnDevice(np.ones(1, np.int32))
+    driver[host.__cuda_array_interface__["data"][0]] = _interop.NOT_DEVICE_MEMORY
+    with raises_code("KVC-C001") as info:
+        launch_canary_verify_kernel(context=ctx, plan=VerifyPlan(**{**plan.arrays(), "enable": host}),
+                                    check_verify_expected_token=False)
+    assert "not CUDA device memory" in str(info.value) and calls == []
+
+
+class _FakeDriver:
+    """Just enough of ``cuda.bindings.driver`` for :func:`_interop._driver_ordinal`."""
+
+    class CUresult:
+        CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_INVALID_CONTEXT = 0, 1, 201
+
+    class CUpointer_attribute:
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9
+
+    answers = {4096: (0, 2), 8192: (1, 0), 12288: (201, 0)}
+
+    @classmethod
+    def cuPointerGetAttribute(cls, attribute, ptr):
+        assert attribute == cls.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+        return cls.answers[ptr]
+
+
+def test_driver_ordinal_tells_device_memory_from_host_memory(monkeypatch):
+    monkeypatch.setattr(_interop, "_driver", lambda: _FakeDriver)
+    # mapped on GPU 2; not mapped (pageable host memory): refused; any other driver answer: unknown
+    assert [_interop._driver_ordinal(p) for p in (4096, 8192, 12288)] == [2, _interop.NOT_DEVICE_MEMORY, None]

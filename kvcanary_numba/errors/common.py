@@ -19,14 +19,16 @@ define(
     ),
     exception="type",
     meaning=(
-        "kvcanary_numba only reads NumPy arrays (CPU path) and CUDA arrays that expose "
-        "__cuda_array_interface__ (GPU path). Lists, torch tensors, JAX arrays and scalars are not "
-        "converted implicitly, because a hidden copy would make the canary check a snapshot "
-        "instead of the live buffer."
+        "kvcanary_numba only reads NumPy arrays (CPU path), CUDA arrays that expose "
+        "__cuda_array_interface__ (CuPy, Numba, PyTorch, JAX: GPU path) and DLPack-only objects "
+        "(viewed zero-copy). Lists and scalars are not converted implicitly, because a hidden copy "
+        "would make the canary check a snapshot instead of the live buffer. An interface whose "
+        "pointer the CUDA driver does not map (host memory posing as a CUDA array) is refused too: "
+        "a kernel reading it would fault."
     ),
     triggers=(
         "Passing a Python list or tuple where an array is expected.",
-        "Passing a framework tensor (torch, JAX) directly.",
+        "A CPU framework tensor without DLPack, or a hand-made __cuda_array_interface__ over host memory.",
         f"Any argument of {_ALL_OPS}.",
     ),
     solutions=(
