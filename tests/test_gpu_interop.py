@@ -93,7 +93,7 @@ def test_stream_argument_runs_the_flow_on_that_stream(monkeypatch, kind):
         stream = torch.cuda.Stream()
         handle = stream.cuda_stream
     else:
-        stream = cupy.cuda.Stream(non_blocking=True)
+        owner = stream = cupy.cuda.Stream(non_blocking=True)  # noqa: F841 - keeps the handle's stream alive
         handle = stream.ptr
         if kind == "protocol":
             stream = type("Proto", (), {"__cuda_stream__": lambda self, h=handle: (0, h)})()
