@@ -161,6 +161,8 @@ def check_array(
         Minimum extent of axis 0 (KVC-C005).
     writeable : bool
         The call writes this array (KVC-C013).
+
+    A CUDA array must also start at a multiple of its item size (KVC-C014).
     contiguous : bool
         Require C-contiguity (KVC-C006).
     """
@@ -179,6 +181,8 @@ def check_array(
         raise error("KVC-C006", function=function, argument=argument, got=info.strides, shape=info.shape)
     if writeable and not info.writeable:
         raise error("KVC-C013", function=function, argument=argument)
+    if info.kind == "cuda" and info.ptr % info.dtype.itemsize:  # a kernel's element load would fault
+        raise error("KVC-C014", function=function, argument=argument, expected=info.dtype.itemsize, got=info.ptr)
     return info
 
 

@@ -203,3 +203,18 @@ def test_driver_ordinal_tells_device_memory_from_host_memory(monkeypatch):
     monkeypatch.setattr(_interop, "_driver", lambda: _FakeDriver)
     # mapped on GPU 2; not mapped (pageable host memory): refused; any other driver answer: unknown
     assert [_interop._driver_ordinal(p) for p in (4096, 8192, 12288)] == [2, _interop.NOT_DEVICE_MEMORY, None]
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_a_misaligned_cuda_array_is_refused(dtype):
+    """A CUDA int64 array at an odd address faulted the plan kernel on the H200 (CUDA fuzz run)."""
+    from kvcanary_numba._arrays import check_array
+
+    raw = np.zeros(64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 16  # an aligned base, then one byte past it
+    misaligned = np.frombuffer(raw, dtype=dtype, count=4, offset=start + 1)
+    aligned = np.frombuffer(raw, dtype=dtype, count=4, offset=start)
+    check_array("f", "x", FakeCudaArray(aligned), dtype=dtype, ndim=1)
+    with raises_code("KVC-C014") as info:
+        check_array("f", "x", FakeCudaArray(misaligned), dtype=dtype, ndim=1)
+    assert info.value.fields["expected"] == np.dtype(dtype).itemsize

@@ -72,10 +72,15 @@ define(
     title="Misaligned device array",
     message="{function}: {argument} data must be aligned to {expected} bytes, got address {got:#x}",
     meaning=(
-        "Kernels load canary fields as 8-byte words and real-KV bytes as 16-byte vectors; an array "
-        "starting at an unaligned address (a byte-offset view) would fault on the GPU."
+        "Kernels load canary fields as 8-byte words, real-KV bytes as 16-byte vectors and every "
+        "other array element by element; an array starting at an unaligned address (a byte-offset "
+        "view) would fault on the GPU."
     ),
-    triggers=("A uint8 view that starts at an odd byte offset of a larger allocation.",),
+    triggers=(
+        "A uint8 view that starts at an odd byte offset of a larger allocation.",
+        "An int64 / int32 CUDA array whose address is not a multiple of 8 / 4 bytes (a view built "
+        "from a byte offset).",
+    ),
     solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
     before=(
         "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
