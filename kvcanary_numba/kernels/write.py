@@ -59,13 +59,11 @@ from .share import switch_state
 from .verify import record_violation
 from .write_chunk import chunk_chain, load_entry
 
-__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_BLOCK", "WRITE_WARPS", "kernel_name"]
+__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name"]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
 WRITE_WARPS = 1 if ON_SIMULATOR else 8
-#: Threads per block of ``write``.
-WRITE_BLOCK = WRITE_WARPS * WARP_SIZE
 #: Most warps per block the shared rows hold; the kernel walks ``blockDim.x // 32`` warps
 #: (tests run several under the simulator: ``launch._common.simulated_shapes``).
 MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
