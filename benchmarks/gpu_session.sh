@@ -126,3 +126,6 @@ for step in "${STEPS[@]}"; do
 done
 echo "--- summary ($SUMMARY)"
 cat "$SUMMARY"
+if [ -n "${PACK:-}" ]; then
+    tar czf "$PACK" -C "$OUT" . && echo "packed $OUT into $PACK"
+fi
