@@ -171,3 +171,17 @@ def test_freed_dlpack_producer_returns_its_memory_after_calls():
     gc.collect()
     assert ref() is None
     assert pool.used_bytes() <= before + (1 << 20)
+
+
+def test_numba_device_arrays_are_snapshotted_from_their_attributes():
+    from numba import cuda
+
+    from kvcanary_numba import _memo
+
+    a = cuda.to_device(np.arange(8, dtype=np.int64))
+    b = cuda.to_device(np.arange(8, dtype=np.int64))
+    ptr = a.__cuda_array_interface__["data"][0]
+    (key,), _ = _memo.snapshot((a,))
+    assert key == (ptr, (8,), (8,), np.dtype(np.int64))
+    assert _memo.snapshot((b,))[0] != _memo.snapshot((a,))[0]  # other memory, other snapshot
+    assert _memo.snapshot((a[::2],))[0] != _memo.snapshot((a,))[0]  # other strides, other snapshot
