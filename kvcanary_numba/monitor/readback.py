@@ -112,10 +112,12 @@ class CudaReadback:
     more than a step behind the host.
     """
 
-    def __init__(self, block: StatusBlock):
-        import cupy
-        import cupyx
-
+    def __init__(self, block: StatusBlock, *, modules=None):
+        if modules is None:
+            import cupy
+            import cupyx
+        else:  # (cupy, cupyx) stand-ins: host-only tests and benchmarks/host_step.py
+            cupy, cupyx = modules
         self._cupy = cupy
         self._words = block.words
         self._stream = cupy.cuda.Stream(non_blocking=True)
@@ -125,7 +127,9 @@ class CudaReadback:
         self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
         self._runtime, self._side = cupy.cuda.runtime, self._stream.ptr
         self._host_ptrs = [h.ctypes.data for h in self._host]
-        self._device_ptr, self._nbytes = self._words.data.ptr, self._words.nbytes
+        data = self._words.data
+        self._device_ptr = data.ptr if hasattr(data, "ptr") else self._words.ctypes.data  # NumPy: a stand-in
+        self._nbytes = self._words.nbytes
 
     def _issue(self, step: int) -> None:
         # Raw runtime calls on cached pointers: this runs every step on the host's hot path.
