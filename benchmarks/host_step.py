@@ -8,13 +8,15 @@ step). Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
 replaced by the host work a raw launch does before its driver call (the
 stream lookup), so the timings are the Python work *outside* the driver calls.
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
-against a fake runtime whose calls do nothing and whose copies finish at once.
+against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
+which copies and can hold copies back, is for tests).
 
 Usage::
 
     NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P]
 
-Prints one line per phase: median / min µs per step over ``--steps`` steps.
+Prints, for the prepared path and for graph replay (graphs stubbed too), the
+median / min µs per step of pre_forward + post_forward and of end_step.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
 from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
 
-__all__ = ["FakeRuntime", "fake_cuda_readback", "stub_launches", "time_steps"]
+__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
 
 
 class FakeRuntime:
@@ -107,7 +109,34 @@ class FakeRuntime:
                 self.finish(1)
 
 
-def fake_cuda_readback(block, runtime: FakeRuntime):
+class NullRuntime:
+    """The same calls doing nothing (every event done): the readback's own Python, for timing.
+    The host buffers start as copies of the block (see :func:`fake_cuda_readback`) and are never written."""
+
+    memcpyDeviceToHost = 2
+    _next = 1000
+
+    def handle(self) -> int:
+        self._next += 1
+        return self._next
+
+    def eventRecord(self, event, stream):
+        pass
+
+    def streamWaitEvent(self, stream, event, flags=0):
+        pass
+
+    def memcpyAsync(self, dst, src, size, kind, stream):
+        pass
+
+    def eventQuery(self, event) -> int:
+        return 0
+
+    def eventSynchronize(self, event):
+        pass
+
+
+def fake_cuda_readback(block, runtime):
     """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory)."""
     compute = types.SimpleNamespace(ptr=7)
 
@@ -125,7 +154,7 @@ def fake_cuda_readback(block, runtime: FakeRuntime):
     cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
                                  Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
     cupy = types.SimpleNamespace(cuda=cuda)
-    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.zeros(shape, dtype))
+    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
     return readback_module.CudaReadback(block, modules=(cupy, pinned))
 
 
@@ -152,7 +181,7 @@ def decode_monitor(*, requests: int = 256, prefix: int = 4096):
     m.fast = FastPath(m, compile=False)
     for lanes in m.status.plan_lanes:
         lanes[0] = 1  # each plan "ran" (enable = 1): no overflow warning per step
-    runtime = FakeRuntime()
+    runtime = NullRuntime()
     m.readback = m.pump.readback = fake_cuda_readback(m.status, runtime)
     return w, runtime
 
@@ -183,15 +212,21 @@ def main(argv=None) -> None:
     parser.add_argument("--requests", type=int, default=256)
     args = parser.parse_args(argv)
     w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
+    m = w.monitor
     restore = stub_launches()
     try:
-        result = time_steps(w.monitor, w.batch, args.steps)
+        results = {"prepared": time_steps(m, w.batch, args.steps)}
+        # Graph replay: two stand-in graphs whose launch does nothing (the replay path's Python only).
+        m.graph = types.SimpleNamespace(batch=w.batch, pre=lambda: None, post=lambda: None)
+        results["graph replay"] = time_steps(m, w.batch, args.steps)
+        m.graph = None
     finally:
         restore()
-    launches = sum(len(p.launches) for phases in w.monitor.fast._phases.values() for p in phases)
+    launches = sum(len(p.launches) for phases in m.fast._phases.values() for p in phases)
     print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step (stubbed)")
-    for name, (median, low) in result.items():
-        print(f"  {name:<10} median {median:7.2f} us   min {low:7.2f} us")
+    for path, result in results.items():
+        for name, (median, low) in result.items():
+            print(f"  {path:<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
 
 
 if __name__ == "__main__":
