@@ -158,10 +158,10 @@ class CudaReadback:
         newest, queue, buffers, query = None, self._queue, self._buffers, self._query
         while queue:
             step, i = queue[0]
-            if step < wait_before:
-                self._copied[i].synchronize()  # the copy's own event: the compute stream is not waited for
-            elif query(buffers[i][1]) != 0:  # cudaErrorNotReady (CuPy's Event.done, without the wrapper)
-                break  # the side stream is in order: later copies are not done either
+            if query(buffers[i][1]) != 0:  # not done (CuPy's Event.done, without the wrapper)
+                if step >= wait_before:
+                    break  # the side stream is in order: later copies are not done either
+                self._copied[i].synchronize()  # the copy's own event: the compute stream is never waited for
             queue.popleft()
             newest = (step, i)
         return None if newest is None else Snapshot(newest[0], self._host[newest[1]].copy())
