@@ -247,3 +247,52 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
         assert isinstance(m.graph.head, types.SimpleNamespace)
     with raises_code("KVC-M005"):
         m.post_forward()  # the monitor is idle again: the split ran whole steps
+
+
+# --- GPU: CuPy views and the raw readback calls ---------------------------------------------------------
+
+
+def _gpu_steps(resliced: bool, monkeypatch) -> tuple[dict, int]:
+    """Decode steps of a small pool on the GPU; ``resliced``: positions is a new view of one buffer every step.
+    Returns host copies of the canary state and the number of phase binds after the first decode step."""
+    import cupy
+
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(cupy, requests=4, prefix=40, max_steps=5, bytes_per_token=32)
+    m, n = w.monitor, w.batch.positions.shape[0]
+    w.prefill()
+    buffer = cupy.zeros(n + 3, dtype=np.int64)
+    binds = []
+    original = PreparedPhase.bind
+    monkeypatch.setattr(PreparedPhase, "bind", lambda self, roles: binds.append(1) or original(self, roles))
+    for i in range(5):
+        if resliced:
+            w.batch.positions = buffer[:n]
+        if i == 1:
+            binds.clear()
+        w.step()
+    m.flush()
+    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = m.status.words.get()
+    return out, len(binds)
+
+
+@pytest.mark.gpu
+def test_gpu_a_resliced_cupy_view_is_not_rebound_and_gives_the_same_records(monkeypatch):
+    plain, _ = _gpu_steps(False, monkeypatch)
+    resliced, binds = _gpu_steps(True, monkeypatch)
+    assert binds == 0  # the same base and layout every step: the phases stay bound
+    assert int(plain["status"][0] & 0xFFFFFFFF) == 0  # no violation rows
+    for name, array in plain.items():
+        np.testing.assert_array_equal(resliced[name], array, err_msg=name)
+
+
+def test_bound_arrays_without_a_shape_are_never_reused():
+    from kvcanary_numba.monitor.bound import BoundArrays
+
+    table = np.zeros((2, 3), dtype=np.int32)
+    shapeless = types.SimpleNamespace()  # what a DLPack-only object may look like to the memo
+    assert BoundArrays((table, None), "head", "tail").holds((table, None))
+    assert not BoundArrays((table, shapeless), "head", "tail").holds((table, shapeless))
+    assert not BoundArrays((table,), "head", "tail").holds((table, None))  # another number of arrays

@@ -32,11 +32,16 @@ class BoundArrays:
     def __init__(self, arrays: tuple, head, tail):
         self.arrays, self.head, self.tail = arrays, head, tail
         self.present = [a for a in arrays if a is not None]
-        self.shapes = list(map(_SHAPE, self.present))
+        try:
+            self.shapes = list(map(_SHAPE, self.present))
+        except AttributeError:  # an array object without .shape (DLPack only): the keyed path every step
+            self.shapes = None
 
     def holds(self, arrays: tuple) -> bool:
         old = self.arrays
-        if len(arrays) != len(old) or not (all(map(is_, arrays, old)) or all(map(_same, arrays, old))):
+        if self.shapes is None or len(arrays) != len(old):
+            return False
+        if not (all(map(is_, arrays, old)) or all(map(_same, arrays, old))):
             return False
         return list(map(_SHAPE, self.present)) == self.shapes
 
