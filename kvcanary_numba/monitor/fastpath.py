@@ -23,15 +23,18 @@ are captured into two CUDA graphs (CuPy stream capture) and replayed per step.
 from __future__ import annotations
 
 from collections import OrderedDict
+from operator import attrgetter
 from typing import Any, Callable
 
 from .._arrays import inspect_array
 from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
+from ..launch import _common
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import RecordedLaunch, recording
 from .batch import StepBatch
+from .bound import BoundArrays
 from .groups import check_type
 
 __all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "capture_step", "run_pre"]
@@ -40,6 +43,7 @@ __all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "captur
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
                "out_cache_loc", "expected_input_tokens", "expected_input_positions")
 _FN = "CanaryMonitor.pre_forward"
+_ROLE_FIELDS = attrgetter(*BATCH_ROLES)
 
 
 def _kind(name: str, array: Any) -> tuple:
@@ -133,7 +137,8 @@ class FastPath:
         if compile:
             compile_monitor_kernels(monitor)
         self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
-        self._step: tuple | None = None
+        self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the eager path)
+        self._last: BoundArrays | None = None  # the arrays the phases were last bound to, and those phases
         self.prepared = 0  # phases recorded so far (one per new batch shape)
 
     def roles(self, batch, lens) -> dict[str, Any]:
@@ -162,25 +167,36 @@ class FastPath:
         return hit
 
     def pre(self, batch) -> None:
-        """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared)."""
+        """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared).
+
+        A step whose per-step arrays are the objects of the last bound step (or
+        views of the same memory, below), with the same shapes, launches the
+        phases bound then: no key, no role dict, no rebinding.
+        """
         m = self.monitor
         pool, lens = m._prepare_inputs(batch)
-        roles = self.roles(batch, lens)
-        head, tail = self.phases(batch, pool, lens, roles)
-        if not (head.bind(roles) and tail.bind(roles)):
-            self._step = None
-            m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
-            return
-        head.launch()
-        self._step = (tail, roles)
+        arrays = (*_ROLE_FIELDS(batch), lens, *m._locs)
+        last = self._last
+        if last is not None and last.holds(arrays):
+            head, tail = last.head, last.tail
+        else:
+            self._last = None  # until both phases are bound: a failed bind leaves them half-rebound
+            roles = self.roles(batch, lens)
+            head, tail = self.phases(batch, pool, lens, roles)
+            if not (head.bind(roles) and tail.bind(roles)):
+                self._step = None
+                m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
+                return
+            self._last = BoundArrays(arrays, head, tail)
+        head.launch(_common._current_stream_ptr())  # one stream lookup per phase, not per launch
+        self._step = tail
 
     def post(self) -> None:
         """TAIL phase of the batch given to :meth:`pre`."""
         if self._step is None:
             self.monitor._launch_post()
             return
-        tail, _ = self._step
-        tail.launch()
+        self._step.launch(_common._current_stream_ptr())
 
 
 class CapturedStep:
