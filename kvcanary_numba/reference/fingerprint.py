@@ -24,7 +24,8 @@ __all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
 
 def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
     """Slots every source has bytes for: ``min(rows * page_size)`` (0 without sources)."""
-    return min([src.slots_covered for src in real_kv_sources], default=0)
+    # RealKvSource.slots_covered, read without its two property calls (this runs on every launch).
+    return min([src.tensor.shape[0] * src.page_size for src in real_kv_sources]) if real_kv_sources else 0
 
 
 #: Valid ``real_kv_hash_mode`` values as ints (an int test is ~10x cheaper than ``RealKvHashMode(x)``).
@@ -44,14 +45,14 @@ def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
     byte of row 0 to the end of the last row. Row strides and slot offsets are
     multiples of 16 bytes (RealKvSource checks), so every slot starts on a word.
     """
+    tensor = src.tensor
+    if type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.nbytes % 8 == 0:  # one plain view
+        return tensor.ravel().view(_LE_U64), (int(tensor.strides[0]) // 8 if tensor.shape[0] > 1 else 0)
     table = src.bytes_view()
     rows, row_bytes = table.shape
     stride = int(table.strides[0]) if rows > 1 else 0
     total = (rows - 1) * stride + row_bytes
-    if table.flags.c_contiguous:  # the same span, as a plain view (as_strided costs microseconds)
-        flat = table.ravel()
-    else:
-        flat = np.lib.stride_tricks.as_strided(table, shape=(total,), strides=(1,), writeable=False)
+    flat = np.lib.stride_tricks.as_strided(table, shape=(total,), strides=(1,), writeable=False)
     return flat[: total // 8 * 8].view(_LE_U64), stride // 8
 
 
@@ -116,7 +117,7 @@ def fold_slots(
         # Word offsets: slot s starts at (s // page) * row_stride + (s % page) * words_per_token;
         # only its first _bytes_per_slot bytes are read, never the holes.
         fold(words, slots, limit, row_stride, int(src.page_size), int(src.num_bytes_per_token) // 8,
-                          _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
+             _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
     return out
 
 

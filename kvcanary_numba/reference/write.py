@@ -165,7 +165,7 @@ def launch_canary_write_kernel(
         unused if expected_input_tokens is None else expected_input_tokens,
         unused if expected_input_positions is None else expected_input_positions,
         bool(int(context.enable_chain_position_assert[0]) != 0),
-        np.int64(int(context.kernel_kind)),
+        int(context.kernel_kind),
         rows,
     )
     append_violation_rows(context, rows[:n_rows])
