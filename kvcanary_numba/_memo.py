@@ -110,22 +110,35 @@ def _none(x, depth, state):
 
 
 def _sequence(x, depth, state):
-    return (type(x), *(_walk(item, depth + 1, state) for item in x))
+    return (type(x), *[_walk(item, depth + 1, state) for item in x])
 
 
 _WALKERS: dict[type, Callable] = {np.ndarray: _numpy, type(None): _none, tuple: _sequence, list: _sequence}
-for _t in (bool, int, float, str, np.bool_, np.int32, np.int64):
+#: Types whose snapshot is ``(type, value)`` (walkers inline it: scalars are a call's other half).
+_SCALARS: set[type] = {bool, int, float, str, np.bool_, np.int32, np.int64}
+for _t in _SCALARS:
     _WALKERS[_t] = _scalar
 
 
+#: Straight-line snapshot of a NumPy array held at depth > 0 (what :func:`_numpy` returns there),
+#: inlined into generated walkers: NumPy arrays are most of what a call holds.
+_NUMPY_AT_DEPTH = ("(h[1] if (h := _tget(id(v))) is not None and h[0]() is v else _token(v), "
+                   "v.shape, v.strides, v.dtype, v.flags.writeable)")  # fmt: skip
+
+
 def _dataclass_walker(cls: type) -> Callable:
-    # Generated straight-line code (one attribute read and one walker call per field):
+    # Generated straight-line code (one attribute read, and for a NumPy array no call, per field):
     # a loop over the fields costs twice as much, and contexts are walked on every call.
+    lines = ["def walk(x, depth, state):", "    d = depth + 1"]
     names = [f.name for f in dataclasses.fields(cls)]
-    items = "".join(f"(_get(type(x.{n})) or _walker(x.{n}))(x.{n}, d, state), " for n in names)
-    source = f"def walk(x, depth, state):\n    d = depth + 1\n    return (cls, {items})\n"
-    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register}
-    exec(source, scope)  # noqa: S102 - field names come from the dataclass definition
+    for i, name in enumerate(names):
+        lines += [f"    v = x.{name}", "    t = type(v)",
+                  f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else (t, v) if t in _scalars else "
+                  f"None if v is None else (_get(t) or _walker(v))(v, d, state)"]  # fmt: skip
+    lines.append(f"    return (cls, {''.join(f's{i}, ' for i in range(len(names)))})")
+    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register, "_ndarray": np.ndarray, "_tget": _tokens.get,
+             "_token": token, "_scalars": _SCALARS}  # fmt: skip
+    exec("\n".join(lines) + "\n", scope)  # noqa: S102 - field names come from the dataclass definition
     return scope["walk"]
 
 
@@ -152,6 +165,8 @@ def _walker_for(cls: type) -> Callable:
 
 def _register(x) -> Callable:
     walker = _WALKERS[type(x)] = _walker_for(type(x))
+    if walker is _scalar:
+        _SCALARS.add(type(x))
     return walker
 
 
@@ -162,7 +177,18 @@ def _walk(x, depth, state):
 def snapshot(values: tuple) -> tuple[tuple, bool]:
     """(snapshot of ``values``, whether a DLPack-only object is among them); may raise Uncacheable."""
     state = [False]
-    return tuple(_walk(v, 0, state) for v in values), state[0]
+    out = []
+    for v in values:  # a loop, with top-level NumPy arrays and None inlined: this runs on every call
+        kind = type(v)
+        if kind is np.ndarray:
+            out.append((v.shape, v.strides, v.dtype, v.flags.writeable))  # _numpy at depth 0
+        elif kind in _SCALARS:
+            out.append((kind, v))
+        elif v is None:
+            out.append(None)
+        else:
+            out.append((_WALKERS.get(kind) or _register(v))(v, 0, state))
+    return tuple(out), state[0]
 
 
 class Entry:
@@ -176,26 +202,43 @@ class Entry:
 
 
 class Memo:
-    """Snapshots of calls that passed validation, with an :class:`Entry` each (bounded, oldest out)."""
+    """Snapshots of calls that passed validation, with an :class:`Entry` each (bounded, oldest out).
 
-    __slots__ = ("_hits", "size")
+    The last snapshot found is compared first: a serving loop repeats one call, and comparing two
+    equal snapshots is cheaper than hashing one (a snapshot's hash is not cached).
+    """
+
+    __slots__ = ("_hits", "size", "_last_key", "_last")
 
     def __init__(self, size: int = 1024):
         self._hits: dict[tuple, Any] = {}
         self.size = size
+        self._last_key: tuple | None = None
+        self._last: Any = None
 
     def get(self, key: tuple | None):
-        return None if key is None else self._hits.get(key)
+        if key is None:
+            return None
+        if key == self._last_key:
+            return self._last
+        hit = self._hits.get(key)
+        if hit is not None:
+            self._last_key, self._last = key, hit
+        return hit
 
     def put(self, key: tuple | None, result: Any) -> None:
         if key is None:
             return
         if len(self._hits) >= self.size:
-            del self._hits[next(iter(self._hits))]
+            oldest = next(iter(self._hits))
+            if oldest == self._last_key:
+                self._last_key = self._last = None
+            del self._hits[oldest]
         self._hits[key] = result
 
     def clear(self) -> None:
         self._hits.clear()
+        self._last_key = self._last = None
 
 
 def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., str], kwargs: dict, backend: str,

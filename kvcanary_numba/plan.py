@@ -86,12 +86,18 @@ def _check_lut_head(function: str, lut) -> None:
         raise error("KVC-P008", function=function, got=int(lut[0]))
 
 
+#: Per function: the scalars that reach the implementation as Python ints (validated ints, NumPy
+#: integers included) and the value check every call runs (built once, not per call).
+_NORMALIZE = {"launch_plan_offsets_kernel": {"swa_window_size": int, "verify_capacity": int},
+              "launch_canary_plan_kernels": {name: int for name in _SCALARS}}  # fmt: skip
+_RECHECK = {function: (lambda kw, _f=function: _check_lut_head(_f, kw["full_to_swa_index_mapping"]))
+            for function in _MEMOS}  # fmt: skip
+
+
 def _run(function: str, validate, backend: str, stream, kwargs: dict) -> None:
     """Validate ``kwargs`` (unless their snapshot passed before), then run ``function`` on ``stream``."""
-    # Validated ints (NumPy integers included) reach the implementation as Python ints.
-    _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream,
-                        {name: int for name in _SCALARS if name in kwargs},
-                        lambda kw: _check_lut_head(function, kw["full_to_swa_index_mapping"]))
+    _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream, _NORMALIZE[function],
+                        _RECHECK[function])
 
 
 def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,

@@ -24,11 +24,18 @@ __all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
 
 def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
     """Slots every source has bytes for: ``min(rows * page_size)`` (0 without sources)."""
-    return min((src.slots_covered for src in real_kv_sources), default=0)
+    # RealKvSource.slots_covered, read without its two property calls (this runs on every launch).
+    return min([src.tensor.shape[0] * src.page_size for src in real_kv_sources]) if real_kv_sources else 0
 
 
-def _bytes_per_slot(src: RealKvSource, mode: RealKvHashMode) -> int:
-    return PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(src.read_bytes)
+#: Valid ``real_kv_hash_mode`` values as ints (an int test is ~10x cheaper than ``RealKvHashMode(x)``).
+_MODES = frozenset(int(m) for m in RealKvHashMode)
+_NONE, _PARTIAL = int(RealKvHashMode.NONE), int(RealKvHashMode.PARTIAL)
+_LE_U64 = np.dtype("<u8")
+
+
+def _bytes_per_slot(src: RealKvSource, mode: int) -> int:
+    return PARTIAL_READ_BYTES if mode == _PARTIAL else int(src.read_bytes)
 
 
 def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
@@ -38,16 +45,18 @@ def _word_span(src: RealKvSource) -> tuple[np.ndarray, int]:
     byte of row 0 to the end of the last row. Row strides and slot offsets are
     multiples of 16 bytes (RealKvSource checks), so every slot starts on a word.
     """
+    tensor = src.tensor
+    if type(tensor) is np.ndarray and tensor.flags.c_contiguous and tensor.nbytes % 8 == 0:  # one plain view
+        return tensor.ravel().view(_LE_U64), (int(tensor.strides[0]) // 8 if tensor.shape[0] > 1 else 0)
     table = src.bytes_view()
     rows, row_bytes = table.shape
     stride = int(table.strides[0]) if rows > 1 else 0
     total = (rows - 1) * stride + row_bytes
     flat = np.lib.stride_tricks.as_strided(table, shape=(total,), strides=(1,), writeable=False)
-    return flat[: total // 8 * 8].view("<u8"), stride // 8
+    return flat[: total // 8 * 8].view(_LE_U64), stride // 8
 
 
-@njit(nogil=True, parallel=True)
-def _fold_source_into(words, slots, limit, row_stride, page_size, words_per_token, count, acc):
+def _fold_source_loop(words, slots, limit, row_stride, page_size, words_per_token, count, acc):
     # acc[i] = S(acc[i] ^ fold(slot i)) for each covered slot, in one compiled pass:
     # NumPy's address arithmetic, per-word gathers and hash temporaries made this
     # the CPU verify's hot spot. Uncovered slots are skipped (their acc stays 0).
@@ -63,6 +72,14 @@ def _fold_source_into(words, slots, limit, row_stride, page_size, words_per_toke
         for k in range(count):
             h = splitmix64_u64(h ^ words[first + k])
         acc[i] = splitmix64_u64(acc[i] ^ h)
+
+
+#: The same loop compiled twice: across the cores, and on one thread for few slots (starting
+#: the parallel loop costs more than folding a few slots).
+_fold_source_into = njit(nogil=True, parallel=True)(_fold_source_loop)
+_fold_source_serial = njit(nogil=True)(_fold_source_loop)
+#: Slots below which a fold runs on one thread.
+SERIAL_FOLD_SLOTS = 1024
 
 
 def fold_slots(
@@ -88,16 +105,19 @@ def fold_slots(
     """
     slots = np.asarray(slots, dtype=np.int64)
     out = np.zeros(slots.shape[0], dtype=np.uint64)
-    mode = RealKvHashMode(int(real_kv_hash_mode))
+    mode = int(real_kv_hash_mode)
+    if mode not in _MODES:
+        RealKvHashMode(mode)  # raises ValueError, as for any value outside the enum
     limit = slots_covered(real_kv_sources)
-    if mode == RealKvHashMode.NONE or limit <= 0 or slots.shape[0] == 0:
+    if mode == _NONE or limit <= 0 or slots.shape[0] == 0:
         return out  # also keeps empty sources from being viewed at all
+    fold = _fold_source_serial if slots.shape[0] < SERIAL_FOLD_SLOTS else _fold_source_into
     for src in real_kv_sources:
         words, row_stride = _word_span(src)
         # Word offsets: slot s starts at (s // page) * row_stride + (s % page) * words_per_token;
         # only its first _bytes_per_slot bytes are read, never the holes.
-        _fold_source_into(words, slots, limit, row_stride, int(src.page_size), int(src.num_bytes_per_token) // 8,
-                          _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
+        fold(words, slots, limit, row_stride, int(src.page_size), int(src.num_bytes_per_token) // 8,
+             _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
     return out
 
 

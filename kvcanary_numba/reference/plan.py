@@ -28,8 +28,9 @@ from ..constants import (
     OUT_OF_RANGE_SLOT,
     REQ_POOL_IDX_PADDING,
 )
+from .plan_loop import SMALL_BATCH, plan_small_batch
 
-__all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
+__all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel", "plan_vectorised"]
 
 
 def _exclusive_sum(lengths: np.ndarray) -> np.ndarray:
@@ -138,6 +139,42 @@ def launch_canary_plan_kernels(
     kv_token_id_vs_position_offset,
 ) -> None:
     """Full plan, in place (see :func:`kvcanary_numba.plan.launch_canary_plan_kernels`).
+
+    Takes the public keyword arguments minus ``backend``. The plan is
+    :func:`plan_vectorised`; a batch of at most :data:`~.plan_loop.SMALL_BATCH`
+    requests whose outputs share no memory with any other array runs
+    :func:`~.plan_loop.plan_small_batch` instead, a compiled loop that writes the
+    same bytes at a fraction of the fixed cost (tests/test_reference_plan_loop.py).
+    """
+    kwargs = dict(
+        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
+        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+    )  # fmt: skip
+    if req_pool_indices.shape[0] <= SMALL_BATCH and plan_small_batch(**kwargs):
+        return
+    plan_vectorised(**kwargs)
+
+
+def plan_vectorised(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+) -> None:
+    """Full plan, in place: the specification of the plan kernels (vectorised NumPy).
 
     Runs the offsets step, then, unless the step overflowed or has no entries,
     writes entries ``[0, total)`` of the four verify arrays request-major;

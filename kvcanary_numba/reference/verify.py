@@ -45,8 +45,12 @@ def canary_fields(canary_buf: np.ndarray) -> np.ndarray:
 
 
 def bump(counter: np.ndarray, amount: int) -> None:
-    """``counter[0] += amount`` with the device's wrap-around (no NumPy overflow warning)."""
-    counter += np.asarray(amount).astype(counter.dtype)
+    """``counter[0] += amount`` with the device's wrap-around (no NumPy overflow warning).
+
+    Python-int arithmetic on the one element: NumPy casts and in-place adds cost microseconds.
+    """
+    half = 1 << (8 * counter.dtype.itemsize - 1)  # two's complement of the counter's width
+    counter[0] = (int(counter[0]) + int(amount) + half) % (2 * half) - half
 
 
 def append_violation_rows(context, rows: np.ndarray) -> None:
@@ -69,12 +73,11 @@ def append_violation_rows(context, rows: np.ndarray) -> None:
 _CHUNK = 2048
 
 
-@njit(nogil=True, parallel=True)
-def _check_entries(records, slots, positions, prevs, tokens, check_token, expected_real, bits, aux):
+def _check_entries_loop(records, slots, positions, prevs, tokens, check_token, expected_real, bits, aux):
     """Per entry: fail bits and ``expected_aux`` (the CPU path's hot loop).
 
-    ``records`` is the canary buffer as int64 [num_slots, 4]; slot 0 is padding
-    (bits 0), a slot outside the buffer gets only the out-of-range bit. Each
+    ``records`` is the canary buffer as int64 [num_slots, stride // 8] (fields 0-3 are
+    read); slot 0 is padding (bits 0), a slot outside the buffer gets only the out-of-range bit. Each
     chunk first gathers its records (independent loads, many cache misses in
     flight), then checks them; a chain's predecessor is then mostly in cache.
     """
@@ -128,6 +131,12 @@ def _check_entries(records, slots, positions, prevs, tokens, check_token, expect
             aux[i] = expected
 
 
+#: The same loop compiled twice: one chunk per core, and on one thread for a single chunk
+#: (where starting the parallel loop would cost more than the check).
+_check_entries = njit(nogil=True, parallel=True)(_check_entries_loop)
+_check_entries_serial = njit(nogil=True)(_check_entries_loop)
+
+
 def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
     """Check the plan's prefix slots against the canary buffer; record mismatches.
 
@@ -155,21 +164,22 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     prevs = plan.verify_prev_slot_indices[:active]
     check = bool(check_verify_expected_token)
     tokens = plan.verify_expected_tokens[:active] if check else positions  # not read when unchecked
-    records = canary_fields(context.canary_buf)[:, :CANARY_FIELDS_PER_SLOT]
+    records = canary_fields(context.canary_buf)  # fields past the record's four are never read
     # Fingerprint of each slot's live KV bytes (0 in NONE mode, for uncovered or padding slots).
     expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view(np.int64)
     bits = np.empty(active, dtype=np.int64)
     aux = np.empty(active, dtype=np.int64)
-    _check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
+    check_entries = _check_entries_serial if active <= _CHUNK else _check_entries
+    check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
 
-    hit = np.flatnonzero(bits)  # entry order: the order rows are appended in
+    hit = bits.nonzero()[0]  # entry order: the order rows are appended in
     if hit.shape[0] == 0:
         return
     slot, hit_bits = slots[hit], bits[hit]
     in_range = (hit_bits & _SLOT_RANGE) == 0
     # Out-of-range rows carry the plan's position, -1 / 0 for the record fields they have none of.
     record = np.zeros((hit.shape[0], CANARY_FIELDS_PER_SLOT), dtype=np.int64)
-    record[in_range] = records[slot[in_range]]
+    record[in_range] = records[slot[in_range], :CANARY_FIELDS_PER_SLOT]
     record[~in_range, FIELD_TOKEN] = -1
     record[~in_range, FIELD_POSITION] = positions[hit][~in_range]
     expected_token = tokens[hit] if check else np.full(hit.shape[0], EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)

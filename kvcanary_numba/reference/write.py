@@ -2,9 +2,9 @@
 
 The chain is serial within a request (each slot's prev_hash is the hash of
 the slot written before it), so the per-entry loop is compiled with
-``numba.njit`` for the CPU; everything that is not serial (range clipping,
-the real-KV fold) is vectorised NumPy around it. Requests run in order and
-rows are appended in loop order (the GPU appends them in atomic order).
+``numba.njit`` for the CPU (range clipping with it); the real-KV fold of
+the entries' slots is one vectorised pass before it. Requests run in order
+and rows are appended in loop order (the GPU appends them in atomic order).
 """
 
 from __future__ import annotations
@@ -106,27 +106,15 @@ def _stamp_requests(
     return n, stored
 
 
-def _request_ranges(offsets: np.ndarray, num_reqs: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    """Clipped entry ranges ``[lo, hi)`` of the walked requests (empty ranges give lo == hi)."""
-    start, end = offsets[:num_reqs], offsets[1 : num_reqs + 1]
-    lo = np.clip(start, 0, num_tokens)
-    hi = np.where(end > start, np.clip(end, 0, num_tokens), lo)
-    return lo, np.maximum(hi, lo)
-
-
-def _real_kv_of_entries(context, out_cache_loc: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Real-KV hash of every entry a request covers with an in-range slot (0 elsewhere), int64."""
-    num_tokens = out_cache_loc.shape[0]
-    # Coverage by a difference array: +1 at lo, -1 at hi.
-    edges = np.zeros(num_tokens + 1, dtype=np.int64)
-    np.add.at(edges, lo, 1)
-    np.add.at(edges, hi, -1)
-    covered = np.cumsum(edges[:num_tokens]) > 0
-    slot = out_cache_loc
-    entries = np.flatnonzero(covered & (slot >= 0) & (slot < context.canary_buf.shape[0]))
-    real_kv = np.zeros(num_tokens, dtype=np.int64)
-    real_kv[entries] = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slot[entries]).view(np.int64)
-    return real_kv
+@numba.njit(nogil=True)
+def _max_rows(offsets, num_reqs, num_tokens):
+    """Rows the request loop can record at most: 2 per walked request, 3 per walked entry."""
+    rows = 0
+    for r in range(num_reqs):
+        start, end = offsets[r], offsets[r + 1]
+        if end > start:
+            rows += 2 + 3 * max(min(end, num_tokens) - max(start, 0), 0)
+    return rows
 
 
 def launch_canary_write_kernel(
@@ -160,10 +148,9 @@ def launch_canary_write_kernel(
     bump(context.kernel_run_counter, 1)
     capacity = plan.write_seed_slot_indices.shape[0]
     num_reqs = min(max(int(plan.write_num_valid_reqs[0]), 0), capacity)
-    num_tokens = input_ids.shape[0]
-    lo, hi = _request_ranges(plan.write_offsets, num_reqs, num_tokens)
-    max_rows = 2 * num_reqs + 3 * int((hi - lo).sum())
-    rows = np.empty((max_rows, VIOLATION_FIELDS), dtype=np.int64)
+    rows = np.empty((_max_rows(plan.write_offsets, num_reqs, input_ids.shape[0]), VIOLATION_FIELDS), dtype=np.int64)
+    # Real-KV hash of each entry's slot (0 for skipped and uncovered slots); only stored entries read it.
+    real_kv = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, out_cache_loc).view(np.int64)
     unused = np.empty(0, dtype=np.int64)
     n_rows, stored = _stamp_requests(
         canary_fields(context.canary_buf),
@@ -173,12 +160,12 @@ def launch_canary_write_kernel(
         input_ids,
         positions,
         out_cache_loc,
-        _real_kv_of_entries(context, out_cache_loc, lo, hi),
+        real_kv,
         bool(enable_write_input_assert),
         unused if expected_input_tokens is None else expected_input_tokens,
         unused if expected_input_positions is None else expected_input_positions,
         bool(int(context.enable_chain_position_assert[0]) != 0),
-        np.int64(int(context.kernel_kind)),
+        int(context.kernel_kind),
         rows,
     )
     append_violation_rows(context, rows[:n_rows])
