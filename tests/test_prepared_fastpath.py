@@ -10,7 +10,7 @@ import pytest
 from helpers import raises_code
 from monitor_helpers import Driver, monitor_records
 
-from kvcanary_numba import RealKvHashMode
+from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -84,6 +84,27 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
     m._phase = "idle"  # the failed pre_forward left the monitor idle; keep the check explicit
     with raises_code("KVC-C006"):
         m.pre_forward(bad)
+
+
+@pytest.mark.simulator
+def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
+    # The glue views ``out`` from a per-call array (not persistent): without a role, every step
+    # would launch on the first step's pointer. Building the phase says so instead.
+    from kvcanary_numba.fingerprint import compute_real_kv_hash
+    from kvcanary_numba.launch.recording import recording
+    from kvcanary_numba.monitor.fastpath import PreparedPhase
+
+    xp = np if SIMULATED else __import__("cupy")
+    tensor = xp.zeros((8, 32), dtype=np.uint8)
+    sources = (RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=32, read_bytes=32),)
+    slots, out = xp.arange(3, dtype=np.int64), xp.zeros(3, dtype=np.int64)
+    with recording() as rec:
+        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
+                             out=out, backend="cuda")  # fmt: skip
+    with pytest.raises(RuntimeError, match="argument 1 of .* per-call array that is not a role"):
+        PreparedPhase(rec.launches, {"slot_indices": slots})
+    phase = PreparedPhase(rec.launches, {"slot_indices": slots, "out": out})
+    assert sorted(phase.bindings) == ["out", "slot_indices"]
 
 
 def test_graph_capture_needs_a_gpu_monitor():

@@ -30,7 +30,8 @@ from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
-from ..launch.recording import RecordedLaunch, recording
+from ..launch.recording import recording
+from ..launch.spec import LaunchSpec
 from .batch import StepBatch
 from .groups import check_type
 
@@ -52,15 +53,21 @@ class PreparedPhase:
 
     Parameters
     ----------
-    records : list of RecordedLaunch
-        The phase's launches, as recorded.
+    records : list of LaunchSpec
+        The phase's launches, as recorded (with origins).
     roles : dict of str to array or None
         The per-step arrays at recording time, by role name. An argument the
         glue built from one of them is rebound to that role's array each step.
+
+    Raises
+    ------
+    RuntimeError
+        When an argument the glue viewed from a per-call array (not
+        ``persistent``) has no role: replays would keep its first pointer.
     """
 
-    def __init__(self, records: list[RecordedLaunch], roles: dict[str, Any]):
-        self.launches = [PreparedLaunch.from_record(r) for r in records]
+    def __init__(self, records: list[LaunchSpec], roles: dict[str, Any]):
+        self.launches = [PreparedLaunch.from_spec(r) for r in records]
         owner: dict[int, str] = {}
         for name, array in roles.items():
             if array is not None:
@@ -71,6 +78,10 @@ class PreparedPhase:
                 name = None if origin is None else owner.get(id(origin.source))
                 if name is not None:
                     self.bindings.setdefault(name, []).append((launch, index, origin))
+            for index in record.transient_arguments():
+                if owner.get(id(record.origins[index].source)) is None:
+                    raise RuntimeError(f"prepared phase: argument {index} of {record.signature} views a per-call "
+                                       "array that is not a role: every step would reuse its first pointer")
         self._bound = {name: roles[name] for name in self.bindings}
         self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
 
