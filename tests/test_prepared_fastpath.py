@@ -107,6 +107,25 @@ def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
     assert sorted(phase.bindings) == ["out", "slot_indices"]
 
 
+def test_graph_replays_only_the_captured_batch_fields():
+    # A field reassigned after capture would replay the old pointer: the prepared path runs instead.
+    from types import SimpleNamespace
+
+    from kvcanary_numba.monitor import fastpath
+
+    batch = Driver().batch({1: [(11, 1)]})
+    ran = []
+    graph = fastpath.CapturedStep.__new__(fastpath.CapturedStep)
+    graph.batch, graph._captured, graph.replays = batch, fastpath._BATCH_ARRAYS(batch), 0
+    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
+    fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
+    monitor = SimpleNamespace(graph=graph, fast=fast)
+    fastpath.run_pre(monitor, batch)
+    batch.positions = batch.positions.copy()  # same values, another array
+    fastpath.run_pre(monitor, batch)
+    assert ran == ["graph", "prepared"] and graph.replays == 1
+
+
 def test_graph_capture_needs_a_gpu_monitor():
     driver = Driver()
     batch = driver.batch({1: [(11, 1)]})

@@ -22,6 +22,7 @@ are captured into two CUDA graphs (CuPy stream capture) and replayed per step.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -41,6 +42,8 @@ __all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "captur
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
                "out_cache_loc", "expected_input_tokens", "expected_input_positions")
 _FN = "CanaryMonitor.pre_forward"
+#: The batch's per-step arrays as a tuple (a captured graph holds their pointers).
+_BATCH_ARRAYS = operator.attrgetter(*BATCH_ROLES)
 
 
 def _kind(name: str, array: Any) -> tuple:
@@ -201,13 +204,17 @@ class CapturedStep:
     batch arrays *in place* (same objects, same shapes: pad batches to a fixed
     size with padding rows, ``req_pool_indices == 0``); the canary's own state
     (plans, buffers, ring, counters, scratch) is fixed at construction; the
-    graphs contain no host reads, so readback stays in ``end_step``.
+    graphs contain no host reads, so readback stays in ``end_step``. A batch
+    field reassigned to another array after capture would be a stale pointer in
+    the graph: :meth:`matches` tells, and :func:`run_pre` then takes the
+    prepared path (which rebinds by role).
     """
 
     def __init__(self, monitor, batch):
         import cupy
 
         self.batch = batch
+        self._captured = _BATCH_ARRAYS(batch)
         fast = monitor.fast
         stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
         with stream:
@@ -218,6 +225,10 @@ class CapturedStep:
             self.head = capture_graph(stream, lambda: fast.pre(batch))
             self.tail = capture_graph(stream, fast.post)
         self.replays = 0
+
+    def matches(self, batch) -> bool:
+        """Whether ``batch`` is the captured batch with the captured field objects."""
+        return batch is self.batch and all(map(operator.is_, _BATCH_ARRAYS(batch), self._captured))
 
     def pre(self) -> None:
         self.head.launch()
@@ -257,7 +268,7 @@ def _gpu(monitor) -> bool:
 def run_pre(monitor, batch) -> Callable[[], None]:
     """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner."""
     graph = monitor.graph
-    if graph is not None and graph.batch is batch:
+    if graph is not None and graph.matches(batch):
         graph.pre()
         return graph.post
     if monitor.fast is not None:
