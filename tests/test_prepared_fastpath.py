@@ -182,3 +182,20 @@ def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
     assert m.graph is not None and m.graph.replays == 4
     krc = m.status.words.get()[1:13]
     np.testing.assert_array_equal(krc, m.health.host)  # every launch the host counted ran once on the device
+
+
+@pytest.mark.gpu
+def test_gpu_eager_steps_replay_what_the_glue_would_launch(monkeypatch):
+    # Public calls of eager monitor steps are packed, then replayed; with VERIFY_REPLAYS every
+    # replay first re-derives its launches from the glue and raises StaleLaunch on a difference.
+    from kvcanary_numba.launch import _kernel_launch
+
+    verified = []
+    verify = _kernel_launch._verify
+    monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", True)
+    monkeypatch.setattr(_kernel_launch, "_verify", lambda *a: verified.append(verify(*a)))
+    eager, _ = _gpu_run("eager")
+    assert verified  # later steps replayed their public calls (the batch is refilled in place)
+    fast, _ = _gpu_run("fast")
+    for name, array in fast.items():
+        np.testing.assert_array_equal(eager[name], array, err_msg=name)
