@@ -8,10 +8,11 @@ Routes (one process-wide choice, made at the first raw launch prepared):
 ``"bindings"``
     cuda-bindings' ``cuLaunchKernel`` (a handle object, a cached ``CUstream`` per stream).
 
-:data:`LAUNCH_ROUTE` is the single switch: ``"auto"`` takes ctypes when libcuda
+:data:`LAUNCH_ROUTE` is the single switch (default from the environment variable
+``KVCANARY_LAUNCH_ROUTE``, else ``"auto"``): ``"auto"`` takes ctypes when libcuda
 loads and the kernel handle converts to an int, else bindings; ``"ctypes"`` /
 ``"bindings"`` force one (a forced ctypes route that cannot load falls back to
-bindings with a warning). The driver is the same either way: cuda-bindings
+bindings with a warning). It is read once, at the first raw launch prepared. The driver is the same either way: cuda-bindings
 loads the same ``libcuda.so.1`` into the process, and both calls use the
 calling thread's current context.
 """
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 from typing import Any, Callable
 
 __all__ = ["AbiMismatch", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
-LAUNCH_ROUTE = "auto"
+LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "auto")
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
