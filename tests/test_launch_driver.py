@@ -113,7 +113,7 @@ def test_the_route_is_chosen_once_and_sets_the_launch_call():
     assert driver.select(object(), "bindings") == "ctypes"  # chosen once, for every launch
     driver.launch(driver.func_arg(FakeHandle(3)), 2, 64, 9, 0x5000)
     assert calls == [(3, 2, 1, 1, 64, 1, 1, 0, 9, 0x5000, None)]
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError, match="LAUNCH_ROUTE must be"):
         _driver.choose_route("fast", lambda: None, FakeHandle(3))
 
 

@@ -52,7 +52,7 @@ def load_libcuda_launch() -> Callable | None:
 def choose_route(preference: str, load: Callable[[], Callable | None], handle: Any) -> tuple[str, Callable | None]:
     """(route, ctypes function or None) for ``preference`` given a sample kernel ``handle``."""
     if preference not in ("auto", "ctypes", "bindings"):
-        raise ValueError(f"LAUNCH_ROUTE must be 'auto', 'ctypes' or 'bindings', not {preference!r}")
+        raise RuntimeError(f"LAUNCH_ROUTE must be 'auto', 'ctypes' or 'bindings', not {preference!r}")
     if preference == "bindings":
         return "bindings", None
     fn = load()

@@ -126,6 +126,9 @@ class PreparedLaunch:
     packed : list
         Per argument, what the parameter buffer holds: an array's layout
         (pointer, shape, strides, dtype), a scalar's or tuple's value.
+    handle : object or None
+        The kernel's driver handle (``CUkernel``; :func:`._compile.function_handle`).
+        ``_func`` is what the chosen driver route takes for it (an int on ctypes).
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
@@ -135,7 +138,7 @@ class PreparedLaunch:
         self.kernel, self.signature = kernel, signature
         self.grid, self.block = int(grid), int(block)
         self.args = list(args)
-        self.raw, self.fallback_reason, self.packed = False, None, []
+        self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
         if _common.ON_SIMULATOR:
             return
         _common.check_signature(signature, self.args, kernel)  # the glue's types, once
