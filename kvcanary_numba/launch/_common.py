@@ -92,22 +92,26 @@ the glue called it long-lived with ``persistent=True``). Four consumers:
    launch-glue calls instead of running them; the monitor packs them into
    :class:`~kvcanary_numba.monitor.fastpath.PreparedPhase` objects and rebinds
    the per-step arguments by role every step;
-4. graph capture: a CUDA graph captures the packed launches of a prepared phase.
+4. graph capture: a CUDA graph captures the packed launches of a prepared phase
+   (their parameters are copied into the graph at capture).
 
 The rule that keeps packed pointers current: a packed launch records what it
 packed for each argument (``PreparedLaunch.packed``: an array's pointer, shape,
 strides and dtype; a scalar's value), and a consumer that launches it again
 either re-packs it from a new spec (1), rebinds by role every argument viewed
-from a per-call array (3, 4: ``PreparedPhase`` refuses to build a phase in which
+from a per-call array (3: ``PreparedPhase`` refuses to build a phase in which
 such an argument has no role, and ``Origin.persistent`` is the glue's word that
-the rest is long-lived), or replays only where nothing the glue read can differ
-(2): the snapshot holds every pointer, shape, scalar and per-object token of the
-arguments, and ``entry.where`` the stream, the device and every glue state read
-besides the arguments (``_kernel_launch.LAUNCH_STATE``: the shared write chain of
+the rest is long-lived), replays a graph only while each role's array is the
+captured object (4: ``CapturedStep.matches``, else the prepared path runs), or
+replays only where nothing the glue read can differ (2): the snapshot holds
+every pointer, shape, scalar and per-object token of the arguments, and
+``entry.where`` the stream, the device and every glue state read besides the
+arguments (``_kernel_launch.LAUNCH_STATE``: the shared write chain of
 ``chain.sharing``). Glue that starts reading other state must add a reader
 there. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
-(the glue runs, recorded) and raises ``StaleLaunch`` on a difference: tests
-and GPU checks run with it.
+(the glue runs, recorded) and raises ``StaleLaunch`` on a difference (a GPU
+test runs eager monitor steps with it; ``KVCANARY_VERIFY_REPLAYS=1`` turns it on
+for a whole run).
 
 Thread-local state, and why: the sink (one per host thread: a recording or the
 packing of a public call), the view observer of a recording, the ``stream=``

@@ -12,9 +12,10 @@ Routes (one process-wide choice, made at the first raw launch prepared):
 ``KVCANARY_LAUNCH_ROUTE``, else ``"auto"``): ``"auto"`` takes ctypes when libcuda
 loads and the kernel handle converts to an int, else bindings; ``"ctypes"`` /
 ``"bindings"`` force one (a forced ctypes route that cannot load falls back to
-bindings with a warning). It is read once, at the first raw launch prepared. The driver is the same either way: cuda-bindings
-loads the same ``libcuda.so.1`` into the process, and both calls use the
-calling thread's current context.
+bindings with a warning). It is read once, at the first raw launch prepared.
+The driver is the same either way: cuda-bindings loads the same
+``libcuda.so.1`` into the process, and both calls use the calling thread's
+current context.
 """
 
 from __future__ import annotations

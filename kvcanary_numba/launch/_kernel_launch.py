@@ -7,6 +7,7 @@ compilation: :mod:`._compile`; packing: :mod:`.prepared`.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from typing import Any, Callable, Sequence
@@ -168,8 +169,9 @@ def run_spec(spec: LaunchSpec) -> None:
 # --- replay of repeated public calls -------------------------------------------
 
 #: Re-derive every replay's launches (the glue runs, recording) and compare them with the packed
-#: ones: :class:`StaleLaunch` on a difference. Off in production; tests and GPU checks turn it on.
-VERIFY_REPLAYS = False
+#: ones: :class:`StaleLaunch` on a difference. Off in production; tests turn it on, and
+#: ``KVCANARY_VERIFY_REPLAYS=1`` does for a whole run (e.g. the GPU suite).
+VERIFY_REPLAYS = os.environ.get("KVCANARY_VERIFY_REPLAYS") == "1"
 
 
 class StaleLaunch(RuntimeError):
