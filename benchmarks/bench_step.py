@@ -4,6 +4,9 @@ and whole CanaryMonitor steps (decode and prefill) eager, prepared and graph-rep
 Host time is what the CPU spends issuing the canary's launches (the device is
 idle before each timed call); device time is the CUDA-event time of those
 launches on the GPU (the engine's KV write in between is excluded).
+``monitor step host split`` rows divide the prepared and replayed steps' host
+time into the driver calls (launches; end_step's runtime calls) and everything
+else, without a profiler (``benchmarks/host_step.py`` measures the latter on a CPU).
 """
 
 from __future__ import annotations
@@ -127,6 +130,8 @@ def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> No
                 if path == "graph replay":
                     m.capture_graph(w.batch)
                 _monitor_path(run, w, f"{name} {path}", spin_us=4000 if path.startswith("eager") else 1500)
+                if not path.startswith("eager"):
+                    _host_split(run, w, f"{name} {path}")
             finally:
                 m.fast, m.graph = fast, None
 
@@ -169,6 +174,92 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
     run.add({"op": "monitor step host", **common, **stats(host)})
     run.add({"op": "monitor step device", **common, **stats(device)})
     run.add({"op": "monitor end_step host", **common, **stats(end)})
+
+
+class _Stopwatch:
+    """Accumulates the time spent inside the calls it wraps (~0.1-0.2 µs of its own per call)."""
+
+    def __init__(self):
+        self.seconds, self.calls = 0.0, 0
+
+    def wrap(self, fn):
+        clock = time.perf_counter
+
+        def timed(*args, **kwargs):
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += clock() - t0
+                self.calls += 1
+
+        return timed
+
+    def take(self) -> tuple[float, int]:
+        """(µs, calls) since the last take."""
+        out = (self.seconds * 1e6, self.calls)
+        self.seconds, self.calls = 0.0, 0
+        return out
+
+
+class _TimedGraph:
+    def __init__(self, graph, watch: _Stopwatch):
+        self.graph, self.launch = graph, watch.wrap(graph.launch)
+
+
+def _host_split(run, w, variant: str) -> None:
+    """Host time of the step split into its driver calls and everything else (the Python around them).
+
+    pre_forward + post_forward: the launch calls (prepared ``PreparedLaunch.launch``
+    or the two graph launches) against the rest; end_step: the readback's runtime
+    calls (event record / wait / query, the status copy) against the rest. The
+    wrappers add ~0.1-0.2 µs per call, about half of it to "everything else".
+    """
+    m = w.monitor
+    launches, runtime = _Stopwatch(), _Stopwatch()
+    original = PreparedLaunch.launch
+    rb, graph = m.readback, m.graph
+    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy")}
+    try:
+        PreparedLaunch.launch = launches.wrap(original)
+        if graph is not None:
+            graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
+        for name in ("_record", "_wait", "_query"):
+            setattr(rb, name, runtime.wrap(saved[name]))
+        rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
+        split = {key: [] for key in ("launches", "other", "runtime", "end_other")}
+        calls = [0, 0]
+        for i in range(3 + run.iters):
+            synchronize()
+            _spin(1500)
+            t0 = time.perf_counter()
+            m.pre_forward(w.batch)
+            t1 = time.perf_counter()
+            w.write_kv(w.batch)
+            t2 = time.perf_counter()
+            m.post_forward()
+            t3 = time.perf_counter()
+            m.end_step()
+            t4 = time.perf_counter()
+            (launch_us, launch_calls), (runtime_us, runtime_calls) = launches.take(), runtime.take()
+            if i >= 3:
+                split["launches"].append(launch_us)
+                split["other"].append((t1 - t0 + t3 - t2) * 1e6 - launch_us)
+                split["runtime"].append(runtime_us)
+                split["end_other"].append((t4 - t3) * 1e6 - runtime_us)
+                calls = [launch_calls, runtime_calls]
+    finally:
+        PreparedLaunch.launch = original
+        if graph is not None:
+            graph.head, graph.tail = graph.head.graph, graph.tail.graph
+        for name, value in saved.items():
+            setattr(rb, name, value)
+    common = {"bs": w.requests, "prefix": w.prefix, "extend": w.extend}
+    for key, label, n in (("launches", "pre+post: launch calls", calls[0]), ("other", "pre+post: everything else", None),
+                          ("runtime", "end_step: runtime calls", calls[1]),
+                          ("end_other", "end_step: everything else", None)):  # fmt: skip
+        run.add({"op": "monitor step host split", "variant": f"{variant}, {label}", **common,
+                 **({"launches": n} if n is not None else {}), **stats(split[key])})  # fmt: skip
 
 
 def monitor_steps(run) -> None:

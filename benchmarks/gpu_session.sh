@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_session.sh tests vectors memcheck bench    # one command, about 5 minutes
 #
 # Steps (each bounded with `timeout`, logged to $OUT/<step>.log; the run goes on when one fails
-# and $OUT/summary.txt lists the exit codes; $OUT defaults to ./gpu-out):
+# and $OUT/summary.txt lists the exit codes; $OUT defaults to ./gpu-out; PACK=file.tgz also
+# packs $OUT into one archive at the end, for a device tool that brings back only a few files):
 #   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed
 #              ./tests/data/vectors)
@@ -126,3 +127,6 @@ for step in "${STEPS[@]}"; do
 done
 echo "--- summary ($SUMMARY)"
 cat "$SUMMARY"
+if [ -n "${PACK:-}" ]; then
+    tar czf "$PACK" -C "$OUT" . && echo "packed $OUT into $PACK"
+fi

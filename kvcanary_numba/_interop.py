@@ -8,8 +8,9 @@ the caller passed (or ``sys.modules`` when the caller already imported it).
   ``__cuda_array_interface__`` object of any library (Numba device arrays,
   PyTorch tensors, JAX arrays) gets its device from its memory, not from a
   library attribute.
-- :func:`native_array` turns an object that offers only DLPack into a CuPy
-  (``kDLCUDA``) or NumPy (``kDLCPU``) view of the same memory.
+- :func:`native_array` turns an object that offers only DLPack into a description
+  of the same memory: a :class:`._dlpack.DlpackView` (``kDLCUDA``, read from the
+  capsule, owning nothing) or a NumPy view (``kDLCPU``).
 - :func:`stream_handle` reads the CUDA stream handle of a ``stream=`` argument.
 """
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _dlpack
 from .errors import error
 
 __all__ = ["NOT_DEVICE_MEMORY", "dispatch", "dlpack_only", "native_array", "native_views", "pointer_device", "stream_handle"]
@@ -91,7 +93,7 @@ def dlpack_only(x: Any) -> bool:
             and not hasattr(x, "__cuda_array_interface__"))  # fmt: skip
 
 
-def _convert(function: str, argument: str, x: Any):
+def _convert(function: str, argument: str, x: Any, own: bool):
     device_type, _ = x.__dlpack_device__()
     if int(device_type) == KDL_CPU:
         return np.from_dlpack(x)
@@ -101,18 +103,29 @@ def _convert(function: str, argument: str, x: Any):
         except ImportError:
             raise error("KVC-C001", function=function, argument=argument,
                         got=f"{type(x).__name__} (a CUDA DLPack object needs CuPy to be viewed)") from None  # fmt: skip
-        return cupy.from_dlpack(x)
+        # Read without a CuPy view (which costs tens of microseconds and is new every call);
+        # dtypes the reader does not name (bfloat16, vector lanes) still go through CuPy.
+        view = None if own else _dlpack.cuda_view(x, _consumer_stream(cupy))
+        return cupy.from_dlpack(x) if view is None else view
     raise error("KVC-C001", function=function, argument=argument,
                 got=f"{type(x).__name__} on DLPack device type {int(device_type)}")  # fmt: skip
 
 
-def native_array(function: str, argument: str, x: Any):
-    """A NumPy or CuPy view of DLPack-only ``x`` (same memory).
+def _consumer_stream(cupy) -> int:
+    ptr = int(cupy.cuda.get_current_stream().ptr)
+    return ptr if ptr else 1  # DLPack's name for the legacy default stream
 
-    Built on every call and never cached: a view holds its producer's memory (often the
-    producer itself, through the DLPack capsule), so a cache of views would keep it alive.
+
+def native_array(function: str, argument: str, x: Any, *, own: bool = False):
+    """A view of DLPack-only ``x`` (same memory): NumPy for host memory, a
+    :class:`._dlpack.DlpackView` (or, for dtypes it does not read, a CuPy array) for CUDA memory.
+
+    A NumPy or CuPy view holds its producer's memory (often the producer itself, through the
+    capsule), so those are never cached; a ``DlpackView`` holds nothing and is interned: it
+    serves one call, whose caller keeps the producer alive. ``own=True`` (an object that keeps
+    the array, such as a ``RealKvSource``) always gets a view that holds the memory.
     """
-    return _convert(function, argument, x)
+    return _convert(function, argument, x, own)
 
 
 # --- streams ------------------------------------------------------------------------

@@ -83,7 +83,7 @@ class RealKvSource:
         for name, value in (("page_size", page_size), ("num_bytes_per_token", nbt), ("read_bytes", rb)):
             object.__setattr__(self, name, value)
         if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
-            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
+            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor, own=True))
         info = inspect_array(_SOURCE, "tensor", self.tensor)
         if len(info.shape) != 2:
             raise error("KVC-R004", function=_SOURCE, got=info.shape)

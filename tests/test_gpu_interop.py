@@ -133,3 +133,55 @@ def test_freed_cupy_pool_returns_its_memory_after_calls():
     gc.collect()
     assert [r() for r in refs] == [None, None]
     assert pool.used_bytes() <= before + (1 << 20)  # the 16 MiB pool and the buffer are back
+
+
+def test_dlpack_only_cuda_arrays_are_read_without_a_view_and_interned():
+    import cupy
+
+    from kvcanary_numba import _interop
+    from kvcanary_numba._dlpack import DlpackView
+
+    dev = cupy.arange(12, dtype=cupy.int64).reshape(3, 4)[:, 1:]
+    first = _interop.native_array("test", "x", DlpackOnly(dev))
+    assert isinstance(first, DlpackView)
+    assert first._kvcanary_layout == (dev.data.ptr, dev.shape, dev.strides, dev.dtype)
+    assert _interop.native_array("test", "x", DlpackOnly(dev)) is first  # same memory: the same object again
+
+
+def test_freed_dlpack_producer_returns_its_memory_after_calls():
+    import cupy
+
+    from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan
+    from kvcanary_numba.verify import launch_canary_verify_kernel
+
+    pool = cupy.get_default_memory_pool()
+    _sync()
+    before = pool.used_bytes()
+    kv = cupy.zeros((4096, 4096), dtype=cupy.uint8)
+    ctx = CanaryContext.allocate(num_slots=4096, slot_stride_bytes=32, ring_capacity=64, kernel_kind=0,
+                                 real_kv_sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1,
+                                                               num_bytes_per_token=4096, read_bytes=64),),
+                                 real_kv_hash_mode=RealKvHashMode.ALL, device="cuda")  # fmt: skip
+    plan = VerifyPlan.allocate(verify_capacity=16, device="cuda")
+    for _ in range(3):
+        launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
+    _sync()
+    ref = weakref.ref(kv)
+    del kv, ctx, plan
+    gc.collect()
+    assert ref() is None
+    assert pool.used_bytes() <= before + (1 << 20)
+
+
+def test_numba_device_arrays_are_snapshotted_from_their_attributes():
+    from numba import cuda
+
+    from kvcanary_numba import _memo
+
+    a = cuda.to_device(np.arange(8, dtype=np.int64))
+    b = cuda.to_device(np.arange(8, dtype=np.int64))
+    ptr = a.__cuda_array_interface__["data"][0]
+    (key,), _ = _memo.snapshot((a,))
+    assert key == (ptr, (8,), (8,), np.dtype(np.int64))
+    assert _memo.snapshot((b,))[0] != _memo.snapshot((a,))[0]  # other memory, other snapshot
+    assert _memo.snapshot((a[::2],))[0] != _memo.snapshot((a,))[0]  # other strides, other snapshot

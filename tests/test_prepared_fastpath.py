@@ -116,14 +116,16 @@ def test_graph_replays_only_the_captured_batch_fields():
     batch = Driver().batch({1: [(11, 1)]})
     ran = []
     graph = fastpath.CapturedStep.__new__(fastpath.CapturedStep)
-    graph.batch, graph._captured, graph.replays = batch, fastpath._BATCH_ARRAYS(batch), 0
+    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
     graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
     fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
     monitor = SimpleNamespace(graph=graph, fast=fast)
     fastpath.run_pre(monitor, batch)
-    batch.positions = batch.positions.copy()  # same values, another array
+    batch.positions = batch.positions[:]  # another view of the same memory: the same argument
     fastpath.run_pre(monitor, batch)
-    assert ran == ["graph", "prepared"] and graph.replays == 1
+    batch.positions = batch.positions.copy()  # same values, other memory
+    fastpath.run_pre(monitor, batch)
+    assert ran == ["graph", "graph", "prepared"] and graph.replays == 2
 
 
 def test_graph_capture_needs_a_gpu_monitor():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,7 @@ class StepBatch:
 
     def fields(self) -> tuple:
         """The field objects, in declaration order (what :meth:`check_arrays` looks at)."""
-        return tuple(getattr(self, name) for name in _FIELDS)
+        return _GET_FIELDS(self)
 
     def check_arrays(self, function: str, *, kind: str | None = None, device: int | None = None) -> None:
         """Check every field (type, dtype, ndim, lengths, contiguity, one device) before any launch.
@@ -107,9 +108,10 @@ class StepBatch:
             KVC-M002 (too many requests), KVC-M003 (too many tokens), KVC-M008
             (token snapshot missing while the token check is on).
         """
-        if self.batch_size > write_req_capacity:
+        # Runs at every hook: shapes read directly, the messages built only on failure.
+        if self.req_pool_indices.shape[0] > write_req_capacity:
             raise error("KVC-M002", function=function, got=self.batch_size, capacity=write_req_capacity)
-        if self.num_tokens > write_token_capacity:
+        if self.input_ids.shape[0] > write_token_capacity:
             raise error("KVC-M003", function=function, argument="batch.input_ids", got=self.num_tokens,
                         capacity=write_token_capacity)  # fmt: skip
         if check_tokens:
@@ -121,6 +123,7 @@ class StepBatch:
 #: Field names in declaration order (request arrays, table, token arrays, oracle, token snapshot).
 _FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
            "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_ids_flat", "token_offsets")
+_GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
 
 
 class _Placement:

@@ -22,18 +22,20 @@ are captured into two CUDA graphs (CuPy stream capture) and replayed per step.
 
 from __future__ import annotations
 
-import operator
 from collections import OrderedDict
+from operator import attrgetter
 from typing import Any, Callable
 
 from .._arrays import inspect_array
 from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
+from ..launch import _common
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
 from ..launch.spec import LaunchSpec
 from .batch import StepBatch
+from .bound import BoundArrays
 from .groups import check_type
 
 __all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "capture_step", "run_pre"]
@@ -42,8 +44,7 @@ __all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "captur
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
                "out_cache_loc", "expected_input_tokens", "expected_input_positions")
 _FN = "CanaryMonitor.pre_forward"
-#: The batch's per-step arrays as a tuple (a captured graph holds their pointers).
-_BATCH_ARRAYS = operator.attrgetter(*BATCH_ROLES)
+_ROLE_FIELDS = attrgetter(*BATCH_ROLES)
 
 
 def _same_arrays_source() -> str:
@@ -55,8 +56,20 @@ def _same_arrays_source() -> str:
 
 _scope: dict = {}
 exec(_same_arrays_source(), _scope)  # noqa: S102 - names from BATCH_ROLES above
-#: ``same_arrays(batch, captured)``: each role's array of ``batch`` is the one in ``captured``.
+#: ``same_arrays(batch, captured)``: each role's array of ``batch`` is the one in ``captured``
+#: (a captured graph holds their pointers).
 _same_arrays = _scope["same_arrays"]
+
+
+def _same_layout(new: Any, old: Any) -> bool:
+    if new is old:
+        return True
+    if new is None or old is None:
+        return False
+    try:
+        return array_layout(new) == array_layout(old)
+    except (AttributeError, KeyError, TypeError):  # not an array: never the captured one
+        return False
 
 
 def _kind(name: str, array: Any) -> tuple:
@@ -160,7 +173,8 @@ class FastPath:
         if compile:
             compile_monitor_kernels(monitor)
         self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
-        self._step: tuple | None = None
+        self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the eager path)
+        self._last: BoundArrays | None = None  # the arrays the phases were last bound to, and those phases
         self.prepared = 0  # phases recorded so far (one per new batch shape)
 
     def roles(self, batch, lens) -> dict[str, Any]:
@@ -189,25 +203,36 @@ class FastPath:
         return hit
 
     def pre(self, batch) -> None:
-        """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared)."""
+        """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared).
+
+        A step whose per-step arrays are the objects of the last bound step (or
+        views of the same memory, below), with the same shapes, launches the
+        phases bound then: no key, no role dict, no rebinding.
+        """
         m = self.monitor
         pool, lens = m._prepare_inputs(batch)
-        roles = self.roles(batch, lens)
-        head, tail = self.phases(batch, pool, lens, roles)
-        if not (head.bind(roles) and tail.bind(roles)):
-            self._step = None
-            m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
-            return
-        head.launch()
-        self._step = (tail, roles)
+        arrays = (*_ROLE_FIELDS(batch), lens, *m._locs)
+        last = self._last
+        if last is not None and last.holds(arrays):
+            head, tail = last.head, last.tail
+        else:
+            self._last = None  # until both phases are bound: a failed bind leaves them half-rebound
+            roles = self.roles(batch, lens)
+            head, tail = self.phases(batch, pool, lens, roles)
+            if not (head.bind(roles) and tail.bind(roles)):
+                self._step = None
+                m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
+                return
+            self._last = BoundArrays(arrays, head, tail)
+        head.launch(_common._current_stream_ptr())  # one stream lookup per phase, not per launch
+        self._step = tail
 
     def post(self) -> None:
         """TAIL phase of the batch given to :meth:`pre`."""
         if self._step is None:
             self.monitor._launch_post()
             return
-        tail, _ = self._step
-        tail.launch()
+        self._step.launch(_common._current_stream_ptr())
 
 
 class CapturedStep:
@@ -219,15 +244,15 @@ class CapturedStep:
     (plans, buffers, ring, counters, scratch) is fixed at construction; the
     graphs contain no host reads, so readback stays in ``end_step``. A batch
     field reassigned to another array after capture would be a stale pointer in
-    the graph: :meth:`matches` tells, and :func:`run_pre` then takes the
-    prepared path (which rebinds by role).
+    the graph unless it has the captured layout: :meth:`matches` tells, and
+    :func:`run_pre` then takes the prepared path (which rebinds by role).
     """
 
     def __init__(self, monitor, batch):
         import cupy
 
         self.batch = batch
-        self._captured = _BATCH_ARRAYS(batch)
+        self._captured = _ROLE_FIELDS(batch)
         fast = monitor.fast
         stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
         with stream:
@@ -240,8 +265,11 @@ class CapturedStep:
         self.replays = 0
 
     def matches(self, batch) -> bool:
-        """Whether ``batch`` is the captured batch with the captured field objects."""
-        return batch is self.batch and _same_arrays(batch, self._captured)
+        """Whether ``batch`` is the captured batch and each role's array is the captured object
+        or has its layout (pointer, shape, strides, dtype: what the graph launches on)."""
+        if batch is not self.batch:
+            return False
+        return _same_arrays(batch, self._captured) or all(map(_same_layout, _ROLE_FIELDS(batch), self._captured))
 
     def pre(self) -> None:
         self.head.launch()

@@ -27,6 +27,7 @@ __all__ = ["KvGroup", "GroupState", "Endpoint", "check_group_placement", "check_
            "translate_slots"]
 
 _KINDS = ("full", "swa")
+_LOC_VIEWS = 64  # token counts whose translated-slot views a group keeps
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -229,6 +230,7 @@ class GroupState:
         scratch = write_token_capacity if self.lut is not None else 0
         self.loc_scratch = (xp.zeros(scratch, dtype=np.int64), xp.zeros(scratch, dtype=np.int64),
                             xp.zeros(scratch, dtype=bool))  # fmt: skip
+        self._loc_views: dict[int, tuple] = {}  # n -> the scratch views of n tokens: same objects every step
 
     @staticmethod
     def allocation_bytes(group: KvGroup, *, verify_capacity: int, write_req_capacity: int,
@@ -243,7 +245,12 @@ class GroupState:
         """This group's slots of the step's ``n`` new tokens: FULL slots as given, SWA slots via the LUT."""
         if self.lut is None:
             return out_cache_loc
-        out, clipped, mask = (a[:n] for a in self.loc_scratch)
+        views = self._loc_views.get(n)
+        if views is None:
+            if len(self._loc_views) >= _LOC_VIEWS:
+                self._loc_views.clear()  # many batch sizes: start over rather than keep them all
+            views = self._loc_views[n] = tuple(a[:n] for a in self.loc_scratch)
+        out, clipped, mask = views
         return translate_slots(xp, self.lut, out_cache_loc, out=out, clipped=clipped, mask=mask)
 
     def launch_counts(self, stage: str) -> np.ndarray:

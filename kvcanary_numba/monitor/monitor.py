@@ -20,6 +20,7 @@ Sweeps, graph capture, warm-up, flush and counters: :mod:`.controls`.
 from __future__ import annotations
 
 import contextlib
+from operator import is_
 from typing import Sequence
 
 import numpy as np
@@ -216,7 +217,7 @@ class CanaryMonitor(MonitorControls):
         last checked, so a batch refilled in place costs a few identity tests per hook."""
         fields = batch.fields()
         seen = self._checked
-        if seen is None or seen[0] is not batch or any(a is not b for a, b in zip(seen[1], fields)):
+        if seen is None or seen[0] is not batch or not all(map(is_, seen[1], fields)):
             batch.check_arrays(fn, kind=self._placement.kind, device=self._placement.device)
             self._checked = (batch, fields)  # set only on success: a rejected call changes nothing
         batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-import numpy as np
-
 from .health import CanaryStalledError, HealthChecker
 from .readback import Snapshot
 from .report import Violation, decode_rows
@@ -45,7 +43,8 @@ class ViolationPump:
         self.mode, self.ring, self.readback, self.health = mode, ring, readback, health
         self.plan_capacities = list(plan_capacities)
         self.violations: list[Violation] = []
-        self.planned = np.zeros(_PLAN_HISTORY, dtype=bool)
+        self.planned = [False] * _PLAN_HISTORY  # a list: set twice per step, read once
+        self._capacity = int(ring.shape[0])
         self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
 
     def mark_planned(self, step: int, planned: bool = True) -> None:
@@ -68,7 +67,7 @@ class ViolationPump:
                         "overflowed verify_capacity=%d; raise verify_capacity",
                         snapshot.step, name, capacity,
                     )  # fmt: skip
-        index, capacity = snapshot.write_index, self.ring.shape[0]
+        index, capacity = snapshot.write_index, self._capacity
         stored = min(index, capacity)
         new: list[Violation] = []
         if stored > self._rows_decoded:

@@ -69,7 +69,7 @@ class Snapshot:
     @property
     def write_index(self) -> int:
         """Violation rows ever recorded (keeps counting past the ring capacity)."""
-        return int(self.words[0:1].view(np.int32)[0])
+        return _low_lane(self.words[0])
 
     @property
     def kernel_run_counters(self) -> np.ndarray:
@@ -81,7 +81,13 @@ class Snapshot:
 
     def plan_enable(self, group: int) -> int:
         """The plan's ``enable`` flag of group ``group`` (0 = verify skipped: overflow)."""
-        return int(self.words[_GROUPS + 2 * group : _GROUPS + 2 * group + 1].view(np.int32)[0])
+        return _low_lane(self.words[_GROUPS + 2 * group])
+
+
+def _low_lane(word) -> int:
+    """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
+    value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
+    return value - (1 << 32) if value & 0x80000000 else value
 
 
 class HostReadback:
@@ -112,10 +118,12 @@ class CudaReadback:
     more than a step behind the host.
     """
 
-    def __init__(self, block: StatusBlock):
-        import cupy
-        import cupyx
-
+    def __init__(self, block: StatusBlock, *, modules=None):
+        if modules is None:
+            import cupy
+            import cupyx
+        else:  # (cupy, cupyx) stand-ins: host-only tests and benchmarks/host_step.py
+            cupy, cupyx = modules
         self._cupy = cupy
         self._words = block.words
         self._stream = cupy.cuda.Stream(non_blocking=True)
@@ -123,37 +131,44 @@ class CudaReadback:
         self._launched = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._copied = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
-        self._runtime, self._side = cupy.cuda.runtime, self._stream.ptr
-        self._host_ptrs = [h.ctypes.data for h in self._host]
-        self._device_ptr, self._nbytes = self._words.data.ptr, self._words.nbytes
+        self._side = self._stream.ptr
+        data = self._words.data
+        device_ptr = data.ptr if hasattr(data, "ptr") else self._words.ctypes.data  # NumPy: a stand-in
+        # This runs every step on the host's hot path: raw runtime calls, bound once, on cached pointers.
+        runtime = cupy.cuda.runtime
+        self._record, self._wait, self._query = runtime.eventRecord, runtime.streamWaitEvent, runtime.eventQuery
+        self._current_stream = cupy.cuda.get_current_stream
+        self._copy = (runtime.memcpyAsync, device_ptr, self._words.nbytes, runtime.memcpyDeviceToHost, self._side)
+        self._buffers = [(launched.ptr, copied.ptr, host.ctypes.data)
+                         for launched, copied, host in zip(self._launched, self._copied, self._host)]  # fmt: skip
 
     def _issue(self, step: int) -> None:
-        # Raw runtime calls on cached pointers: this runs every step on the host's hot path.
-        runtime, i = self._runtime, step % 2
-        launched, copied = self._launched[i].ptr, self._copied[i].ptr
-        runtime.eventRecord(launched, self._cupy.cuda.get_current_stream().ptr)
-        runtime.streamWaitEvent(self._side, launched)
-        runtime.memcpyAsync(self._host_ptrs[i], self._device_ptr, self._nbytes, runtime.memcpyDeviceToHost, self._side)
-        runtime.eventRecord(copied, self._side)
+        i = step & 1
+        launched, copied, host = self._buffers[i]
+        record, side = self._record, self._side
+        record(launched, self._current_stream().ptr)  # after the step's launches on the compute stream
+        self._wait(side, launched)  # the side stream waits, the compute stream never does
+        memcpy, device, nbytes, kind, _ = self._copy
+        memcpy(host, device, nbytes, kind, side)
+        record(copied, side)
         self._queue.append((step, i))
 
     def _collect(self, wait_before: float) -> Snapshot | None:
         """The newest finished copy (waiting for those of steps before ``wait_before``); frees their buffers."""
-        newest = None
-        while self._queue:
-            step, i = self._queue[0]
-            event = self._copied[i]
-            if step < wait_before:
-                event.synchronize()
-            elif not event.done:
-                break  # the side stream is in order: later copies are not done either
-            self._queue.popleft()
+        newest, queue, buffers, query = None, self._queue, self._buffers, self._query
+        while queue:
+            step, i = queue[0]
+            if query(buffers[i][1]) != 0:  # not done (CuPy's Event.done, without the wrapper)
+                if step >= wait_before:
+                    break  # the side stream is in order: later copies are not done either
+                self._copied[i].synchronize()  # the copy's own event: the compute stream is never waited for
+            queue.popleft()
             newest = (step, i)
         return None if newest is None else Snapshot(newest[0], self._host[newest[1]].copy())
 
     def push(self, step: int) -> Snapshot | None:
         """Copy this step's block asynchronously; return the newest finished earlier snapshot."""
-        snapshot = self._collect(step - 1)  # frees this step's buffer (its copy is two steps old)
+        snapshot = self._collect(step - 1) if self._queue else None  # frees this step's buffer (two steps old)
         self._issue(step)
         return snapshot  # snapshots are cumulative: the newest supersedes older ones
 

@@ -1,0 +1,233 @@
+"""Host-only micro-benchmark of the monitor's per-step Python work, launches stubbed (no GPU needed).
+
+The monitor runs on NumPy arrays with the kernel backend forced (``_backend =
+"cuda"``) under Numba's CUDA simulator, so its prepared fast path
+(:class:`~kvcanary_numba.monitor.fastpath.FastPath`) records the real phases of
+the decode case (256 requests x 1 token, FULL pool, K and V: 10 launches per
+step). Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
+replaced by the host work a raw launch does before its driver call (the
+stream lookup), so the timings are the Python work *outside* the driver calls.
+``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
+against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
+which copies and can hold copies back, is for tests).
+
+Usage::
+
+    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P]
+
+Prints, for the prepared path and for graph replay (graphs stubbed too), the
+median / min µs per step of pre_forward + post_forward and of end_step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import types
+
+import numpy as np
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
+
+from kvcanary_numba import RealKvHashMode  # noqa: E402
+from kvcanary_numba.launch import _common  # noqa: E402
+from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
+from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
+from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
+
+__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
+
+
+class FakeRuntime:
+    """The CuPy runtime calls :class:`CudaReadback` makes; ``memcpyAsync`` copies host memory at once.
+
+    ``pending`` (if not None) keeps the copies queued instead, run by :meth:`finish`;
+    ``calls`` counts the calls by name; ``synchronized`` lists the events waited for.
+    """
+
+    memcpyDeviceToHost = 2
+
+    def __init__(self, *, deferred: bool = False):
+        self.calls: dict[str, int] = {}
+        self.pending: list | None = [] if deferred else None
+        self.done: set[int] = set()
+        self.synchronized: list[int] = []
+        self._next = 1000
+
+    def _count(self, name):
+        self.calls[name] = self.calls.get(name, 0) + 1
+
+    def handle(self) -> int:
+        self._next += 1
+        return self._next
+
+    def eventRecord(self, event, stream):
+        self._count("eventRecord")
+        self.done.discard(event)
+        if self.pending is None:
+            self.done.add(event)
+        else:
+            self.pending.append(("event", event))
+
+    def streamWaitEvent(self, stream, event, flags=0):
+        self._count("streamWaitEvent")
+
+    def memcpyAsync(self, dst, src, size, kind, stream):
+        import ctypes
+
+        self._count("memcpyAsync")
+        if self.pending is None:
+            ctypes.memmove(dst, src, size)
+        else:
+            self.pending.append(("copy", (dst, bytes((ctypes.c_char * size).from_address(src)), size)))
+
+    def finish(self, count: int | None = None) -> None:
+        """Run the first ``count`` queued operations (all by default), as the device would."""
+        import ctypes
+
+        todo = self.pending[: len(self.pending) if count is None else count]
+        del self.pending[: len(todo)]
+        for kind, what in todo:
+            if kind == "event":
+                self.done.add(what)
+            else:
+                dst, data, size = what
+                ctypes.memmove(dst, data, size)
+
+    def eventQuery(self, event) -> int:
+        self._count("eventQuery")
+        return 0 if event in self.done else 600  # cudaErrorNotReady
+
+    def eventSynchronize(self, event):
+        self._count("eventSynchronize")
+        self.synchronized.append(event)
+        if self.pending is not None:
+            while event not in self.done and self.pending:
+                self.finish(1)
+
+
+class NullRuntime:
+    """The same calls doing nothing (every event done): the readback's own Python, for timing.
+    The host buffers start as copies of the block (see :func:`fake_cuda_readback`) and are never written."""
+
+    memcpyDeviceToHost = 2
+    _next = 1000
+
+    def handle(self) -> int:
+        self._next += 1
+        return self._next
+
+    def eventRecord(self, event, stream):
+        pass
+
+    def streamWaitEvent(self, stream, event, flags=0):
+        pass
+
+    def memcpyAsync(self, dst, src, size, kind, stream):
+        pass
+
+    def eventQuery(self, event) -> int:
+        return 0
+
+    def eventSynchronize(self, event):
+        pass
+
+
+def fake_cuda_readback(block, runtime):
+    """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory)."""
+    compute = types.SimpleNamespace(ptr=7)
+
+    class Event:
+        def __init__(self, **_):
+            self.ptr = runtime.handle()
+
+        @property
+        def done(self):
+            return runtime.eventQuery(self.ptr) == 0
+
+        def synchronize(self):
+            runtime.eventSynchronize(self.ptr)
+
+    cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
+                                 Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
+    cupy = types.SimpleNamespace(cuda=cuda)
+    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
+    return readback_module.CudaReadback(block, modules=(cupy, pinned))
+
+
+def stub_launches():
+    """Replace PreparedLaunch.launch by a raw launch's host work without its driver call; returns a restorer."""
+    original = PreparedLaunch.launch
+
+    def launch(self, stream=None):
+        _common._current_stream_ptr() if stream is None else int(stream)
+
+    PreparedLaunch.launch = launch
+    return lambda: setattr(PreparedLaunch, "launch", original)
+
+
+def decode_monitor(*, requests: int = 256, prefix: int = 4096):
+    """The decode case's monitor on NumPy, fast path on, GPU readback faked; (workload, runtime)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(np, requests=requests, prefix=prefix, extend=1, mode=RealKvHashMode.PARTIAL)
+    w.fill(w.batch, w.length, w.extend)
+    m = w.monitor
+    m._backend = "cuda"  # the kernel glue on NumPy arrays (simulator), so the fast path records real phases
+    m.fast = FastPath(m, compile=False)
+    for lanes in m.status.plan_lanes:
+        lanes[0] = 1  # each plan "ran" (enable = 1): no overflow warning per step
+    runtime = NullRuntime()
+    m.readback = m.pump.readback = fake_cuda_readback(m.status, runtime)
+    return w, runtime
+
+
+def time_steps(m, batch, steps: int) -> dict:
+    """Median / min µs of pre_forward + post_forward and of end_step over ``steps`` steps."""
+    launch, end = [], []
+    clock = time.perf_counter
+    for i in range(steps + 5):
+        t0 = clock()
+        m.pre_forward(batch)
+        t1 = clock()
+        t2 = clock()
+        m.post_forward()
+        t3 = clock()
+        m.end_step()
+        t4 = clock()
+        if i >= 5:
+            launch.append((t1 - t0 + t3 - t2) * 1e6)
+            end.append((t4 - t3) * 1e6)
+    return {name: (statistics.median(v), min(v)) for name, v in (("pre+post", launch), ("end_step", end))}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--prefix", type=int, default=4096)
+    parser.add_argument("--requests", type=int, default=256)
+    args = parser.parse_args(argv)
+    w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
+    m = w.monitor
+    restore = stub_launches()
+    try:
+        results = {"prepared": time_steps(m, w.batch, args.steps)}
+        # Graph replay: two stand-in graphs whose launch does nothing (the replay path's Python only).
+        m.graph = types.SimpleNamespace(batch=w.batch, pre=lambda: None, post=lambda: None)
+        results["graph replay"] = time_steps(m, w.batch, args.steps)
+        m.graph = None
+    finally:
+        restore()
+    launches = sum(len(p.launches) for phases in m.fast._phases.values() for p in phases)
+    print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step (stubbed)")
+    for path, result in results.items():
+        for name, (median, low) in result.items():
+            print(f"  {path:<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""The monitor's per-step host path on a CPU: when the fast path rebinds, the GPU readback's calls
+(against a fake runtime), the status lanes, and the benchmark's host-split rows. No timing is asserted."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import types
+
+import numpy as np
+import pytest
+from helpers import raises_code
+from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
+
+from kvcanary_numba.launch import _common
+from kvcanary_numba.launch.prepared import PreparedLaunch
+from kvcanary_numba.monitor import StepBatch, fastpath
+from kvcanary_numba.monitor.fastpath import FastPath, PreparedPhase
+from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_step  # noqa: E402
+from benchmarks.host_step import FakeRuntime, decode_monitor, fake_cuda_readback  # noqa: E402
+
+on_simulator = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """A small decode monitor on the fast path, launches stubbed; counts of binds, recordings, array checks."""
+    monkeypatch.setattr(PreparedLaunch, "launch", lambda self, stream=None: None)
+    w, _ = decode_monitor(requests=3, prefix=4)
+    counts = {"bind": 0, "check_arrays": 0}
+
+    def counted(name, original):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(PreparedPhase, "bind", counted("bind", PreparedPhase.bind))
+    monkeypatch.setattr(StepBatch, "check_arrays", counted("check_arrays", StepBatch.check_arrays))
+    return w, counts
+
+
+def _step(w) -> None:
+    m = w.monitor
+    m.pre_forward(w.batch)
+    m.post_forward()
+    m.end_step()
+
+
+@pytest.mark.simulator
+@on_simulator
+def test_a_batch_refilled_in_place_is_bound_once(stubbed):
+    w, counts = stubbed
+    for _ in range(4):
+        w.fill(w.batch, w.length, w.extend)
+        _step(w)
+    fast = w.monitor.fast
+    assert fast.prepared == 1 and counts["bind"] == 2  # HEAD and TAIL, at the first step only
+    assert counts["check_arrays"] == 1  # the hooks' array checks, also memoized on the field objects
+
+
+@pytest.mark.simulator
+@on_simulator
+def test_a_new_array_is_checked_and_rebound(stubbed):
+    w, counts = stubbed
+    _step(w)
+    new = w.batch.positions.copy()
+    w.batch.positions = new
+    _step(w)
+    assert counts["check_arrays"] == 2 and counts["bind"] == 4
+    head, tail = w.monitor.fast._last.head, w.monitor.fast._last.tail
+    assert head._bound["positions"] is new and tail._bound["positions"] is new
+
+
+@pytest.mark.simulator
+@on_simulator
+def test_a_new_view_of_the_same_memory_is_checked_but_not_rebound(stubbed):
+    w, counts = stubbed
+    n = w.batch.positions.shape[0]
+    buffer = np.zeros(n + 1, dtype=np.int64)
+    w.batch.positions = buffer[:n]
+    _step(w)
+    binds = counts["bind"]
+    w.batch.positions = buffer[:n]  # the engine slices its buffer again: a new object, the same argument
+    _step(w)
+    assert counts["check_arrays"] == 2 and counts["bind"] == binds
+    w.batch.positions = buffer[1:]  # the same base, another pointer: rebound
+    _step(w)
+    assert counts["bind"] == binds + 2
+    assert w.monitor.fast._last.head._bound["positions"] is w.batch.positions
+
+
+@pytest.mark.simulator
+@on_simulator
+def test_an_in_place_shape_change_records_the_other_shape(stubbed):
+    w, _ = stubbed
+    fast = w.monitor.fast
+    _step(w)
+    table = w.batch.req_to_token
+    rows, cols = table.shape
+    table.shape = (cols, rows)  # the same object: only the shape check sees it
+    _step(w)
+    assert fast.prepared == 2
+    table.shape = (rows, cols)
+    _step(w)
+    assert fast.prepared == 2 and len(fast._phases) == 2  # the first shape's phases again
+
+
+@pytest.mark.simulator
+@on_simulator
+def test_a_failed_bind_forgets_the_bound_arrays_and_takes_the_validated_path(stubbed, monkeypatch):
+    w, _ = stubbed
+    m, fast = w.monitor, w.monitor.fast
+    _step(w)
+    calls = []
+    monkeypatch.setattr(fastpath, "_kind", lambda name, array: ("another kind",))
+    monkeypatch.setattr(m, "_launch_plan_head", lambda *args: calls.append("head"), raising=False)
+    monkeypatch.setattr(m, "_launch_post", lambda: calls.append("tail"), raising=False)
+    w.batch.positions = w.batch.positions.copy()
+    _step(w)
+    assert calls == ["head", "tail"] and fast._last is None and fast._step is None
+
+
+@pytest.mark.simulator
+@on_simulator
+@pytest.mark.parametrize("field, bad, code", BAD_FIELDS[:6], ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])])
+def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
+    w, _ = stubbed
+    m = w.monitor
+    _step(w)
+    good = getattr(w.batch, field)
+    setattr(w.batch, field, bad(good))
+    assert_rejected_without_change(m, lambda: m.pre_forward(w.batch), code)
+    setattr(w.batch, field, good)
+    _step(w)
+    assert m.fast.prepared == 1
+
+
+# --- the GPU readback against a fake runtime -----------------------------------------------------------
+
+
+def _readback(deferred: bool):
+    block = StatusBlock(np, 1)
+    runtime = FakeRuntime(deferred=deferred)
+    return block, runtime, fake_cuda_readback(block, runtime)
+
+
+def test_readback_in_step_returns_the_previous_step_and_never_waits():
+    block, runtime, rb = _readback(deferred=False)
+    got = []
+    for step in range(4):
+        block.words[0] = 10 + step
+        snap = rb.push(step)
+        got.append(None if snap is None else (snap.step, snap.write_index))
+    assert got == [None, (0, 10), (1, 11), (2, 12)]
+    assert runtime.synchronized == [] and "eventSynchronize" not in runtime.calls
+    # Per step: the compute-stream event, the side stream's wait, the copy, its event; one query from step 1.
+    assert runtime.calls == {"eventRecord": 8, "streamWaitEvent": 4, "memcpyAsync": 4, "eventQuery": 3}
+
+
+def test_readback_behind_waits_only_for_the_copy_two_steps_old():
+    block, runtime, rb = _readback(deferred=True)
+    block.words[0] = 5
+    assert rb.push(0) is None
+    block.words[0] = 6
+    assert rb.push(1) is None  # step 0's copy is not done: no wait
+    assert runtime.synchronized == []
+    block.words[0] = 7
+    snap = rb.push(2)  # buffer 0 is needed again: wait for step 0's copy, and only for it
+    assert (snap.step, snap.write_index) == (0, 5)
+    assert runtime.synchronized == [rb._buffers[0][1]]  # a copy event, never the compute stream's
+    runtime.finish()
+    snap = rb.push(3)
+    assert (snap.step, snap.write_index) == (2, 7) and len(runtime.synchronized) == 1
+    runtime.finish()
+    snap = rb.flush()
+    assert snap.step == 3
+
+
+@pytest.mark.parametrize("low", [0, 1, 7, 2**31 - 1, -1, -(2**31)])
+def test_status_lanes_read_the_low_half_of_their_word(low):
+    words = np.zeros(StatusBlock(np, 2).words.shape, dtype=np.int64)
+    lanes = words.view(np.int32)
+    lanes[0], lanes[1] = low, -5  # the high half of word 0 must not leak into the write index
+    lanes[2 * 27], lanes[2 * 27 + 1] = low, 123456  # group 1's enable lane
+    snap = Snapshot(0, words)
+    assert snap.write_index == low == int(words[0:1].view(np.int32)[0])
+    assert snap.plan_enable(1) == low and snap.plan_enable(0) == 0
+
+
+# --- the benchmark's host-split rows, on the fakes ------------------------------------------------------
+
+
+class _Run:
+    iters = 3
+
+    def __init__(self):
+        self.records = []
+
+    def add(self, record):
+        self.records.append(record)
+
+
+class _FakeGraph:
+    def __init__(self, batch):
+        self.batch = batch
+        self.head = types.SimpleNamespace(launch=lambda: None)
+        self.tail = types.SimpleNamespace(launch=lambda: None)
+
+    def pre(self):
+        self.head.launch()
+
+    def post(self):
+        self.tail.launch()
+
+
+@pytest.mark.simulator
+@on_simulator
+@pytest.mark.parametrize("graph", [False, True], ids=["prepared", "graph replay"])
+def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph):
+    w, _ = stubbed
+    monkeypatch.setattr(bench_step, "synchronize", lambda: None)
+    monkeypatch.setattr(bench_step, "_spin", lambda us: None)
+    _step(w)
+    m, run = w.monitor, _Run()
+    saved = dict(vars(m.readback))
+    if graph:
+        m.graph = _FakeGraph(w.batch)
+    launch = PreparedLaunch.launch
+    bench_step._host_split(run, w, "decode")
+    rows = {r["variant"].split(", ")[1]: r for r in run.records}
+    assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
+                         "end_step: everything else"}  # fmt: skip
+    assert rows["pre+post: launch calls"]["launches"] == (2 if graph else 10)
+    assert rows["end_step: runtime calls"]["launches"] == 5
+    assert all(r["iters"] == 3 for r in run.records)
+    # Everything the split wrapped is back as it was.
+    assert PreparedLaunch.launch is launch and vars(m.readback) == saved
+    if graph:
+        assert isinstance(m.graph.head, types.SimpleNamespace)
+    with raises_code("KVC-M005"):
+        m.post_forward()  # the monitor is idle again: the split ran whole steps
+
+
+# --- GPU: CuPy views and the raw readback calls ---------------------------------------------------------
+
+
+def _gpu_steps(resliced: bool, monkeypatch) -> tuple[dict, int]:
+    """Decode steps of a small pool on the GPU; ``resliced``: positions is a new view of one buffer every step.
+    Returns host copies of the canary state and the number of phase binds after the first decode step."""
+    import cupy
+
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(cupy, requests=4, prefix=40, max_steps=5, bytes_per_token=32)
+    m, n = w.monitor, w.batch.positions.shape[0]
+    w.prefill()
+    buffer = cupy.zeros(n + 3, dtype=np.int64)
+    binds = []
+    original = PreparedPhase.bind
+    monkeypatch.setattr(PreparedPhase, "bind", lambda self, roles: binds.append(1) or original(self, roles))
+    for i in range(5):
+        if resliced:
+            w.batch.positions = buffer[:n]
+        if i == 1:
+            binds.clear()
+        w.step()
+    m.flush()
+    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = m.status.words.get()
+    return out, len(binds)
+
+
+@pytest.mark.gpu
+def test_gpu_a_resliced_cupy_view_is_not_rebound_and_gives_the_same_records(monkeypatch):
+    plain, _ = _gpu_steps(False, monkeypatch)
+    resliced, binds = _gpu_steps(True, monkeypatch)
+    assert binds == 0  # the same base and layout every step: the phases stay bound
+    assert int(plain["status"][0] & 0xFFFFFFFF) == 0  # no violation rows
+    for name, array in plain.items():
+        np.testing.assert_array_equal(resliced[name], array, err_msg=name)
+
+
+def test_bound_arrays_without_a_shape_are_never_reused():
+    from kvcanary_numba.monitor.bound import BoundArrays
+
+    table = np.zeros((2, 3), dtype=np.int32)
+    shapeless = types.SimpleNamespace()  # what a DLPack-only object may look like to the memo
+    assert BoundArrays((table, None), "head", "tail").holds((table, None))
+    assert not BoundArrays((table, shapeless), "head", "tail").holds((table, shapeless))
+    assert not BoundArrays((table,), "head", "tail").holds((table, None))  # another number of arrays
