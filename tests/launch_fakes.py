@@ -41,14 +41,19 @@ class FakeCompiled:
 
 
 class FakeLibcuda:
-    """libcuda's ``cuLaunchKernel``: decodes the ``kernelParams`` it is given with ``slot_types``."""
+    """libcuda's ``cuLaunchKernel``: checks its pointer arguments are ``c_void_p`` objects and
+    decodes the ``kernelParams`` it is given with ``slot_types``."""
 
     def __init__(self, log: list):
         self.log, self.slot_types = log, {}
 
     def __call__(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        # No argtypes on the real function: pointers must come as c_void_p (an int would be truncated).
+        if not all(isinstance(p, ctypes.c_void_p) for p in (func, stream, params)):
+            raise TypeError(f"pointer arguments must be c_void_p: {func!r}, {stream!r}, {params!r}")
+        func, stream = func.value, stream.value or 0
         types = self.slot_types[func]
-        pointers = (ctypes.c_void_p * len(types)).from_address(params)
+        pointers = (ctypes.c_void_p * len(types)).from_address(params.value)
         values = [t.from_address(p).value or 0 for t, p in zip(types, pointers)]
         self.log.append(("raw", func, gx, bx, stream, values))
         return 0

@@ -3,6 +3,7 @@ its fallback, and the choice of the ``cuLaunchKernel`` route (``_driver``), with
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import subprocess
@@ -78,10 +79,10 @@ def test_a_packing_mismatch_falls_back_with_its_reason(gpu):
     assert not prepared.raw and prepared.fallback_reason == "AbiMismatch: parameter 3 is 4 bytes, packed 8"
 
 
-def test_a_raw_launch_passes_ints_to_libcuda(gpu):
+def test_a_raw_launch_passes_pointer_objects_to_libcuda(gpu):
     args = args_for(0x10000)
     prepared = PreparedLaunch(KERNEL_A, SIG, 4, 128, args)
-    assert prepared.raw and isinstance(prepared._func, int) and prepared.packed[1] == -5
+    assert prepared.raw and isinstance(prepared._func, ctypes.c_void_p) and prepared.packed[1] == -5
     prepared.launch(stream=0x77)
     assert gpu.log == [("raw", int(gpu.handle(KERNEL_A, SIG)), 4, 128, 0x77, expected_values(args))]
 
@@ -111,8 +112,11 @@ def test_the_route_is_chosen_once_and_sets_the_launch_call():
     calls = []
     assert driver.select(FakeHandle(3), "auto", load=lambda: lambda *a: calls.append(a) or 0) == "ctypes"
     assert driver.select(object(), "bindings") == "ctypes"  # chosen once, for every launch
-    driver.launch(driver.func_arg(FakeHandle(3)), 2, 64, 9, 0x5000)
-    assert calls == [(3, 2, 1, 1, 64, 1, 1, 0, 9, 0x5000, None)]
+    driver.launch(driver.func_arg(FakeHandle(3)), 2, 64, 9, driver.params_arg(0x5000))
+    driver.launch(driver.func_arg(FakeHandle(3)), 2, 64, 9, driver.params_arg(0x5000))
+    (func, *shape, stream, params, extra), again = calls
+    assert (func.value, shape, stream.value, params.value, extra) == (3, [2, 1, 1, 64, 1, 1, 0], 9, 0x5000, None)
+    assert again[8] is stream  # one stream object per handle, built once
     with pytest.raises(RuntimeError, match="LAUNCH_ROUTE must be"):
         _driver.choose_route("fast", lambda: None, FakeHandle(3))
 
@@ -121,11 +125,12 @@ def test_a_failed_ctypes_launch_raises_with_the_error_code():
     driver = _driver._Driver()
     driver.select(FakeHandle(3), "ctypes", load=lambda: lambda *a: 1)  # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(RuntimeError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
-        driver.launch(3, 1, 32, 0, 0x5000)
+        driver.launch(driver.func_arg(FakeHandle(3)), 1, 32, 0, driver.params_arg(0x5000))
 
 
 def test_the_bindings_route_when_chosen():
     driver = _driver._Driver()
     assert driver.select(FakeHandle(3), "bindings") == "bindings"
     handle = FakeHandle(3)
-    assert driver.func_arg(handle) is handle and driver.launch == driver._launch_bindings
+    assert driver.func_arg(handle) is handle and driver.params_arg(0x5000) == 0x5000
+    assert driver.launch == driver._launch_bindings

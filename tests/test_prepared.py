@@ -294,3 +294,29 @@ def test_gpu_every_declared_signature_gets_a_raw_launch():
                     fallbacks.append((name, signature, launch.fallback_reason))
     assert count > 20 and fallbacks == []
     assert _driver.driver.route == ("ctypes" if _driver.LAUNCH_ROUTE != "bindings" else "bindings")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("route", ["bindings", "ctypes"])
+def test_gpu_each_driver_route_launches_the_recorded_kernel(monkeypatch, route):
+    import cupy
+
+    from kvcanary_numba.launch import _driver
+    from kvcanary_numba.launch import prepared as prepared_module
+
+    slots = [1, 5, 63, 0, 64, 7]
+    want = np.zeros(len(slots), dtype=np.int64)
+    compute_real_kv_hash(real_kv_sources=_sources(), real_kv_hash_mode=RealKvHashMode.ALL,
+                         slot_indices=np.asarray(slots, dtype=np.int64), out=want, backend="numpy")  # fmt: skip
+    sources, device_slots, out = _fingerprint_inputs(cupy, slots)
+    with recording() as rec:
+        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL,
+                             slot_indices=device_slots, out=out, backend="cuda")  # fmt: skip
+    (record,) = rec.launches
+    drv = _driver._Driver()
+    drv.select(_common.function_handle(record.kernel, record.signature), route)
+    monkeypatch.setattr(prepared_module, "_driver", drv)
+    launch = PreparedLaunch.from_spec(record)
+    assert launch.raw and drv.route == route, launch.fallback_reason
+    launch.launch(int(cupy.cuda.get_current_stream().ptr))
+    np.testing.assert_array_equal(out.get(), want)

@@ -3,16 +3,26 @@
 Routes (one process-wide choice, made at the first raw launch prepared):
 
 ``"ctypes"``
-    libcuda's ``cuLaunchKernel`` called through ctypes with plain ints (kernel
-    handle, stream handle, ``kernelParams`` address): no argument objects built per call.
+    libcuda's ``cuLaunchKernel`` called through ctypes with pre-built pointer
+    objects (kernel handle and ``kernelParams`` address built once per packed
+    launch, one ``c_void_p`` per stream handle) and the launch shape as Python
+    ints; the function has no ``argtypes``, so ctypes converts nothing per call
+    (pointer arguments must be ``c_void_p`` objects: a Python int would be
+    passed as a 32-bit C int).
 ``"bindings"``
     cuda-bindings' ``cuLaunchKernel`` (a handle object, a cached ``CUstream`` per stream).
 
 :data:`LAUNCH_ROUTE` is the single switch (default from the environment variable
-``KVCANARY_LAUNCH_ROUTE``, else ``"auto"``): ``"auto"`` takes ctypes when libcuda
-loads and the kernel handle converts to an int, else bindings; ``"ctypes"`` /
-``"bindings"`` force one (a forced ctypes route that cannot load falls back to
-bindings with a warning). It is read once, at the first raw launch prepared.
+``KVCANARY_LAUNCH_ROUTE``, else ``"bindings"``): ``"auto"`` takes ctypes when
+libcuda loads and the kernel handle converts to an int, else bindings;
+``"ctypes"`` / ``"bindings"`` force one (a forced ctypes route that cannot load
+falls back to bindings with a warning). It is read once, at the first raw launch
+prepared. Why bindings by default: on the H200 host (session 6 run 1,
+``benchmarks/results/session6/run1-launch-cost.json``) one cuda-bindings call
+cost 3.90 us against 4.95 us for ctypes with ``argtypes`` and plain ints; the
+ctypes route here drops that per-call conversion (about 1 us of the difference
+on a CPU stub) but has not been measured there yet
+(``benchmarks/results/probes/launch_route_cost.py`` measures both).
 The driver is the same either way: cuda-bindings loads the same
 ``libcuda.so.1`` into the process, and both calls use the calling thread's
 current context.
@@ -28,7 +38,7 @@ from typing import Any, Callable
 __all__ = ["AbiMismatch", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
-LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "auto")
+LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
@@ -38,14 +48,12 @@ class AbiMismatch(RuntimeError):
 
 
 def load_libcuda_launch() -> Callable | None:
-    """libcuda's ``cuLaunchKernel`` as a typed ctypes function, or None when it does not load."""
+    """libcuda's ``cuLaunchKernel`` as a ctypes function (int result, no ``argtypes``), or None
+    when it does not load."""
     try:
         fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
     except (OSError, AttributeError):
         return None
-    uint = ctypes.c_uint
-    fn.argtypes = [ctypes.c_void_p, uint, uint, uint, uint, uint, uint, uint, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p]  # fmt: skip
     fn.restype = ctypes.c_int
     return fn
 
@@ -96,14 +104,23 @@ class _Driver:
 
     def func_arg(self, handle: Any):
         """What :meth:`launch` takes for kernel ``handle`` on the chosen route."""
-        return int(handle) if self.route == "ctypes" else handle
+        return ctypes.c_void_p(int(handle)) if self.route == "ctypes" else handle
 
-    def launch(self, func, grid: int, block: int, stream: int, params: int) -> None:
-        """Launch ``func`` (:meth:`func_arg`) with ``params`` (``kernelParams`` address) on ``stream``."""
+    def params_arg(self, address: int):
+        """What :meth:`launch` takes for the ``kernelParams`` array at ``address``."""
+        return ctypes.c_void_p(address) if self.route == "ctypes" else address
+
+    def launch(self, func, grid: int, block: int, stream: int, params) -> None:
+        """Launch ``func`` (:meth:`func_arg`) with ``params`` (:meth:`params_arg`) on stream handle
+        ``stream`` (an int)."""
         raise RuntimeError("no launch route chosen: prepare a launch first")  # replaced by select()
 
-    def _launch_ctypes(self, func: int, grid: int, block: int, stream: int, params: int) -> None:
-        err = self._fn(func, grid, 1, 1, block, 1, 1, 0, stream, params, None)
+    def _launch_ctypes(self, func, grid: int, block: int, stream: int, params) -> None:
+        handle = self._streams.get(stream)
+        if handle is None:
+            handle = self._streams[stream] = ctypes.c_void_p(stream)
+        # grid and block go as C ints (no argtypes): the driver reads unsigned ints, same registers.
+        err = self._fn(func, grid, 1, 1, block, 1, 1, 0, handle, params, None)
         if err:
             raise RuntimeError(f"cuLaunchKernel failed: {self._name(err)} (grid {grid}, block {block})")
 

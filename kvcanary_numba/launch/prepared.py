@@ -128,7 +128,8 @@ class PreparedLaunch:
         (pointer, shape, strides, dtype), a scalar's or tuple's value.
     handle : object or None
         The kernel's driver handle (``CUkernel``; :func:`._compile.function_handle`).
-        ``_func`` is what the chosen driver route takes for it (an int on ctypes).
+        ``_func`` and ``_params`` are what the chosen driver route takes for it and for
+        the parameter array (``c_void_p`` objects on ctypes, handle and int on bindings).
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
@@ -157,9 +158,9 @@ class PreparedLaunch:
             return
         self.packed = [_packed(a, v) for a, v in zip(self._arrays, self.args)]
         self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
-        self._params = ctypes.addressof(self._pointers)
         _driver.select(self.handle)
         self._func = _driver.func_arg(self.handle)
+        self._params = _driver.params_arg(ctypes.addressof(self._pointers))
         self.raw = True
 
     @classmethod
