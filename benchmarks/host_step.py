@@ -36,7 +36,7 @@ from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
 from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
-from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
+from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, CapturedStep, FastPath  # noqa: E402
 
 __all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
 
@@ -216,8 +216,12 @@ def main(argv=None) -> None:
     restore = stub_launches()
     try:
         results = {"prepared": time_steps(m, w.batch, args.steps)}
-        # Graph replay: two stand-in graphs whose launch does nothing (the replay path's Python only).
-        m.graph = types.SimpleNamespace(batch=w.batch, pre=lambda: None, post=lambda: None)
+        # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
+        # does nothing (the replay path's Python only).
+        graph = CapturedStep.__new__(CapturedStep)
+        graph.batch, graph._captured, graph.replays = w.batch, _ROLE_FIELDS(w.batch), 0
+        graph.head = graph.tail = types.SimpleNamespace(launch=lambda: None)
+        m.graph = graph
         results["graph replay"] = time_steps(m, w.batch, args.steps)
         m.graph = None
     finally:

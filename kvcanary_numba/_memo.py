@@ -193,7 +193,9 @@ def snapshot(values: tuple) -> tuple[tuple, bool]:
 
 class Entry:
     """What a memo remembers of a call that passed: its backend, how often the snapshot came back
-    and, on a GPU, the call's launches packed for replay (see :func:`._kernel_launch.run_launches`)."""
+    and, on a GPU, the call's launches packed for replay (a tuple of PreparedLaunch) with
+    ``where`` they are valid: (stream, device, glue launch state); see
+    :func:`.launch._kernel_launch.run_launches`."""
 
     __slots__ = ("kind", "hits", "launches", "where")
 

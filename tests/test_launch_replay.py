@@ -1,103 +1,116 @@
-"""Replay of repeated public CUDA calls (``_kernel_launch.run_launches``), on the CPU with a fake
-driver and fake packed launches: when the glue runs, when it is packed, when it is replayed."""
+"""Eager launches and replay of repeated public CUDA calls (``_kernel_launch``), on the CPU with a
+fake driver that decodes the parameter buffer of every raw launch: what runs, what is packed, what
+is replayed, and that nothing stale is launched."""
 
 from __future__ import annotations
 
 import pytest
+from launch_fakes import KERNEL_A, KERNEL_B, SIG, args_for, expected_values, gpu  # noqa: F401
 
 from kvcanary_numba._memo import Entry
-from kvcanary_numba.launch import _kernel_launch, prepared
+from kvcanary_numba.launch import _common, _kernel_launch
 from kvcanary_numba.launch.recording import recording
 
 
-class FakePacked:
-    """Stands in for a PreparedLaunch: packs nothing, records its launches."""
-
-    def __init__(self, kernel, signature, grid, block, args, raw=True):
-        self.kernel, self.grid, self.block, self.raw = kernel, grid, block, raw
-        self._func, self._params, self.args = f"func:{kernel}", f"params:{kernel}:{args}", list(args)
-
-    def launch(self, stream=None):
-        launched.append(("packed", self.kernel, _kernel_launch._current_stream_ptr()))
-
-
-launched: list = []
-
-
-@pytest.fixture
-def gpu(monkeypatch):
-    """The launch layer as on a GPU (device 0), with the fakes above."""
-    launched.clear()
-    monkeypatch.setattr(_kernel_launch, "ON_SIMULATOR", False)
-    monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 0)
-    monkeypatch.setattr(prepared, "PreparedLaunch", FakePacked)
-    monkeypatch.setattr(prepared._driver, "launch", lambda func, grid, block, stream, params: launched.append(
-        ("replay", func, stream, params)))
-    return monkeypatch
-
-
-def glue(args=(1,)):
-    """A launch-glue function making two launches, counting its runs."""
+def glue(runs: list, ptr: int = 0x10000, scalar: int = -5):
+    """A launch-glue function making two launches (kernels A and B) on arrays at ``ptr``."""
 
     def run(**kwargs):
-        glue.runs += 1
-        for kernel in ("a", "b"):
-            if getattr(_kernel_launch._collecting, "sink", None) is None:
-                launched.append(("glue", kernel, _kernel_launch._current_stream_ptr()))
-            else:
-                _kernel_launch.launch(kernel, "sig", 1, 32, args)
+        runs.append(kwargs)
+        _common.launch(KERNEL_A, SIG, 1, 32, args_for(ptr, scalar=scalar))
+        _common.launch(KERNEL_B, SIG, 3, 64, args_for(ptr + 0x8000, scalar=scalar))
 
     return run
 
 
-glue.runs = 0
+def raw_launches(gpu) -> list:
+    return [(grid, block, stream, values) for kind, _, grid, block, stream, values in gpu.log if kind == "raw"]
+
+
+def test_eager_launches_refill_one_packed_launch_per_kernel_with_every_argument(gpu):
+    for ptr, scalar, grid in ((0x10000, -5, 1), (0x10000, 9, 2), (0x20000, 9, 7)):  # same arrays, then new ones
+        args = args_for(ptr, scalar=scalar)
+        _common.launch(KERNEL_A, SIG, grid, 32, args)
+        assert raw_launches(gpu)[-1] == (grid, 32, 0, expected_values(args))
+    cached = list(_kernel_launch._eager.by_kernel.values())
+    assert len(cached) == 1 and cached[0].raw and cached[0].args == []  # no array kept alive
 
 
 def test_first_run_then_pack_then_replay(gpu):
-    entry, run = Entry("cuda"), glue()
-    glue.runs = 0
+    entry, runs = Entry("cuda"), []
+    run = glue(runs)
+    want = [(1, 32, 7, expected_values(args_for(0x10000))), (3, 64, 7, expected_values(args_for(0x18000)))]
     _kernel_launch.run_launches(entry, run, {}, 7)  # first sight: the glue, on the call's stream
-    assert launched == [("glue", "a", 7), ("glue", "b", 7)] and entry.launches is None
-    launched.clear()
+    assert raw_launches(gpu) == want and entry.launches is None
+    gpu.log.clear()
     entry.hits = 1
     _kernel_launch.run_launches(entry, run, {}, 7)  # the snapshot came back: packed while launched
-    assert launched == [("packed", "a", 7), ("packed", "b", 7)] and len(entry.launches) == 2
+    assert raw_launches(gpu) == want and len(entry.launches) == 2
     assert all(p.args == [] for p in entry.launches)  # packed launches keep no argument alive
-    launched.clear()
+    gpu.log.clear()
     _kernel_launch.run_launches(entry, run, {}, 7)  # then: replayed, the glue does not run
-    assert launched == [("replay", "func:a", 7, "params:a:(1,)"), ("replay", "func:b", 7, "params:b:(1,)")]
-    assert glue.runs == 2
+    assert raw_launches(gpu) == want and len(runs) == 2
 
 
-def test_another_stream_or_device_runs_the_glue_again(gpu):
-    entry, run = Entry("cuda"), glue()
+def test_another_stream_device_or_shared_chain_packs_again(gpu):
+    from kvcanary_numba.launch import chain
+
+    entry, runs = Entry("cuda"), []
     entry.hits = 1
-    _kernel_launch.run_launches(entry, run, {}, 7)
-    launched.clear()
-    _kernel_launch.run_launches(entry, run, {}, 9)  # another stream: packed again for it
-    assert [item[0] for item in launched] == ["packed", "packed"] and entry.where == (9, 0)
-    gpu.setattr(_kernel_launch, "_current_device", lambda: 1)
-    launched.clear()
-    _kernel_launch.run_launches(entry, run, {}, 9)  # another current device: function handles differ
-    assert [item[0] for item in launched] == ["packed", "packed"] and entry.where == (9, 1)
+    _kernel_launch.run_launches(entry, glue(runs), {}, 7)
+    _kernel_launch.run_launches(entry, glue(runs), {}, 9)  # another stream: packed again for it
+    assert len(runs) == 2 and entry.where[:2] == (9, 0)
+    gpu.monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 1)
+    _kernel_launch.run_launches(entry, glue(runs), {}, 9)  # another device: function handles differ
+    assert len(runs) == 3 and entry.where[:2] == (9, 1)
+    _kernel_launch.run_launches(entry, glue(runs), {}, 9)
+    assert len(runs) == 3  # replayed
+    import numpy as np
+
+    shared = chain.SharedChain(np, tokens=4, requests=2)
+    with chain.sharing(shared, publish=True):  # the write glue reads it: not the same launches
+        _kernel_launch.run_launches(entry, glue(runs), {}, 9)
+    assert len(runs) == 4 and entry.where[2][0] == "PUBLISH"
 
 
 def test_a_launch_that_cannot_be_packed_is_never_replayed(gpu):
-    gpu.setattr(prepared, "PreparedLaunch", lambda *a: FakePacked(*a, raw=False))
-    gpu.setattr(_kernel_launch, "_raw_launches", type("T", (), {"by_kernel": {}})())
-    entry = Entry("cuda")
+    gpu.monkeypatch.setattr(_common, "function_handle", lambda kernel, signature: None)
+    entry, runs = Entry("cuda"), []
     entry.hits = 1
-    with pytest.raises(Exception):  # noqa: B017 - the fallback tries Numba's launch of the fake kernel
-        _kernel_launch.run_launches(entry, glue(), {}, 7)
-    assert entry.launches is None
+    for _ in range(2):
+        _kernel_launch.run_launches(entry, glue(runs), {}, 7)
+    assert entry.launches is None and len(runs) == 2
+    assert [kind for kind, *_ in gpu.log] == ["numba"] * 4  # Numba's launch, every time
 
 
 def test_no_replay_while_recording(gpu):
-    entry, run = Entry("cuda"), glue()
+    entry, runs = Entry("cuda"), []
+    entry.hits = 1
+    _kernel_launch.run_launches(entry, glue(runs), {}, 7)
+    assert entry.launches is not None
+    gpu.log.clear()
+    with recording() as rec:  # the monitor records its phases through the public calls
+        _kernel_launch.run_launches(entry, glue(runs), {}, 7)
+    assert gpu.log == [] and [s.kernel for s in rec.launches] == [KERNEL_A, KERNEL_B] and len(runs) == 2
+
+
+def test_verified_replays_catch_what_the_snapshot_missed(gpu):
+    # A glue reading state that is neither in the call's snapshot nor in LAUNCH_STATE: the pointer
+    # it launches on moves while the snapshot stays the same. Verified replays refuse to launch.
+    state = {"ptr": 0x10000}
+    runs: list = []
+
+    def run(**kwargs):
+        runs.append(kwargs)
+        _common.launch(KERNEL_A, SIG, 1, 32, args_for(state["ptr"]))
+
+    entry = Entry("cuda")
     entry.hits = 1
     _kernel_launch.run_launches(entry, run, {}, 7)
-    assert entry.launches is not None
-    launched.clear()
-    with recording() as rec:  # the monitor records its phases through the public calls
+    gpu.monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", True)
+    _kernel_launch.run_launches(entry, run, {}, 7)  # unchanged: verified, then replayed
+    assert len(raw_launches(gpu)) == 2 and len(runs) == 2
+    state["ptr"] = 0x30000
+    with pytest.raises(_kernel_launch.StaleLaunch, match=r"argument 0: \(196608"):
         _kernel_launch.run_launches(entry, run, {}, 7)
-    assert [item[0] for item in launched] == ["glue", "glue"] and rec.launches == []
+    assert len(raw_launches(gpu)) == 2  # nothing launched

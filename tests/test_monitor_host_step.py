@@ -214,6 +214,9 @@ class _FakeGraph:
         self.head = types.SimpleNamespace(launch=lambda: None)
         self.tail = types.SimpleNamespace(launch=lambda: None)
 
+    def matches(self, batch):
+        return batch is self.batch
+
     def pre(self):
         self.head.launch()
 

@@ -18,12 +18,14 @@ import sys
 
 import numpy as np
 import pytest
+from launch_fakes import KERNEL_A, KERNEL_B, SIG, args_for, expected_values, gpu  # noqa: F401
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fingerprint import compute_real_kv_hash
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch, pack_arguments
 from kvcanary_numba.launch.recording import Origin, recording
+from kvcanary_numba.launch.spec import LaunchSpec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIMULATED = _common.ON_SIMULATOR
@@ -97,22 +99,32 @@ def test_array_slots_follow_numbas_abi():
     assert values[19:] == [11, 12]
 
 
-def test_refill_repacks_what_changed_as_a_fresh_pack_would():
-    # The ordinary launch path refills one raw launch per kernel; its packing logic needs no GPU.
-    from numba.core import types
+def test_refill_repacks_every_argument_as_a_fresh_pack_would(gpu):
+    # The eager path refills one packed launch per kernel; its packing logic needs no GPU.
+    launch = PreparedLaunch.from_spec(LaunchSpec(KERNEL_A, SIG, 1, 32, args_for(0x2000)))
+    for args in (args_for(0x2000, scalar=9), args_for(0x4000, n=3, scalar=9), args_for(0x4000, n=3)):
+        launch.refill(LaunchSpec(KERNEL_A, SIG, 3, 64, args))
+        assert [s.value or 0 for s in launch._slots] == expected_values(args)
+        assert (launch.grid, launch.block) == (3, 64) and launch.args == list(args)
+        assert launch.packed == [_common.array_layout(args[0]), args[1], _common.array_layout(args[2]), args[3]]
 
-    sig = [types.Array(types.int64, 2, "C"), types.int32, types.Array(types.int64, 1, "C"),
-           types.UniTuple(types.int64, 2)]  # fmt: skip
-    first = [CaiArray((4, 3), "<i8", 0x2000), -5, CaiArray((7,), "<i8", 0x3000), (11, 12)]
-    launch = PreparedLaunch.__new__(PreparedLaunch)
-    launch.raw, launch._layouts, launch.args, launch._types = True, {}, list(first), sig
-    launch._slots, launch._starts = pack_arguments(sig, first)
-    for args in ([CaiArray((4, 3), "<i8", 0x2000), 9, CaiArray((5,), "<i8", 0x9000), (13, -1)],  # same 2-D array
-                 [CaiArray((2, 3), "<i8", 0x4000, strides=(48, 8)), 9, CaiArray((5,), "<i8", 0x9000), (13, -1)]):
-        launch.refill(grid=3, block=64, args=args)
-        fresh, _ = pack_arguments(sig, args)
-        assert [s.value for s in launch._slots] == [s.value for s in fresh]
-        assert (launch.grid, launch.block) == (3, 64) and launch.args == args
+
+def test_stale_arguments_name_what_a_spec_would_launch_differently(gpu):
+    launch = PreparedLaunch.from_spec(LaunchSpec(KERNEL_A, SIG, 1, 32, args_for(0x2000)))
+    launch.release()
+    assert launch.args == [] and launch.stale_arguments(LaunchSpec(KERNEL_A, SIG, 1, 32, args_for(0x2000))) == []
+    stale = launch.stale_arguments(LaunchSpec(KERNEL_A, SIG, 2, 32, args_for(0x2000, n=4, scalar=3)))
+    assert stale[0] == "grid 2 instead of 1" and stale[1].startswith("argument 0: (8192, (4,)")
+    assert stale[2] == "argument 1: 3 instead of -5" and len(stale) == 3
+    assert launch.stale_arguments(LaunchSpec(KERNEL_B, SIG, 1, 32, args_for(0x2000))) != []
+
+
+def test_a_spec_is_immutable_and_names_its_per_call_arguments():
+    spec = LaunchSpec(KERNEL_A, SIG, 1, 32, (1, 2, 3), (None, Origin(1, "kernel_array"),
+                                                      Origin(2, "kernel_array", persistent=True)))  # fmt: skip
+    with pytest.raises(AttributeError):
+        spec.grid = 2
+    assert spec.transient_arguments() == [1] and LaunchSpec(KERNEL_A, SIG, 1, 32, ()).transient_arguments() == []
 
 
 def test_layouts_of_views_are_computed_without_building_them():
@@ -167,8 +179,9 @@ def test_recording_launches_nothing_and_restores_the_glue():
     (launch,) = rec.launches
     assert launch.signature.startswith("void(int64[::1], int64[::1]")
     assert launch.origins[0].source is slots and launch.origins[0].builder == "kernel_array"
-    assert launch.origins[1].source is out
+    assert launch.origins[1].source is out and not launch.origins[1].persistent  # per call
     assert launch.origins[3].source is sources[0].tensor and launch.origins[3].builder == "byte_span"
+    assert launch.origins[3].persistent  # a KV source: long-lived
     with pytest.raises(ZeroDivisionError), recording():
         1 / 0  # noqa: B018
     assert _common.launch is originals["launch"]
@@ -236,7 +249,7 @@ def test_gpu_ordinary_launches_refill_one_raw_launch_per_kernel():
             compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=device_slots,
                                  out=got, backend="cuda")  # fmt: skip
             np.testing.assert_array_equal(got.get(), want, err_msg=f"{mode.name} {len(slots)} slots")
-    cached = [p for p in _kernel_launch._raw_launches.by_kernel.values()
+    cached = [p for p in _kernel_launch._eager.by_kernel.values()
               if p.kernel.py_func.__name__ == "fingerprint_src1"]  # fmt: skip
     assert len(cached) == 1 and cached[0].raw, [p.fallback_reason for p in cached]
 
@@ -255,3 +268,55 @@ def test_gpu_views_carry_the_layout_their_interface_describes():
         assert (ptr, shape, dtype.str) == (cai["data"][0], tuple(cai["shape"]), cai["typestr"])
         assert strides == (tuple(cai["strides"]) if cai["strides"] else np.empty(shape, dtype).strides)
     assert _common.array_layout(views[3])[2] == (96, 1)
+
+
+@pytest.mark.gpu
+def test_gpu_every_declared_signature_gets_a_raw_launch():
+    # Handle, packing and the driver's parameter sizes agree for every kernel variant the package
+    # declares: none takes Numba's launch (built, not launched: the arrays are dummies).
+    import importlib
+
+    import cupy
+
+    from kvcanary_numba.launch import _driver
+
+    fallbacks, count = [], 0
+    for path in sorted((ROOT / "kvcanary_numba" / "kernels").glob("*.py")):
+        module = importlib.import_module(f"kvcanary_numba.kernels.{path.stem}")
+        for name, signatures in getattr(module, "SIGNATURES", {}).items():
+            for signature in signatures:
+                args = [_common.kernel_array(cupy.zeros((2,) * t.ndim, dtype=str(t.dtype))) if hasattr(t, "ndim")
+                        else (tuple([0] * len(t)) if hasattr(t, "__len__") else 0)
+                        for t in _common._declared_types(signature)]  # fmt: skip
+                launch = PreparedLaunch(module.KERNELS[name], signature, 1, 32, args)
+                count += 1
+                if not launch.raw:
+                    fallbacks.append((name, signature, launch.fallback_reason))
+    assert count > 20 and fallbacks == []
+    assert _driver.driver.route == ("ctypes" if _driver.LAUNCH_ROUTE != "bindings" else "bindings")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("route", ["bindings", "ctypes"])
+def test_gpu_each_driver_route_launches_the_recorded_kernel(monkeypatch, route):
+    import cupy
+
+    from kvcanary_numba.launch import _driver
+    from kvcanary_numba.launch import prepared as prepared_module
+
+    slots = [1, 5, 63, 0, 64, 7]
+    want = np.zeros(len(slots), dtype=np.int64)
+    compute_real_kv_hash(real_kv_sources=_sources(), real_kv_hash_mode=RealKvHashMode.ALL,
+                         slot_indices=np.asarray(slots, dtype=np.int64), out=want, backend="numpy")  # fmt: skip
+    sources, device_slots, out = _fingerprint_inputs(cupy, slots)
+    with recording() as rec:
+        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL,
+                             slot_indices=device_slots, out=out, backend="cuda")  # fmt: skip
+    (record,) = rec.launches
+    drv = _driver._Driver()
+    drv.select(_common.function_handle(record.kernel, record.signature), route)
+    monkeypatch.setattr(prepared_module, "_driver", drv)
+    launch = PreparedLaunch.from_spec(record)
+    assert launch.raw and drv.route == route, launch.fallback_reason
+    launch.launch(int(cupy.cuda.get_current_stream().ptr))
+    np.testing.assert_array_equal(out.get(), want)

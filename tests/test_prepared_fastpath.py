@@ -10,7 +10,7 @@ import pytest
 from helpers import raises_code
 from monitor_helpers import Driver, monitor_records
 
-from kvcanary_numba import RealKvHashMode
+from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -86,6 +86,48 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
         m.pre_forward(bad)
 
 
+@pytest.mark.simulator
+def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
+    # The glue views ``out`` from a per-call array (not persistent): without a role, every step
+    # would launch on the first step's pointer. Building the phase says so instead.
+    from kvcanary_numba.fingerprint import compute_real_kv_hash
+    from kvcanary_numba.launch.recording import recording
+    from kvcanary_numba.monitor.fastpath import PreparedPhase
+
+    xp = np if SIMULATED else __import__("cupy")
+    tensor = xp.zeros((8, 32), dtype=np.uint8)
+    sources = (RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=32, read_bytes=32),)
+    slots, out = xp.arange(3, dtype=np.int64), xp.zeros(3, dtype=np.int64)
+    with recording() as rec:
+        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
+                             out=out, backend="cuda")  # fmt: skip
+    with pytest.raises(RuntimeError, match="argument 1 of .* per-call array that is not a role"):
+        PreparedPhase(rec.launches, {"slot_indices": slots})
+    phase = PreparedPhase(rec.launches, {"slot_indices": slots, "out": out})
+    assert sorted(phase.bindings) == ["out", "slot_indices"]
+
+
+def test_graph_replays_only_the_captured_batch_fields():
+    # A field reassigned after capture would replay the old pointer: the prepared path runs instead.
+    from types import SimpleNamespace
+
+    from kvcanary_numba.monitor import fastpath
+
+    batch = Driver().batch({1: [(11, 1)]})
+    ran = []
+    graph = fastpath.CapturedStep.__new__(fastpath.CapturedStep)
+    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
+    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
+    fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
+    monitor = SimpleNamespace(graph=graph, fast=fast)
+    fastpath.run_pre(monitor, batch)
+    batch.positions = batch.positions[:]  # another view of the same memory: the same argument
+    fastpath.run_pre(monitor, batch)
+    batch.positions = batch.positions.copy()  # same values, other memory
+    fastpath.run_pre(monitor, batch)
+    assert ran == ["graph", "graph", "prepared"] and graph.replays == 2
+
+
 def test_graph_capture_needs_a_gpu_monitor():
     driver = Driver()
     batch = driver.batch({1: [(11, 1)]})
@@ -142,3 +184,20 @@ def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
     assert m.graph is not None and m.graph.replays == 4
     krc = m.status.words.get()[1:13]
     np.testing.assert_array_equal(krc, m.health.host)  # every launch the host counted ran once on the device
+
+
+@pytest.mark.gpu
+def test_gpu_eager_steps_replay_what_the_glue_would_launch(monkeypatch):
+    # Public calls of eager monitor steps are packed, then replayed; with VERIFY_REPLAYS every
+    # replay first re-derives its launches from the glue and raises StaleLaunch on a difference.
+    from kvcanary_numba.launch import _kernel_launch
+
+    verified = []
+    verify = _kernel_launch._verify
+    monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", True)
+    monkeypatch.setattr(_kernel_launch, "_verify", lambda *a: verified.append(verify(*a)))
+    eager, _ = _gpu_run("eager")
+    assert verified  # later steps replayed their public calls (the batch is refilled in place)
+    fast, _ = _gpu_run("fast")
+    for name, array in fast.items():
+        np.testing.assert_array_equal(eager[name], array, err_msg=name)

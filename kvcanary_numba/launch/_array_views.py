@@ -32,15 +32,15 @@ _views: OrderedDict[tuple, tuple[weakref.ref, Any]] = OrderedDict()
 _LAYOUT = "_kvcanary_layout"
 
 
-#: Per host thread: ``note(view, source, builder, params)`` while a recording is active
-#: (:func:`.recording.recording` sets it); every builder reports what it built from what.
+#: Per host thread: ``note(view, source, builder, params, persistent)`` while a recording is
+#: active (:func:`.recording.recording` sets it); every builder reports what it built from what.
 observing = threading.local()
 
 
-def _observed(view, x, builder: str, params: tuple):
+def _observed(view, x, builder: str, params: tuple, persistent: bool):
     note = getattr(observing, "note", None)
     if note is not None:
-        note(view, x, builder, params)
+        note(view, x, builder, params, persistent)
     return view
 
 
@@ -102,13 +102,13 @@ def _cached(x: Any, key: tuple, persistent: bool, build):
 def kernel_array(x: Any, *, persistent: bool = False):
     """``x`` as a kernel argument (NumPy as is, CUDA arrays as Numba views)."""
     if isinstance(x, np.ndarray):
-        return _observed(x, x, "kernel_array", ())
+        return _observed(x, x, "kernel_array", (), persistent)
 
     def build(owner):
         ptr, shape, strides, dtype = array_layout(x)
         return _cai_view(x, ptr, dtype, shape, strides, owner)
 
-    return _observed(_cached(x, ("same",), persistent, build), x, "kernel_array", ())
+    return _observed(_cached(x, ("same",), persistent, build), x, "kernel_array", (), persistent)
 
 
 def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent: bool = False):
@@ -117,7 +117,7 @@ def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent
     params = (dtype,) if shape is None else (dtype, tuple(int(n) for n in shape))
     if isinstance(x, np.ndarray):
         flat = x.reshape(-1).view(np.uint8).view(dtype)
-        return _observed(flat if shape is None else flat.reshape(tuple(shape)), x, "reinterpret", params)
+        return _observed(flat if shape is None else flat.reshape(tuple(shape)), x, "reinterpret", params, persistent)
 
     def build(owner):
         ptr, in_shape, _, in_dtype = array_layout(x)
@@ -126,7 +126,7 @@ def reinterpret(x: Any, dtype, shape: Sequence[int] | None = None, *, persistent
         return _cai_view(x, ptr, dtype, out_shape, None, owner)
 
     view = _cached(x, ("reinterpret", dtype.str, None if shape is None else tuple(shape)), persistent, build)
-    return _observed(view, x, "reinterpret", params)
+    return _observed(view, x, "reinterpret", params, persistent)
 
 
 def _span_items(shape: tuple, strides: tuple, itemsize_in: int, itemsize_out: int) -> int:
@@ -142,14 +142,14 @@ def byte_span(x: Any, dtype, *, persistent: bool = False):
     if isinstance(x, np.ndarray):
         n = _span_items(x.shape, x.strides, x.itemsize, dtype.itemsize)
         if n == 0:
-            return _observed(np.zeros(0, dtype=dtype), x, "byte_span", (dtype,))
+            return _observed(np.zeros(0, dtype=dtype), x, "byte_span", (dtype,), persistent)
         raw = np.lib.stride_tricks.as_strided(x, shape=(1,), strides=(1,))  # first element, same base
         u8 = np.lib.stride_tricks.as_strided(raw.view(np.uint8), shape=(n * dtype.itemsize,), strides=(1,))
-        return _observed(u8.view(dtype), x, "byte_span", (dtype,))
+        return _observed(u8.view(dtype), x, "byte_span", (dtype,), persistent)
 
     def build(owner):
         ptr, shape, strides, in_dtype = array_layout(x)
         return _cai_view(x, ptr, dtype, (_span_items(shape, strides, in_dtype.itemsize, dtype.itemsize),), None,
                          owner)  # fmt: skip
 
-    return _observed(_cached(x, ("span", dtype.str), persistent, build), x, "byte_span", (dtype,))
+    return _observed(_cached(x, ("span", dtype.str), persistent, build), x, "byte_span", (dtype,), persistent)

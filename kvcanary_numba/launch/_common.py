@@ -44,13 +44,19 @@ API
     first launch inside a capture would have to load the module). No-op under
     the simulator.
 ``launch(kernel, signature, grid, block, args)``
-    Launch on CuPy's current stream (no type dispatch, no low-occupancy
-    warning). On a GPU one :class:`~.prepared.PreparedLaunch` per kernel,
-    signature, device and host thread is refilled with the call's arguments and
-    launched by one ``cuLaunchKernel``. The arguments' Numba types are checked
-    against ``signature`` (``RuntimeError`` on drift, a glue bug rather than bad
-    input): every launch under the simulator, the first launch of each kernel
-    and signature (per host thread) on a GPU.
+    Describe one launch (a :class:`~.spec.LaunchSpec`) and hand it to this
+    thread's sink if one is active, else run it now (``run_spec``): on CuPy's
+    current stream, no type dispatch, no low-occupancy warning. The arguments'
+    Numba types are checked against ``signature`` (``RuntimeError`` on drift, a
+    glue bug rather than bad input): every launch under the simulator, the first
+    launch of each kernel and signature (per host thread) on a GPU.
+``run_spec(spec)``
+    Run a launch description now. On a GPU one packed launch
+    (:class:`~.prepared.PreparedLaunch`) per kernel, signature, device and host
+    thread is refilled from ``spec`` and launched by one ``cuLaunchKernel``.
+``function_handle(kernel, signature)``
+    The driver handle of a compiled kernel, or None when numba-cuda does not
+    expose it as expected (logged once; launches then take Numba's launch).
 ``persistent_views(*arrays)``
     ``kernel_array(x, persistent=True)`` of each array, as a tuple (plans,
     ring, counters and flags: the long-lived arguments of a launch).
@@ -65,25 +71,61 @@ API
     to CUDA stream ``handle`` (what :func:`kvcanary_numba._interop.dispatch` does
     for ``stream=``; plan scratch is keyed by it too).
 ``run_launches(entry, run, kwargs, handle)``
-    How every validated public CUDA call runs (``_kernel_launch``). ``entry`` is
-    the call's :class:`kvcanary_numba._memo.Entry`: one per argument snapshot,
-    and a snapshot holds every CUDA pointer, shape, dtype, scalar and per-object
-    token the glue reads. First sight: ``run(**kwargs)`` (this glue). Second
-    sight: the glue runs with a thread-local sink set, so each ``launch`` builds
-    its own :class:`~.prepared.PreparedLaunch` (the explicit launch description:
-    kernel, signature, grid, block, packed parameters; pointers only, no array
-    kept alive), launches it and appends it to the entry. Later sights on the
-    same (stream, device): the packed launches are replayed, one
-    ``cuLaunchKernel`` each, no glue. A changed pointer is another snapshot, so
-    a replay cannot use stale memory. Bypassed under the simulator and while
-    :func:`~kvcanary_numba.launch.recording.recording` is active (the
-    monitor records its phases through the public calls).
+    How every validated public CUDA call runs (``_kernel_launch``): the glue
+    (``run(**kwargs)``) the first time a snapshot is seen, packed the second
+    time, replayed after that (below).
+
+Launch descriptions and who consumes them
+-----------------------------------------
+Every launch the glue asks for is one immutable :class:`~.spec.LaunchSpec`
+(kernel, signature, grid, block, arguments; in a recording also each array
+argument's :class:`~.spec.Origin`: the caller array it views, how, and whether
+the glue called it long-lived with ``persistent=True``). Four consumers:
+
+1. eager: ``run_spec`` refills the per-thread packed launch of the kernel from
+   the spec, every argument, and launches it;
+2. memo replay: the second time a public call's argument snapshot comes back, its
+   glue runs with a packing sink: each spec is packed, launched and kept (pointers
+   only, no array kept alive) in the snapshot's ``_memo.Entry``; later calls
+   with that snapshot replay the packed launches, no glue;
+3. recorded phases: :func:`~.recording.recording` collects the specs of
+   launch-glue calls instead of running them; the monitor packs them into
+   :class:`~kvcanary_numba.monitor.fastpath.PreparedPhase` objects and rebinds
+   the per-step arguments by role every step;
+4. graph capture: a CUDA graph captures the packed launches of a prepared phase
+   (their parameters are copied into the graph at capture).
+
+The rule that keeps packed pointers current: a packed launch records what it
+packed for each argument (``PreparedLaunch.packed``: an array's pointer, shape,
+strides and dtype; a scalar's value), and a consumer that launches it again
+either re-packs it from a new spec (1), rebinds by role every argument viewed
+from a per-call array (3: ``PreparedPhase`` refuses to build a phase in which
+such an argument has no role, and ``Origin.persistent`` is the glue's word that
+the rest is long-lived), replays a graph only while each role's array is the
+captured object (4: ``CapturedStep.matches``, else the prepared path runs), or
+replays only where nothing the glue read can differ (2): the snapshot holds
+every pointer, shape, scalar and per-object token of the arguments, and
+``entry.where`` the stream, the device and every glue state read besides the
+arguments (``_kernel_launch.LAUNCH_STATE``: the shared write chain of
+``chain.sharing``). Glue that starts reading other state must add a reader
+there. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
+(the glue runs, recorded) and raises ``StaleLaunch`` on a difference (a GPU
+test runs eager monitor steps with it; ``KVCANARY_VERIFY_REPLAYS=1`` turns it on
+for a whole run).
+
+Thread-local state, and why: the sink (one per host thread: a recording or the
+packing of a public call), the view observer of a recording, the ``stream=``
+override and the eager packed launches. The glue is plain functions called by
+the public wrappers; passing a sink or a stream through every wrapper and glue
+signature would change every launch module for what is, per thread, one
+dynamic scope. A thread's recording must not capture another thread's launches,
+and a packed launch's parameter buffer is rewritten in place, so both are per
+thread. Under the simulator nothing is packed: the glue runs every call.
 
 The builders live in :mod:`._array_views`, grids and compilation in :mod:`._compile`,
-launch and replay in :mod:`._kernel_launch`. The glue calls them through this module
-(``_common.kernel_array(...)``). :func:`~kvcanary_numba.launch.recording.recording`
-swaps nothing: the builders report to a thread-local observer and ``launch`` to
-a thread-local sink while a recording of the calling thread is active.
+launch and replay in :mod:`._kernel_launch`, packing in :mod:`.prepared`, the driver
+calls (and their single route switch, ``_driver.LAUNCH_ROUTE``) in :mod:`._driver`.
+The glue calls them through this module (``_common.kernel_array(...)``).
 """
 
 from __future__ import annotations
@@ -99,6 +141,7 @@ from ._compile import (
     check_signature,
     compile_eagerly,
     compile_kernel,
+    function_handle,
     grid_for,
     persistent_grid,
     resident_grid,
@@ -107,7 +150,7 @@ from ._compile import (
     sm_count,
 )
 from ._compile import _declared_types  # noqa: F401  (prepared launches, tests)
-from ._kernel_launch import current_stream, launch
+from ._kernel_launch import current_stream, launch, run_spec
 from ._kernel_launch import _current_stream_ptr  # noqa: F401  (prepared launches, tests)
 
 __all__ = [
@@ -123,6 +166,7 @@ __all__ = [
     "compile_eagerly",
     "compile_kernel",
     "current_stream",
+    "function_handle",
     "grid_for",
     "kernel_array",
     "launch",
@@ -130,6 +174,7 @@ __all__ = [
     "persistent_views",
     "reinterpret",
     "resident_grid",
+    "run_spec",
     "sim_shape",
     "simulated_shapes",
     "sm_count",

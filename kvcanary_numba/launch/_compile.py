@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Iterator, Sequence
@@ -16,6 +17,7 @@ __all__ = [
     "check_signature",
     "compile_eagerly",
     "compile_kernel",
+    "function_handle",
     "grid_for",
     "persistent_grid",
     "resident_grid",
@@ -148,6 +150,32 @@ def compile_kernel(kernel, signature: str):
         hit.bind()  # load the module now: not allowed later inside CUDA-graph capture
         _compiled[key] = hit
     return hit
+
+
+#: Why :func:`function_handle` found no handle, once logged (None: it never failed).
+_handle_failure: list[str] = []
+
+
+def function_handle(kernel, signature: str):
+    """The driver handle (``CUkernel``) of ``kernel`` compiled for ``signature``, or None.
+
+    numba-cuda 0.30 has no documented call for it. The path taken uses no
+    underscored name: the compiled kernel's ``library`` property, its
+    ``get_cufunc()`` (the per-device function, loaded by :func:`compile_kernel`),
+    that function's cuda.core ``Kernel`` and cuda.core's public ``Kernel.handle``.
+    A numba-cuda release that renames one of them raises AttributeError here:
+    then the warning is logged once and callers take Numba's own launch.
+    Not under the simulator (no driver).
+    """
+    compiled = compile_kernel(kernel, signature)
+    try:
+        return compiled.library.get_cufunc().kernel.handle
+    except AttributeError as exc:
+        if not _handle_failure:
+            _handle_failure.append(f"{type(exc).__name__}: {exc}")
+            logging.getLogger("kvcanary_numba.launch").warning(
+                "no driver handle for compiled kernels (%s): launches take Numba's launch path", exc)
+        return None
 
 
 def compile_eagerly(module, names: Sequence[str] | None = None) -> int:

@@ -1,22 +1,31 @@
-"""Launch of declared kernel signatures on the call's stream, and replay of repeated calls (API: :mod:`._common`).
+"""Launch of declared kernel signatures on the call's stream, and replay of repeated calls.
 
-Launch shapes, grids and compilation: :mod:`._compile`.
+API and the rules of launch descriptions: :mod:`._common`. Launch shapes, grids and
+compilation: :mod:`._compile`; packing: :mod:`.prepared`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..kernels import ON_SIMULATOR
+from ._array_views import array_layout
 from ._compile import check_signature, compile_kernel
+from ._driver import driver as _driver
+from .spec import LaunchSpec
 
 __all__ = [
+    "StaleLaunch",
     "current_stream",
     "launch",
     "on_stream",
     "run_launches",
+    "run_spec",
+    "sink",
 ]
 
 
@@ -81,79 +90,156 @@ def current_stream():
     return _stream_pair(_current_stream_ptr())[0]
 
 
-#: Per host thread: ``record(kernel, signature, grid, block, args)`` while a recording is active.
-recording_sink = threading.local()
+#: Per host thread: ``take(spec)``, the consumer of this thread's launch descriptions while a
+#: recording (:func:`.recording.recording`) or the packing of a public call is active.
+_sink = threading.local()
 
-#: Per host thread: (kernel, signature, device) -> the PreparedLaunch every launch of it refills.
-_raw_launches = threading.local()
+
+@contextlib.contextmanager
+def sink(take: Callable[[LaunchSpec], None]):
+    """``with sink(take):`` every :func:`launch` of this thread in the block calls ``take(spec)`` instead."""
+    saved = getattr(_sink, "take", None)
+    _sink.take = take
+    try:
+        yield
+    finally:
+        _sink.take = saved
 
 
 def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -> None:
-    """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads.
+    """Launch ``kernel`` (compiled for ``signature``) on ``grid`` x ``block`` threads: the
+    description goes to this thread's sink when one is active, else :func:`run_spec` runs it."""
+    spec = LaunchSpec(kernel, signature, int(grid), int(block), tuple(args))
+    take = getattr(_sink, "take", None)
+    if take is not None:
+        take(spec)
+    else:
+        run_spec(spec)
 
-    On a GPU every call refills one cached :class:`~.prepared.PreparedLaunch` per
-    kernel, signature, device and host thread and launches it with one driver call: Numba's own
-    launch re-derives the whole kernel ABI from the arguments on every call (the
-    bulk of a launch's host time). The first call checks the arguments' types.
+
+#: Per host thread: (kernel, signature, device) -> the PreparedLaunch every eager launch of it
+#: refills. Per thread because a refill rewrites the launch's parameter buffer in place.
+_eager = threading.local()
+_prepared = None  # the .prepared module, imported on first use (it imports this module's API)
+
+
+def _prepared_module():
+    global _prepared
+    if _prepared is None:
+        from . import prepared
+
+        _prepared = prepared
+    return _prepared
+
+
+def run_spec(spec: LaunchSpec) -> None:
+    """Run one launch description now, on the call's stream.
+
+    On a GPU it refills the cached packed launch of its kernel (every argument
+    re-packed from ``spec``) and makes one driver call; Numba's own launch
+    re-derives the kernel ABI from the arguments on every call (the bulk of a
+    launch's host time). The first launch of a kernel and signature per host
+    thread checks the arguments' types; the simulator checks every launch.
     """
-    record = getattr(recording_sink, "record", None)
-    if record is not None:  # a recording of this thread (.recording.recording): collected, not run
-        record(kernel, signature, grid, block, args)
-        return
+    kernel, signature, grid, block, args, _ = spec
     if ON_SIMULATOR:
         check_signature(signature, args)
         # The simulator copies every array argument back after the kernel; the wrappers checked
         # that outputs are writeable, so a read-only array here is an input and goes as a copy.
         args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
-        kernel[int(grid), int(block)](*args)
+        kernel[grid, block](*args)
         return
-    sink = getattr(_collecting, "sink", None)
-    if sink is not None:  # a public call being packed for replay: a launch of its own
-        from .prepared import PreparedLaunch
-
-        own = PreparedLaunch(kernel, signature, grid, block, args)
-        sink.append(own if own.raw else None)
-        if own.raw:
-            own.launch()
-            own.args = []  # pointers only: the packed launch keeps no array alive
-            return
-    cache = getattr(_raw_launches, "by_kernel", None)
+    cache = getattr(_eager, "by_kernel", None)
     if cache is None:
-        cache = _raw_launches.by_kernel = {}
+        cache = _eager.by_kernel = {}
     key = (id(kernel), signature, _current_device())  # a function handle belongs to one device's context
-    prepared = cache.get(key)
-    if prepared is None:
-        from .prepared import PreparedLaunch  # imports this module's API through _common
-
-        prepared = cache[key] = PreparedLaunch(kernel, signature, grid, block, args)  # checks the types
-    elif prepared.raw:
-        prepared.refill(grid, block, args)
-    if prepared.raw:
-        prepared.launch()
-        prepared.args = []  # the arrays' memory is the caller's again; only pointers stay packed
+    packed = cache.get(key)
+    if packed is None:
+        packed = cache[key] = _prepared_module().PreparedLaunch.from_spec(spec)  # checks the types
+    elif packed.raw:
+        packed.refill(spec)
+    if packed.raw:
+        packed.launch()
+        packed.release()  # the arrays' memory is the caller's again; only pointers stay packed
         return
-    compiled = compile_kernel(kernel, signature)  # preparing failed (logged once): Numba's launch
-    compiled.launch(tuple(args), (int(grid), 1, 1), (int(block), 1, 1), _stream_pair(_current_stream_ptr())[1], 0)
+    compiled = compile_kernel(kernel, signature)  # preparing failed (logged): Numba's launch
+    compiled.launch(args, (grid, 1, 1), (block, 1, 1), _stream_pair(_current_stream_ptr())[1], 0)
 
 
 # --- replay of repeated public calls -------------------------------------------
 
-#: Per host thread: the list the launches of a public call being packed are appended to.
-_collecting = threading.local()
+#: Re-derive every replay's launches (the glue runs, recording) and compare them with the packed
+#: ones: :class:`StaleLaunch` on a difference. Off in production; tests turn it on, and
+#: ``KVCANARY_VERIFY_REPLAYS=1`` does for a whole run (e.g. the GPU suite).
+VERIFY_REPLAYS = os.environ.get("KVCANARY_VERIFY_REPLAYS") == "1"
+
+
+class StaleLaunch(RuntimeError):
+    """A replay would launch something other than what the glue asks for now (a glue bug: the
+    call's snapshot or launch state misses something the glue reads)."""
+
+
+def _shared_chain_state():
+    # Glue state outside a call's arguments: the write chain a ``chain.sharing`` block shares.
+    chain = sys.modules.get("kvcanary_numba.launch.chain")
+    role = None if chain is None else getattr(chain._state, "role", None)
+    if role is None:
+        return None
+    name, shared = role
+    return name, array_layout(shared.published)[0], array_layout(shared.published_seeds)[0]
+
+
+#: Readers of every state the glue reads besides a call's arguments, stream and device;
+#: their values are part of where packed launches may be replayed (see ``_common``).
+LAUNCH_STATE: list[Callable[[], Any]] = [_shared_chain_state]
+
+
+def launch_state() -> tuple:
+    """The values of :data:`LAUNCH_STATE` now (with the stream and device: where a replay is valid)."""
+    return tuple(read() for read in LAUNCH_STATE)
+
+
+class _Packing:
+    """The sink of a public call being packed: each launch is packed, launched and kept."""
+
+    __slots__ = ("launches",)
+
+    def __init__(self):
+        self.launches: list = []
+
+    def take(self, spec: LaunchSpec) -> None:
+        packed = _prepared_module().PreparedLaunch.from_spec(spec)
+        if not packed.raw:
+            self.launches.append(None)  # never replayed: the call runs its glue every time
+            run_spec(spec)
+            return
+        packed.launch()
+        packed.release()  # pointers only: the packed launch keeps no array alive
+        self.launches.append(packed)
+
+
+def _verify(launches: tuple, run, kwargs: dict, stream: int) -> None:
+    fresh: list[LaunchSpec] = []
+    with on_stream(stream), sink(fresh.append):
+        run(**kwargs)
+    if len(fresh) != len(launches):
+        raise StaleLaunch(f"replay of {len(launches)} launches, the glue now makes {len(fresh)}")
+    for i, (packed, spec) in enumerate(zip(launches, fresh)):
+        stale = packed.stale_arguments(spec)
+        if stale:
+            raise StaleLaunch(f"replayed launch {i} ({spec.signature}): " + "; ".join(stale))
 
 
 def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     """Run one validated public CUDA call: ``run(**kwargs)`` (the launch glue), or its replay.
 
-    ``entry`` (:class:`kvcanary_numba._memo.Entry`) belongs to the call's argument snapshot,
-    which holds every CUDA pointer, shape, scalar and per-object token the glue reads. The
-    second time a snapshot comes back, the glue's launches are packed as launches of their
-    own; later calls with that snapshot on the same stream and device replay them (one
-    ``cuLaunchKernel`` each, no glue). A different pointer is a different snapshot, so a
-    replay never launches on stale memory. Not under the simulator, and not while
-    :func:`.recording.recording` is active on this thread (the monitor records its phases).
+    ``entry`` (:class:`kvcanary_numba._memo.Entry`) belongs to the call's argument snapshot.
+    The second time a snapshot comes back, the glue's launches are packed (and launched);
+    later calls with that snapshot and the same :func:`launch_state` replay them (one driver
+    call each, no glue). Not under the simulator, and not while a sink is active on this
+    thread (a recording: the glue runs and is recorded).
     """
-    if ON_SIMULATOR or getattr(recording_sink, "record", None) is not None:
+    if ON_SIMULATOR or getattr(_sink, "take", None) is not None:
         if handle is None:
             run(**kwargs)
         else:
@@ -161,19 +247,21 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
                 run(**kwargs)
         return
     stream = _current_stream_ptr() if handle is None else handle
-    where = (stream, _current_device())
+    where = (stream, _current_device(), *launch_state())
     launches = entry.launches
     if launches is not None and entry.where == where:
-        raw = sys.modules["kvcanary_numba.launch.prepared"]._driver.launch  # imported when packed
+        if VERIFY_REPLAYS:
+            _verify(launches, run, kwargs, stream)
+        raw = _driver.launch
         for p in launches:
             raw(p._func, p.grid, p.block, stream, p._params)
         return
-    sink = [] if entry.hits else None  # the first time, just run: most snapshots never come back
-    with on_stream(stream):
-        _collecting.sink = sink
-        try:
+    if not entry.hits:  # the first time, just run: most snapshots never come back
+        with on_stream(stream):
             run(**kwargs)
-        finally:
-            _collecting.sink = None
-    if sink and all(p is not None for p in sink):
-        entry.launches, entry.where = sink, where
+        return
+    packing = _Packing()
+    with on_stream(stream), sink(packing.take):
+        run(**kwargs)
+    if packing.launches and all(p is not None for p in packing.launches):
+        entry.launches, entry.where = tuple(packing.launches), where

@@ -1,13 +1,16 @@
-"""Prepared launches: a kernel launch reduced to one ``cuLaunchKernel`` call.
+"""Packed launches: a :class:`~.spec.LaunchSpec` reduced to one ``cuLaunchKernel`` call.
 
 A Numba launch re-derives the kernel ABI from the Python arguments on every
 call (type checks, device-array wrapping, ctypes conversion): 25-170 us of host
-time per launch on an H200 host. The canary launches the same kernels with the
-same long-lived arrays every forward step, so :class:`PreparedLaunch` does that
-work once: it packs the parameter buffer (Numba's kernel ABI, below) when it is
-built and then launches with a single driver call. Arguments that may change
-between steps (an engine's token arrays) are re-packed only when their data
-pointer or shape changed (:meth:`PreparedLaunch.rebind`).
+time per launch on an H200 host. :class:`PreparedLaunch` does that work once: it
+packs the parameter buffer (Numba's kernel ABI, below) from a launch
+description and then launches with a single driver call (:mod:`._driver`). It
+remembers what it packed for each argument (an array's layout: pointer, shape,
+strides, dtype; a scalar's value), so a consumer can re-point one argument
+(:meth:`PreparedLaunch.rebind`: only the slots of an array whose layout changed
+are rewritten), re-pack a whole new description (:meth:`PreparedLaunch.refill`)
+or check that a description still packs to the same bytes
+(:meth:`PreparedLaunch.stale_arguments`).
 
 Numba's kernel ABI, one entry per flattened parameter, in signature order:
 
@@ -20,14 +23,8 @@ Numba's kernel ABI, one entry per flattened parameter, in signature order:
 Under Numba's CUDA simulator there is no driver: a prepared launch keeps its
 arguments and runs the ordinary launch (:func:`._common.launch`), so the
 rebinding logic is tested on a CPU with the same results as the normal path.
-
-The ordinary launch glue uses the same machinery: :func:`._common.launch` keeps
-one prepared launch per kernel (and device and host thread) and refills it with each
-call's arguments (:meth:`PreparedLaunch.refill`).
-
-:func:`.recording.recording` collects the launches an ordinary launch-glue
-call *would* make, and where every array argument came from, so callers can
-prepare whole phases (the monitor does: :mod:`kvcanary_numba.monitor.fastpath`).
+Who consumes packed launches, and the rule that keeps their pointers current:
+:mod:`._common`.
 """
 
 from __future__ import annotations
@@ -37,7 +34,9 @@ import logging
 from typing import Any, Sequence
 
 from . import _common
-from .recording import Origin, RecordedLaunch
+from ._driver import AbiMismatch
+from ._driver import driver as _driver
+from .spec import LaunchSpec, Origin
 
 __all__ = ["PreparedLaunch", "pack_arguments"]
 
@@ -46,8 +45,8 @@ _VOIDP = ctypes.c_void_p
 logger = logging.getLogger("kvcanary_numba.launch")
 
 
-# --- array layouts --------------------------------------------------------------
-# A layout is ``_common.array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
+# --- packing --------------------------------------------------------------------
+# An array's layout is ``_common.array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
 
 def _array_values(layout: tuple) -> list[int]:
     ptr, shape, strides, dtype = layout
@@ -56,8 +55,6 @@ def _array_values(layout: tuple) -> list[int]:
         nitems *= extent
     return [0, 0, nitems, dtype.itemsize, ptr, *shape, *strides]
 
-
-# --- packing --------------------------------------------------------------------
 
 def _slot_types(ty) -> list:
     """ctypes types of the flattened parameters of one Numba argument type."""
@@ -104,6 +101,11 @@ def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list
     return slots, starts
 
 
+def _packed(is_array: bool, value):
+    """What is packed for one argument: an array's layout, else the value (scalars, tuples)."""
+    return _common.array_layout(value) if is_array else value
+
+
 # --- the prepared launch --------------------------------------------------------
 
 class PreparedLaunch:
@@ -111,17 +113,9 @@ class PreparedLaunch:
 
     Parameters
     ----------
-    kernel : numba.cuda dispatcher
-        A module-level ``@cuda.jit`` kernel (see :mod:`kvcanary_numba.kernels`).
-    signature : str
-        The declared signature it is compiled for (eagerly, here).
-    grid, block : int
-        1-D launch shape.
-    args : sequence
-        Kernel arguments as the launch glue passes them (Numba device arrays
-        or any ``__cuda_array_interface__`` array; NumPy under the simulator;
-        Python scalars and tuples). Array memory must outlive the launch object
-        or be rebound before it is freed.
+    kernel, signature, grid, block, args
+        The fields of a :class:`~.spec.LaunchSpec` (:meth:`from_spec` takes one).
+        Array memory must outlive the launch object or be rebound before it is freed.
 
     Attributes
     ----------
@@ -129,37 +123,52 @@ class PreparedLaunch:
         True when launches go straight to ``cuLaunchKernel``; False under the
         simulator, or when preparing failed (``fallback_reason`` says why, a
         warning is logged): then the ordinary launch path runs.
+    packed : list
+        Per argument, what the parameter buffer holds: an array's layout
+        (pointer, shape, strides, dtype), a scalar's or tuple's value.
+    handle : object or None
+        The kernel's driver handle (``CUkernel``; :func:`._compile.function_handle`).
+        ``_func`` and ``_params`` are what the chosen driver route takes for it and for
+        the parameter array (``c_void_p`` objects on ctypes, handle and int on bindings).
     """
 
-    __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "_func", "_slots",
-                 "_starts", "_pointers", "_params", "_layouts", "_types")
+    __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
+                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays")  # fmt: skip
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
         self.grid, self.block = int(grid), int(block)
         self.args = list(args)
-        self._layouts: dict[int, tuple] = {}
-        self.raw, self.fallback_reason = False, None
+        self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
         if _common.ON_SIMULATOR:
             return
         _common.check_signature(signature, self.args, kernel)  # the glue's types, once
-        try:
-            compiled = _common.compile_kernel(kernel, signature)  # compiled and loaded
-            self._func = compiled._codelibrary.get_cufunc().handle
-            self._types = compiled.argument_types
-            self._slots, self._starts = pack_arguments(self._types, self.args)
-            self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
-            self._params = ctypes.addressof(self._pointers)
-            _driver.check_abi(self._func, [ctypes.sizeof(s) for s in self._slots])
-        except Exception as exc:  # noqa: BLE001 - never worse than the ordinary launch
-            self.fallback_reason = f"{type(exc).__name__}: {exc}"
-            logger.warning("prepared launch of %s falls back to the ordinary launch: %s", signature, exc)
+        self.handle = _common.function_handle(kernel, signature)
+        if self.handle is None:  # logged once by function_handle
+            self.fallback_reason = "no driver handle for the compiled kernel"
             return
+        self._types = _common.compile_kernel(kernel, signature).argument_types
+        self._arrays = [hasattr(ty, "ndim") for ty in self._types]
+        try:
+            self._slots, self._starts = pack_arguments(self._types, self.args)
+            _driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
+        except (NotImplementedError, AbiMismatch) as exc:  # never worse than Numba's launch
+            self.fallback_reason = f"{type(exc).__name__}: {exc}"
+            logger.warning("prepared launch of %s falls back to Numba's launch: %s", signature, exc)
+            return
+        self.packed = [_packed(a, v) for a, v in zip(self._arrays, self.args)]
+        self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
+        _driver.select(self.handle)
+        self._func = _driver.func_arg(self.handle)
+        self._params = _driver.params_arg(ctypes.addressof(self._pointers))
         self.raw = True
 
     @classmethod
-    def from_record(cls, record: RecordedLaunch) -> "PreparedLaunch":
-        return cls(record.kernel, record.signature, record.grid, record.block, record.args)
+    def from_spec(cls, spec: LaunchSpec) -> "PreparedLaunch":
+        """The packed launch of ``spec`` (its arguments' types checked against its signature)."""
+        return cls(spec.kernel, spec.signature, spec.grid, spec.block, spec.args)
+
+    from_record = from_spec  # a recorded launch is a LaunchSpec
 
     def rebind(self, index: int, source: Any, origin: Origin | None = None, layout: tuple | None = None) -> None:
         """Point array argument ``index`` at ``source`` (same dtype and ndim as before).
@@ -177,74 +186,55 @@ class PreparedLaunch:
         if view_layout is None:  # rare: shaped views; build one to read its layout
             view_layout = _common.array_layout(origin.rebuild(source))
         self.args[index] = source  # keeps the memory alive while the launch may use it
-        if self._layouts.get(index) == view_layout:
-            return
-        self._layouts[index] = view_layout
-        start = self._starts[index]
-        for k, v in enumerate(_array_values(view_layout)):
-            self._slots[start + k].value = v
+        self._pack_array(index, view_layout)
 
-    def refill(self, grid: int, block: int, args: Sequence[Any]) -> None:
-        """Aim a raw launch at new ``args`` of the same types (arrays as :meth:`rebind`, scalars re-packed)."""
-        self.grid, self.block = int(grid), int(block)
-        self.args = list(args)
-        for index, (ty, value) in enumerate(zip(self._types, args)):
-            if hasattr(ty, "ndim"):
-                self.rebind(index, value)
+    def _pack_array(self, index: int, layout: tuple) -> None:
+        if self.packed[index] == layout:
+            return
+        self.packed[index] = layout
+        start, slots = self._starts[index], self._slots
+        for k, v in enumerate(_array_values(layout)):
+            slots[start + k].value = v
+
+    def refill(self, spec: LaunchSpec) -> None:
+        """Aim a raw launch at ``spec`` (same kernel and signature): every argument is re-packed
+        (arrays only where their layout changed), so nothing of the previous launch stays."""
+        self.grid, self.block = spec.grid, spec.block
+        self.args = list(spec.args)
+        for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
+            if is_array:
+                self._pack_array(index, _common.array_layout(value))
             else:
+                self.packed[index] = value
                 start = self._starts[index]
-                for k, v in enumerate(_slot_values(ty, value)):
+                for k, v in enumerate(_slot_values(self._types[index], value)):
                     self._slots[start + k].value = v
 
-    def launch(self, stream: int | None = None) -> None:
-        """Launch on ``stream`` (a CUDA stream handle; default CuPy's current stream)."""
+    def stale_arguments(self, spec: LaunchSpec) -> list[str]:
+        """What of ``spec`` this raw launch would not launch as asked: [] when it packs the same.
+
+        A launch that is not raw keeps its arguments and packs nothing: [].
+        """
         if not self.raw:
-            _common.launch(self.kernel, self.signature, self.grid, self.block, self.args)
+            return []
+        if (spec.kernel, spec.signature) != (self.kernel, self.signature):
+            return [f"kernel {spec.signature} instead of {self.signature}"]
+        out = [f"{name} {new} instead of {old}" for name, new, old in
+               (("grid", spec.grid, self.grid), ("block", spec.block, self.block)) if new != old]  # fmt: skip
+        for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
+            now = _packed(is_array, value)
+            if now != self.packed[index]:
+                out.append(f"argument {index}: {now} instead of {self.packed[index]}")
+        return out
+
+    def release(self) -> None:
+        """Drop the arguments (the packed pointers stay): a launch kept for replay keeps no array alive."""
+        self.args = []
+
+    def launch(self, stream: int | None = None) -> None:
+        """Launch on ``stream`` (a CUDA stream handle; default: the call's stream, see ``_common``)."""
+        if not self.raw:
+            _common.run_spec(LaunchSpec(self.kernel, self.signature, self.grid, self.block, tuple(self.args)))
             return
         handle = _common._current_stream_ptr() if stream is None else int(stream)
         _driver.launch(self._func, self.grid, self.block, handle, self._params)
-
-
-class _Driver:
-    """The two driver calls prepared launches make (cuda-bindings, imported lazily)."""
-
-    def __init__(self):
-        self._cu = None
-        self._streams: dict[int, Any] = {}
-
-    @property
-    def cu(self):
-        if self._cu is None:
-            from cuda.bindings import driver
-
-            self._cu = driver
-        return self._cu
-
-    def launch(self, func, grid: int, block: int, stream: int, params: int) -> None:
-        cu = self.cu
-        handle = self._streams.get(stream)
-        if handle is None:
-            handle = self._streams[stream] = cu.CUstream(stream)
-        err = cu.cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, handle, params, 0)[0]
-        if err != cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {block})")
-
-    def check_abi(self, func, sizes: list[int]) -> None:
-        """Compare the packed parameter sizes with the compiled kernel's (when the driver can tell)."""
-        cu = self.cu
-        query = cu.cuKernelGetParamInfo if isinstance(func, cu.CUkernel) else getattr(cu, "cuFuncGetParamInfo", None)
-        if query is None:
-            return
-        for i, size in enumerate(sizes):
-            err, _, actual = query(func, i)
-            if err != cu.CUresult.CUDA_SUCCESS:
-                if i == 0 and err == cu.CUresult.CUDA_ERROR_NOT_SUPPORTED:
-                    return  # older driver: nothing to compare against
-                raise RuntimeError(f"prepared launch: kernel has {i} parameters, {len(sizes)} were packed")
-            if actual != size:
-                raise RuntimeError(f"prepared launch: parameter {i} is {actual} bytes, packed {size}")
-        if query(func, len(sizes))[0] == cu.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"prepared launch: kernel has more than the {len(sizes)} packed parameters")
-
-
-_driver = _Driver()

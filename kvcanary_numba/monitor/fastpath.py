@@ -32,7 +32,8 @@ from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..launch import _common
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
-from ..launch.recording import RecordedLaunch, recording
+from ..launch.recording import recording
+from ..launch.spec import LaunchSpec
 from .batch import StepBatch
 from .bound import BoundArrays
 from .groups import check_type
@@ -46,6 +47,31 @@ _FN = "CanaryMonitor.pre_forward"
 _ROLE_FIELDS = attrgetter(*BATCH_ROLES)
 
 
+def _same_arrays_source() -> str:
+    # Straight-line identity tests, one per role: a third of the cost of a loop over the roles
+    # (this runs before every graph replay).
+    tests = " and ".join(f"batch.{name} is captured[{i}]" for i, name in enumerate(BATCH_ROLES))
+    return f"def same_arrays(batch, captured):\n    return {tests}\n"
+
+
+_scope: dict = {}
+exec(_same_arrays_source(), _scope)  # noqa: S102 - names from BATCH_ROLES above
+#: ``same_arrays(batch, captured)``: each role's array of ``batch`` is the one in ``captured``
+#: (a captured graph holds their pointers).
+_same_arrays = _scope["same_arrays"]
+
+
+def _same_layout(new: Any, old: Any) -> bool:
+    if new is old:
+        return True
+    if new is None or old is None:
+        return False
+    try:
+        return array_layout(new) == array_layout(old)
+    except (AttributeError, KeyError, TypeError):  # not an array: never the captured one
+        return False
+
+
 def _kind(name: str, array: Any) -> tuple:
     info = inspect_array(_FN, f"batch.{name}", array)
     return info.kind, info.dtype, info.c_contiguous, info.device
@@ -56,15 +82,21 @@ class PreparedPhase:
 
     Parameters
     ----------
-    records : list of RecordedLaunch
-        The phase's launches, as recorded.
+    records : list of LaunchSpec
+        The phase's launches, as recorded (with origins).
     roles : dict of str to array or None
         The per-step arrays at recording time, by role name. An argument the
         glue built from one of them is rebound to that role's array each step.
+
+    Raises
+    ------
+    RuntimeError
+        When an argument the glue viewed from a per-call array (not
+        ``persistent``) has no role: replays would keep its first pointer.
     """
 
-    def __init__(self, records: list[RecordedLaunch], roles: dict[str, Any]):
-        self.launches = [PreparedLaunch.from_record(r) for r in records]
+    def __init__(self, records: list[LaunchSpec], roles: dict[str, Any]):
+        self.launches = [PreparedLaunch.from_spec(r) for r in records]
         owner: dict[int, str] = {}
         for name, array in roles.items():
             if array is not None:
@@ -75,6 +107,10 @@ class PreparedPhase:
                 name = None if origin is None else owner.get(id(origin.source))
                 if name is not None:
                     self.bindings.setdefault(name, []).append((launch, index, origin))
+            for index in record.transient_arguments():
+                if owner.get(id(record.origins[index].source)) is None:
+                    raise RuntimeError(f"prepared phase: argument {index} of {record.signature} views a per-call "
+                                       "array that is not a role: every step would reuse its first pointer")
         self._bound = {name: roles[name] for name in self.bindings}
         self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
 
@@ -206,13 +242,17 @@ class CapturedStep:
     batch arrays *in place* (same objects, same shapes: pad batches to a fixed
     size with padding rows, ``req_pool_indices == 0``); the canary's own state
     (plans, buffers, ring, counters, scratch) is fixed at construction; the
-    graphs contain no host reads, so readback stays in ``end_step``.
+    graphs contain no host reads, so readback stays in ``end_step``. A batch
+    field reassigned to another array after capture would be a stale pointer in
+    the graph unless it has the captured layout: :meth:`matches` tells, and
+    :func:`run_pre` then takes the prepared path (which rebinds by role).
     """
 
     def __init__(self, monitor, batch):
         import cupy
 
         self.batch = batch
+        self._captured = _ROLE_FIELDS(batch)
         fast = monitor.fast
         stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
         with stream:
@@ -223,6 +263,13 @@ class CapturedStep:
             self.head = capture_graph(stream, lambda: fast.pre(batch))
             self.tail = capture_graph(stream, fast.post)
         self.replays = 0
+
+    def matches(self, batch) -> bool:
+        """Whether ``batch`` is the captured batch and each role's array is the captured object
+        or has its layout (pointer, shape, strides, dtype: what the graph launches on)."""
+        if batch is not self.batch:
+            return False
+        return _same_arrays(batch, self._captured) or all(map(_same_layout, _ROLE_FIELDS(batch), self._captured))
 
     def pre(self) -> None:
         self.head.launch()
@@ -262,7 +309,7 @@ def _gpu(monitor) -> bool:
 def run_pre(monitor, batch) -> Callable[[], None]:
     """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner."""
     graph = monitor.graph
-    if graph is not None and graph.batch is batch:
+    if graph is not None and graph.matches(batch):
         graph.pre()
         return graph.post
     if monitor.fast is not None:

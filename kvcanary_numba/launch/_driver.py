@@ -1,0 +1,162 @@
+"""The driver calls of raw launches: ``cuLaunchKernel`` by one of two routes, and the ABI check.
+
+Routes (one process-wide choice, made at the first raw launch prepared):
+
+``"ctypes"``
+    libcuda's ``cuLaunchKernel`` called through ctypes with pre-built pointer
+    objects (kernel handle and ``kernelParams`` address built once per packed
+    launch, one ``c_void_p`` per stream handle) and the launch shape as Python
+    ints; the function has no ``argtypes``, so ctypes converts nothing per call
+    (pointer arguments must be ``c_void_p`` objects: a Python int would be
+    passed as a 32-bit C int).
+``"bindings"``
+    cuda-bindings' ``cuLaunchKernel`` (a handle object, a cached ``CUstream`` per stream).
+
+:data:`LAUNCH_ROUTE` is the single switch (default from the environment variable
+``KVCANARY_LAUNCH_ROUTE``, else ``"bindings"``): ``"auto"`` takes ctypes when
+libcuda loads and the kernel handle converts to an int, else bindings;
+``"ctypes"`` / ``"bindings"`` force one (a forced ctypes route that cannot load
+falls back to bindings with a warning). It is read once, at the first raw launch
+prepared. Why bindings by default: on the H200 host (session 6 run 1,
+``benchmarks/results/session6/run1-launch-cost.json``) one cuda-bindings call
+cost 3.90 us against 4.95 us for ctypes with ``argtypes`` and plain ints; the
+ctypes route here drops that per-call conversion (about 1 us of the difference
+on a CPU stub) but has not been measured there yet
+(``benchmarks/results/probes/launch_route_cost.py`` measures both).
+The driver is the same either way: cuda-bindings loads the same
+``libcuda.so.1`` into the process, and both calls use the calling thread's
+current context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from typing import Any, Callable
+
+__all__ = ["AbiMismatch", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch"]
+
+#: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
+LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
+
+logger = logging.getLogger("kvcanary_numba.launch")
+
+
+class AbiMismatch(RuntimeError):
+    """The packed parameters do not match the compiled kernel's (a raw launch would be wrong)."""
+
+
+def load_libcuda_launch() -> Callable | None:
+    """libcuda's ``cuLaunchKernel`` as a ctypes function (int result, no ``argtypes``), or None
+    when it does not load."""
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def choose_route(preference: str, load: Callable[[], Callable | None], handle: Any) -> tuple[str, Callable | None]:
+    """(route, ctypes function or None) for ``preference`` given a sample kernel ``handle``."""
+    if preference not in ("auto", "ctypes", "bindings"):
+        raise RuntimeError(f"LAUNCH_ROUTE must be 'auto', 'ctypes' or 'bindings', not {preference!r}")
+    if preference == "bindings":
+        return "bindings", None
+    fn = load()
+    convertible = True
+    try:
+        int(handle)
+    except (TypeError, ValueError):
+        convertible = False
+    if fn is not None and convertible:
+        return "ctypes", fn
+    if preference == "ctypes":
+        logger.warning("raw launches use cuda-bindings: %s", "libcuda did not load" if fn is None else
+                       f"a {type(handle).__name__} kernel handle is not an int")  # fmt: skip
+    return "bindings", None
+
+
+class _Driver:
+    """Raw launches and the ABI check; ``launch`` is the chosen route's call."""
+
+    def __init__(self):
+        self._cu = None
+        self._fn: Callable | None = None
+        self._streams: dict[int, Any] = {}
+        self.route: str | None = None  # chosen at the first select()
+
+    @property
+    def cu(self):
+        if self._cu is None:
+            from cuda.bindings import driver
+
+            self._cu = driver
+        return self._cu
+
+    def select(self, handle: Any, preference: str | None = None, load: Callable = load_libcuda_launch) -> str:
+        """Choose the route (once; ``handle`` is a sample kernel handle). Returns it."""
+        if self.route is None:
+            self.route, self._fn = choose_route(LAUNCH_ROUTE if preference is None else preference, load, handle)
+            self.launch = self._launch_ctypes if self.route == "ctypes" else self._launch_bindings
+        return self.route
+
+    def func_arg(self, handle: Any):
+        """What :meth:`launch` takes for kernel ``handle`` on the chosen route."""
+        return ctypes.c_void_p(int(handle)) if self.route == "ctypes" else handle
+
+    def params_arg(self, address: int):
+        """What :meth:`launch` takes for the ``kernelParams`` array at ``address``."""
+        return ctypes.c_void_p(address) if self.route == "ctypes" else address
+
+    def launch(self, func, grid: int, block: int, stream: int, params) -> None:
+        """Launch ``func`` (:meth:`func_arg`) with ``params`` (:meth:`params_arg`) on stream handle
+        ``stream`` (an int)."""
+        raise RuntimeError("no launch route chosen: prepare a launch first")  # replaced by select()
+
+    def _launch_ctypes(self, func, grid: int, block: int, stream: int, params) -> None:
+        handle = self._streams.get(stream)
+        if handle is None:
+            handle = self._streams[stream] = ctypes.c_void_p(stream)
+        # grid and block go as C ints (no argtypes): the driver reads unsigned ints, same registers.
+        err = self._fn(func, grid, 1, 1, block, 1, 1, 0, handle, params, None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel failed: {self._name(err)} (grid {grid}, block {block})")
+
+    def _launch_bindings(self, func, grid: int, block: int, stream: int, params: int) -> None:
+        cu = self.cu
+        handle = self._streams.get(stream)
+        if handle is None:
+            handle = self._streams[stream] = cu.CUstream(stream)
+        err = cu.cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, handle, params, 0)[0]
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {block})")
+
+    def _name(self, err: int) -> str:
+        try:
+            return self.cu.CUresult(err).name
+        except (ImportError, ValueError):
+            return f"CUresult {err}"
+
+    def check_abi(self, handle, sizes: list[int]) -> None:
+        """Raise :class:`AbiMismatch` unless the packed parameter sizes are the compiled kernel's
+        (when the driver can tell)."""
+        cu = self.cu
+        query = cu.cuKernelGetParamInfo if isinstance(handle, cu.CUkernel) else getattr(cu, "cuFuncGetParamInfo", None)
+        if query is None:
+            return
+        for i, size in enumerate(sizes):
+            err, _, actual = query(handle, i)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                if i == 0 and err == cu.CUresult.CUDA_ERROR_NOT_SUPPORTED:
+                    return  # older driver: nothing to compare against
+                raise AbiMismatch(f"kernel has {i} parameters, {len(sizes)} were packed")
+            if actual != size:
+                raise AbiMismatch(f"parameter {i} is {actual} bytes, packed {size}")
+        if query(handle, len(sizes))[0] == cu.CUresult.CUDA_SUCCESS:
+            raise AbiMismatch(f"kernel has more than the {len(sizes)} packed parameters")
+
+
+#: The process's driver calls (one route for every raw launch).
+driver = _Driver()

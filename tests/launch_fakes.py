@@ -1,0 +1,124 @@
+"""The launch layer as on a GPU, on a CPU: fake kernel handles, a fake libcuda ``cuLaunchKernel``
+that reads back the parameter buffer it is given, fake compiled kernels (test_launch_*.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared
+
+
+class CaiArray:
+    """Just a ``__cuda_array_interface__`` (never dereferenced): pointers for the packer."""
+
+    def __init__(self, shape, typestr="<i8", ptr=0x1000, strides=None):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}  # fmt: skip
+
+
+class FakeHandle:
+    """A CUkernel stand-in: converts to an int, like cuda-bindings' handle objects."""
+
+    def __init__(self, value: int):
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+
+class FakeCompiled:
+    """A compiled kernel: its argument types, and Numba's launch recorded (the fallback path)."""
+
+    def __init__(self, signature: str, log: list):
+        self.argument_types, self.log = _common._declared_types(signature), log
+
+    def launch(self, args, griddim, blockdim, stream, sharedmem):
+        self.log.append(("numba", tuple(args), griddim[0], blockdim[0], stream))
+
+
+class FakeLibcuda:
+    """libcuda's ``cuLaunchKernel``: checks its pointer arguments are ``c_void_p`` objects and
+    decodes the ``kernelParams`` it is given with ``slot_types``."""
+
+    def __init__(self, log: list):
+        self.log, self.slot_types = log, {}
+
+    def __call__(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        # No argtypes on the real function: pointers must come as c_void_p (an int would be truncated).
+        if not all(isinstance(p, ctypes.c_void_p) for p in (func, stream, params)):
+            raise TypeError(f"pointer arguments must be c_void_p: {func!r}, {stream!r}, {params!r}")
+        func, stream = func.value, stream.value or 0
+        types = self.slot_types[func]
+        pointers = (ctypes.c_void_p * len(types)).from_address(params.value)
+        values = [t.from_address(p).value or 0 for t, p in zip(types, pointers)]
+        self.log.append(("raw", func, gx, bx, stream, values))
+        return 0
+
+
+class Gpu:
+    """What the ``gpu`` fixture set up: ``log`` of launches, kernels by name, the fake driver."""
+
+    def __init__(self, monkeypatch):
+        self.log: list = []
+        self.lib = FakeLibcuda(self.log)
+        self.handles: dict[tuple, FakeHandle] = {}
+        self.compiled: dict[tuple, FakeCompiled] = {}
+        self.driver = _driver._Driver()
+        self.driver.check_abi = lambda handle, sizes: None
+        self.driver.select(FakeHandle(0), "auto", load=lambda: self.lib)
+        self.monkeypatch = monkeypatch
+
+    def handle(self, kernel, signature):
+        key = (id(kernel), signature)
+        if key not in self.handles:
+            self.handles[key] = FakeHandle(0x100 + len(self.handles))
+            self.lib.slot_types[int(self.handles[key])] = [
+                s for t in _common._declared_types(signature) for s in prepared._slot_types(t)]
+        return self.handles[key]
+
+    def compile(self, kernel, signature):
+        key = (id(kernel), signature)
+        if key not in self.compiled:
+            self.compiled[key] = FakeCompiled(signature, self.log)
+        return self.compiled[key]
+
+
+@pytest.fixture
+def gpu(monkeypatch) -> Gpu:
+    """The launch layer as on a GPU (device 0, CuPy absent: stream 0 unless ``on_stream``)."""
+    fake = Gpu(monkeypatch)
+    for module in (_common, _kernel_launch):
+        monkeypatch.setattr(module, "ON_SIMULATOR", False)
+    monkeypatch.setattr(_common, "check_signature", lambda signature, args, kernel=None: None)
+    monkeypatch.setattr(_common, "function_handle", fake.handle)
+    monkeypatch.setattr(_common, "compile_kernel", fake.compile)
+    monkeypatch.setattr(_kernel_launch, "compile_kernel", fake.compile)
+    monkeypatch.setattr(prepared, "_driver", fake.driver)
+    monkeypatch.setattr(_kernel_launch, "_driver", fake.driver)
+    monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 0)
+    monkeypatch.setattr(_kernel_launch, "_stream_pair", lambda ptr: (ptr, f"core:{ptr}"))
+    monkeypatch.setattr(_kernel_launch, "_eager", threading.local())
+    monkeypatch.setattr(_compile, "_handle_failure", [])
+    return fake
+
+
+SIG = "void(int64[::1], int32, int64[:, ::1], UniTuple(int64, 2))"
+KERNEL_A, KERNEL_B = type("KernelA", (), {})(), type("KernelB", (), {})()
+
+
+def args_for(ptr: int, n: int = 5, scalar: int = -5) -> tuple:
+    """Arguments of :data:`SIG`: two arrays at ``ptr`` and ``ptr + 0x1000``, a scalar, a tuple."""
+    return (CaiArray((n,), "<i8", ptr), scalar, CaiArray((2, 3), "<i8", ptr + 0x1000, strides=(48, 8)), (11, 12))
+
+
+def expected_values(args: tuple) -> list[int]:
+    """The flattened parameters a launch of :data:`SIG` with ``args`` must carry."""
+    values, _ = prepared.pack_arguments(_common._declared_types(SIG), args)
+    return [s.value or 0 for s in values]
+
+
+__all__ = ["CaiArray", "Gpu", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]
