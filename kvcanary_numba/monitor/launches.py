@@ -89,7 +89,7 @@ class StepLaunches:
         for i, endpoint in enumerate(endpoints):
             launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
-            with sharing(chain, publish=publish and i == 0):
+            with sharing(chain, publish=publish and i == 0, requests=batch.batch_size):
                 launch_canary_write_kernel(
                     context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
                     positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
