@@ -54,7 +54,7 @@ def _launched(monkeypatch) -> list[str]:
     names, real = [], _common.launch
 
     def spy(kernel, signature, grid, block, args):
-        names.append(kernel.__name__ if hasattr(kernel, "__name__") else kernel.py_func.__name__)
+        names.append(getattr(kernel, "py_func", kernel).__name__)
         real(kernel, signature, grid, block, args)
 
     monkeypatch.setattr(_common, "launch", spy)

@@ -97,9 +97,13 @@ def _chunk(lane, n, s_slot, s_token, s_position, running, prev_position):
         hit = -int64(k == lane)
         mine = (mine & ~hit) | (int64(running) & hit)
         expect = (expect & ~hit) | ((prev_position + ONE) & hit)
-        if cs >= ZERO:  # a skipped entry leaves the chain as it is
-            prev_position = cp
-            running = mix3(running, uint64(ct), uint64(cp))
+        # A skipped entry leaves the chain as it is. Selects, not a branch: the compiler
+        # cannot tell that ``cs`` is warp-uniform, and a branch's reconvergence would sit
+        # on the chain's path (the mix3 of a skipped entry is computed and dropped).
+        stepped = mix3(running, uint64(ct), uint64(cp))
+        keep = cs < ZERO
+        running = running if keep else stepped
+        prev_position = prev_position if keep else cp
     return running, prev_position, mine, expect
 
 

@@ -136,16 +136,18 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
         hit = -int64(k == lane)  # all ones in lane k
         mine = (mine & ~hit) | (int64(running) & hit)
         expect = (expect & ~hit) | ((prev_position + ONE) & hit)
-        if cs < ZERO:
-            continue  # skipped: no store, no count, chain unchanged
-        later = later | (int64(k > lane) & int64(cs == slot))
-        if cs < num_slots:
-            counted += ONE
-        if k >= start:
-            # Tracked whatever the chain-position assert says: a published expected
-            # position must hold for a consumer that asserts it.
-            prev_position = cp
-            running = mix3(running, uint64(ct), uint64(cp))
+        # A skipped entry (slot -1): no store, no count, chain unchanged. Selects, not
+        # branches, for the same reason (the compiler cannot tell ``cs`` and ``start``
+        # are warp-uniform); the mix3 of an entry that does not advance is dropped.
+        live = cs >= ZERO
+        later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
+        counted += int64(live and cs < num_slots)
+        advance = live and k >= start
+        stepped = mix3(running, uint64(ct), uint64(cp))
+        running = stepped if advance else running
+        # Tracked whatever the chain-position assert says: a published expected
+        # position must hold for a consumer that asserts it.
+        prev_position = cp if advance else prev_position
     return running, prev_position, counted, mine, expect, later == ZERO
 
 

@@ -6,7 +6,7 @@ Once a chain is published (``kernels/chain.py`` ``chain_publish``, layout in
 ``kernels/share.py``), nothing else in a request is serial except "the last
 entry of a slot wins". ``write_tiled`` therefore gives each request a whole
 block (grid-striding over requests) and walks it in tiles of
-``blockDim.x * TILE_ITEMS`` consecutive entries, in order, with block barriers
+``blockDim.x * TILE_ITEMS`` consecutive entries (512 on a GPU), in order, with block barriers
 between the phases of a tile:
 
 1. every thread compares its entries' token, position and skip with the
@@ -55,10 +55,12 @@ from .write_chunk import entry_checks, real_kv, request_range, seed_state, store
 
 __all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name"]
 
-#: Warps per block (a block per request) and entries per thread of a tile.
-TILED_WARPS = 1 if ON_SIMULATOR else 8
+#: Warps per block (a block per request) and entries per thread of a tile. On a GPU one
+#: entry per thread: a thread's loads of several entries would wait one after another
+#: (the atomics and stores between them keep the compiler from hoisting them).
+TILED_WARPS = 1 if ON_SIMULATOR else 16
 MAX_TILED_WARPS = 4 if ON_SIMULATOR else TILED_WARPS
-TILE_ITEMS = 2 if ON_SIMULATOR else 4
+TILE_ITEMS = 2 if ON_SIMULATOR else 1
 _LOG_TABLE = int(np.log2(2 * MAX_TILED_WARPS * WARP_SIZE * TILE_ITEMS))
 #: Buckets of the per-tile slot table: twice the largest tile, so probing stays short and ends.
 TABLE_SIZE = 1 << _LOG_TABLE

@@ -74,7 +74,10 @@ def sharing(chain: SharedChain, *, publish: bool, requests: int | None = None):
     (:func:`tiled_step`).
     """
     previous = getattr(_state, "role", None)
-    _state.role = ("PUBLISH" if publish else "CONSUME", chain, requests)
+    # (name, chain), as the launch layer's replay key reads it; the batch size, which picks
+    # the path, rides in the name so that it is part of that key too.
+    name = "PUBLISH" if publish else "CONSUME"
+    _state.role = (name if requests is None else f"{name}/{int(requests)}", chain)
     try:
         yield
     finally:
@@ -92,8 +95,9 @@ def chain_arguments(fallback) -> tuple:
     state = getattr(_state, "role", None)
     if state is None:
         return (int(_share.OWN), fallback, fallback)
-    role, chain, _ = state
-    return (int(getattr(_share, role)), *_common.persistent_views(chain.published, chain.published_seeds))
+    role, chain = state
+    name = role.split("/")[0]
+    return (int(getattr(_share, name)), *_common.persistent_views(chain.published, chain.published_seeds))
 
 
 def tiled_step(num_tokens: int, capacity: int) -> str | None:
@@ -108,9 +112,10 @@ def tiled_step(num_tokens: int, capacity: int) -> str | None:
     state = getattr(_state, "role", None)
     if state is None:
         return None
-    role, _, requests = state
-    requests = capacity if requests is None else requests
-    return role if num_tokens >= int(requests) + TILED_MIN_EXTRA_TOKENS else None
+    role = state[0]
+    name, _, requests = role.partition("/")
+    requests = int(requests) if requests else capacity
+    return name if num_tokens >= requests + TILED_MIN_EXTRA_TOKENS else None
 
 
 def launch_chain_publish(args: tuple, capacity: int) -> None:
