@@ -122,10 +122,17 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
     mine = ZERO
     expect = ZERO
     later = ZERO
-    ks = s_slot[0]
-    kt = s_token[0]
-    kp = s_position[0]
-    for k in range(n):
+    # Entries before ``start`` keep the published chain: only their bookkeeping, no mix3.
+    for k in range(start):
+        cs = s_slot[k]
+        live = cs >= ZERO
+        later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
+        counted += int64(live and cs < num_slots)
+    first = min(start, _WARP - ONE)
+    ks = s_slot[first]
+    kt = s_token[first]
+    kp = s_position[first]
+    for k in range(start, n):
         cs, ct, cp = ks, kt, kp
         nk = min(k + ONE, _WARP - ONE)  # a harmless re-read on the last entry
         ks = s_slot[nk]
@@ -137,17 +144,16 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
         mine = (mine & ~hit) | (int64(running) & hit)
         expect = (expect & ~hit) | ((prev_position + ONE) & hit)
         # A skipped entry (slot -1): no store, no count, chain unchanged. Selects, not
-        # branches, for the same reason (the compiler cannot tell ``cs`` and ``start``
-        # are warp-uniform); the mix3 of an entry that does not advance is dropped.
+        # branches, for the same reason (the compiler cannot tell ``cs`` is
+        # warp-uniform); the mix3 of a skipped entry is computed and dropped.
         live = cs >= ZERO
         later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
         counted += int64(live and cs < num_slots)
-        advance = live and k >= start
         stepped = mix3(running, uint64(ct), uint64(cp))
-        running = stepped if advance else running
+        running = stepped if live else running
         # Tracked whatever the chain-position assert says: a published expected
         # position must hold for a consumer that asserts it.
-        prev_position = cp if advance else prev_position
+        prev_position = cp if live else prev_position
     return running, prev_position, counted, mine, expect, later == ZERO
 
 
