@@ -8,8 +8,12 @@ Rows (section ``chain``):
   inputs. The one-warp synthesized row is the floor the targets use.
 - ``write chain``: the write kernel with no real-KV sources (the chain, loads
   and stores only) for long prefills, as ns per token of one request and as a
-  ratio to the floor; then the same launch consuming the chain an earlier
-  launch published (what a monitor step's other three writes cost).
+  ratio to the floor (role OWN, the public path); then the shared-chain path
+  of a long monitor step (``launch.chain.tiled_step``): ``chain_publish``
+  alone (the chain and its publish columns), the publishing write
+  (``chain_publish`` + a tiled stamp of its own buffer), a consuming write
+  (tiled: what each of the step's other three writes costs) and, for
+  comparison, a consuming write on the serial kernel (the decode path).
 - ``monitor decode profile``: cProfile of prepared decode steps (256 x 1,
   prefix 4k, K and V), the functions with the most own time, in µs per step.
 
@@ -25,7 +29,8 @@ import pstats
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.launch.chain import SharedChain, launch_chain_limit, sharing
+from kvcanary_numba.launch import write as write_glue
+from kvcanary_numba.launch.chain import SharedChain, chain_arguments, launch_chain_limit, launch_chain_publish, sharing
 from kvcanary_numba.write import launch_canary_write_kernel
 
 from .bench_kernels import _free
@@ -79,14 +84,23 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
     result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                           iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
     _add_write(run, "NONE", requests, tokens, result, floor, ctx)
-    # The same write consuming a chain published by an earlier launch (a monitor step's other writes).
+    # A long monitor step's writes sharing one chain (the tiled path), and the serial consumer.
     chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
+    iters = max(3, run.iters // 4)
     with sharing(chain, publish=True):
-        launch_canary_write_kernel(context=ctx, plan=plan, **inputs)
-    with sharing(chain, publish=False):
-        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
-                              iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
-    _add_write(run, "NONE consuming a shared chain", requests, tokens, result, None, ctx)
+        args = (*write_glue._arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
+                                       None, None)[1], *chain_arguments(None))  # fmt: skip
+        capacity = plan.write_seed_slot_indices.shape[0]
+        result = device_times(lambda _: launch_chain_publish(args, capacity), iters=iters, host_us=100)
+        _add_write(run, "chain_publish alone", requests, tokens, result, floor, ctx)
+        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters,
+                              host_us=100)  # fmt: skip
+        _add_write(run, "NONE publishing a shared chain (chain_publish + tiled)", requests, tokens, result, floor, ctx)
+    for name, shape in (("NONE consuming a shared chain", None), ("NONE consuming, serial kernel", requests * tokens)):
+        with sharing(chain, publish=False, requests=shape):
+            result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
+                                  iters=iters, host_us=100)  # fmt: skip
+        _add_write(run, name, requests, tokens, result, None, ctx)
 
 
 def _add_write(run, name: str, requests: int, tokens: int, result: dict, floor, ctx) -> None:
@@ -142,7 +156,7 @@ def targets(records: list[dict], make) -> list[dict]:
     """This module's targets; ``make`` is ``report._target``."""
     out = []
     ratios = [r["over_limit"] for r in records if r.get("op") == "write chain" and r.get("over_limit")
-              and r.get("tokens_per_request", 0) >= 8192]  # fmt: skip
+              and r.get("tokens_per_request", 0) >= 8192 and r["variant"].startswith("NONE r=")]  # fmt: skip
     out.append(make("write chain per token over the bare mix3 floor, 8 x 8k / 8 x 32k / 1 x 128k (worst)",
                     max(ratios) if ratios else None, 1.5, "lower", "x"))  # fmt: skip
     prefill = _find(records, "monitor step device", variant="prefill prepared")

@@ -171,8 +171,7 @@ def _last_entry_probe(slots, n, num_slots, last, w):
     shared[t] = slots[t]
     zeros[t] = 0
     cuda.syncthreads()
-    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), False,
-                       num_slots)
+    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), num_slots)
     last[t] = 1 if out[5] else 0
 
 
@@ -211,16 +210,16 @@ def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
     # would hide an extra store in the final buffer, so the stores themselves are recorded.
     if KERNEL_DEVICE != "cpu":
         pytest.skip("records the simulated kernel's stores (simulator only)")
-    from kvcanary_numba.kernels import write as kernels
+    from kvcanary_numba.kernels import write_chunk as kernels
 
     stores = []
-    real_store = kernels._store
+    real_store = kernels.store_record
 
     def recording_store(buf, slot, token, position, chain_hash, real):
         stores.append((int(slot), int(token)))
         real_store(buf, slot, token, position, chain_hash, real)
 
-    monkeypatch.setattr(kernels, "_store", recording_store)
+    monkeypatch.setattr(kernels, "store_record", recording_store)
     # Chunk 0: slot 4 at lanes 0 and 31 (the chunk's last entry); chunk 1 (5 entries): slot 6 at its lanes 1 and 4.
     slots = [4] + list(range(20, 50)) + [4] + [7, 6, 8, 9, 6]
     n = len(slots)

@@ -23,7 +23,10 @@ warps per block) in chunks of 32 entries:
 With ``chain_role`` PUBLISH the launch also leaves every entry's chain state
 in a step scratch; with CONSUME it reuses one published by an earlier launch of
 the same step wherever it applies to this buffer and these inputs, and a chunk
-that reuses it entirely runs no recurrence (``kernels/share.py``).
+that reuses it entirely runs no recurrence (``kernels/share.py``). That serial
+consumer serves decode-shaped steps; a long shared step publishes with
+``kernels/chain.py`` ``chain_publish`` and stamps with ``kernels/write_tiled.py``
+(a block per request), see ``launch.chain.tiled_step``.
 
 A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the
@@ -40,24 +43,14 @@ Variants of ``write``: ``input_assert`` (compare with the expected inputs) x
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
-from ..constants import (  # fail bits as int64 scalars, under this module's short names
-    FAIL_WRITE_TOKEN as _TOKEN_BIT,
-    FAIL_WRITE_POSITION as _POSITION_BIT,
-    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
-    FAIL_PREV_RANGE as _SEED_RANGE_BIT,
-    FAIL_WRITE_RANGE as _RANGE_BIT,
-)
 from . import ON_SIMULATOR
-from .fingerprint import SOURCE_SIGNATURE, real_kv_hash, warp_sync
-from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
-from .share import PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role
-from .share import switch_state
-from .verify import record_violation
-from .write_chunk import chunk_chain, load_entry
+from .fingerprint import SOURCE_SIGNATURE, real_kv_hash
+from .hashing import ONE, ZERO, mix3
+from .share import PUBLISH, request_role, share_role
+from .write_chunk import entry_checks, request_range, seed_state, store_record, walk_chunks
 
 __all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name"]
 
@@ -67,73 +60,6 @@ WRITE_WARPS = 1 if ON_SIMULATOR else 8
 #: Most warps per block the shared rows hold; the kernel walks ``blockDim.x // 32`` warps
 #: (tests run several under the simulator: ``launch._common.simulated_shapes``).
 MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
-
-_WARP = np.int64(WARP_SIZE)
-
-
-@cuda.jit(device=True)
-def _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert, expected_token,
-                  expected_position, track, chain_position, num_slots):  # fmt: skip
-    """Rows of one non-skipped entry, in the reference's order; True if its slot can be stored."""
-    if input_assert:
-        bits = ZERO
-        if token != expected_token:
-            bits |= _TOKEN_BIT
-        if position != expected_position:
-            bits |= _POSITION_BIT
-        if bits != ZERO:
-            record_violation(
-                ring, write_index, kind, slot, position, token, expected_token, chain_hash, expected_position, bits
-            )
-    if track and position != chain_position:
-        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, chain_position,
-                         _POSITION_BIT)  # fmt: skip
-    if slot >= num_slots:
-        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_RANGE_BIT)
-        return False
-    return True
-
-
-@cuda.jit(device=True)
-def _store(buf, slot, token, position, chain_hash, real):
-    buf[slot, TOKEN] = token
-    buf[slot, POSITION] = position
-    buf[slot, PREV_HASH] = chain_hash
-    buf[slot, REAL_KV] = real
-
-
-@cuda.jit(device=True)
-def _request_range(offsets, r, num_tokens, ring, write_index, kind, report):
-    """Clipped entry range of request ``r``; records the range row if clipping changed it."""
-    start = offsets[r]
-    end = offsets[r + ONE]
-    if end <= start:
-        return ZERO, ZERO
-    lo = max(start, ZERO)
-    hi = min(end, num_tokens)
-    if report and (lo != start or hi != end):
-        record_violation(ring, write_index, kind, MINUS_ONE, MINUS_ONE, start, end, ZERO, num_tokens, _RANGE_BIT)
-    return lo, hi
-
-
-@cuda.jit(device=True)
-def _seed_state(buf, seed, num_slots, ring, write_index, kind, report):
-    """(running hash, stored seed position) at a request's start; records the seed row if ``report``."""
-    if seed >= num_slots:
-        if report:
-            record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
-                             _SEED_RANGE_BIT)  # fmt: skip
-    elif seed >= ZERO:
-        return slot_hash(buf, seed), buf[seed, POSITION]
-    return CHAIN_HEAD, ZERO
-
-
-@cuda.jit(device=True)
-def _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params):
-    """Real-KV hash of an in-range slot's live KV (0 without sources)."""
-    if nsrc > 0 and slot >= ZERO and slot < num_slots:
-        return int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-    return ZERO
 
 
 def _make_write(input_assert: bool, nsrc: int):
@@ -161,53 +87,18 @@ def _make_write(input_assert: bool, nsrc: int):
         # requests run on different SMs instead of sharing one SM's issue slots.
         first = int64(warp) * int64(cuda.gridDim.x) + int64(cuda.blockIdx.x)
         for r in range(first, num_reqs, int64(cuda.gridDim.x) * block_warps):
-            lo, hi = _request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
+            lo, hi = request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
                 continue
             seed = seeds[r]
             track = chain_on and seed >= ZERO and seed < num_slots
             # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
-            running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
+            running, prev_position = seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
             reuse = request_role(role, r, running, prev_position, published_seeds, lane)
-            nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
-                              expected_positions, input_assert)  # fmt: skip
-            pub = load_published(lo + lane, hi, reuse, published)
-            for c0 in range(lo, hi, _WARP):
-                n = min(_WARP, hi - c0)
-                slot, token, position, expected_token, expected_position = nxt
-                p_hash, p_expect, p_token, p_position, p_slot = pub
-                warp_sync()  # every lane has finished reading the previous chunk's rows
-                s_slot[lane] = slot
-                s_token[lane] = token
-                s_position[lane] = position
-                if reuse:
-                    s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
-                warp_sync()
-                # The next chunk's loads are issued now and land while the chain runs.
-                nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
-                                  expected_positions, input_assert)  # fmt: skip
-                start = ZERO
-                if reuse:
-                    start = first_difference(n, s_switch)
-                    if start < n:  # this chunk's inputs differ from the published ones: own chain from here
-                        reuse = False
-                        running, prev_position = switch_state(published, c0 + start)
-                    else:
-                        pub = load_published(c0 + _WARP + lane, hi, True, published)
-                running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
-                    lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots
-                )
-                if lane < start:  # entries before the switch keep the published chain
-                    chain_hash, chain_position = p_hash, p_expect
-                if role == PUBLISH and lane < n:
-                    publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
-                stored += counted
-                if slot >= ZERO:
-                    real = _real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
-                    ok = _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                                       expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
-                    if ok and last:
-                        _store(buf, slot, token, position, chain_hash, real)
+            stored += walk_chunks(lane, lo, hi, running, prev_position, reuse, role == PUBLISH, track, True, s_slot,
+                                  s_token, s_position, s_switch, buf, out_cache_loc, input_ids, positions,
+                                  expected_tokens, expected_positions, input_assert, nsrc, w0, w1, w2, w3, params,
+                                  ring, write_index, kind, published, num_slots)  # fmt: skip
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
@@ -228,12 +119,12 @@ def _write_baseline(
     if r >= num_reqs:
         return
     num_slots = int64(buf.shape[0])
-    lo, hi = _request_range(offsets, r, int64(input_ids.shape[0]), ring, write_index, kind, True)
+    lo, hi = request_range(offsets, r, int64(input_ids.shape[0]), ring, write_index, kind, True)
     if hi <= lo:
         return
     seed = seeds[r]
     track = chain_flag[0] != 0 and seed >= ZERO and seed < num_slots
-    running, prev_position = _seed_state(buf, seed, num_slots, ring, write_index, kind, True)
+    running, prev_position = seed_state(buf, seed, num_slots, ring, write_index, kind, True)
     stored = ZERO
     for i in range(lo, hi):
         slot = out_cache_loc[i]
@@ -244,10 +135,10 @@ def _write_baseline(
         chain_hash = int64(running)
         expected_token = expected_tokens[i] if input_assert != ZERO else ZERO
         expected_position = expected_positions[i] if input_assert != ZERO else ZERO
-        if _entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != ZERO,
-                         expected_token, expected_position, track, prev_position + ONE, num_slots):  # fmt: skip
+        if entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != ZERO,
+                        expected_token, expected_position, track, prev_position + ONE, num_slots):  # fmt: skip
             real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-            _store(buf, slot, token, position, chain_hash, real)
+            store_record(buf, slot, token, position, chain_hash, real)
             stored += ONE
         if track:
             prev_position = position

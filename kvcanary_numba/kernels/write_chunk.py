@@ -1,6 +1,9 @@
-"""Device helpers of the write kernel's chunk loop: an entry's loads and the chunk's chain.
+"""Device helpers of the write kernels: an entry's loads, checks and store, a request's range
+and seed state, and the serial chunk walk.
 
-Used by ``kernels/write.py`` (see its docstring for the loop they make up).
+Used by ``kernels/write.py`` (see its docstring for the loop ``walk_chunks`` makes up) and by
+``kernels/write_tiled.py`` (whose requests fall back to that walk after the first entry that
+differs from the published chain).
 """
 
 from __future__ import annotations
@@ -9,11 +12,87 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import WARP_SIZE
-from .hashing import MINUS_ONE, ONE, ZERO, mix3
+from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_WRITE_TOKEN as _TOKEN_BIT,
+    FAIL_WRITE_POSITION as _POSITION_BIT,
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+    FAIL_PREV_RANGE as _SEED_RANGE_BIT,
+    FAIL_WRITE_RANGE as _RANGE_BIT,
+)
+from .fingerprint import real_kv_hash, warp_sync
+from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
+from .share import first_difference, load_published, publish, same_entry, switch_state
+from .verify import record_violation
 
-__all__ = ["chunk_chain", "load_entry"]
+__all__ = ["chunk_chain", "entry_checks", "load_entry", "real_kv", "request_range", "seed_state", "store_record",
+           "walk_chunks"]  # fmt: skip
 
 _WARP = np.int64(WARP_SIZE)
+
+
+@cuda.jit(device=True)
+def entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert, expected_token,
+                 expected_position, track, chain_position, num_slots):  # fmt: skip
+    """Rows of one non-skipped entry, in the reference's order; True if its slot can be stored."""
+    if input_assert:
+        bits = ZERO
+        if token != expected_token:
+            bits |= _TOKEN_BIT
+        if position != expected_position:
+            bits |= _POSITION_BIT
+        if bits != ZERO:
+            record_violation(
+                ring, write_index, kind, slot, position, token, expected_token, chain_hash, expected_position, bits
+            )
+    if track and position != chain_position:
+        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, chain_position,
+                         _POSITION_BIT)  # fmt: skip
+    if slot >= num_slots:
+        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_RANGE_BIT)
+        return False
+    return True
+
+
+@cuda.jit(device=True)
+def store_record(buf, slot, token, position, chain_hash, real):
+    buf[slot, TOKEN] = token
+    buf[slot, POSITION] = position
+    buf[slot, PREV_HASH] = chain_hash
+    buf[slot, REAL_KV] = real
+
+
+@cuda.jit(device=True)
+def request_range(offsets, r, num_tokens, ring, write_index, kind, report):
+    """Clipped entry range of request ``r``; records the range row if clipping changed it and ``report``."""
+    start = offsets[r]
+    end = offsets[r + ONE]
+    if end <= start:
+        return ZERO, ZERO
+    lo = max(start, ZERO)
+    hi = min(end, num_tokens)
+    if report and (lo != start or hi != end):
+        record_violation(ring, write_index, kind, MINUS_ONE, MINUS_ONE, start, end, ZERO, num_tokens, _RANGE_BIT)
+    return lo, hi
+
+
+@cuda.jit(device=True)
+def seed_state(buf, seed, num_slots, ring, write_index, kind, report):
+    """(running hash, stored seed position) at a request's start; records the seed row if ``report``."""
+    if seed >= num_slots:
+        if report:
+            record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
+                             _SEED_RANGE_BIT)  # fmt: skip
+    elif seed >= ZERO:
+        return slot_hash(buf, seed), buf[seed, POSITION]
+    return CHAIN_HEAD, ZERO
+
+
+@cuda.jit(device=True)
+def real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params):
+    """Real-KV hash of an in-range slot's live KV (0 without sources)."""
+    if nsrc > 0 and slot >= ZERO and slot < num_slots:
+        return int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
+    return ZERO
 
 
 @cuda.jit(device=True)
@@ -28,7 +107,7 @@ def load_entry(i, hi, out_cache_loc, input_ids, positions, expected_tokens, expe
 
 
 @cuda.jit(device=True)
-def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, track, num_slots):
+def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, num_slots):
     """The recurrence over one chunk's shared rows from entry ``start`` on, run by every lane (warp-uniform).
 
     Returns (running, prev_position, entries counted, this lane's prev_hash,
@@ -43,10 +122,17 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
     mine = ZERO
     expect = ZERO
     later = ZERO
-    ks = s_slot[0]
-    kt = s_token[0]
-    kp = s_position[0]
-    for k in range(n):
+    # Entries before ``start`` keep the published chain: only their bookkeeping, no mix3.
+    for k in range(start):
+        cs = s_slot[k]
+        live = cs >= ZERO
+        later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
+        counted += int64(live and cs < num_slots)
+    first = min(start, _WARP - ONE)
+    ks = s_slot[first]
+    kt = s_token[first]
+    kp = s_position[first]
+    for k in range(start, n):
         cs, ct, cp = ks, kt, kp
         nk = min(k + ONE, _WARP - ONE)  # a harmless re-read on the last entry
         ks = s_slot[nk]
@@ -57,13 +143,72 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
         hit = -int64(k == lane)  # all ones in lane k
         mine = (mine & ~hit) | (int64(running) & hit)
         expect = (expect & ~hit) | ((prev_position + ONE) & hit)
-        if cs < ZERO:
-            continue  # skipped: no store, no count, chain unchanged
-        later = later | (int64(k > lane) & int64(cs == slot))
-        if cs < num_slots:
-            counted += ONE
-        if k >= start:
-            if track:
-                prev_position = cp
-            running = mix3(running, uint64(ct), uint64(cp))
+        # A skipped entry (slot -1): no store, no count, chain unchanged. Selects, not
+        # branches, for the same reason (the compiler cannot tell ``cs`` is
+        # warp-uniform); the mix3 of a skipped entry is computed and dropped.
+        live = cs >= ZERO
+        later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
+        counted += int64(live and cs < num_slots)
+        stepped = mix3(running, uint64(ct), uint64(cp))
+        running = stepped if live else running
+        # Tracked whatever the chain-position assert says: a published expected
+        # position must hold for a consumer that asserts it.
+        prev_position = cp if live else prev_position
     return running, prev_position, counted, mine, expect, later == ZERO
+
+
+@cuda.jit(device=True)
+def walk_chunks(lane, lo, hi, running, prev_position, reuse, publishing, track, act, s_slot, s_token, s_position,
+                s_switch, buf, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert,
+                nsrc, w0, w1, w2, w3, params, ring, write_index, kind, published, num_slots):  # fmt: skip
+    """One warp walks entries ``[lo, hi)`` of a request in chunks of 32 (``kernels/write.py``, steps 1-3).
+
+    ``running``, ``prev_position``: the chain state before ``lo``. ``reuse``:
+    the published chain applies from ``lo`` on (a consumer), until the first
+    entry whose inputs differ. ``publishing``: leave every entry's chain state
+    in ``published``. ``act``: record rows and store (False: the lanes only
+    take part in the warp's barriers; the simulator's stand-in for an idle
+    warp). ``s_*``: the warp's shared rows. Returns the entries counted
+    (the same value on every lane).
+    """
+    stored = ZERO
+    nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions,
+                     input_assert)  # fmt: skip
+    pub = load_published(lo + lane, hi, reuse, published)
+    for c0 in range(lo, hi, _WARP):
+        n = min(_WARP, hi - c0)
+        slot, token, position, expected_token, expected_position = nxt
+        p_hash, p_expect, p_token, p_position, p_slot = pub
+        warp_sync()  # every lane has finished reading the previous chunk's rows
+        s_slot[lane] = slot
+        s_token[lane] = token
+        s_position[lane] = position
+        if reuse:
+            s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
+        warp_sync()
+        # The next chunk's loads are issued now and land while the chain runs.
+        nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
+                         expected_positions, input_assert)  # fmt: skip
+        start = ZERO
+        if reuse:
+            start = first_difference(n, s_switch)
+            if start < n:  # this chunk's inputs differ from the published ones: own chain from here
+                reuse = False
+                running, prev_position = switch_state(published, c0 + start)
+            else:
+                pub = load_published(c0 + _WARP + lane, hi, True, published)
+        running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
+            lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, num_slots
+        )
+        if lane < start:  # entries before the switch keep the published chain
+            chain_hash, chain_position = p_hash, p_expect
+        if publishing and lane < n:
+            publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
+        stored += counted
+        if act and slot >= ZERO:
+            real = real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
+            ok = entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
+                              expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
+            if ok and last:
+                store_record(buf, slot, token, position, chain_hash, real)
+    return stored

@@ -10,12 +10,15 @@ import numpy as np
 
 from . import _common
 
-__all__ = ["SharedChain", "chain_arguments", "launch_chain_limit", "sharing"]
+__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "sharing", "tiled_step"]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
 #: Rows of the published scratch: kernels/share.py's ENTRY_ROWS, SEED_ROWS (tests/test_cli.py checks).
 ENTRY_ROWS, SEED_ROWS = 5, 2
+#: A shared write takes the tiled path when it has at least this many tokens more than one per
+#: request: decode-shaped steps (one token per request) keep four serial launches.
+TILED_MIN_EXTRA_TOKENS = 64
 
 
 def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: int = 32) -> None:
@@ -61,15 +64,20 @@ _state = threading.local()
 
 
 @contextlib.contextmanager
-def sharing(chain: SharedChain, *, publish: bool):
+def sharing(chain: SharedChain, *, publish: bool, requests: int | None = None):
     """Write launches of this thread inside the block publish (or consume) ``chain``.
 
     The public ``launch_canary_write_kernel`` validates as always; its kernel
     launch then runs with the role. The NumPy reference ignores it (it
-    computes the same records anyway).
+    computes the same records anyway). ``requests``: the step's batch size
+    (None: the plan's capacity), which with the token count picks the path
+    (:func:`tiled_step`).
     """
     previous = getattr(_state, "role", None)
-    _state.role = ("PUBLISH" if publish else "CONSUME", chain)
+    # (name, chain), as the launch layer's replay key reads it; the batch size, which picks
+    # the path, rides in the name so that it is part of that key too.
+    name = "PUBLISH" if publish else "CONSUME"
+    _state.role = (name if requests is None else f"{name}/{int(requests)}", chain)
     try:
         yield
     finally:
@@ -88,4 +96,36 @@ def chain_arguments(fallback) -> tuple:
     if state is None:
         return (int(_share.OWN), fallback, fallback)
     role, chain = state
-    return (int(getattr(_share, role)), *_common.persistent_views(chain.published, chain.published_seeds))
+    name = role.split("/")[0]
+    return (int(getattr(_share, name)), *_common.persistent_views(chain.published, chain.published_seeds))
+
+
+def tiled_step(num_tokens: int, capacity: int) -> str | None:
+    """The role of this thread's write launch if it takes the tiled path, else None.
+
+    Tiled (a long, prefill-shaped step): the publishing launch first runs
+    ``chain_publish`` (the chain alone), then it and every other write of the
+    step stamp in parallel (``kernels/write_tiled.py``), one more launch per
+    step in all. Otherwise (decode-shaped, or nothing shared) the serial
+    kernel, four launches, as before.
+    """
+    state = getattr(_state, "role", None)
+    if state is None:
+        return None
+    role = state[0]
+    name, _, requests = role.partition("/")
+    requests = int(requests) if requests else capacity
+    return name if num_tokens >= requests + TILED_MIN_EXTRA_TOKENS else None
+
+
+def launch_chain_publish(args: tuple, capacity: int) -> None:
+    """``chain_publish`` over the write kernel's arguments ``args`` (with the chain arguments)."""
+    from ..constants import WARP_SIZE
+    from ..kernels import chain as _kernels
+
+    buf, offsets, seeds, nvr, tokens, positions, locs = args[:7]
+    block = _kernels.PUBLISH_WARPS * WARP_SIZE
+    grid = _common.persistent_grid(capacity, _kernels.PUBLISH_WARPS, blocks_per_sm=_common.THREADS_PER_SM // block)
+    name = "chain_publish"
+    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block,
+                   (buf, offsets, seeds, nvr, tokens, positions, locs, args[-2], args[-1]))  # fmt: skip

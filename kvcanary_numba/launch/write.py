@@ -7,7 +7,7 @@ import numpy as np
 from ..constants import WARP_SIZE
 from ..kernels import write as _kernels
 from . import _common
-from .chain import chain_arguments
+from .chain import chain_arguments, launch_chain_publish, tiled_step
 from .verify import context_args
 
 __all__ = ["launch_canary_write_kernel", "launch_write_baseline"]
@@ -69,7 +69,10 @@ def launch_canary_write_kernel(
     Notes
     -----
     One warp per request (``WRITE_WARPS`` per block), grid-striding over the
-    requests when the capacity exceeds what stays resident.
+    requests when the capacity exceeds what stays resident. Inside
+    ``launch.chain.sharing`` a long step takes the tiled path instead
+    (``launch.chain.tiled_step``): the publisher runs ``chain_publish`` first,
+    then every write stamps with ``write_tiled``, a block per request.
     """
     nsrc, args = _arguments(
         context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
@@ -78,16 +81,38 @@ def launch_canary_write_kernel(
     # A monitor step shares one chain between its write launches (launch/chain.py).
     fallback = args[0] if not isinstance(args[0], np.ndarray) else np.zeros((1, 1), dtype=np.int64)
     args = (*args, *chain_arguments(fallback))
+    capacity = plan.write_seed_slot_indices.shape[0]
+    tiled = tiled_step(int(input_ids.shape[0]), capacity)
+    if tiled is not None:
+        _launch_tiled(tiled, args, capacity, enable_write_input_assert, nsrc)
+        return
     warps = _kernels.WRITE_WARPS
     if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
         warps = min(_common.sim_shape("write_warps", warps), _kernels.MAX_WRITE_WARPS)
     block = warps * WARP_SIZE
     # One warp per request, requests spread over the blocks first (one block
     # per request up to what stays resident): warps then stride.
-    capacity = plan.write_seed_slot_indices.shape[0]
     per_sm = _common.THREADS_PER_SM // block
     grid = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm)
     _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
+
+
+def _launch_tiled(role: str, args: tuple, capacity: int, input_assert: bool, nsrc: int) -> None:
+    from ..kernels import share as _share
+    from ..kernels import write_tiled as _tiled
+
+    if role == "PUBLISH":
+        launch_chain_publish(args, capacity)
+    args = (*args[:-3], int(_share.CONSUME), *args[-2:])
+    warps = _tiled.TILED_WARPS
+    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
+        warps = min(_common.sim_shape("write_warps", warps), _tiled.MAX_TILED_WARPS)
+    block = warps * WARP_SIZE
+    name = _tiled.kernel_name(input_assert, nsrc)
+    kernel, signature = _tiled.KERNELS[name], _tiled.SIGNATURES[name][0]
+    # A block per request, up to what stays resident (the slot table's shared memory counts).
+    grid = _common.resident_grid(kernel, signature, capacity * block, block)
+    _common.launch(kernel, signature, grid, block, args)
 
 
 def launch_write_baseline(

@@ -8,7 +8,10 @@ captured into a CUDA graph. On the CPU path they are the whole step.
 The write launches of one group share one chain per step: the first HEAD
 write publishes it (``launch/chain.py``), the others consume it and only stamp
 (each still checks that the published chain applies to its own buffer and
-inputs, so records stay those of a launch that runs its own chain).
+inputs, so records stay those of a launch that runs its own chain). A long
+(prefill-shaped) step takes the tiled path: the publisher runs the chain alone
+first and all four writes stamp in parallel (``launch.chain.tiled_step``, which
+reads the batch size passed to ``sharing``).
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ class StepLaunches:
         for i, endpoint in enumerate(endpoints):
             launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip
-            with sharing(chain, publish=publish and i == 0):
+            with sharing(chain, publish=publish and i == 0, requests=batch.batch_size):
                 launch_canary_write_kernel(
                     context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
                     positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
