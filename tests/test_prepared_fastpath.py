@@ -50,6 +50,19 @@ def _run(driver: Driver) -> Driver:
     return driver
 
 
+def test_eager_compilation_names_every_kernel_a_monitor_step_launches():
+    """Decode steps launch the serial write, long steps chain_publish and the tiled writes: all
+    of them must be compiled (and loaded) before a CUDA graph is captured."""
+    from kvcanary_numba.kernels import chain, plan, verify, write, write_tiled
+    from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
+
+    expected = sum(len(m.SIGNATURES[n]) for m, names in [
+        (plan, list(plan.KERNELS)), (verify, [verify.kernel_name(False, 0), verify.kernel_name(False, 1)]),
+        (write, [write.kernel_name(False, 0), write.kernel_name(False, 1)]), (chain, ["chain_publish"]),
+        (write_tiled, [write_tiled.kernel_name(False, 0), write_tiled.kernel_name(False, 1)])] for n in names)
+    assert compile_monitor_kernels(Driver().monitor) == expected
+
+
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
 @pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}], ids=["full_kv", "full_plus_swa"])

@@ -145,7 +145,7 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
 def compile_monitor_kernels(monitor) -> int:
     """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones)."""
     from ..launch import _common
-    from ..kernels import plan, verify, write
+    from ..kernels import chain, plan, verify, write, write_tiled
 
     nsrc = {0}
     for g in monitor.groups:
@@ -155,7 +155,10 @@ def compile_monitor_kernels(monitor) -> int:
             nsrc.add(min(used, MAX_REAL_KV_SOURCES))
     count = _common.compile_eagerly(plan)
     count += _common.compile_eagerly(verify, [verify.kernel_name(monitor.check_tokens, n) for n in nsrc])
-    return count + _common.compile_eagerly(write, [write.kernel_name(False, n) for n in nsrc])
+    count += _common.compile_eagerly(write, [write.kernel_name(False, n) for n in nsrc])
+    # Long (prefill-shaped) steps take the tiled path: the chain alone, then tiled stamps.
+    count += _common.compile_eagerly(chain, ["chain_publish"])
+    return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in nsrc])
 
 
 class FastPath:
