@@ -36,7 +36,8 @@ from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
 from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
-from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, CapturedStep, FastPath  # noqa: E402
+from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
+from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, FastPath  # noqa: E402
 
 __all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
 

@@ -124,11 +124,11 @@ def test_graph_replays_only_the_captured_batch_fields():
     # A field reassigned after capture would replay the old pointer: the prepared path runs instead.
     from types import SimpleNamespace
 
-    from kvcanary_numba.monitor import fastpath
+    from kvcanary_numba.monitor import capture, fastpath
 
     batch = Driver().batch({1: [(11, 1)]})
     ran = []
-    graph = fastpath.CapturedStep.__new__(fastpath.CapturedStep)
+    graph = capture.CapturedStep.__new__(capture.CapturedStep)
     graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
     graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
     fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)

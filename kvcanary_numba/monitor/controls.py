@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import error
 from .batch import StepBatch
-from .fastpath import capture_step
+from .capture import capture_step
 from .groups import check_type
 from .launches import StepLaunches
 from .readback import Snapshot

@@ -16,8 +16,9 @@ FULL pool with K and V. :class:`FastPath` does that once per batch *shape*:
 The expected-token scatter and the SWA slot translation (CuPy operations)
 still run eagerly before the prepared launches, in the same stream order.
 
-:class:`CapturedStep` goes one step further: both phases of one fixed batch
-are captured into two CUDA graphs (CuPy stream capture) and replayed per step.
+:class:`~.capture.CapturedStep` (``monitor/capture.py``) goes one step further: both
+phases of one fixed batch are captured into two CUDA graphs (CuPy stream capture) and
+replayed per step; :func:`run_pre` picks the graph when the batch matches it.
 """
 
 from __future__ import annotations
@@ -27,18 +28,15 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from .._arrays import inspect_array
-from ..errors import error
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..launch import _common
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
 from ..launch.spec import LaunchSpec
-from .batch import StepBatch
 from .bound import BoundArrays
-from .groups import check_type
 
-__all__ = ["CapturedStep", "FastPath", "PreparedPhase", "capture_graph", "capture_step", "run_pre"]
+__all__ = ["FastPath", "PreparedPhase", "compile_monitor_kernels", "run_pre"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays).
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
@@ -236,77 +234,6 @@ class FastPath:
             self.monitor._launch_post()
             return
         self._step.launch(_common._current_stream_ptr())
-
-
-class CapturedStep:
-    """One monitor step of one fixed batch, captured as two CUDA graphs (HEAD and TAIL).
-
-    Replays run on CuPy's current stream. Constraints: the engine updates the
-    batch arrays *in place* (same objects, same shapes: pad batches to a fixed
-    size with padding rows, ``req_pool_indices == 0``); the canary's own state
-    (plans, buffers, ring, counters, scratch) is fixed at construction; the
-    graphs contain no host reads, so readback stays in ``end_step``. A batch
-    field reassigned to another array after capture would be a stale pointer in
-    the graph unless it has the captured layout: :meth:`matches` tells, and
-    :func:`run_pre` then takes the prepared path (which rebinds by role).
-    """
-
-    def __init__(self, monitor, batch):
-        import cupy
-
-        self.batch = batch
-        self._captured = _ROLE_FIELDS(batch)
-        fast = monitor.fast
-        stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
-        with stream:
-            pool, lens = monitor._prepare_inputs(batch)
-            # Recording allocates this stream's plan scratch, outside the capture.
-            fast.phases(batch, pool, lens, fast.roles(batch, lens))
-            stream.synchronize()
-            self.head = capture_graph(stream, lambda: fast.pre(batch))
-            self.tail = capture_graph(stream, fast.post)
-        self.replays = 0
-
-    def matches(self, batch) -> bool:
-        """Whether ``batch`` is the captured batch and each role's array is the captured object
-        or has its layout (pointer, shape, strides, dtype: what the graph launches on)."""
-        if batch is not self.batch:
-            return False
-        return _same_arrays(batch, self._captured) or all(map(_same_layout, _ROLE_FIELDS(batch), self._captured))
-
-    def pre(self) -> None:
-        self.head.launch()
-        self.replays += 1
-
-    def post(self) -> None:
-        self.tail.launch()
-
-
-def capture_graph(stream, body: Callable[[], None]):
-    """The CUDA graph of what ``body()`` issues on the CuPy ``stream`` (current during the call)."""
-    stream.begin_capture()  # CuPy's default mode: relaxed
-    try:
-        body()
-    finally:
-        graph = stream.end_capture()
-    return graph
-
-
-def capture_step(monitor, batch, *, busy: str | None, order: str) -> CapturedStep:
-    """Checks of :meth:`CanaryMonitor.capture_graph`, then the capture."""
-    fn = "CanaryMonitor.capture_graph"
-    if monitor.fast is None or not _gpu(monitor):
-        raise error("KVC-C008", function=fn, argument="device", got=monitor.device,
-                    reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU)")  # fmt: skip
-    if busy is not None:
-        raise error("KVC-M005", function=fn, state=busy, expected=order)
-    check_type(fn, "batch", batch, StepBatch)
-    batch.check_fits(fn, monitor.write_req_capacity, monitor.write_token_capacity, monitor.check_tokens)
-    return CapturedStep(monitor, batch)
-
-
-def _gpu(monitor) -> bool:
-    return monitor.xp.__name__ == "cupy"
 
 
 def run_pre(monitor, batch) -> Callable[[], None]:
