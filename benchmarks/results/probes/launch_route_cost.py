@@ -65,5 +65,15 @@ typed.argtypes = [ctypes.c_void_p] + [uint] * 7 + [ctypes.c_void_p] * 3
 typed.restype = ctypes.c_int
 func, params = int(packed["bindings"].handle), packed["bindings"]._params
 out["ctypes_argtypes_ints"] = per_call(lambda: typed(func, 1, 1, 1, 32, 1, 1, 0, stream, params, None))
+# The handle is a CUkernel (library-managed): the driver resolves this context's function on
+# every launch. Launching the CUfunction itself (cuKernelGetFunction, once) may be cheaper.
+cu = drv.cu
+err, function = cu.cuKernelGetFunction(packed["bindings"].handle)
+if err == cu.CUresult.CUDA_SUCCESS:
+    cu_stream = cu.CUstream(stream)
+    out["bindings_cufunction_launch"] = per_call(
+        lambda: cu.cuLaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, cu_stream, params, 0))
+    out["ctypes_argtypes_cufunction"] = per_call(
+        lambda: typed(int(function), 1, 1, 1, 32, 1, 1, 0, stream, params, None))
 out["default_route"] = _driver.LAUNCH_ROUTE
 print(json.dumps(out))
