@@ -17,6 +17,10 @@
 #   racecheck  the small verify, write and plan kernel tests under racecheck (not in the default list)
 #   fuzz       the bad-input harness on CuPy arrays under memcheck (benchmarks/fuzz_cuda.py; copy
 #              ../shared/tools/fuzz_bad_inputs.py to ./.fuzz/ first; not in the default list)
+#   replays    the launch-layer and monitor GPU tests with KVCANARY_VERIFY_REPLAYS=1 (every replay of
+#              packed launches re-runs the glue and must match; not in the default list)
+#   probe      host us per launch by driver route (benchmarks/results/probes/launch_route_cost.py ->
+#              $OUT/launch-route-cost.json; not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -91,7 +95,7 @@ for step in "${STEPS[@]}"; do
                 tests/test_kernels_plan_scale.py tests/test_kernels_verify.py tests/test_kernels_verify_plans.py \
                 tests/test_kernels_write.py tests/test_kernels_write_scenarios.py tests/test_kernels_fingerprint.py \
                 tests/test_kernels_scatter.py tests/test_kernels_shapes.py tests/test_kernels_write_share.py \
-                tests/test_kernels_chain.py tests/test_monitor_budget.py
+                tests/test_kernels_chain.py tests/test_kernels_write_tiled.py tests/test_monitor_budget.py
             grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"
         else
             echo "memcheck   rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -102,7 +106,7 @@ for step in "${STEPS[@]}"; do
                 --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider tests/test_kernels_verify.py \
                 tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py \
                 tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_shapes.py \
-                tests/test_kernels_write_share.py
+                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py
             grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -121,8 +125,14 @@ for step in "${STEPS[@]}"; do
         else
             run_step fuzz 300 python3 benchmarks/fuzz_cuda.py --harness "$harness" --n 400 --json "$OUT/fuzz-cuda.json"
         fi ;;
+    replays)
+        KVCANARY_VERIFY_REPLAYS=1 run_step replays 240 python3 -m pytest -m gpu -q -p no:cacheprovider \
+            tests/test_prepared.py tests/test_prepared_fastpath.py tests/test_launch_replay.py \
+            tests/test_launch_driver.py tests/test_monitor_host_step.py tests/test_gpu_interop.py ;;
+    probe)
+        run_step probe 120 sh -c "python3 benchmarks/results/probes/launch_route_cost.py > '$OUT/launch-route-cost.json'" ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"
