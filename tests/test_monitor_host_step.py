@@ -122,7 +122,7 @@ def test_a_failed_bind_forgets_the_bound_arrays_and_takes_the_validated_path(stu
     calls = []
     monkeypatch.setattr(fastpath, "_kind", lambda name, array: ("another kind",))
     monkeypatch.setattr(m, "_launch_plan_head", lambda *args: calls.append("head"), raising=False)
-    monkeypatch.setattr(m, "_launch_post", lambda: calls.append("tail"), raising=False)
+    monkeypatch.setattr(m, "_launch_post", lambda batch=None: calls.append("tail"), raising=False)
     w.batch.positions = w.batch.positions.copy()
     _step(w)
     assert calls == ["head", "tail"] and fast._last is None and fast._step is None

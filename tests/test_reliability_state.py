@@ -259,3 +259,29 @@ def test_read_only_inputs_run_on_the_simulator_as_on_the_cpu():
         outs.append(out)
     np.testing.assert_array_equal(outs[0], outs[1])
     assert (outs[0] != -7).all() and len(set(outs[0].tolist())) == 3
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("fast", [False, True], ids=["eager", "prepared"])
+def test_tail_launches_on_the_arrays_of_pre_forward_on_every_path(fast):
+    """A field reassigned to another valid array between the hooks is not what TAIL stamps: the
+    step was planned with the arrays of pre_forward, and eager and prepared paths agree on it."""
+    from monitor_helpers import monitor_records
+
+    from kvcanary_numba.monitor.fastpath import FastPath
+
+    records = []
+    for reassign in (False, True):
+        d = _driver()
+        if fast:
+            d.monitor._backend = "cuda"  # NumPy arrays through the kernels under the simulator
+            d.monitor.fast = FastPath(d.monitor, compile=False)
+        batch = _decode_batch(d)
+        d.monitor.pre_forward(batch)
+        _write_kv(d, batch)  # the forward writes the planned tokens' KV
+        if reassign:
+            batch.input_ids = batch.input_ids + 1000  # valid, and different tokens
+        d.monitor.post_forward()
+        d.monitor.end_step()
+        records.append(monitor_records(d.monitor.groups[0].tail[0].context.canary_buf).copy())
+    np.testing.assert_array_equal(records[1], records[0])

@@ -23,6 +23,7 @@ replayed per step; :func:`run_pre` picks the graph when the batch matches it.
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from operator import attrgetter
 from typing import Any, Callable
@@ -175,6 +176,7 @@ class FastPath:
             compile_monitor_kernels(monitor)
         self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
         self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the eager path)
+        self._planned = None  # the eager path's batch fields as of pre()
         self._last: BoundArrays | None = None  # the arrays the phases were last bound to, and those phases
         self.prepared = 0  # phases recorded so far (one per new batch shape)
 
@@ -221,7 +223,7 @@ class FastPath:
             roles = self.roles(batch, lens)
             head, tail = self.phases(batch, pool, lens, roles)
             if not (head.bind(roles) and tail.bind(roles)):
-                self._step = None
+                self._step, self._planned = None, copy.copy(batch)  # TAIL on these arrays (run_pre)
                 m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
                 return
             self._last = BoundArrays(arrays, head, tail)
@@ -231,7 +233,7 @@ class FastPath:
     def post(self) -> None:
         """TAIL phase of the batch given to :meth:`pre`."""
         if self._step is None:
-            self.monitor._launch_post()
+            self.monitor._launch_post(self._planned)
             return
         self._step.launch(_common._current_stream_ptr())
 
@@ -246,4 +248,7 @@ def run_pre(monitor, batch) -> Callable[[], None]:
         monitor.fast.pre(batch)
         return monitor.fast.post
     monitor._launch_pre(batch)
-    return monitor._launch_post
+    # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
+    # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
+    planned = copy.copy(batch)
+    return lambda: monitor._launch_post(planned)

@@ -69,9 +69,10 @@ class StepLaunches:
                 self.budget.select(self.groups.index(g), g, self._backend)
             self._launch_endpoints(g, g.head, batch, loc, asserted, publish=True)
 
-    def _launch_post(self) -> None:
-        """TAIL phase of the batch given to the HEAD phase (the step's plans, live-KV sources)."""
-        batch = self._batch
+    def _launch_post(self, batch: StepBatch | None = None) -> None:
+        """TAIL phase of the batch given to the HEAD phase (the step's plans, live-KV sources);
+        ``batch``: that batch's fields as they were then (default: ``_batch`` as it is now)."""
+        batch = self._batch if batch is None else batch
         asserted = batch.expected_input_tokens is not None
         for g, loc in zip(self.groups, self._locs):
             self._launch_endpoints(g, g.tail, batch, loc, asserted, publish=False)

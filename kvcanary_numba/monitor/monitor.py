@@ -203,6 +203,12 @@ class CanaryMonitor(MonitorControls):
         KvCanaryError
             KVC-M005 (order); the batch's array codes when one of its fields was
             reassigned to a bad array since pre_forward (the step stays open).
+
+        Notes
+        -----
+        The TAIL launches use the batch's arrays as they were at ``pre_forward`` (the
+        ones the step was planned with) on every path: a field reassigned since is
+        checked, not launched on.
         """
         fn = "CanaryMonitor.post_forward"
         if self._phase is not _PRE:
