@@ -107,8 +107,8 @@ replays only where nothing the glue read can differ (2): the snapshot holds
 every pointer, shape, scalar and per-object token of the arguments, and
 ``entry.where`` the stream, the device and every glue state read besides the
 arguments (``_kernel_launch.LAUNCH_STATE``: the shared write chain of
-``chain.sharing``). Glue that starts reading other state must add a reader
-there. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
+``chain.sharing``, registered by ``launch/chain.py``). Glue that starts reading
+other state must register a reader there the same way. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
 (the glue runs, recorded) and raises ``StaleLaunch`` on a difference (a GPU
 test runs eager monitor steps with it; ``KVCANARY_VERIFY_REPLAYS=1`` turns it on
 for a whole run).

@@ -13,7 +13,6 @@ import threading
 from typing import Any, Callable, Sequence
 
 from ..kernels import ON_SIMULATOR
-from ._array_views import array_layout
 from ._compile import check_signature, compile_kernel
 from ._driver import driver as _driver
 from .spec import LaunchSpec
@@ -179,19 +178,10 @@ class StaleLaunch(RuntimeError):
     call's snapshot or launch state misses something the glue reads)."""
 
 
-def _shared_chain_state():
-    # Glue state outside a call's arguments: the write chain a ``chain.sharing`` block shares.
-    chain = sys.modules.get("kvcanary_numba.launch.chain")
-    role = None if chain is None else getattr(chain._state, "role", None)
-    if role is None:
-        return None
-    name, shared = role
-    return name, array_layout(shared.published)[0], array_layout(shared.published_seeds)[0]
-
-
 #: Readers of every state the glue reads besides a call's arguments, stream and device;
-#: their values are part of where packed launches may be replayed (see ``_common``).
-LAUNCH_STATE: list[Callable[[], Any]] = [_shared_chain_state]
+#: their values are part of where packed launches may be replayed (see ``_common``). The module
+#: that owns such state registers its reader (``launch/chain.py``: the shared write chain).
+LAUNCH_STATE: list[Callable[[], Any]] = []
 
 
 def launch_state() -> tuple:

@@ -8,9 +8,10 @@ import threading
 
 import numpy as np
 
-from . import _common
+from . import _common, _kernel_launch
 
-__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "sharing", "tiled_step"]
+__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "replay_key", "sharing",
+           "tiled_step"]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
@@ -82,6 +83,20 @@ def sharing(chain: SharedChain, *, publish: bool, requests: int | None = None):
         yield
     finally:
         _state.role = previous
+
+
+def replay_key():
+    """What this thread's write launches read besides their arguments: the role of a ``sharing``
+    block and its scratch pointers (None outside one). A launch packed inside a block replays
+    only inside an equal one (``_kernel_launch.LAUNCH_STATE``)."""
+    state = getattr(_state, "role", None)
+    if state is None:
+        return None
+    role, chain = state
+    return role, _common.array_layout(chain.published)[0], _common.array_layout(chain.published_seeds)[0]
+
+
+_kernel_launch.LAUNCH_STATE.append(replay_key)
 
 
 def chain_arguments(fallback) -> tuple:
