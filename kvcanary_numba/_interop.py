@@ -175,23 +175,25 @@ def stream_handle(function: str, stream: Any) -> int | None:
     return handle
 
 
-def native_views(value: Any, function: str = "", argument: str = ""):
+def native_views(value: Any, function: str = "", argument: str = "", views: dict | None = None):
     """``value`` with every DLPack-only array in it (dataclass fields, tuple items) replaced
-    by its NumPy / CuPy view; the same object when there is none."""
+    by its view (:func:`native_array`); the same object when there is none. ``views`` maps
+    id(producer) to a view already read in this call (the validation memo's snapshot)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         changes = {}
         for field in dataclasses.fields(value):
             old = getattr(value, field.name)
-            new = native_views(old, function, f"{argument}.{field.name}".lstrip("."))
+            new = native_views(old, function, f"{argument}.{field.name}".lstrip("."), views)
             if new is not old:
                 changes[field.name] = new
         return dataclasses.replace(value, **changes) if changes else value
     if isinstance(value, (tuple, list)):
-        items = [native_views(item, function, f"{argument}[{i}]") for i, item in enumerate(value)]
+        items = [native_views(item, function, f"{argument}[{i}]", views) for i, item in enumerate(value)]
         return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
     if isinstance(value, np.ndarray) or not dlpack_only(value):
         return value
-    return native_array(function, argument, value)
+    seen = None if views is None else views.get(id(value))
+    return native_array(function, argument, value) if seen is None else seen
 
 
 _MODULES = {"numpy": "kvcanary_numba.reference.", "cuda": "kvcanary_numba.launch."}

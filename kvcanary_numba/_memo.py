@@ -59,8 +59,8 @@ def token(x: Any) -> int:
 
 
 # --- per-type walkers: (value, depth, state) -> hashable ---------------------------
-# ``state`` is a one-item list set to True when a DLPack-only object was seen (the
-# wrapper then hands NumPy / CuPy views to the implementation).
+# ``state`` is a one-item list holding a dict: id(DLPack-only producer) -> the view the
+# snapshot read it through (the wrapper hands those views on, without exporting again).
 
 def _numpy(x, depth, state):
     if depth == 0:
@@ -96,9 +96,9 @@ def _cai(x, depth, state):
 
 
 def _dlpack(x, depth, state):
-    state[0] = True
-    # The producer's token stands for its identity (its views are new objects every call).
-    return (token(x) if depth else None, _walk(_interop.native_array("snapshot", "array", x), 0, state))
+    view = state[0][id(x)] = _interop.native_array("snapshot", "array", x)
+    # The producer's token stands for its identity (NumPy / CuPy views are new objects every call).
+    return (token(x) if depth else None, _walk(view, 0, state))
 
 
 def _scalar(x, depth, state):
@@ -174,9 +174,10 @@ def _walk(x, depth, state):
     return (_WALKERS.get(type(x)) or _register(x))(x, depth, state)
 
 
-def snapshot(values: tuple) -> tuple[tuple, bool]:
-    """(snapshot of ``values``, whether a DLPack-only object is among them); may raise Uncacheable."""
-    state = [False]
+def snapshot(values: tuple) -> tuple[tuple, dict]:
+    """(snapshot of ``values``, {id(DLPack-only producer): its view} for those among them, empty
+    when there is none); may raise Uncacheable."""
+    state = [{}]
     out = []
     for v in values:  # a loop, with top-level NumPy arrays and None inlined: this runs on every call
         kind = type(v)
@@ -254,9 +255,10 @@ def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., st
     contents): it runs on a memo hit, so those checks run on every call.
     """
     try:
-        key, dlpack = snapshot((*kwargs.values(), backend))
+        key, views = snapshot((*kwargs.values(), backend))
+        dlpack = bool(views)
     except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
-        key, dlpack = None, True
+        key, views, dlpack = None, None, True
     entry = memo.get(key)
     if entry is None:
         entry = Entry(validate(backend=backend, **kwargs))
@@ -266,7 +268,7 @@ def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., st
         if recheck is not None:
             recheck(kwargs)
     if dlpack:
-        kwargs = {name: _interop.native_views(value, function, name) for name, value in kwargs.items()}
+        kwargs = {name: _interop.native_views(value, function, name, views) for name, value in kwargs.items()}
     if normalize:
         for name, cast in normalize.items():
             kwargs[name] = cast(kwargs[name])

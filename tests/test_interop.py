@@ -108,6 +108,17 @@ def test_dlpack_only_arrays_run_the_pipeline_byte_equal_to_numpy(monkeypatch, fa
     np.testing.assert_array_equal(via_dlpack[1], buf)
 
 
+def test_a_repeated_call_exports_each_dlpack_producer_once():
+    # The snapshot reads each producer through DLPack; the call then runs on those views
+    # instead of exporting the producers a second time.
+    ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
+    wrapped = VerifyPlan(**{name: DlpackOnly(a) for name, a in plan.arrays().items()})
+    for _ in range(2):  # the second call is a memo hit
+        before = DlpackOnly.exported
+        launch_canary_verify_kernel(context=ctx, plan=wrapped, check_verify_expected_token=False)
+    assert DlpackOnly.exported - before == len(plan.arrays())
+
+
 def test_dlpack_on_an_unknown_device_is_refused():
     ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
     odd = VerifyPlan(**{**plan.arrays(), "enable": DlpackOnly(plan.enable, device_type=4)})
