@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _arrays  # its C-contiguous strides (read at call time: _arrays imports this module)
+
 __all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view"]
 
 #: Most interned views kept (oldest out); a view holds no memory, only numbers.
@@ -95,7 +97,7 @@ def capsule_fields(capsule: Any) -> tuple | None:
     if tensor.strides:  # in elements; NULL means C-contiguous
         strides = tuple(int(tensor.strides[i]) * dtype.itemsize for i in range(ndim))
     else:
-        strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(ndim))
+        strides = _arrays._c_strides(shape, dtype.itemsize)
     ptr = int(tensor.data or 0) + int(tensor.byte_offset)
     return ptr, shape, strides, dtype, (int(tensor.device.device_type), int(tensor.device.device_id)), read_only
 
