@@ -24,8 +24,8 @@ from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fingerprint import compute_real_kv_hash
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch, pack_arguments
-from kvcanary_numba.launch.recording import Origin, recording
-from kvcanary_numba.launch.spec import LaunchSpec
+from kvcanary_numba.launch.recording import recording
+from kvcanary_numba.launch.spec import LaunchSpec, Origin
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIMULATED = _common.ON_SIMULATOR

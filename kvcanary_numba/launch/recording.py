@@ -19,10 +19,7 @@ import contextlib
 from . import _array_views, _kernel_launch
 from .spec import LaunchSpec, Origin
 
-__all__ = ["Origin", "RecordedLaunch", "recording"]
-
-#: A recorded launch is a launch description with its origins filled in.
-RecordedLaunch = LaunchSpec
+__all__ = ["recording"]
 
 
 class _Recording:
