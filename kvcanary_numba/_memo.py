@@ -142,6 +142,14 @@ def _dataclass_walker(cls: type) -> Callable:
     return scope["walk"]
 
 
+def _is_numba_device_array(cls: type) -> bool:
+    # ``gpu_data`` is an instance attribute; the class marks itself with ``__cuda_ndarray__``.
+    # The simulator's arrays carry the mark too but hold a NumPy array, not a device pointer.
+    module = cls.__module__
+    return (module.split(".")[0] in ("numba", "numba_cuda") and "simulator" not in module
+            and getattr(cls, "__cuda_ndarray__", False) is True and hasattr(cls, "__cuda_array_interface__"))
+
+
 def _walker_for(cls: type) -> Callable:
     if issubclass(cls, np.ndarray):
         return _numpy
@@ -150,7 +158,7 @@ def _walker_for(cls: type) -> Callable:
         return _cupy
     if root == "torch" and hasattr(cls, "data_ptr"):
         return _torch
-    if root == "numba" and hasattr(cls, "gpu_data") and hasattr(cls, "__cuda_array_interface__"):
+    if _is_numba_device_array(cls):
         return _numba
     if dataclasses.is_dataclass(cls):
         return _dataclass_walker(cls)

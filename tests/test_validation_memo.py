@@ -138,3 +138,37 @@ def test_dlpack_producers_are_collected_after_calls():
     del kv, ctx, plan, wrapped, producer
     gc.collect()
     assert [r() is None for r in refs] == [True] * len(refs)
+
+
+def _numba_like_class(module: str) -> type:
+    """A stand-in for Numba's ``DeviceNDArray``: the class carries the ``__cuda_ndarray__`` mark,
+    ``gpu_data`` exists on instances only (as in numba-cuda 0.30)."""
+
+    class Pointer:
+        device_pointer = 0x7F0000001000
+
+    def __init__(self):
+        self.gpu_data = Pointer()
+        self.shape, self.strides, self.dtype = (8,), (8,), np.dtype(np.int64)
+
+    cai = property(lambda self: {"data": (0x7F0000001000, False), "shape": (8,), "strides": None,
+                                 "typestr": "<i8", "version": 3})  # fmt: skip
+    return type("DeviceNDArray", (), {"__module__": module, "__cuda_ndarray__": True, "__init__": __init__,
+                                      "__cuda_array_interface__": cai})  # fmt: skip
+
+
+@pytest.mark.parametrize("module", ["numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"])
+def test_numba_device_arrays_are_snapshotted_from_their_attributes_not_their_interface(module):
+    from kvcanary_numba import _memo
+
+    cls = _numba_like_class(module)
+    assert _memo._walker_for(cls) is _memo._numba
+    (key,), _ = _memo.snapshot((cls(),))
+    assert key == (0x7F0000001000, (8,), (8,), np.dtype(np.int64))
+
+
+def test_simulator_arrays_are_not_read_as_numba_device_arrays():
+    from kvcanary_numba import _memo
+
+    cls = _numba_like_class("numba.cuda.simulator.cudadrv.devicearray")
+    assert _memo._walker_for(cls) is not _memo._numba
