@@ -134,3 +134,29 @@ def test_the_bindings_route_when_chosen():
     handle = FakeHandle(3)
     assert driver.func_arg(handle) is handle and driver.params_arg(0x5000) == 0x5000
     assert driver.launch == driver._launch_bindings
+
+
+def test_the_bindings_route_launches_through_cuda_bindings_and_reports_errors(monkeypatch):
+    cu = pytest.importorskip("cuda.bindings.driver")
+    calls, result = [], [cu.CUresult.CUDA_SUCCESS]
+    monkeypatch.setattr(cu, "cuLaunchKernel", lambda *a: calls.append(a) or (result[0],))
+    driver = _driver._Driver()
+    driver.select(FakeHandle(3), "bindings")
+    driver.launch("func", 2, 64, 9, 0x5000)
+    (func, *shape, stream, params, extra), = calls
+    assert (func, shape, int(stream), params, extra) == ("func", [2, 1, 1, 64, 1, 1, 0], 9, 0x5000, 0)
+    result[0] = cu.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(RuntimeError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):
+        driver.launch("func", 2, 64, 9, 0x5000)
+
+
+def test_a_library_kernel_handle_becomes_the_context_function(monkeypatch):
+    cu = pytest.importorskip("cuda.bindings.driver")
+    function = cu.CUfunction(0x77)
+    monkeypatch.setattr(cu, "cuKernelGetFunction", lambda handle: (cu.CUresult.CUDA_SUCCESS, function))
+    kernel = cu.CUkernel(0x55)
+    assert _compile.context_function(kernel) is function
+    monkeypatch.setattr(cu, "cuKernelGetFunction", lambda handle: (cu.CUresult.CUDA_ERROR_NOT_INITIALIZED, None))
+    assert _compile.context_function(kernel) is kernel  # the driver cannot: the kernel handle launches
+    other = FakeHandle(3)
+    assert _compile.context_function(other) is other  # not a CUkernel: left as it is

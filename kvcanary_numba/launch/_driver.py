@@ -84,6 +84,8 @@ class _Driver:
     def __init__(self):
         self._cu = None
         self._fn: Callable | None = None
+        self._cu_launch: Callable | None = None  # cuda-bindings' cuLaunchKernel (bindings route)
+        self._success: Any = None
         self._streams: dict[int, Any] = {}
         self.route: str | None = None  # chosen at the first select()
 
@@ -100,6 +102,8 @@ class _Driver:
         if self.route is None:
             self.route, self._fn = choose_route(LAUNCH_ROUTE if preference is None else preference, load, handle)
             self.launch = self._launch_ctypes if self.route == "ctypes" else self._launch_bindings
+            if self.route == "bindings":  # looked up once: attribute reads are a launch's hot path
+                self._cu_launch, self._success = self.cu.cuLaunchKernel, self.cu.CUresult.CUDA_SUCCESS
         return self.route
 
     def func_arg(self, handle: Any):
@@ -125,12 +129,11 @@ class _Driver:
             raise RuntimeError(f"cuLaunchKernel failed: {self._name(err)} (grid {grid}, block {block})")
 
     def _launch_bindings(self, func, grid: int, block: int, stream: int, params: int) -> None:
-        cu = self.cu
         handle = self._streams.get(stream)
         if handle is None:
-            handle = self._streams[stream] = cu.CUstream(stream)
-        err = cu.cuLaunchKernel(func, grid, 1, 1, block, 1, 1, 0, handle, params, 0)[0]
-        if err != cu.CUresult.CUDA_SUCCESS:
+            handle = self._streams[stream] = self.cu.CUstream(stream)
+        err = self._cu_launch(func, grid, 1, 1, block, 1, 1, 0, handle, params, 0)[0]
+        if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {block})")
 
     def _name(self, err: int) -> str:

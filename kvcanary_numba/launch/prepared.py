@@ -127,7 +127,7 @@ class PreparedLaunch:
         Per argument, what the parameter buffer holds: an array's layout
         (pointer, shape, strides, dtype), a scalar's or tuple's value.
     handle : object or None
-        The kernel's driver handle (``CUkernel``; :func:`._compile.function_handle`).
+        The kernel's driver handle (``CUfunction``, else ``CUkernel``; :func:`._compile.function_handle`).
         ``_func`` and ``_params`` are what the chosen driver route takes for it and for
         the parameter array (``c_void_p`` objects on ctypes, handle and int on bindings).
     """
