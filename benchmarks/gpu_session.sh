@@ -20,6 +20,9 @@
 #              ../shared/tools/fuzz_bad_inputs.py to ./.fuzz/ first; not in the default list)
 #   replays    the launch-layer and monitor GPU tests with KVCANARY_VERIFY_REPLAYS=1 (every replay of
 #              packed launches re-runs the glue and must match; not in the default list)
+#   candidate  CANDIDATE=<patch>: apply it to a copy of the tree and run its GPU steps there (write /
+#              shared-chain / tiled tests, their memcheck and racecheck, bench chain,monitor ->
+#              $OUT/candidate/; steps ctests, crace, cbench; not in the default list)
 #   probe      host us per launch by driver route (benchmarks/results/probes/launch_route_cost.py ->
 #              $OUT/launch-route-cost.json; not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
@@ -59,6 +62,12 @@ find_sanitizer() {
     return 1
 }
 
+KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_verify.py
+    tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py
+    tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
+    tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
+    tests/test_monitor_budget.py"
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do
     case $step in
@@ -91,12 +100,10 @@ for step in "${STEPS[@]}"; do
         fi ;;
     memcheck)  # every kernel test, small and at scale (large random and garbage batches), under memcheck
         if tool=$(find_sanitizer); then
+            # shellcheck disable=SC2086  # MEMCHECK_FILES: a space-separated subset (one call's share)
             run_step memcheck 420 "$tool" --tool memcheck --report-api-errors no --error-exitcode 3 \
-                --print-limit 20 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_plan.py \
-                tests/test_kernels_plan_scale.py tests/test_kernels_verify.py tests/test_kernels_verify_plans.py \
-                tests/test_kernels_write.py tests/test_kernels_write_scenarios.py tests/test_kernels_fingerprint.py \
-                tests/test_kernels_scatter.py tests/test_kernels_shapes.py tests/test_kernels_write_share.py \
-                tests/test_kernels_chain.py tests/test_kernels_write_tiled.py tests/test_monitor_budget.py
+                --print-limit 20 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider \
+                ${MEMCHECK_FILES:-$KERNEL_TESTS}
             grep -h "ERROR SUMMARY" "$OUT/memcheck.log" | tee -a "$SUMMARY"
         else
             echo "memcheck   rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -132,6 +139,24 @@ for step in "${STEPS[@]}"; do
             tests/test_launch_driver.py tests/test_monitor_host_step.py tests/test_gpu_interop.py ;;
     probe)
         run_step probe 120 sh -c "python3 benchmarks/results/probes/launch_route_cost.py > '$OUT/launch-route-cost.json'" ;;
+    candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
+        rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
+        (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
+            tests/test_kernels_write_share.py" LIMIT_tests=${LIMIT_ctests:-120} LIMIT_memcheck=${LIMIT_cmemcheck:-90} \
+            bash benchmarks/gpu_session.sh ctests memcheck crace cbench) ;;
+    ctests)
+        run_step tests 180 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_write.py \
+            tests/test_kernels_write_scenarios.py tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py \
+            tests/test_kernels_chain.py ;;
+    crace)
+        if tool=$(find_sanitizer); then
+            run_step racecheck 120 "$tool" --tool racecheck --racecheck-report hazard --error-exitcode 3 \
+                --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider \
+                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py
+            grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
+        fi ;;
+    cbench)
+        run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
         echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe)" | tee -a "$SUMMARY" ;;
     esac
