@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from numba import cuda, int32, int64
 
-__all__ = ["MAX_ENDPOINTS", "part_block", "part_stride", "part_thread"]
+from ..constants import MAX_ENDPOINTS
 
-#: Endpoints one launch can serve.
-MAX_ENDPOINTS = 2
+__all__ = ["MAX_ENDPOINTS", "part_block", "part_stride", "part_thread"]
 
 
 @cuda.jit(device=True)

@@ -1,7 +1,8 @@
 """Launch glue of ``kvcanary_numba.kernels.endpoints``: the verify, and the write, of every
 endpoint of one monitor phase in one launch each.
 
-Internal host entry of the monitor (``monitor/launches.py``), not a public function:
+Internal host entry of the monitor (``monitor/launches.py``, which imports it on the kernel
+path only: it needs numba.cuda), not a public function:
 its callers pass their own contexts and plans and a batch they have validated
 (``StepBatch.check_arrays`` and the monitor's construction checks cover what
 the public wrappers would check), CUDA arrays on a GPU, NumPy arrays under the
@@ -34,16 +35,20 @@ from typing import Sequence
 import numpy as np
 
 from .._interop import native_views
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE, RealKvHashMode
+from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, WARP_SIZE, RealKvHashMode
 from ..context import CanaryContext
+from ..kernels import endpoints as _kernels
+from ..kernels import share as _share
+from ..kernels import write as _write_kernels
+from ..kernels.verify import VERIFY_THREADS
 from ..plans import VerifyPlan, WritePlan
 from . import _common
+from . import verify as _verify
+from . import write as _write
 from .chain import SharedChain, long_step, sharing
+from .verify import context_args
 
 __all__ = ["fused_count", "launch_endpoint_verifies", "launch_endpoint_writes", "source_count"]
-
-# The glue and kernel modules are imported on first use: the monitor imports this module on the
-# CPU path too, where numba.cuda may be missing (``pip install .`` without the gpu extra).
 
 
 def source_count(context: CanaryContext) -> int:
@@ -55,8 +60,6 @@ def source_count(context: CanaryContext) -> int:
 
 def fused_count(contexts: Sequence[CanaryContext]) -> int:
     """Endpoints one launch serves for ``contexts`` (0: they take one plain launch each)."""
-    from ..kernels.parts import MAX_ENDPOINTS
-
     if not 2 <= len(contexts) <= MAX_ENDPOINTS:
         return 0
     first = source_count(contexts[0])
@@ -65,16 +68,12 @@ def fused_count(contexts: Sequence[CanaryContext]) -> int:
 
 def _each(items: list) -> tuple:
     """Per-endpoint items as the kernels' ``UniTuple``: unused slots repeat the first item."""
-    from ..kernels.parts import MAX_ENDPOINTS
-
     return tuple(items) + (items[0],) * (MAX_ENDPOINTS - len(items))
 
 
 def _contexts(contexts: Sequence[CanaryContext], fallback) -> tuple[int, tuple]:
     """(sources folded, per-endpoint arguments: buffers, rings, write indices, slot counters,
     kernel counters, tags, spans, source parameters)."""
-    from .verify import context_args
-
     parts = [context_args(c, fallback) for c in contexts]
     tails = [tail for _, _, tail in parts]
     columns = [[tail[k] for tail in tails] for k in range(5)]  # ring, index, counters, tag
@@ -87,10 +86,6 @@ def launch_endpoint_verifies(*, contexts: Sequence[CanaryContext], plan: VerifyP
                              check_verify_expected_token: bool) -> None:  # fmt: skip
     """Verify ``plan`` against every context in ``contexts``: one launch when they fuse
     (:func:`fused_count`), else the plain verify per context, in order."""
-    from ..kernels import endpoints as _kernels
-    from ..kernels.verify import VERIFY_THREADS
-    from . import verify as _verify
-
     count = fused_count(contexts)
     if not count:
         for context in contexts:
@@ -126,10 +121,6 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     ``requests``: the step's batch size (None: the plan's capacity), which with the
     token count picks the path.
     """
-    from ..kernels import endpoints as _kernels
-    from ..kernels import share as _share
-    from . import write as _write
-
     kwargs = dict(input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
                   expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions)
     kwargs = {name: native_views(value) for name, value in kwargs.items()}  # DLPack-only: as the public path
@@ -180,8 +171,6 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
 
 def _write_shape() -> tuple[int, int]:
     """Threads per block and blocks per SM of the write kernels (as ``launch/write.py``)."""
-    from ..kernels import write as _write_kernels
-
     warps = _write_kernels.WRITE_WARPS
     if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
         warps = min(_common.sim_shape("write_warps", warps), _write_kernels.MAX_WRITE_WARPS)

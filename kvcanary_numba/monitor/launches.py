@@ -28,7 +28,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..launch.chain import SharedChain, sharing
-from ..launch.endpoints import launch_endpoint_verifies, launch_endpoint_writes
 from ..plan import launch_canary_plan_kernels
 from ..scatter import scatter_req_token_ids
 from ..verify import launch_canary_verify_kernel
@@ -103,9 +102,11 @@ class StepLaunches:
         chain = self._shared_chain(g)
         plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
         if self._backend == "cuda" or (self._backend == "auto" and self.xp is not np):
+            from ..launch import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
+
             contexts = [endpoint.context for endpoint in endpoints]
-            launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)
-            launch_endpoint_writes(
+            glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)
+            glue.launch_endpoint_writes(
                 contexts=contexts, plan=g.write_plan, input_ids=batch.input_ids, positions=batch.positions,
                 out_cache_loc=loc, enable_write_input_assert=asserted,
                 expected_input_tokens=batch.expected_input_tokens,
