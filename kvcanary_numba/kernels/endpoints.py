@@ -44,7 +44,8 @@ from .parts import MAX_ENDPOINTS, part_block
 __all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "verify_name", "write_name"]
 
 # The kernels below have one body per endpoint slot, and parts.part_block tells two parts apart.
-assert MAX_ENDPOINTS == 2
+if MAX_ENDPOINTS != 2:
+    raise RuntimeError(f"kernels/endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
 
 
 def _make_verify(check_token: bool, nsrc: int):
