@@ -24,7 +24,11 @@ What is fused, and what is not:
 
 Records, rows, counters and write indices are those of the plain launches, one
 per endpoint (``kernels/endpoints.py``). Every array in a tuple argument is a
-persistent view (contexts, plans), as prepared phases require (``launch/recording.py``).
+persistent view (contexts, plans), as prepared phases require (``launch/recording.py``);
+the per-step arrays (token arrays, slots, expected inputs) are top-level arguments
+viewed from the batch, which prepared phases rebind by role. The chain role is an
+argument, not thread state (``chain.sharing`` is entered here only around the plain
+launches), so the glue reads nothing besides its arguments: no replay key to register.
 """
 
 from __future__ import annotations
