@@ -68,7 +68,8 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     else:
         step = [m.KERNELS[name(False, src)] for src in (0, 1) for m, name in ((verify, verify.kernel_name),
                                                                            (write, write.kernel_name))]  # fmt: skip
-    tiled, tiled_name = (tiled_endpoints, tiled_endpoints.kernel_name) if has_v else (write_tiled, write_tiled.kernel_name)
+    tiled = tiled_endpoints if has_v else write_tiled
+    tiled_name = tiled.kernel_name
     expected = [*plan.KERNELS.values(), *step, chain.KERNELS["chain_publish"],
                 *(tiled.KERNELS[tiled_name(False, src)] for src in (0, 1))]
     assert compile_monitor_kernels(Driver(has_v=has_v).monitor) == len(expected)
