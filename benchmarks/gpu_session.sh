@@ -66,7 +66,7 @@ KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/
     tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py
     tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
     tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
-    tests/test_kernels_endpoints.py tests/test_monitor_budget.py"
+    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_monitor_budget.py"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do
@@ -114,7 +114,8 @@ for step in "${STEPS[@]}"; do
                 --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider tests/test_kernels_verify.py \
                 tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py \
                 tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_shapes.py \
-                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py tests/test_kernels_endpoints.py
+                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py tests/test_kernels_endpoints.py \
+                tests/test_kernels_tiled_endpoints.py
             grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -148,7 +149,7 @@ for step in "${STEPS[@]}"; do
     ctests)
         run_step tests 180 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_write.py \
             tests/test_kernels_write_scenarios.py tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py \
-            tests/test_kernels_chain.py ;;
+            tests/test_kernels_tiled_endpoints.py tests/test_kernels_chain.py ;;
     crace)
         if tool=$(find_sanitizer); then
             run_step racecheck 120 "$tool" --tool racecheck --racecheck-report hazard --error-exitcode 3 \

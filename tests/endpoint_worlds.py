@@ -93,13 +93,13 @@ class World:
         return out
 
 
-def _plans(world: World, rng, bs: int, prefix_max: int, extend_max: int):
+def _plans(world: World, rng, bs: int, prefix_max: int, extend_max: int, extend_min: int = 1):
     """Requests with disjoint slots: a prefix chain each (stamped by the reference) and new tokens."""
     free = list(rng.permutation(np.arange(1, world.num_slots)))
     entries, lengths, seeds, new = [], [], [], []
     for _ in range(bs):
         prefix = int(rng.integers(0, prefix_max + 1))
-        slots = [int(free.pop()) for _ in range(prefix + int(rng.integers(1, extend_max + 1)))]
+        slots = [int(free.pop()) for _ in range(prefix + int(rng.integers(extend_min, extend_max + 1)))]
         tokens = [int(t) for t in rng.integers(1, 1000, len(slots))]
         entries.append((slots, tokens, prefix))
     # Prefill: every request's prefix, through the reference, on all four contexts.
@@ -130,15 +130,17 @@ def _plans(world: World, rng, bs: int, prefix_max: int, extend_max: int):
     return vplan, wplan, ids, pos, loc
 
 
-def random_world(seed: int, *, bs: int = 5, prefix_max: int = 6, extend_max: int = 2, num_slots: int | None = None,
+def random_world(seed: int, *, bs: int = 5, prefix_max: int = 6, extend_max: int = 2, extend_min: int = 1,
+                 num_slots: int | None = None,
                  shared_ring: bool = True, nsrc=(1, 1), mode=RealKvHashMode.ALL, check_tokens: bool = True,
                  asserted: bool = True, faults: bool = True):  # fmt: skip
-    """A world and its step (verify plan, write plan, token arrays, expected arrays or None)."""
+    """A world and its step (verify plan, write plan, token arrays, expected arrays or None); each request
+    has ``extend_min..extend_max`` new tokens (many: a long, prefill-shaped step)."""
     rng = np.random.default_rng(seed)
     num_slots = bs * (prefix_max + extend_max) + 16 if num_slots is None else num_slots
     world = World(num_slots, shared_ring=shared_ring, ring_capacity=4 * num_slots + 64, nsrc=nsrc, mode=mode,
                   check_tokens=check_tokens, rng=rng)  # fmt: skip
-    vplan, wplan, ids, pos, loc = _plans(world, rng, bs, prefix_max, extend_max)
+    vplan, wplan, ids, pos, loc = _plans(world, rng, bs, prefix_max, extend_max, extend_min)
     expected = (ids.copy(), pos.copy()) if asserted else None
     if faults:
         _plant(world, rng, vplan, wplan, ids, pos, loc, expected)
@@ -189,8 +191,11 @@ def _plant(world, rng, vplan, wplan, ids, pos, loc, expected) -> None:
 PATHS = ("reference", "plain", "fused")
 
 
-def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE) -> tuple[World, int]:
-    """HEAD then TAIL (each: verify, then write) on ``path``; the resulting world and the launches issued."""
+def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE, *,
+             chain_tokens: int | None = None, tail_inputs: tuple | None = None) -> tuple[World, int]:
+    """HEAD then TAIL (each: verify, then write) on ``path``; the resulting world and the launches issued.
+    ``chain_tokens``: columns of the shared chain's scratch (default: enough for the step);
+    ``tail_inputs``: other (token ids, positions, slots) for TAIL's writes than those HEAD published."""
     _, vplan, wplan, ids, pos, loc, expected = step
     device = "cpu" if path == "reference" else device
     xp = _xp(device)
@@ -201,7 +206,10 @@ def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE) -> tupl
     inputs = dict(input_ids=dev(ids), positions=dev(pos), out_cache_loc=dev(loc),
                   enable_write_input_assert=expected is not None, expected_input_tokens=dev(expected and expected[0]),
                   expected_input_positions=dev(expected and expected[1]))  # fmt: skip
-    chain = SharedChain(xp, tokens=ids.shape[0] + 8, requests=wplan.write_req_capacity)
+    tail = inputs if tail_inputs is None else {
+        **inputs, **dict(zip(("input_ids", "positions", "out_cache_loc"), map(dev, tail_inputs)))}  # fmt: skip
+    chain = SharedChain(xp, tokens=ids.shape[0] + 8 if chain_tokens is None else chain_tokens,
+                        requests=wplan.write_req_capacity)
     bs = int(wplan.write_num_valid_reqs[0])
     launches = []
 
@@ -212,7 +220,7 @@ def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE) -> tupl
     with _kernel_launch.sink(take):
         for stage, publish in (((T.HEAD_K_FULL, T.HEAD_V_FULL), True), ((T.TAIL_K_FULL, T.TAIL_V_FULL), False)):
             contexts = [state[tag] for tag in stage]
-            _phase(path, contexts, vp, wp, inputs, chain, publish, bs, world.check_tokens)
+            _phase(path, contexts, vp, wp, inputs if publish else tail, chain, publish, bs, world.check_tokens)
     out = copy.deepcopy(world)
     out.take(state)
     return out, len(launches)

@@ -20,9 +20,9 @@ simulated = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy ar
 
 
 def _names() -> dict:
-    from kvcanary_numba.kernels import chain, endpoints, plan, scatter, verify, write, write_tiled
+    from kvcanary_numba.kernels import chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled
 
-    return {id(k): name for m in (chain, endpoints, plan, scatter, verify, write, write_tiled)
+    return {id(k): name for m in (chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled)
             for name, k in m.KERNELS.items()}  # fmt: skip
 
 
@@ -75,7 +75,29 @@ def test_a_k_only_pool_keeps_its_plain_launches():
 
 @pytest.mark.simulator
 @simulated
-def test_a_long_step_fuses_its_verifies_and_keeps_the_tiled_writes():
+def test_a_long_step_fuses_its_verifies_and_its_tiled_writes():
+    # Was 9 launches (chain_publish, then a write_tiled per endpoint and phase): the tiled stamps of
+    # K and V of a phase are one launch each now, 2 fewer.
+    names = _long_step_launches(_long_workload())
+    assert names == ["plan_offsets", "plan_entries", "verify_endpoints_tok0_src0", "chain_publish",
+                     "tiled_endpoints_assert0_src0", "verify_endpoints_tok0_src1", "tiled_endpoints_assert0_src1"]
+
+
+@pytest.mark.simulator
+@simulated
+def test_a_long_step_on_plain_endpoint_launches_issues_two_more_writes(monkeypatch):
+    # The same step with the endpoints not fused (as a K and V folding different source counts would):
+    # the per-endpoint tiled path, chain_publish and a write_tiled per endpoint and phase.
+    from kvcanary_numba.launch import endpoints
+
+    w = _long_workload()
+    monkeypatch.setattr(endpoints, "fused_count", lambda contexts: 0)
+    names = _long_step_launches(w)
+    writes = [n for n in names if n.startswith(("write", "tiled", "chain"))]
+    assert writes == ["chain_publish"] + ["write_tiled_assert0_src0"] * 2 + ["write_tiled_assert0_src1"] * 2
+
+
+def _long_workload():
     import sys
 
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
@@ -84,14 +106,15 @@ def test_a_long_step_fuses_its_verifies_and_keeps_the_tiled_writes():
     w = MonitorWorkload(np, requests=2, prefix=3, extend=40)  # 80 tokens for 2 requests: prefill-shaped
     w.fill(w.batch, w.length, w.extend)
     w.monitor._backend = "cuda"
+    return w
+
+
+def _long_step_launches(w) -> list[str]:
     with recording() as rec:
         w.monitor._launch_pre(w.batch)
         w.monitor._launch_post(w.batch)
     names = _names()
-    assert [names[id(spec.kernel)] for spec in rec.launches] == [
-        "plan_offsets", "plan_entries", "verify_endpoints_tok0_src0", "chain_publish", "write_tiled_assert0_src0",
-        "write_tiled_assert0_src0", "verify_endpoints_tok0_src1", "write_tiled_assert0_src1",
-        "write_tiled_assert0_src1"]  # fmt: skip
+    return [names[id(spec.kernel)] for spec in rec.launches]
 
 
 # --- every fault class, kernels against the reference ---------------------------------------------

@@ -53,9 +53,9 @@ def _run(driver: Driver) -> Driver:
 @pytest.mark.parametrize("has_v", [True, False])
 def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, monkeypatch):
     """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only), long steps
-    chain_publish and the tiled writes: all of them must be compiled (and loaded) before a CUDA
+    chain_publish and the tiled writes (fused for K and V): all of them must be compiled (and loaded) before a CUDA
     graph is captured."""
-    from kvcanary_numba.kernels import chain, endpoints, plan, verify, write, write_tiled
+    from kvcanary_numba.kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
     from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
 
     from kvcanary_numba.launch import _compile
@@ -68,8 +68,10 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     else:
         step = [m.KERNELS[name(False, src)] for src in (0, 1) for m, name in ((verify, verify.kernel_name),
                                                                            (write, write.kernel_name))]  # fmt: skip
+    tiled = tiled_endpoints if has_v else write_tiled
+    tiled_name = tiled.kernel_name
     expected = [*plan.KERNELS.values(), *step, chain.KERNELS["chain_publish"],
-                *(write_tiled.KERNELS[write_tiled.kernel_name(False, src)] for src in (0, 1))]
+                *(tiled.KERNELS[tiled_name(False, src)] for src in (0, 1))]
     assert compile_monitor_kernels(Driver(has_v=has_v).monitor) == len(expected)
     assert sorted(map(id, compiled)) == sorted(map(id, expected))
 

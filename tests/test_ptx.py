@@ -26,6 +26,9 @@ KERNELS_DIR = pathlib.Path(kvcanary_numba.kernels.__file__).parent
 MODULES = sorted(p.stem for p in KERNELS_DIR.glob("*.py") if p.stem != "__init__")
 #: Modules whose PTX must be call-free and stack-free, and vector-load real-KV bytes.
 CANARY_MODULES = ("endpoints", "fingerprint", "verify", "write")
+#: Modules whose PTX must be call-free and stack-free and whose sm_90 build must not spill (the tiled writes:
+#: 16 warps x 1 entry per thread, one block per SM at their 76-112 registers).
+SPILL_FREE_MODULES = CANARY_MODULES + ("tiled_endpoints", "write_tiled")
 
 SCRIPT = r"""
 import importlib, json, sys
@@ -95,7 +98,7 @@ def _start_all() -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     for module in MODULES:
         _running[module] = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, module, str(int(module in CANARY_MODULES))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", SCRIPT, module, str(int(module in SPILL_FREE_MODULES))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
 
 
@@ -117,9 +120,11 @@ def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
     assert report["unsigned"] == [], "kernels without SIGNATURES"
     assert report["unknown"] == [], "SIGNATURES for unknown kernels"
     assert all(entry["target"] for entry in report["ptx"].values())
-    if module in CANARY_MODULES:
+    if module in SPILL_FREE_MODULES:
         assert report["ptx"], "no kernels compiled"
         for name, entry in report["ptx"].items():
             assert entry["calls"] == 0 and entry["local"] == 0 and not entry["spills"], (name, entry)
+    if module in CANARY_MODULES:
+        for name, entry in report["ptx"].items():
             folds = not name.endswith("_src0")
             assert (entry["v2_loads"] > 0) == folds, (name, entry)

@@ -36,6 +36,10 @@ compute-sanitizer). Under the simulator, whose ``warp_sync`` is a block
 barrier, every warp runs the serial walk with only warp 0 acting, so the
 block's barrier counts match.
 
+The kernel's body is :func:`make_tiled_body`, a device function: ``write_tiled`` runs it on
+its whole grid, ``kernels/tiled_endpoints.py`` on one part of a launch per endpoint (K and V of
+a monitor phase stamped by one launch).
+
 Variants: ``input_assert`` x ``nsrc``, named ``write_tiled_assert{0|1}_src{0..4}``;
 arguments are those of ``write`` (``chain_role`` is CONSUME, or OWN to walk
 every request serially).
@@ -53,7 +57,8 @@ from .write import SIGNATURES as _WRITE_SIGNATURES
 from .write import kernel_name as _write_name
 from .write_chunk import entry_checks, real_kv, request_range, seed_state, store_record, walk_chunks
 
-__all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name"]
+__all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name",
+           "make_tiled_body"]
 
 #: Warps per block (a block per request) and entries per thread of a tile. On a GPU one
 #: entry per thread: a thread's loads of several entries would wait one after another
@@ -115,9 +120,18 @@ def _differs(i, slot, input_ids, positions, published):
         (slot < _ZERO) != (p_slot < _ZERO))  # fmt: skip
 
 
-def _make_tiled(input_assert: bool, nsrc: int):
-    def write_tiled(
-        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+def make_tiled_body(input_assert: bool, nsrc: int):
+    """The tiled write of one endpoint as a device function: the body of ``write_tiled`` and of
+    the tiled endpoint kernels (``kernels/tiled_endpoints.py``).
+
+    ``part``, ``nparts``: this block's index among the blocks that run it and their number
+    (the plain kernel passes ``blockIdx.x`` and ``gridDim.x``, an endpoint kernel the block's
+    index within its endpoint's part and the part's size). The other arguments are the kernel's.
+    """
+
+    @cuda.jit(device=True)
+    def body(
+        part, nparts, buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
         expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
         w0, w1, w2, w3, params, chain_role, published, published_seeds,
     ):  # fmt: skip
@@ -133,7 +147,7 @@ def _make_tiled(input_assert: bool, nsrc: int):
         s_token = cuda.shared.array((MAX_TILED_WARPS, WARP_SIZE), int64)[warp]
         s_position = cuda.shared.array((MAX_TILED_WARPS, WARP_SIZE), int64)[warp]
         s_switch = cuda.shared.array((MAX_TILED_WARPS, WARP_SIZE), int64)[warp]
-        if cuda.blockIdx.x == 0 and tid == _ZERO:
+        if part == 0 and tid == _ZERO:
             cuda.atomic.add(kernel_counter, 0, _ONE)
         _clear(keys, last, tid, block)
         if tid == _ZERO:
@@ -148,7 +162,7 @@ def _make_tiled(input_assert: bool, nsrc: int):
         tile = block * _ITEMS
         stored = _ZERO
         # Everything that decides a barrier below is the same on every thread of the block.
-        for r in range(int64(cuda.blockIdx.x), num_reqs, int64(cuda.gridDim.x)):
+        for r in range(int64(part), num_reqs, int64(nparts)):
             lo, hi = request_range(offsets, r, num_tokens, ring, write_index, kind, tid == _ZERO)
             if hi <= lo:
                 continue
@@ -210,6 +224,21 @@ def _make_tiled(input_assert: bool, nsrc: int):
         cuda.syncthreads()
         if tid == _ZERO and total[0] > _ZERO:
             cuda.atomic.add(slot_counter, 0, total[0])
+
+    return body
+
+
+def _make_tiled(input_assert: bool, nsrc: int):
+    body = make_tiled_body(input_assert, nsrc)
+
+    def write_tiled(
+        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
+        w0, w1, w2, w3, params, chain_role, published, published_seeds,
+    ):  # fmt: skip
+        body(cuda.blockIdx.x, cuda.gridDim.x, buf, offsets, seeds, num_valid_reqs, input_ids, positions,
+             out_cache_loc, expected_tokens, expected_positions, chain_flag, ring, write_index, slot_counter,
+             kernel_counter, kind, w0, w1, w2, w3, params, chain_role, published, published_seeds)  # fmt: skip
 
     write_tiled.__name__ = write_tiled.__qualname__ = kernel_name(input_assert, nsrc)
     return cuda.jit(write_tiled)

@@ -13,13 +13,17 @@ What is fused, and what is not:
 - verify: one launch for all endpoints when they fold the same number of real-KV
   sources (the kernel variant; always so for HEAD, and for TAIL when K and V have
   as many sources), else one plain launch per endpoint;
-- write: one launch for a decode-shaped step (:func:`.chain.long_step` False).
-  With a shared chain the first endpoint publishes it when ``publish`` (HEAD) and
-  the others run their own chain in the same launch (a consumer cannot wait for a
+- write, decode-shaped step (:func:`.chain.long_step` False): one launch. With a
+  shared chain the first endpoint publishes it when ``publish`` (HEAD) and the
+  others run their own chain in the same launch (a consumer cannot wait for a
   publisher of the same launch; the chain of a decode step is one ``mix3`` per
-  entry), or all consume the published one (TAIL). A long (prefill-shaped) step
-  keeps the plain path: the chain alone, then a tiled stamp per endpoint
-  (``launch/write.py``, ``launch/chain.py``);
+  entry), or all consume the published one (TAIL);
+- write, long (prefill-shaped) step with a shared chain: when ``publish`` (HEAD)
+  ``chain_publish`` first runs the chain alone on the first endpoint's buffer (as
+  the plain path's publisher does, ``launch/chain.py``), then one tiled launch
+  (``kernels/tiled_endpoints.py``) stamps every endpoint from it (role CONSUME);
+  TAIL is the tiled launch alone. Two launches per long step fewer than one
+  ``write_tiled`` per endpoint;
 - one endpoint: the plain launches (nothing to save).
 
 Records, rows, counters and write indices are those of the plain launches, one
@@ -43,13 +47,15 @@ from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, WARP_SIZE, RealKvHas
 from ..context import CanaryContext
 from ..kernels import endpoints as _kernels
 from ..kernels import share as _share
+from ..kernels import tiled_endpoints as _tiled_endpoints
+from ..kernels import write_tiled as _tiled
 from ..kernels import write as _write_kernels
 from ..kernels.verify import VERIFY_THREADS
 from ..plans import VerifyPlan, WritePlan
 from . import _common
 from . import verify as _verify
 from . import write as _write
-from .chain import SharedChain, long_step, sharing
+from .chain import SharedChain, launch_chain_publish, long_step, sharing
 from .verify import context_args
 
 __all__ = ["fused_count", "launch_endpoint_verifies", "launch_endpoint_writes", "source_count"]
@@ -131,7 +137,7 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     capacity = plan.write_seed_slot_indices.shape[0]
     count = fused_count(contexts)
     tiled = chain is not None and long_step(int(input_ids.shape[0]), capacity if requests is None else requests)
-    if not count or tiled:
+    if not count:
         for i, context in enumerate(contexts):
             shared = contextlib.nullcontext() if chain is None else sharing(chain, publish=publish and i == 0,
                                                                              requests=requests)  # fmt: skip
@@ -145,32 +151,54 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     # Unused source spans: a read-only view of a plan array, persistent as a tuple item must be.
     fallback = _common.reinterpret(plan.write_seed_slot_indices, np.uint64, persistent=True)
     nsrc, (bufs, rings, indices, slot_counters, kernel_counters, kinds, spans, params) = _contexts(contexts, fallback)
-    name = _kernels.write_name(enable_write_input_assert, nsrc)
-    kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
-    block, per_sm = _write_shape()
-    # Blocks of each endpoint's part (requests spread over blocks first, as the plain write).
-    per = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm, parts=count)
     own, consume = int(_share.OWN), int(_share.CONSUME)
     if chain is None:
         roles, scratch = [own] * count, _unshared_scratch(bufs[0])
+    elif tiled:  # the chain alone first (HEAD), then every endpoint stamps from it
+        roles, scratch = [consume] * count, _common.persistent_views(chain.published, chain.published_seeds)
     else:
         roles = [int(_share.PUBLISH)] + [own] * (count - 1) if publish else [consume] * count
         scratch = _common.persistent_views(chain.published, chain.published_seeds)
-    args = (
-        bufs,
+    head = (
         *_common.persistent_views(plan.write_offsets, plan.write_seed_slot_indices, plan.write_num_valid_reqs),
         tokens,
         token_positions,
         _common.kernel_array(kwargs["out_cache_loc"]),
+    )
+    args = (
+        bufs,
+        *head,
         tokens if expected_tokens is None else _common.kernel_array(expected_tokens),
         token_positions if expected_positions is None else _common.kernel_array(expected_positions),
         _each(list(_common.persistent_views(*(c.enable_chain_position_assert for c in contexts)))),
         rings, indices, slot_counters, kernel_counters, kinds, spans, params,
         _each(roles),
         *scratch,
-        per,
     )  # fmt: skip
-    _common.launch(kernel, signature, per * count, block, args)
+    if tiled:
+        if publish:  # the first endpoint's buffer holds the seed states the chain starts from
+            launch_chain_publish((bufs[0], *head, *scratch), capacity)
+        _launch_tiled(args, capacity, count, enable_write_input_assert, nsrc)
+        return
+    name = _kernels.write_name(enable_write_input_assert, nsrc)
+    kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
+    block, per_sm = _write_shape()
+    # Blocks of each endpoint's part (requests spread over blocks first, as the plain write).
+    per = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm, parts=count)
+    _common.launch(kernel, signature, per * count, block, (*args, per))
+
+
+def _launch_tiled(args: tuple, capacity: int, count: int, input_assert: bool, nsrc: int) -> None:
+    """The tiled stamps of ``count`` endpoints in one launch (``kernels/tiled_endpoints.py``): a
+    block per request and endpoint, up to what stays resident (as ``launch/write.py``'s)."""
+    warps = _tiled.TILED_WARPS
+    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
+        warps = min(_common.sim_shape("write_warps", warps), _tiled.MAX_TILED_WARPS)
+    block = warps * WARP_SIZE
+    name = _tiled_endpoints.kernel_name(input_assert, nsrc)
+    kernel, signature = _tiled_endpoints.KERNELS[name], _tiled_endpoints.SIGNATURES[name][0]
+    per = _common.resident_grid(kernel, signature, capacity * block, block, parts=count)
+    _common.launch(kernel, signature, per * count, block, (*args, per))
 
 
 def _write_shape() -> tuple[int, int]:

@@ -148,11 +148,11 @@ def compile_monitor_kernels(monitor) -> int:
 
     A phase whose endpoints fuse (``launch/endpoints.py``: K and V folding as many sources)
     launches the endpoint kernels, any other the plain ones; long (prefill-shaped) steps
-    run ``chain_publish`` and a tiled write per endpoint.
+    run ``chain_publish`` and one tiled write per phase (fused) or per endpoint (plain).
     """
     from ..launch import _common
     from ..launch.endpoints import fused_count, source_count
-    from ..kernels import chain, endpoints, plan, verify, write, write_tiled
+    from ..kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
 
     plain, fused = set(), set()  # real-KV source counts (variants) of plain and of fused launches
     for g in monitor.groups:
@@ -166,8 +166,8 @@ def compile_monitor_kernels(monitor) -> int:
     count += _common.compile_eagerly(endpoints, [name for n in sorted(fused) for name in
                                                  (endpoints.verify_name(check, n), endpoints.write_name(False, n))])
     count += _common.compile_eagerly(chain, ["chain_publish"])
-    tiled = [write_tiled.kernel_name(False, n) for n in sorted(plain | fused)]
-    return count + _common.compile_eagerly(write_tiled, tiled)
+    count += _common.compile_eagerly(tiled_endpoints, [tiled_endpoints.kernel_name(False, n) for n in sorted(fused)])
+    return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in sorted(plain)])
 
 
 class FastPath:

@@ -18,9 +18,11 @@ write publishes it (``launch/chain.py``), the others consume it and only stamp
 inputs, so records stay those of a launch that runs its own chain); in a fused
 HEAD write the V endpoint runs its own chain beside the publishing K (it cannot
 wait for it inside one launch). A long (prefill-shaped) step takes the tiled
-path with one write launch per endpoint: the publisher runs the chain alone
-first and all four writes stamp in parallel (``launch.chain.tiled_step``, which
-reads the batch size passed to ``sharing``).
+path (``launch.chain.long_step`` of the batch size): HEAD runs the chain alone
+(``chain_publish``) first, then each phase stamps K and V in one tiled launch
+(``kernels/tiled_endpoints.py``): 7 launches for a prefill step with K and V (was 9).
+Phases that do not fuse keep one tiled write per endpoint (``launch.chain.tiled_step``,
+which reads the batch size passed to ``sharing``).
 """
 
 from __future__ import annotations

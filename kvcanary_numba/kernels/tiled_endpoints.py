@@ -1,0 +1,83 @@
+"""Tiled writes (``kernels/write_tiled.py``) of several endpoints of one long step in ONE launch.
+
+A long (prefill-shaped) monitor step stamps its entries from the published chain
+(``kernels/chain.py`` ``chain_publish``) into the K and the V canary buffers of a
+phase with ``write_tiled``: a block per request, so 8 requests keep 8 SMs busy,
+and one launch per endpoint ran them one after another. These kernels stamp the
+contexts of up to :data:`MAX_ENDPOINTS` endpoints at once, as
+``kernels/endpoints.py`` does for the decode-shaped write: a flattened grid of
+``count * per`` blocks, blocks ``[e * per, (e + 1) * per)`` running endpoint
+``e`` (``kernels/parts.py``), each part the plain tiled kernel's body
+(``write_tiled.make_tiled_body``) on its endpoint's arguments, as a launch of
+``per`` blocks of its own. Twice the blocks, the same work per block.
+
+Records, rows, counters and write indices are those of one ``write_tiled``
+launch per endpoint (rings in another atomic order: they compare as multisets).
+Every check runs per endpoint as before: a request whose seed state in that
+endpoint's buffer differs from the published one walks serially, a scratch too
+small for the launch walks every request serially (``share.share_role``), the
+input and chain-position asserts, "the last entry of a slot wins". The barriers
+of a block stay in its part's body: every block runs exactly one endpoint.
+
+Arguments: those of ``endpoints.write_endpoints`` (per-endpoint ``UniTuple`` s,
+shared plan and step arrays, the chain scratch, ``per``); the chain roles are
+CONSUME (or OWN, to walk every request serially), as for ``write_tiled``. The
+body is inlined once per endpoint slot, each copy reading its arguments straight
+from the kernel parameters (as in ``kernels/endpoints.py``); its shared arrays
+are declared once, in the body.
+
+Variants: ``tiled_endpoints_assert{0|1}_src{0..4}``, as ``write_tiled``'s.
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from ..constants import MAX_REAL_KV_SOURCES
+from .endpoints import WRITE_SIGNATURE
+from .parts import MAX_ENDPOINTS, part_block
+from .write_tiled import make_tiled_body
+
+__all__ = ["KERNELS", "SIGNATURES", "kernel_name"]
+
+# One body per endpoint slot below, and parts.part_block tells two parts apart.
+if MAX_ENDPOINTS != 2:
+    raise RuntimeError(f"kernels/tiled_endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
+
+
+def _make(input_assert: bool, nsrc: int):
+    body = make_tiled_body(input_assert, nsrc)
+
+    def tiled_endpoints(
+        bufs, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+        expected_positions, chain_flags, rings, write_indices, slot_counters, kernel_counters, kinds,
+        spans, params, chain_roles, published, published_seeds, per,
+    ):  # fmt: skip
+        e, block = part_block(per)
+        if e == 0:
+            w = spans[0]
+            body(block, per, bufs[0], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
+                 expected_tokens, expected_positions, chain_flags[0], rings[0], write_indices[0], slot_counters[0],
+                 kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3], params[0], chain_roles[0], published,
+                 published_seeds)  # fmt: skip
+        else:
+            w = spans[1]
+            body(block, per, bufs[1], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
+                 expected_tokens, expected_positions, chain_flags[1], rings[1], write_indices[1], slot_counters[1],
+                 kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3], params[1], chain_roles[1], published,
+                 published_seeds)  # fmt: skip
+
+    tiled_endpoints.__name__ = tiled_endpoints.__qualname__ = kernel_name(input_assert, nsrc)
+    return cuda.jit(tiled_endpoints)
+
+
+def kernel_name(input_assert: bool, nsrc: int) -> str:
+    """Name of the variant in :data:`KERNELS`."""
+    return f"tiled_endpoints_assert{int(bool(input_assert))}_src{int(nsrc)}"
+
+
+KERNELS = {
+    kernel_name(flag, n): _make(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
+}
+#: The arguments of ``endpoints.write_endpoints``.
+SIGNATURES = {name: (WRITE_SIGNATURE,) for name in KERNELS}
