@@ -46,6 +46,9 @@ run_step() {  # name, limit in seconds, command...
     [ $rc -eq 124 ] && echo "(timed out after ${limit}s)" >>"$OUT/$name.log"
     printf '%-10s rc=%-4s %4ss\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$SUMMARY"
     tail -n 6 "$OUT/$name.log"
+    # Packed after every step: a call cut by the device tool's limit still brings back what ran.
+    [ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" . 2>/dev/null
+    return 0
 }
 
 find_vectors() {
