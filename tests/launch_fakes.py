@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared
+from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared, table
 
 
 class CaiArray:
@@ -59,6 +59,31 @@ class FakeLibcuda:
         return 0
 
 
+#: libcuda's ``cuLaunchKernel`` C signature, pointers as 64-bit integers (how ``_native`` calls it).
+CU_LAUNCH_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64,
+                                    ctypes.c_uint64, ctypes.c_uint64)  # fmt: skip
+
+
+class NativeLibcuda:
+    """A C-callable ``cuLaunchKernel`` (ctypes callback) in front of :class:`FakeLibcuda`: what the
+    compiled launch loop calls. ``fail`` maps a call number (0-based) to the CUresult it returns
+    (nothing is logged for a failed call); ``calls`` counts the calls."""
+
+    def __init__(self, lib: FakeLibcuda):
+        self.lib, self.fail, self.calls = lib, {}, 0
+        self.c_function = CU_LAUNCH_KERNEL(self._call)  # kept alive as long as this object
+        self.address = ctypes.cast(self.c_function, ctypes.c_void_p).value
+
+    def _call(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        n, self.calls = self.calls, self.calls + 1
+        if n in self.fail:
+            return self.fail[n]
+        if (gy, gz, by, bz, shmem, extra) != (1, 1, 1, 1, 0, 0):
+            raise AssertionError(f"unexpected launch shape {(gy, gz, by, bz, shmem, extra)}")
+        return self.lib(ctypes.c_void_p(func), gx, gy, gz, bx, by, bz, shmem, ctypes.c_void_p(stream),
+                        ctypes.c_void_p(params), None)  # fmt: skip
+
+
 class Gpu:
     """What the ``gpu`` fixture set up: ``log`` of launches, kernels by name, the fake driver."""
 
@@ -71,6 +96,13 @@ class Gpu:
         self.driver.check_abi = lambda handle, sizes: None
         self.driver.select(FakeHandle(0), "auto", load=lambda: self.lib)
         self.monkeypatch = monkeypatch
+
+    def native(self) -> NativeLibcuda:
+        """Give the driver a C ``cuLaunchKernel`` (a callback logging like :attr:`lib`): launch tables
+        built from now on run the compiled loop."""
+        self.c_lib = NativeLibcuda(self.lib)
+        self.driver.native = self.c_lib.address
+        return self.c_lib
 
     def handle(self, kernel, signature):
         key = (id(kernel), signature)
@@ -98,7 +130,7 @@ def gpu(monkeypatch) -> Gpu:
     monkeypatch.setattr(_common, "compile_kernel", fake.compile)
     monkeypatch.setattr(_kernel_launch, "compile_kernel", fake.compile)
     monkeypatch.setattr(prepared, "_driver", fake.driver)
-    monkeypatch.setattr(_kernel_launch, "_driver", fake.driver)
+    monkeypatch.setattr(table, "_driver", fake.driver)
     monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 0)
     monkeypatch.setattr(_kernel_launch, "_stream_pair", lambda ptr: (ptr, f"core:{ptr}"))
     monkeypatch.setattr(_kernel_launch, "_eager", threading.local())
@@ -121,4 +153,4 @@ def expected_values(args: tuple) -> list[int]:
     return [s.value or 0 for s in values]
 
 
-__all__ = ["CaiArray", "Gpu", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]
+__all__ = ["CaiArray", "Gpu", "NativeLibcuda", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]

@@ -26,6 +26,11 @@ on a CPU stub) but has not been measured there yet
 The driver is the same either way: cuda-bindings loads the same
 ``libcuda.so.1`` into the process, and both calls use the calling thread's
 current context.
+
+Launches issued together (a prepared phase, a replayed public call:
+:class:`~.table.LaunchTable`) skip the route: :data:`LAUNCH_LOOP` ``"compiled"``
+(default) calls libcuda's ``cuLaunchKernel`` (:attr:`_Driver.native`, its address
+through ctypes) from one compiled loop for all of them (:mod:`._native`).
 """
 
 from __future__ import annotations
@@ -35,10 +40,17 @@ import logging
 import os
 from typing import Any, Callable
 
-__all__ = ["AbiMismatch", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch"]
+__all__ = ["AbiMismatch", "LAUNCH_LOOP", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch",
+           "native_address"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
 LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
+
+#: How launches issued together (a prepared phase, a replayed public call) are looped:
+#: "compiled" (one Numba-compiled loop calls libcuda's ``cuLaunchKernel`` for all of them, see
+#: ``_native``; needs libcuda through ctypes) or "python" (each launch by the route above).
+#: Read once, at the first raw launch prepared (env ``KVCANARY_LAUNCH_LOOP``).
+LAUNCH_LOOP = os.environ.get("KVCANARY_LAUNCH_LOOP", "compiled")
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
@@ -78,6 +90,13 @@ def choose_route(preference: str, load: Callable[[], Callable | None], handle: A
     return "bindings", None
 
 
+def native_address(fn) -> int | None:
+    """The address of a ctypes foreign function (libcuda's ``cuLaunchKernel``), else None."""
+    if not isinstance(fn, ctypes._CFuncPtr):  # None, or a stand-in that is not a C function
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
 class _Driver:
     """Raw launches and the ABI check; ``launch`` is the chosen route's call."""
 
@@ -88,6 +107,8 @@ class _Driver:
         self._success: Any = None
         self._streams: dict[int, Any] = {}
         self.route: str | None = None  # chosen at the first select()
+        #: Address of a C ``cuLaunchKernel`` for compiled launch loops (set by select(); None: loop in Python).
+        self.native: int | None = None
 
     @property
     def cu(self):
@@ -104,6 +125,10 @@ class _Driver:
             self.launch = self._launch_ctypes if self.route == "ctypes" else self._launch_bindings
             if self.route == "bindings":  # looked up once: attribute reads are a launch's hot path
                 self._cu_launch, self._success = self.cu.cuLaunchKernel, self.cu.CUresult.CUDA_SUCCESS
+            if LAUNCH_LOOP == "compiled":
+                self.native = native_address(self._fn if self._fn is not None else load())
+            elif LAUNCH_LOOP != "python":
+                raise RuntimeError(f"LAUNCH_LOOP must be 'compiled' or 'python', not {LAUNCH_LOOP!r}")
         return self.route
 
     def func_arg(self, handle: Any):

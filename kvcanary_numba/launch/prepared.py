@@ -133,13 +133,14 @@ class PreparedLaunch:
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
-                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays")  # fmt: skip
+                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays", "_tabled")  # fmt: skip
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
         self.grid, self.block = int(grid), int(block)
         self.args = list(args)
         self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
+        self._tabled = False  # a LaunchTable copied its handle, grid, block and parameter array
         if _common.ON_SIMULATOR:
             return
         _common.check_signature(signature, self.args, kernel)  # the glue's types, once
@@ -198,7 +199,15 @@ class PreparedLaunch:
 
     def refill(self, spec: LaunchSpec) -> None:
         """Aim a raw launch at ``spec`` (same kernel and signature): every argument is re-packed
-        (arrays only where their layout changed), so nothing of the previous launch stays."""
+        (arrays only where their layout changed), so nothing of the previous launch stays.
+
+        Raises
+        ------
+        RuntimeError
+            When a :class:`~.table.LaunchTable` holds this launch (it copied the grid and block).
+        """
+        if self._tabled:
+            raise RuntimeError(f"refill of {self.signature}: a launch table holds it and would launch the old shape")
         self.grid, self.block = spec.grid, spec.block
         self.args = list(spec.args)
         for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
@@ -238,3 +247,4 @@ class PreparedLaunch:
             return
         handle = _common._current_stream_ptr() if stream is None else int(stream)
         _driver.launch(self._func, self.grid, self.block, handle, self._params)
+

@@ -35,6 +35,7 @@ from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
 from ..launch.spec import LaunchSpec
+from ..launch.table import LaunchTable
 from .bound import BoundArrays
 
 __all__ = ["FastPath", "PreparedPhase", "compile_monitor_kernels", "run_pre"]
@@ -112,6 +113,7 @@ class PreparedPhase:
                                        "array that is not a role: every step would reuse its first pointer")
         self._bound = {name: roles[name] for name in self.bindings}
         self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
+        self.table = LaunchTable(self.launches)  # on a GPU: one compiled call launches the phase
 
     def bind(self, roles: dict[str, Any]) -> bool:
         """Point the launches at this step's arrays; False if one differs in kind (dtype,
@@ -129,8 +131,7 @@ class PreparedPhase:
         return True
 
     def launch(self, stream: int | None = None) -> None:
-        for launch in self.launches:
-            launch.launch(stream)
+        self.table.launch(stream)
 
 
 def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
