@@ -4,16 +4,25 @@ The monitor runs on NumPy arrays with the kernel backend forced (``_backend =
 "cuda"``) under Numba's CUDA simulator, so its prepared fast path
 (:class:`~kvcanary_numba.monitor.fastpath.FastPath`) records the real phases of
 the decode case (256 requests x 1 token, FULL pool, K and V: 10 launches per
-step). Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
-replaced by the host work a raw launch does before its driver call (the
-stream lookup), so the timings are the Python work *outside* the driver calls.
+step). Launches, two ways (``--driver``):
+
+``stub``
+    Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
+    replaced by the host work a raw launch does before its driver call (the
+    stream lookup): the Python work *outside* the launch calls.
+``fake``
+    The phases' launches are made raw (fake handles and parameter arrays) and
+    run the real launch path -- the phase's launch table, compiled (``--loop
+    compiled``) or each launch through cuda-bindings (``--loop python``) --
+    against a do-nothing ``libcuda.so.1`` (:mod:`benchmarks.fake_driver`, built
+    with the C compiler): the Python work of the whole step but the driver's.
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
 against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
 which copies and can hold copies back, is for tests).
 
 Usage::
 
-    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P]
+    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P] [--driver fake]
 
 Prints, for the prepared path and for graph replay (graphs stubbed too), the
 median / min µs per step of pre_forward + post_forward and of end_step.
@@ -22,6 +31,7 @@ median / min µs per step of pre_forward + post_forward and of end_step.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -39,7 +49,8 @@ from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
 from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, FastPath  # noqa: E402
 
-__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
+__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "raw_phases", "stub_launches",
+           "time_steps"]
 
 
 class FakeRuntime:
@@ -170,6 +181,39 @@ def stub_launches():
     return lambda: setattr(PreparedLaunch, "launch", original)
 
 
+def raw_phases(m, *, compiled: bool) -> int:
+    """Make every prepared launch of ``m``'s phases raw on the process's driver (fake handles and
+    parameter arrays: the fake libcuda reads neither) and rebuild the phases' launch tables;
+    returns the number of launches. ``compiled``: whether the tables run the compiled loop."""
+    from cuda.bindings import driver as cu
+
+    from kvcanary_numba.launch import _driver
+
+    try:
+        from kvcanary_numba.launch.table import LaunchTable
+    except ImportError:  # an older tree (no launch tables): its phases loop over their launches
+        LaunchTable = None  # noqa: N806
+
+    drv, count = _driver.driver, 0
+    for phases in m.fast._phases.values():
+        for phase in phases:
+            for p in phase.launches:
+                count += 1
+                p.handle = cu.CUfunction(0x1000 + count)
+                drv.select(p.handle)
+                p._pointers = (ctypes.c_void_p * 1)()
+                p._func, p._params = drv.func_arg(p.handle), drv.params_arg(ctypes.addressof(p._pointers))
+                p.raw = True
+            if LaunchTable is None:
+                assert not compiled, "this tree has no compiled launch loop"
+                continue
+            native, drv.native = getattr(drv, "native", None), drv.native if compiled else None
+            phase.table = LaunchTable(phase.launches)
+            drv.native = native
+            assert phase.table.compiled == compiled, "the compiled loop is not available here"
+    return count
+
+
 def decode_monitor(*, requests: int = 256, prefix: int = 4096):
     """The decode case's monitor on NumPy, fast path on, GPU readback faked; (workload, runtime)."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -211,12 +255,30 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--prefix", type=int, default=4096)
     parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--driver", choices=("stub", "fake"), default="stub")
+    parser.add_argument("--loop", choices=("compiled", "python"), default="compiled")
     args = parser.parse_args(argv)
+    fake = None
+    if args.driver == "fake":
+        from benchmarks import fake_driver
+
+        fake = fake_driver.load()  # before cuda-bindings first calls the driver
     w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
     m = w.monitor
     restore = stub_launches()
+    if fake is not None:
+        m.pre_forward(w.batch)  # records the phases (stubbed: the simulator would run the kernels)
+        m.post_forward()
+        m.end_step()
+        restore()
+        restore = lambda: None  # noqa: E731
+        raw_phases(m, compiled=args.loop == "compiled")
     try:
+        before = None if fake is None else fake.launches()
         results = {"prepared": time_steps(m, w.batch, args.steps)}
+        if fake is not None:
+            per_step = (fake.launches() - before) / (args.steps + 5)
+            print(f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop)")
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
         graph = CapturedStep.__new__(CapturedStep)
@@ -228,7 +290,8 @@ def main(argv=None) -> None:
     finally:
         restore()
     launches = sum(len(p.launches) for phases in m.fast._phases.values() for p in phases)
-    print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step (stubbed)")
+    how = "stubbed" if fake is None else f"fake driver, {args.loop} loop"
+    print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step ({how})")
     for path, result in results.items():
         for name, (median, low) in result.items():
             print(f"  {path:<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
+import shutil
+import subprocess
 import sys
 import types
 
@@ -299,3 +303,22 @@ def test_bound_arrays_without_a_shape_are_never_reused():
     assert BoundArrays((table, None), "head", "tail").holds((table, None))
     assert not BoundArrays((table, shapeless), "head", "tail").holds((table, shapeless))
     assert not BoundArrays((table,), "head", "tail").holds((table, None))  # another number of arrays
+
+
+# --- the harness with a fake libcuda (a subprocess: the fake must not enter this process) ---------------
+
+
+@pytest.mark.simulator
+@on_simulator
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="builds a C library")
+@pytest.mark.parametrize("loop", ["python", "compiled"])
+def test_host_step_with_the_fake_driver_makes_every_launch_of_the_step(loop):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.host_step", "--driver", "fake", "--loop", loop,
+                           "--steps", "20", "--requests", "3", "--prefix", "4"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    launches = int(re.search(r"(\d+) prepared launches per step", done.stdout).group(1))
+    calls = float(re.search(r"fake driver: ([\d.]+) cuLaunchKernel calls per step", done.stdout).group(1))
+    assert launches > 0 and calls == launches  # every prepared launch reached the driver, once per step
+    assert f"({loop} loop)" in done.stdout
