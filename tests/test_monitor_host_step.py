@@ -18,6 +18,7 @@ from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch
+from kvcanary_numba.launch.table import LaunchTable
 from kvcanary_numba.monitor import StepBatch, fastpath
 from kvcanary_numba.monitor.fastpath import FastPath, PreparedPhase
 from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
@@ -234,13 +235,14 @@ class _FakeGraph:
 def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph):
     w, _ = stubbed
     monkeypatch.setattr(bench_step, "synchronize", lambda: None)
-    monkeypatch.setattr(bench_step, "_spin", lambda us: None)
+    # The spin before each step is a launch of its own: it must not count as one of the step's.
+    monkeypatch.setattr(bench_step, "_spin", lambda us: PreparedLaunch.launch(None))
     _step(w)
     m, run = w.monitor, _Run()
     saved = dict(vars(m.readback))
     if graph:
         m.graph = _FakeGraph(w.batch)
-    launch = PreparedLaunch.launch
+    launch, table_launch = PreparedLaunch.launch, LaunchTable.launch
     bench_step._host_split(run, w, "decode")
     rows = {r["variant"].split(", ")[1]: r for r in run.records}
     assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
@@ -249,7 +251,7 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     assert rows["end_step: runtime calls"]["launches"] == 5
     assert all(r["iters"] == 3 for r in run.records)
     # Everything the split wrapped is back as it was.
-    assert PreparedLaunch.launch is launch and vars(m.readback) == saved
+    assert PreparedLaunch.launch is launch and LaunchTable.launch is table_launch and vars(m.readback) == saved
     if graph:
         assert isinstance(m.graph.head, types.SimpleNamespace)
     with raises_code("KVC-M005"):
