@@ -1,10 +1,11 @@
 """A do-nothing ``libcuda.so.1`` for host-time measurements on a machine without a GPU.
 
 :func:`load` compiles a tiny C library (with the system C compiler) that exports
-the driver functions the monitor's host path calls -- ``cuLaunchKernel`` and
-``cuGetProcAddress_v2`` / ``cuDriverGetVersion`` (what cuda-bindings resolves
-its functions through) -- each returning ``CUDA_SUCCESS`` and counting its
-calls, and loads it process-wide under the soname ``libcuda.so.1``. cuda-bindings'
+the driver functions the monitor's host path calls -- ``cuLaunchKernel``, the
+status readback's ``cuEventQuery`` / ``cuEventRecord`` / ``cuStreamWaitEvent`` /
+``cuMemcpyDtoHAsync_v2`` (which copies nothing), and ``cuGetProcAddress_v2`` /
+``cuDriverGetVersion`` (what cuda-bindings resolves its functions through) -- each
+returning ``CUDA_SUCCESS`` and counting its calls, and loads it process-wide under the soname ``libcuda.so.1``. cuda-bindings'
 ``cuLaunchKernel`` and ``ctypes.CDLL("libcuda.so.1")`` then both reach it, so the
 Python around every driver call runs as on a GPU host while the driver itself
 costs nothing (``benchmarks/host_step.py --driver fake``). Never load it in a
@@ -28,6 +29,10 @@ typedef int CUresult;
 static long long counts[8];
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) { counts[0]++; return 0; }
+CUresult cuEventQuery(void *event) { counts[1]++; return 0; }
+CUresult cuEventRecord(void *event, void *stream) { counts[2]++; return 0; }
+CUresult cuStreamWaitEvent(void *stream, void *event, unsigned flags) { counts[3]++; return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t size, void *stream) { counts[4]++; return 0; }
 CUresult cuDriverGetVersion(int *version) { *version = 13000; return 0; }
 CUresult cuInit(unsigned flags) { return 0; }
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
@@ -47,7 +52,8 @@ long long fake_count(int which) { return counts[which]; }
 
 
 class FakeDriver:
-    """The loaded fake library: :meth:`launches` counts the ``cuLaunchKernel`` calls so far."""
+    """The loaded fake library: :meth:`launches` counts the ``cuLaunchKernel`` calls so far,
+    :meth:`readback_calls` the readback's driver calls."""
 
     def __init__(self, lib: ctypes.CDLL, path: str):
         self.lib, self.path = lib, path
@@ -55,6 +61,9 @@ class FakeDriver:
 
     def launches(self) -> int:
         return int(self.lib.fake_count(0))
+
+    def readback_calls(self) -> int:
+        return sum(int(self.lib.fake_count(k)) for k in range(1, 5))
 
 
 _loaded: list[FakeDriver] = []

@@ -16,6 +16,9 @@ step). Launches, two ways (``--driver``):
     compiled``) or each launch through cuda-bindings (``--loop python``) --
     against a do-nothing ``libcuda.so.1`` (:mod:`benchmarks.fake_driver`, built
     with the C compiler): the Python work of the whole step but the driver's.
+    With ``--loop compiled`` the readback's calls are compiled too and reach
+    the fake's functions; with ``--loop python`` they go to :class:`NullRuntime`
+    (Python no-ops: CuPy's wrappers and cudart's layer are not counted).
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
 against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
 which copies and can hold copies back, is for tests).
@@ -45,129 +48,13 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
 from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
-from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
 from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, FastPath  # noqa: E402
 
+from .fake_runtime import FakeRuntime, NullRuntime, fake_cuda_readback  # noqa: E402
+
 __all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "raw_phases", "stub_launches",
            "time_steps"]
-
-
-class FakeRuntime:
-    """The CuPy runtime calls :class:`CudaReadback` makes; ``memcpyAsync`` copies host memory at once.
-
-    ``pending`` (if not None) keeps the copies queued instead, run by :meth:`finish`;
-    ``calls`` counts the calls by name; ``synchronized`` lists the events waited for.
-    """
-
-    memcpyDeviceToHost = 2
-
-    def __init__(self, *, deferred: bool = False):
-        self.calls: dict[str, int] = {}
-        self.pending: list | None = [] if deferred else None
-        self.done: set[int] = set()
-        self.synchronized: list[int] = []
-        self._next = 1000
-
-    def _count(self, name):
-        self.calls[name] = self.calls.get(name, 0) + 1
-
-    def handle(self) -> int:
-        self._next += 1
-        return self._next
-
-    def eventRecord(self, event, stream):
-        self._count("eventRecord")
-        self.done.discard(event)
-        if self.pending is None:
-            self.done.add(event)
-        else:
-            self.pending.append(("event", event))
-
-    def streamWaitEvent(self, stream, event, flags=0):
-        self._count("streamWaitEvent")
-
-    def memcpyAsync(self, dst, src, size, kind, stream):
-        import ctypes
-
-        self._count("memcpyAsync")
-        if self.pending is None:
-            ctypes.memmove(dst, src, size)
-        else:
-            self.pending.append(("copy", (dst, bytes((ctypes.c_char * size).from_address(src)), size)))
-
-    def finish(self, count: int | None = None) -> None:
-        """Run the first ``count`` queued operations (all by default), as the device would."""
-        import ctypes
-
-        todo = self.pending[: len(self.pending) if count is None else count]
-        del self.pending[: len(todo)]
-        for kind, what in todo:
-            if kind == "event":
-                self.done.add(what)
-            else:
-                dst, data, size = what
-                ctypes.memmove(dst, data, size)
-
-    def eventQuery(self, event) -> int:
-        self._count("eventQuery")
-        return 0 if event in self.done else 600  # cudaErrorNotReady
-
-    def eventSynchronize(self, event):
-        self._count("eventSynchronize")
-        self.synchronized.append(event)
-        if self.pending is not None:
-            while event not in self.done and self.pending:
-                self.finish(1)
-
-
-class NullRuntime:
-    """The same calls doing nothing (every event done): the readback's own Python, for timing.
-    The host buffers start as copies of the block (see :func:`fake_cuda_readback`) and are never written."""
-
-    memcpyDeviceToHost = 2
-    _next = 1000
-
-    def handle(self) -> int:
-        self._next += 1
-        return self._next
-
-    def eventRecord(self, event, stream):
-        pass
-
-    def streamWaitEvent(self, stream, event, flags=0):
-        pass
-
-    def memcpyAsync(self, dst, src, size, kind, stream):
-        pass
-
-    def eventQuery(self, event) -> int:
-        return 0
-
-    def eventSynchronize(self, event):
-        pass
-
-
-def fake_cuda_readback(block, runtime):
-    """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory)."""
-    compute = types.SimpleNamespace(ptr=7)
-
-    class Event:
-        def __init__(self, **_):
-            self.ptr = runtime.handle()
-
-        @property
-        def done(self):
-            return runtime.eventQuery(self.ptr) == 0
-
-        def synchronize(self):
-            runtime.eventSynchronize(self.ptr)
-
-    cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
-                                 Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
-    cupy = types.SimpleNamespace(cuda=cuda)
-    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
-    return readback_module.CudaReadback(block, modules=(cupy, pinned))
 
 
 def stub_launches():
@@ -273,12 +160,19 @@ def main(argv=None) -> None:
         restore()
         restore = lambda: None  # noqa: E731
         raw_phases(m, compiled=args.loop == "compiled")
+        if args.loop == "compiled":  # the readback's driver calls from compiled code, on the fake too
+            from kvcanary_numba.launch import _driver, _native
+
+            functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
+            m.readback = m.pump.readback = fake_cuda_readback(m.status, NullRuntime(), functions=functions)
+            assert m.readback.native is not None, "the compiled readback is not available here"
     try:
         before = None if fake is None else fake.launches()
         results = {"prepared": time_steps(m, w.batch, args.steps)}
         if fake is not None:
             per_step = (fake.launches() - before) / (args.steps + 5)
-            print(f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop)")
+            print(f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop), "
+                  f"{fake.readback_calls() / (args.steps + 5):.3g} readback calls per step")  # fmt: skip
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
         graph = CapturedStep.__new__(CapturedStep)

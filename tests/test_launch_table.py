@@ -113,11 +113,11 @@ def test_the_loop_switch_and_the_native_address():
 
 @pytest.mark.parametrize("loop, native", [("python", False), ("sideways", None)])
 def test_the_loop_switch_is_read_at_selection(monkeypatch, loop, native):
-    monkeypatch.setattr(_driver, "LAUNCH_LOOP", loop)
+    monkeypatch.setattr(_driver, "DRIVER_CALLS", loop)
     driver = _driver._Driver()
     lib = ctypes.CDLL(None).strlen
     if native is None:
-        with pytest.raises(RuntimeError, match="LAUNCH_LOOP must be"):
+        with pytest.raises(RuntimeError, match="DRIVER_CALLS must be"):
             driver.select(object(), "bindings", load=lambda: lib)
     else:
         driver.select(object(), "bindings", load=lambda: lib)

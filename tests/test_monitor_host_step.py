@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_step  # noqa: E402
+from benchmarks.fake_runtime import CompiledFunctions  # noqa: E402
 from benchmarks.host_step import FakeRuntime, decode_monitor, fake_cuda_readback  # noqa: E402
 
 on_simulator = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
@@ -151,14 +152,27 @@ def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
 # --- the GPU readback against a fake runtime -----------------------------------------------------------
 
 
-def _readback(deferred: bool):
-    block = StatusBlock(np, 1)
+def _readback(deferred: bool, compiled: bool = False, block: StatusBlock | None = None):
+    """A CUDA readback of ``block`` (default: a new one) on a fake runtime; ``compiled``: its usual
+    step goes through the compiled readback calls (ctypes callbacks into the same fake runtime)."""
+    block = StatusBlock(np, 1) if block is None else block
     runtime = FakeRuntime(deferred=deferred)
-    return block, runtime, fake_cuda_readback(block, runtime)
+    functions = CompiledFunctions(runtime) if compiled else None
+    rb = fake_cuda_readback(block, runtime, functions=None if functions is None else functions.addresses)
+    rb.functions = functions  # kept alive with the readback
+    assert (rb.native is not None) == compiled
+    return block, runtime, rb
 
 
-def test_readback_in_step_returns_the_previous_step_and_never_waits():
-    block, runtime, rb = _readback(deferred=False)
+both_paths = pytest.mark.parametrize("compiled", [False, True], ids=["runtime calls", "compiled calls"])
+
+
+@both_paths
+def test_readback_in_step_returns_the_previous_step_and_never_waits(compiled, monkeypatch):
+    block, runtime, rb = _readback(deferred=False, compiled=compiled)
+    if compiled:  # the usual state takes the compiled calls only
+        monkeypatch.setattr(rb, "_issue", None)
+        monkeypatch.setattr(rb, "_collect", None)
     got = []
     for step in range(4):
         block.words[0] = 10 + step
@@ -170,8 +184,9 @@ def test_readback_in_step_returns_the_previous_step_and_never_waits():
     assert runtime.calls == {"eventRecord": 8, "streamWaitEvent": 4, "memcpyAsync": 4, "eventQuery": 3}
 
 
-def test_readback_behind_waits_only_for_the_copy_two_steps_old():
-    block, runtime, rb = _readback(deferred=True)
+@both_paths
+def test_readback_behind_waits_only_for_the_copy_two_steps_old(compiled):
+    block, runtime, rb = _readback(deferred=True, compiled=compiled)
     block.words[0] = 5
     assert rb.push(0) is None
     block.words[0] = 6
@@ -187,6 +202,38 @@ def test_readback_behind_waits_only_for_the_copy_two_steps_old():
     runtime.finish()
     snap = rb.flush()
     assert snap.step == 3
+
+
+@pytest.mark.parametrize("call, code, name", [
+    ("cuEventQuery", 700, "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ("cuMemcpyDtoHAsync_v2", 1, "cuMemcpyDtoHAsync_v2 failed: CUDA_ERROR_INVALID_VALUE"),
+])  # fmt: skip
+def test_a_failed_compiled_readback_call_raises_with_its_name(call, code, name):
+    block, runtime, rb = _readback(deferred=False, compiled=True)
+    rb.push(0)
+    rb.functions.fail[call] = code
+    with pytest.raises(RuntimeError, match=name):
+        rb.push(1)
+
+
+def test_the_compiled_readback_calls_in_order_on_the_right_streams():
+    block, runtime, rb = _readback(deferred=True, compiled=True)
+    calls = []
+    for name in ("eventQuery", "eventRecord", "streamWaitEvent", "memcpyAsync"):
+        method = getattr(runtime, name)
+        setattr(runtime, name, lambda *args, name=name, method=method: calls.append((name, *args)) or method(*args))
+    rb.push(0)
+    runtime.finish()
+    rb.push(1)
+    (l0, c0, h0), (l1, c1, h1) = rb._buffers
+    side, compute, device, nbytes = rb._copy[4], 7, block.words.ctypes.data, block.words.nbytes
+    assert calls == [
+        ("eventRecord", l0, compute), ("streamWaitEvent", side, l0, 0),
+        ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c0, side),
+        ("eventQuery", c0),  # step 1: the previous copy's event first, then step 1's calls on buffer 1
+        ("eventRecord", l1, compute), ("streamWaitEvent", side, l1, 0),
+        ("memcpyAsync", h1, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c1, side),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("low", [0, 1, 7, 2**31 - 1, -1, -(2**31)])
@@ -232,8 +279,12 @@ class _FakeGraph:
 @pytest.mark.simulator
 @on_simulator
 @pytest.mark.parametrize("graph", [False, True], ids=["prepared", "graph replay"])
-def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph):
+@both_paths
+def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph, compiled):
     w, _ = stubbed
+    if compiled:
+        _, _, rb = _readback(deferred=False, compiled=True, block=w.monitor.status)
+        w.monitor.readback = w.monitor.pump.readback = rb
     monkeypatch.setattr(bench_step, "synchronize", lambda: None)
     # The spin before each step is a launch of its own: it must not count as one of the step's.
     monkeypatch.setattr(bench_step, "_spin", lambda us: PreparedLaunch.launch(None))

@@ -28,9 +28,10 @@ The driver is the same either way: cuda-bindings loads the same
 current context.
 
 Launches issued together (a prepared phase, a replayed public call:
-:class:`~.table.LaunchTable`) skip the route: :data:`LAUNCH_LOOP` ``"compiled"``
+:class:`~.table.LaunchTable`) skip the route: :data:`DRIVER_CALLS` ``"compiled"``
 (default) calls libcuda's ``cuLaunchKernel`` (:attr:`_Driver.native`, its address
-through ctypes) from one compiled loop for all of them (:mod:`._native`).
+through ctypes) from one compiled loop for all of them (:mod:`._native`); the
+monitor's status readback makes its calls the same way (:func:`libcuda_functions`).
 """
 
 from __future__ import annotations
@@ -40,17 +41,18 @@ import logging
 import os
 from typing import Any, Callable
 
-__all__ = ["AbiMismatch", "LAUNCH_LOOP", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch",
-           "native_address"]
+__all__ = ["AbiMismatch", "DRIVER_CALLS", "LAUNCH_ROUTE", "choose_route", "compiled_calls", "driver",
+           "libcuda_functions", "load_libcuda_launch", "native_address"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
 LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
 
-#: How launches issued together (a prepared phase, a replayed public call) are looped:
-#: "compiled" (one Numba-compiled loop calls libcuda's ``cuLaunchKernel`` for all of them, see
-#: ``_native``; needs libcuda through ctypes) or "python" (each launch by the route above).
-#: Read once, at the first raw launch prepared (env ``KVCANARY_LAUNCH_LOOP``).
-LAUNCH_LOOP = os.environ.get("KVCANARY_LAUNCH_LOOP", "compiled")
+#: Who makes the driver calls issued together (a prepared phase's or a replayed public call's
+#: launches, the monitor's readback calls of a step): "compiled" (a Numba-compiled function calls
+#: libcuda's functions through their addresses, see ``_native``; needs libcuda through ctypes)
+#: or "python" (each launch by the route above, the readback through CuPy's runtime). Read when
+#: the first raw launch is prepared and when a readback is built (env ``KVCANARY_DRIVER_CALLS``).
+DRIVER_CALLS = os.environ.get("KVCANARY_DRIVER_CALLS", "compiled")
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
@@ -90,6 +92,25 @@ def choose_route(preference: str, load: Callable[[], Callable | None], handle: A
     return "bindings", None
 
 
+def compiled_calls() -> bool:
+    """Whether :data:`DRIVER_CALLS` asks for compiled driver calls (RuntimeError on another value)."""
+    if DRIVER_CALLS not in ("compiled", "python"):
+        raise RuntimeError(f"DRIVER_CALLS must be 'compiled' or 'python', not {DRIVER_CALLS!r}")
+    return DRIVER_CALLS == "compiled"
+
+
+def libcuda_functions(names, load: Callable = lambda: ctypes.CDLL("libcuda.so.1")) -> list[int] | None:
+    """Addresses of libcuda's functions ``names`` for compiled calls, or None (``DRIVER_CALLS`` is
+    "python", libcuda does not load through ctypes, or one of them is missing)."""
+    if not compiled_calls():
+        return None
+    try:
+        lib = load()
+        return [native_address(getattr(lib, name)) for name in names]
+    except (OSError, AttributeError):
+        return None
+
+
 def native_address(fn) -> int | None:
     """The address of a ctypes foreign function (libcuda's ``cuLaunchKernel``), else None."""
     if not isinstance(fn, ctypes._CFuncPtr):  # None, or a stand-in that is not a C function
@@ -125,10 +146,8 @@ class _Driver:
             self.launch = self._launch_ctypes if self.route == "ctypes" else self._launch_bindings
             if self.route == "bindings":  # looked up once: attribute reads are a launch's hot path
                 self._cu_launch, self._success = self.cu.cuLaunchKernel, self.cu.CUresult.CUDA_SUCCESS
-            if LAUNCH_LOOP == "compiled":
+            if compiled_calls():
                 self.native = native_address(self._fn if self._fn is not None else load())
-            elif LAUNCH_LOOP != "python":
-                raise RuntimeError(f"LAUNCH_LOOP must be 'compiled' or 'python', not {LAUNCH_LOOP!r}")
         return self.route
 
     def func_arg(self, handle: Any):

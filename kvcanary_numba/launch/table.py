@@ -5,7 +5,7 @@
 calls (``_kernel_launch.run_launches``) launch. On a GPU it hands all of its launches to
 one compiled loop (:mod:`._native`): one Python call per phase instead of one
 ``PreparedLaunch.launch`` (and one cuda-bindings call) per launch. Anything else (the
-simulator, a launch that is not raw, no C ``cuLaunchKernel``, ``_driver.LAUNCH_LOOP =
+simulator, a launch that is not raw, no C ``cuLaunchKernel``, ``_driver.DRIVER_CALLS =
 "python"``, Numba unable to compile the loop) launches each one as before.
 """
 
