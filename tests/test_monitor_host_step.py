@@ -375,3 +375,13 @@ def test_host_step_with_the_fake_driver_makes_every_launch_of_the_step(loop):
     calls = float(re.search(r"fake driver: ([\d.]+) cuLaunchKernel calls per step", done.stdout).group(1))
     assert launches > 0 and calls == launches  # every prepared launch reached the driver, once per step
     assert f"({loop} loop)" in done.stdout
+
+
+def test_the_fast_snapshot_is_the_dataclass():
+    from kvcanary_numba.monitor.readback import _snapshot
+
+    words = np.arange(27, dtype=np.int64)
+    fast, plain = _snapshot(4, words), Snapshot(4, words)
+    assert type(fast) is Snapshot and fast == plain and fast.words is words and fast.step == 4
+    with pytest.raises(AttributeError):
+        fast.step = 5  # still frozen

@@ -85,6 +85,18 @@ class Snapshot:
         return _low_lane(self.words[_GROUPS + 2 * group])
 
 
+_new, _set_step, _set_words = object.__new__, Snapshot.step.__set__, Snapshot.words.__set__
+
+
+def _snapshot(step: int, words: np.ndarray) -> Snapshot:
+    """``Snapshot(step, words)`` through the slots' descriptors: the frozen dataclass's __init__
+    costs twice as much, and every step builds one."""
+    snapshot = _new(Snapshot)
+    _set_step(snapshot, step)
+    _set_words(snapshot, words)
+    return snapshot
+
+
 def _low_lane(word) -> int:
     """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
     value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
@@ -99,7 +111,7 @@ class HostReadback:
 
     def push(self, step: int) -> Snapshot | None:
         """Snapshot the block after ``step``; returns the snapshot to process now."""
-        return Snapshot(step, self._words.copy())
+        return _snapshot(step, self._words.copy())
 
     def flush(self) -> Snapshot | None:
         """Nothing is ever pending on the CPU."""
@@ -187,7 +199,7 @@ class CudaReadback:
                 self._copied[i].synchronize()  # the copy's own event: the compute stream is never waited for
             queue.popleft()
             newest = (step, i)
-        return None if newest is None else Snapshot(newest[0], self._host[newest[1]].copy())
+        return None if newest is None else _snapshot(newest[0], self._host[newest[1]].copy())
 
     def push(self, step: int) -> Snapshot | None:
         """Copy this step's block asynchronously; return the newest finished earlier snapshot."""
@@ -216,7 +228,7 @@ class CudaReadback:
         if previous is None or status != 0:  # nothing in flight, or the previous copy is not done yet
             return None
         queue.popleft()
-        return Snapshot(previous[0], self._host[previous[1]].copy())
+        return _snapshot(previous[0], self._host[previous[1]].copy())
 
     def flush(self) -> Snapshot | None:
         """Wait for every pending copy (end of a run); the newest snapshot."""
