@@ -133,10 +133,61 @@ def test_the_compiled_loop_passes_the_c_arguments_in_order():
 
     c_function = CU_LAUNCH_KERNEL(record)
     address = ctypes.cast(c_function, ctypes.c_void_p).value
-    table = np.array([[0x7F00_0000_1000 + i, 5 + i, 96, 0x7F00_0000_9000 + 8 * i] for i in range(4)], dtype=np.int64)
+    table = np.array([[0x7F00_0000_1000 + i, 5 + i, 96, 0x7F00_0000_9000 + 8 * i, 0x7F00_0000_7000 * (i % 2)]
+                      for i in range(4)], dtype=np.int64)  # fmt: skip
     status = _native.compiled_launcher()(address, table, 0x7F00_DEAD_BEEF)
     assert _native.decode_status(status) == (2, 700)
-    assert calls == [(0x7F00_0000_1000 + i, 5 + i, 1, 1, 96, 1, 1, 0, 0x7F00_DEAD_BEEF, 0x7F00_0000_9000 + 8 * i, 0)
-                     for i in range(3)]  # fmt: skip
+    assert calls == [(0x7F00_0000_1000 + i, 5 + i, 1, 1, 96, 1, 1, 0, 0x7F00_DEAD_BEEF, 0x7F00_0000_9000 + 8 * i,
+                      0x7F00_0000_7000 * (i % 2)) for i in range(3)]  # fmt: skip
     calls.clear()
     assert _native.compiled_launcher()(address, table[:2], 1) == 0 and len(calls) == 2
+    with pytest.raises(ValueError, match="5 columns"):
+        _native.compiled_launcher()(address, np.ascontiguousarray(table[:, :4]), 1)
+    assert len(calls) == 2  # nothing launched
+
+
+# --- one-buffer parameters (cuLaunchKernel's extra) -------------------------------------------------------
+
+
+def test_pack_buffer_lays_parameters_out_at_their_alignment():
+    from numba.core import types
+
+    from kvcanary_numba.launch.prepared import pack_arguments, pack_buffer
+
+    a1, a2 = types.Array(types.int64, 1, "C"), types.Array(types.int32, 2, "C")
+    argtypes = [a1, types.int32, a2, types.boolean, types.int64, types.UniTuple(types.int32, 3)]
+    args = [CaiArray((5,), "<i8", 0x1000), -7, CaiArray((2, 3), "<i4", 0x2000), True, 2**40, (1, 2, 3)]
+    buffer, size, offsets, slots, starts = pack_buffer(argtypes, args)
+    assert offsets[:8] == [0, 8, 16, 24, 32, 40, 48, 56]  # array 1 (7 words), then the int32
+    assert offsets[8] == 64 and offsets[17] == 136 and offsets[18] == 144  # array 2 realigned; bool; int64
+    assert offsets[19:] == [152, 156, 160] and size == 164 and starts == [0, 7, 8, 17, 18, 19]
+    raw = bytes(buffer)
+    assert int.from_bytes(raw[56:60], "little", signed=True) == -7 and raw[136] == 1
+    assert int.from_bytes(raw[144:152], "little") == 2**40 and int.from_bytes(raw[32:40], "little") == 0x1000
+    assert [s.value for s in slots] == [s.value for s in pack_arguments(argtypes, args)[0]]
+    slots[7].value = 99  # a slot is a view of its bytes in the block
+    assert int.from_bytes(bytes(buffer)[56:60], "little") == 99
+
+
+def test_a_launch_gets_the_one_buffer_form_only_when_the_driver_reports_our_layout(gpu):
+    assert PreparedLaunch(KERNEL_A, SIG, 1, 32, args_for(0x10000))._extra is None  # the driver cannot tell
+    gpu.report_offsets()
+    assert PreparedLaunch(KERNEL_A, SIG, 1, 32, args_for(0x10000))._extra is not None
+    gpu.driver.check_abi = lambda handle, sizes: [16 * i for i in range(len(sizes))]  # another layout
+    assert PreparedLaunch(KERNEL_A, SIG, 1, 32, args_for(0x10000))._extra is None
+
+
+@pytest.mark.parametrize("buffers", [False, True], ids=["kernelParams", "one buffer"])
+def test_one_buffer_tables_launch_the_same_parameters(gpu, monkeypatch, buffers):
+    monkeypatch.setattr(_driver, "PARAM_BUFFER", buffers)
+    gpu.native()
+    gpu.report_offsets()
+    launches = _two_launches()
+    table = LaunchTable(launches)
+    moved = CaiArray((5,), "<i8", 0x90000)
+    launches[1].rebind(0, moved)  # after tabling: the block is what the pointers lead to, rewritten in place
+    table.launch(0x77)
+    assert gpu.lib.buffers == (2 if buffers else 0)
+    assert [entry[2:5] for entry in gpu.log] == [(4, 128, 0x77), (2, 64, 0x77)]
+    assert gpu.log[0][5] == expected_values(args_for(0x10000))
+    assert gpu.log[1][5] == expected_values((moved, 7, *args_for(0x30000)[2:]))

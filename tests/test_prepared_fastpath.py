@@ -190,6 +190,30 @@ def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("loop", ["python", "compiled", "compiled one-buffer"])
+def test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop(monkeypatch, loop):
+    # The per-launch Python loop, the compiled launch loop and readback (the default), and the
+    # compiled loop passing each kernel's parameters as one buffer (_driver.PARAM_BUFFER).
+    from kvcanary_numba.launch import _driver
+
+    driver = _driver._Driver()  # a fresh driver: the loop switch is read when it is chosen
+    monkeypatch.setattr(_driver, "DRIVER_CALLS", "python" if loop == "python" else "compiled")
+    monkeypatch.setattr(_driver, "PARAM_BUFFER", loop.endswith("one-buffer"))
+    driver.select(object(), "bindings")  # now: launches packed before this test use it too
+    for module in ("prepared", "table"):
+        monkeypatch.setattr(f"kvcanary_numba.launch.{module}._driver", driver)
+    eager, _ = _gpu_run("eager")
+    fast, m = _gpu_run("fast")
+    tables = [phase.table for phases in m.fast._phases.values() for phase in phases]
+    assert tables and all(t.compiled == (loop != "python") for t in tables)
+    assert (m.readback.native is not None) == (loop != "python")
+    if loop.endswith("one-buffer"):
+        assert any(row[4] for t in tables for row in t.table)  # the driver reported our layout somewhere
+    for name, array in eager.items():
+        np.testing.assert_array_equal(fast[name], array, err_msg=f"{loop}: {name}")
+
+
+@pytest.mark.gpu
 def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
     _, m = _gpu_run("graph", steps=4)
     launches = [launch for phases in m.fast._phases.values() for phase in phases for launch in phase.launches]

@@ -41,11 +41,19 @@ import logging
 import os
 from typing import Any, Callable
 
-__all__ = ["AbiMismatch", "DRIVER_CALLS", "LAUNCH_ROUTE", "choose_route", "compiled_calls", "driver",
+__all__ = ["AbiMismatch", "DRIVER_CALLS", "LAUNCH_ROUTE", "PARAM_BUFFER", "choose_route", "compiled_calls", "driver",
            "libcuda_functions", "load_libcuda_launch", "native_address"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
 LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
+
+#: Launch tables pass each kernel's parameters as ONE buffer (``cuLaunchKernel``'s ``extra``:
+#: ``CU_LAUNCH_PARAM_BUFFER_POINTER``) instead of an array of pointers to each of them (the
+#: monitor's kernels take 90-166 parameters; the driver copies one block instead of following
+#: one pointer per parameter). Only for kernels whose parameter offsets the driver reported and
+#: the packing matches (``check_abi``). Off until measured on a GPU (env ``KVCANARY_PARAM_BUFFER=1``;
+#: read when a table is built).
+PARAM_BUFFER = os.environ.get("KVCANARY_PARAM_BUFFER", "0") == "1"
 
 #: Who makes the driver calls issued together (a prepared phase's or a replayed public call's
 #: launches, the monitor's readback calls of a step): "compiled" (a Numba-compiled function calls
@@ -186,23 +194,27 @@ class _Driver:
         except (ImportError, ValueError):
             return f"CUresult {err}"
 
-    def check_abi(self, handle, sizes: list[int]) -> None:
+    def check_abi(self, handle, sizes: list[int]) -> list[int] | None:
         """Raise :class:`AbiMismatch` unless the packed parameter sizes are the compiled kernel's
-        (when the driver can tell)."""
+        (when the driver can tell); returns the parameters' offsets in the kernel's parameter
+        block as the driver reports them, or None when it cannot tell."""
         cu = self.cu
         query = cu.cuKernelGetParamInfo if isinstance(handle, cu.CUkernel) else getattr(cu, "cuFuncGetParamInfo", None)
         if query is None:
-            return
+            return None
+        offsets = []
         for i, size in enumerate(sizes):
-            err, _, actual = query(handle, i)
+            err, offset, actual = query(handle, i)
             if err != cu.CUresult.CUDA_SUCCESS:
                 if i == 0 and err == cu.CUresult.CUDA_ERROR_NOT_SUPPORTED:
-                    return  # older driver: nothing to compare against
+                    return None  # older driver: nothing to compare against
                 raise AbiMismatch(f"kernel has {i} parameters, {len(sizes)} were packed")
             if actual != size:
                 raise AbiMismatch(f"parameter {i} is {actual} bytes, packed {size}")
+            offsets.append(int(offset))
         if query(handle, len(sizes))[0] == cu.CUresult.CUDA_SUCCESS:
             raise AbiMismatch(f"kernel has more than the {len(sizes)} packed parameters")
+        return offsets
 
 
 #: The process's driver calls (one route for every raw launch).

@@ -21,10 +21,12 @@ code: it is cached on disk, and tests call ctypes callbacks in place of libcuda.
 Pointer and ``size_t`` arguments travel as 64-bit integers, ``unsigned int`` as
 32-bit ones (the same registers as the C types in the x86-64 and AArch64 ABIs).
 
-Launch table: int64 ``[n, 4]``, one row per launch: the ``CUfunction`` handle,
-grid (blocks), block (threads) and the address of the ``kernelParams`` array
-(the :class:`~.prepared.PreparedLaunch`'s pointer array, stable for its life:
-rebinding rewrites the parameter values it points at, never the array).
+Launch table: int64 ``[n, 5]``, one row per launch: the ``CUfunction`` handle,
+grid (blocks), block (threads), and the addresses of ``kernelParams`` and ``extra``
+(one of them 0): the :class:`~.prepared.PreparedLaunch`'s pointer array, or its
+``extra`` array naming its one-buffer parameter block (``_driver.PARAM_BUFFER``).
+Both are stable for the launch's life: rebinding rewrites the parameter values
+they lead to, never the arrays.
 """
 
 from __future__ import annotations
@@ -73,12 +75,12 @@ def _int64s(n: int):
 
 # CUresult cuLaunchKernel(CUfunction, unsigned grid x3, unsigned block x3, unsigned shared, CUstream,
 #                         void **kernelParams, void **extra): grid y, z, block y, z = 1, no shared memory.
-_LAUNCH = _c_call((64, 32, 32, 32, 32, 32, 32, 32, 64, 64, 64), {2: 1, 3: 1, 5: 1, 6: 1, 7: 0, 10: 0})
+_LAUNCH = _c_call((64, 32, 32, 32, 32, 32, 32, 32, 64, 64, 64), {2: 1, 3: 1, 5: 1, 6: 1, 7: 0})
 
 
 @intrinsic
-def _cu_launch_kernel(typingctx, fn, func, grid, block, stream, params):
-    return _int64s(5), _LAUNCH
+def _cu_launch_kernel(typingctx, fn, func, grid, block, stream, params, extra):
+    return _int64s(6), _LAUNCH
 
 
 @intrinsic
@@ -105,8 +107,10 @@ def _call_4(typingctx, fn, a, b, c, d):  # cuMemcpyDtoHAsync_v2(void *, CUdevice
 # so another Python thread is not held up by the driver calls (a launch may wait for queue room).
 @njit(cache=True, nogil=True)
 def _launch_table(fn, table, stream):
+    if table.shape[1] != 5:
+        raise ValueError("a launch table has 5 columns: function, grid, block, kernelParams, extra")
     for i in range(table.shape[0]):
-        err = _cu_launch_kernel(fn, table[i, 0], table[i, 1], table[i, 2], stream, table[i, 3])
+        err = _cu_launch_kernel(fn, table[i, 0], table[i, 1], table[i, 2], stream, table[i, 3], table[i, 4])
         if err != 0:
             return (i << 32) | (err & 0xFFFFFFFF)
     return 0

@@ -16,6 +16,7 @@ import ctypes
 import numpy as np
 
 from . import _common, _native
+from . import _driver as _switches  # the module: PARAM_BUFFER
 from ._driver import driver as _driver
 
 __all__ = ["LaunchTable"]
@@ -33,7 +34,8 @@ class LaunchTable:
     When every launch is raw, the driver has a C ``cuLaunchKernel`` (``_driver.native``) and
     the compiled loop compiles (:mod:`._native`), :meth:`launch` is one call into compiled code
     that launches them all; else each launch's own :meth:`~.prepared.PreparedLaunch.launch`. The compiled
-    table copies each launch's handle, grid, block and parameter-array address: rebinding
+    table copies each launch's handle, grid, block and parameter-array address (or, with
+    ``_driver.PARAM_BUFFER``, its one-buffer ``extra`` array where it has one): rebinding
     arguments is seen (the array points at the packed values), a :meth:`~.prepared.PreparedLaunch.refill`
     would not be, so a tabled launch refuses it.
     """
@@ -48,8 +50,10 @@ class LaunchTable:
         run = _native.compiled_launcher()
         if run is None:
             return
+        buffers = _switches.PARAM_BUFFER
         try:
-            rows = [(int(p.handle), p.grid, p.block, ctypes.addressof(p._pointers)) for p in self.launches]
+            rows = [(int(p.handle), p.grid, p.block, 0, ctypes.addressof(p._extra)) if buffers and p._extra is not None
+                    else (int(p.handle), p.grid, p.block, ctypes.addressof(p._pointers), 0) for p in self.launches]
         except (TypeError, ValueError):  # a handle that is not an address: each launch's own route
             return
         self.table = np.array(rows, dtype=np.int64)
