@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from .._arrays import inspect_array
 from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
-from ..launch import _common
+from ..launch import _common, _native
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
@@ -175,6 +175,7 @@ class FastPath:
         self.monitor, self.max_shapes = monitor, max_shapes
         if compile:
             compile_monitor_kernels(monitor)
+            _native.compiled_launcher()  # the phases' launch loop: compiled (or loaded) now, not in a step
         self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
         self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the eager path)
         self._planned = None  # the eager path's batch fields as of pre()
