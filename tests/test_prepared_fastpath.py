@@ -8,9 +8,10 @@ import sys
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import Driver, monitor_records
+from monitor_helpers import ROWS, WIDTH, Driver, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
+from kvcanary_numba.kernels import scatter as kernels_scatter
 from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -41,6 +42,9 @@ _STEPS = [
 ]
 
 
+_TOKENS = {"check_verify_expected_token": True, "max_requests": ROWS, "max_context_len": WIDTH}
+
+
 def _run(driver: Driver) -> Driver:
     for new, fault in _STEPS:
         if fault == "flip":
@@ -61,11 +65,19 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches():
         (write, [write.kernel_name(False, 0), write.kernel_name(False, 1)]), (chain, ["chain_publish"]),
         (write_tiled, [write_tiled.kernel_name(False, 0), write_tiled.kernel_name(False, 1)])] for n in names)
     assert compile_monitor_kernels(Driver().monitor) == expected
+    # The expected-token check adds the HEAD phase's scatter-and-lengths launch (and its verify variants).
+    from kvcanary_numba.kernels import scatter
+
+    tokens = sum(len(verify.SIGNATURES[verify.kernel_name(True, n)]) - len(verify.SIGNATURES[verify.kernel_name(False, n)])
+                 for n in (0, 1))  # fmt: skip
+    assert compile_monitor_kernels(Driver(**_TOKENS).monitor) == expected + tokens + len(scatter.SIGNATURES["scatter_lens"])
 
 
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}], ids=["full_kv", "full_plus_swa"])
+@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}, _TOKENS,
+                                     {"swa_window": 2, "has_v": False, **_TOKENS}],
+                         ids=["full_kv", "full_plus_swa", "full_kv_tokens", "full_plus_swa_tokens"])  # fmt: skip
 def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
     runs = {kind: _run(_driver(kind, **options)) for kind in ("reference", "eager", "fast")}
     ref = runs["reference"].monitor
@@ -78,8 +90,31 @@ def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
         for g, g_ref in zip(m.groups, ref.groups):
             for key, buf in g.buffers.items():
                 np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
-    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs.
+    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs (the flat token list grows
+    # every step: no part of the key).
     assert runs["fast"].monitor.fast.prepared == 2
+    if "max_requests" in options:  # the expected-token pool and valid lengths, as the eager path left them
+        for kind in ("eager", "fast"):
+            m = runs[kind].monitor
+            np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
+            np.testing.assert_array_equal(m.valid_lens, ref.valid_lens, err_msg=kind)
+        head = runs["fast"].monitor.fast._last.head
+        assert head.launches[0].signature == kernels_scatter.SIGNATURES["scatter_lens"][0]  # HEAD's first launch
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+def test_fast_path_token_steps_make_no_public_scatter_and_no_array_subtraction(monkeypatch):
+    from kvcanary_numba.monitor import launches
+
+    driver = _driver("fast", **_TOKENS)
+    eager, prepare = [], driver.monitor._prepare_inputs
+    monkeypatch.setattr(launches, "scatter_req_token_ids", lambda **kw: eager.append("public scatter"))
+    monkeypatch.setattr(driver.monitor, "_prepare_inputs",
+                        lambda batch, scatter=True: eager.append(scatter) or prepare(batch, scatter=scatter))  # fmt: skip
+    _run(driver)
+    # Every step: inputs without the eager scatter and subtraction; HEAD's first launch does both.
+    assert eager == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
 
 
 @pytest.mark.simulator
@@ -139,6 +174,28 @@ def test_graph_replays_only_the_captured_batch_fields():
     batch.positions = batch.positions.copy()  # same values, other memory
     fastpath.run_pre(monitor, batch)
     assert ran == ["graph", "graph", "prepared"] and graph.replays == 2
+
+
+def test_a_graph_does_not_replay_on_other_token_arrays():
+    # With the expected-token check, the captured HEAD graph scatters from the captured token
+    # arrays: another flat token list (other memory, or another length) takes the prepared path.
+    from types import SimpleNamespace
+
+    from kvcanary_numba.monitor import capture, fastpath
+
+    batch = Driver().batch({1: [(11, 1)], 2: [(21, 5)]})
+    ran = []
+    graph = capture.CapturedStep.__new__(capture.CapturedStep)
+    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
+    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
+    monitor = SimpleNamespace(graph=graph, fast=SimpleNamespace(pre=lambda b: ran.append("prepared"), post=None))
+    fastpath.run_pre(monitor, batch)
+    batch.token_ids_flat = batch.token_ids_flat[:-1]  # the same memory, one token fewer
+    fastpath.run_pre(monitor, batch)
+    batch.token_ids_flat = graph._captured[fastpath.BATCH_ROLES.index("token_ids_flat")]
+    batch.token_offsets = batch.token_offsets.copy()
+    fastpath.run_pre(monitor, batch)
+    assert ran == ["graph", "prepared", "prepared"]
 
 
 def test_graph_capture_needs_a_gpu_monitor():

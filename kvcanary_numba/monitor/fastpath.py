@@ -13,8 +13,12 @@ FULL pool with K and V. :class:`FastPath` does that once per batch *shape*:
    object changed (dtype, contiguity, device; same shapes by construction),
    re-packs the pointers of those that moved, and launches.
 
-The expected-token scatter and the SWA slot translation (CuPy operations)
-still run eagerly before the prepared launches, in the same stream order.
+With the expected-token check on, the HEAD phase starts with one launch that
+scatters the tokens and writes the valid lengths (``launch.scatter.scatter_tokens_and_lens``;
+the eager path makes a public scatter call and a CuPy subtraction instead). The
+flat token list is a role whose length may change every step (``FREE_ROLES``): it
+is rebound, never a reason to record again. The SWA slot translation (CuPy
+operations) still runs eagerly before the prepared launches, in the same stream order.
 
 :class:`~.capture.CapturedStep` (``monitor/capture.py``) goes one step further: both
 phases of one fixed batch are captured into two CUDA graphs (CuPy stream capture) and
@@ -42,9 +46,14 @@ __all__ = ["FastPath", "PreparedPhase", "compile_monitor_kernels", "run_pre"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays).
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
-               "out_cache_loc", "expected_input_tokens", "expected_input_positions")
+               "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_offsets",
+               "token_ids_flat")  # fmt: skip
+#: Roles whose shape is no part of a phase's key (the launches read their length from the array
+#: argument, which rebinding repacks): the flat token list grows every decode step.
+FREE_ROLES = ("token_ids_flat",)
 _FN = "CanaryMonitor.pre_forward"
-_ROLE_FIELDS = attrgetter(*BATCH_ROLES)
+_ROLE_FIELDS = attrgetter(*BATCH_ROLES)  # every role (what a captured graph holds)
+_BOUND_FIELDS = attrgetter(*(r for r in BATCH_ROLES if r not in FREE_ROLES))  # what BoundArrays compares
 
 
 def _same_arrays_source() -> str:
@@ -118,16 +127,19 @@ class PreparedPhase:
     def bind(self, roles: dict[str, Any]) -> bool:
         """Point the launches at this step's arrays; False if one differs in kind (dtype,
         contiguity, device) from the recorded one, so the caller must take the validated path."""
-        for name, binds in self.bindings.items():
-            array = roles[name]
-            if array is self._bound[name]:
-                continue
-            if _kind(name, array) != self._kinds[name]:
-                return False
-            layout = array_layout(array)
-            for launch, index, origin in binds:
-                launch.rebind(index, array, origin, layout)
-            self._bound[name] = array
+        return all(self.bind_one(name, roles[name]) for name in self.bindings)
+
+    def bind_one(self, name: str, array: Any) -> bool:
+        """:meth:`bind` for one role (True when the phase has no argument of that role)."""
+        old = self._bound.get(name, array)
+        if array is old:
+            return True
+        if _kind(name, array) != self._kinds[name]:
+            return False
+        layout = array_layout(array)
+        for launch, index, origin in self.bindings[name]:
+            launch.rebind(index, array, origin, layout)
+        self._bound[name] = array
         return True
 
     def launch(self, stream: int | None = None) -> None:
@@ -139,13 +151,15 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
     ids = [None if a is None else id(a) for a in arrays]
     alias = tuple(-1 if i is None else ids.index(i) for i in ids)
     # Not an array (no shape): a key of its own; recording then raises the validated path's error.
-    return asserted, tuple(None if a is None else tuple(getattr(a, "shape", (-1,))) for a in arrays), alias
+    shapes = tuple(None if a is None else "free" if name in FREE_ROLES else tuple(getattr(a, "shape", (-1,)))
+                   for name, a in roles.items())  # fmt: skip
+    return asserted, shapes, alias
 
 
 def compile_monitor_kernels(monitor) -> int:
     """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones)."""
     from ..launch import _common
-    from ..kernels import chain, plan, verify, write, write_tiled
+    from ..kernels import chain, plan, scatter, verify, write, write_tiled
 
     nsrc = {0}
     for g in monitor.groups:
@@ -158,6 +172,8 @@ def compile_monitor_kernels(monitor) -> int:
     count += _common.compile_eagerly(write, [write.kernel_name(False, n) for n in nsrc])
     # Long (prefill-shaped) steps take the tiled path: the chain alone, then tiled stamps.
     count += _common.compile_eagerly(chain, ["chain_publish"])
+    if monitor.check_tokens:  # the HEAD phase's token scatter and valid lengths
+        count += _common.compile_eagerly(scatter, ["scatter_lens"])
     return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in nsrc])
 
 
@@ -197,6 +213,8 @@ class FastPath:
             return hit
         m = self.monitor
         with recording() as head:
+            if m.check_tokens:
+                m._launch_tokens(batch, pool, lens)  # the scatter and valid lengths: one launch
             m._launch_plan_head(batch, pool, lens)  # validates everything, launches nothing
         m._batch = batch
         with recording() as tail:
@@ -215,8 +233,8 @@ class FastPath:
         phases bound then: no key, no role dict, no rebinding.
         """
         m = self.monitor
-        pool, lens = m._prepare_inputs(batch)
-        arrays = (*_ROLE_FIELDS(batch), lens, *m._locs)
+        pool, lens = m._prepare_inputs(batch, scatter=False)  # the token scatter is HEAD's first launch
+        arrays = (*_BOUND_FIELDS(batch), lens, *m._locs)
         last = self._last
         if last is not None and last.holds(arrays):
             head, tail = last.head, last.tail
@@ -225,12 +243,22 @@ class FastPath:
             roles = self.roles(batch, lens)
             head, tail = self.phases(batch, pool, lens, roles)
             if not (head.bind(roles) and tail.bind(roles)):
-                self._step, self._planned = None, copy.copy(batch)  # TAIL on these arrays (run_pre)
-                m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
+                self._validated(batch)
                 return
             self._last = BoundArrays(arrays, head, tail)
+        if m.check_tokens and not head.bind_one("token_ids_flat", batch.token_ids_flat):  # a free role
+            self._validated(batch)
+            return
         head.launch(_common._current_stream_ptr())  # one stream lookup per phase, not per launch
         self._step = tail
+
+    def _validated(self, batch) -> None:
+        """This step's HEAD phase through the validated public functions (which raise the error of
+        an array the phases could not be bound to); TAIL follows on the same arrays (run_pre)."""
+        self._last = None
+        self._step, self._planned = None, copy.copy(batch)
+        m = self.monitor
+        m._launch_plan_head(batch, *m._prepare_inputs(batch))  # with the eager token scatter
 
     def post(self) -> None:
         """TAIL phase of the batch given to :meth:`pre`."""
