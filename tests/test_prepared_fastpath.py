@@ -12,6 +12,7 @@ from monitor_helpers import ROWS, WIDTH, Driver, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.kernels import scatter as kernels_scatter
+from kvcanary_numba.kernels import translate as kernels_translate
 from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -71,6 +72,9 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches():
     tokens = sum(len(verify.SIGNATURES[verify.kernel_name(True, n)]) - len(verify.SIGNATURES[verify.kernel_name(False, n)])
                  for n in (0, 1))  # fmt: skip
     assert compile_monitor_kernels(Driver(**_TOKENS).monitor) == expected + tokens + len(scatter.SIGNATURES["scatter_lens"])
+    from kvcanary_numba.kernels import translate  # SWA: the slot translation
+
+    assert compile_monitor_kernels(Driver(swa_window=2).monitor) == expected + len(translate.SIGNATURES["translate"])
 
 
 @pytest.mark.simulator
@@ -104,17 +108,20 @@ def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
 
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-def test_fast_path_token_steps_make_no_public_scatter_and_no_array_subtraction(monkeypatch):
-    from kvcanary_numba.monitor import launches
+def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypatch):
+    from kvcanary_numba.monitor import groups, launches
 
-    driver = _driver("fast", **_TOKENS)
-    eager, prepare = [], driver.monitor._prepare_inputs
-    monkeypatch.setattr(launches, "scatter_req_token_ids", lambda **kw: eager.append("public scatter"))
+    driver = _driver("fast", swa_window=2, has_v=False, **_TOKENS)
+    calls, prepare = [], driver.monitor._prepare_inputs
+    monkeypatch.setattr(launches, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
+    monkeypatch.setattr(groups, "translate_slots", lambda *a, **kw: calls.append("array translation"))
     monkeypatch.setattr(driver.monitor, "_prepare_inputs",
-                        lambda batch, scatter=True: eager.append(scatter) or prepare(batch, scatter=scatter))  # fmt: skip
+                        lambda batch, eager=True: calls.append(eager) or prepare(batch, eager=eager))  # fmt: skip
     _run(driver)
-    # Every step: inputs without the eager scatter and subtraction; HEAD's first launch does both.
-    assert eager == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
+    # Every step: inputs left to HEAD's first launches (token scatter and lengths, SWA translation).
+    assert calls == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
+    names = [launch.kernel for launch in driver.monitor.fast._last.head.launches[:2]]
+    assert names == [kernels_scatter.scatter_lens_kernel, kernels_translate.translate_kernel]
 
 
 @pytest.mark.simulator

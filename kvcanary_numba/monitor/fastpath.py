@@ -13,12 +13,14 @@ FULL pool with K and V. :class:`FastPath` does that once per batch *shape*:
    object changed (dtype, contiguity, device; same shapes by construction),
    re-packs the pointers of those that moved, and launches.
 
-With the expected-token check on, the HEAD phase starts with one launch that
-scatters the tokens and writes the valid lengths (``launch.scatter.scatter_tokens_and_lens``;
-the eager path makes a public scatter call and a CuPy subtraction instead). The
-flat token list is a role whose length may change every step (``FREE_ROLES``): it
-is rebound, never a reason to record again. The SWA slot translation (CuPy
-operations) still runs eagerly before the prepared launches, in the same stream order.
+The per-step input work runs on the device as the HEAD phase's first launches
+(``_launch_inputs``): with the expected-token check on, one launch scatters the
+tokens and writes the valid lengths (``launch.scatter.scatter_tokens_and_lens``),
+and each SWA group's slots are translated by one launch
+(``launch.translate.translate_slots``); the eager path makes a public scatter
+call and CuPy array operations instead (~10 us of host time each). The flat token
+list is a role whose length may change every step (``FREE_ROLES``): it is
+rebound, never a reason to record again.
 
 :class:`~.capture.CapturedStep` (``monitor/capture.py``) goes one step further: both
 phases of one fixed batch are captured into two CUDA graphs (CuPy stream capture) and
@@ -159,7 +161,7 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
 def compile_monitor_kernels(monitor) -> int:
     """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones)."""
     from ..launch import _common
-    from ..kernels import chain, plan, scatter, verify, write, write_tiled
+    from ..kernels import chain, plan, scatter, translate, verify, write, write_tiled
 
     nsrc = {0}
     for g in monitor.groups:
@@ -174,6 +176,8 @@ def compile_monitor_kernels(monitor) -> int:
     count += _common.compile_eagerly(chain, ["chain_publish"])
     if monitor.check_tokens:  # the HEAD phase's token scatter and valid lengths
         count += _common.compile_eagerly(scatter, ["scatter_lens"])
+    if any(g.lut is not None for g in monitor.groups):  # and its SWA slot translation
+        count += _common.compile_eagerly(translate)
     return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in nsrc])
 
 
@@ -213,8 +217,7 @@ class FastPath:
             return hit
         m = self.monitor
         with recording() as head:
-            if m.check_tokens:
-                m._launch_tokens(batch, pool, lens)  # the scatter and valid lengths: one launch
+            m._launch_inputs(batch, pool, lens)  # token scatter and lengths, SWA slots: on the device
             m._launch_plan_head(batch, pool, lens)  # validates everything, launches nothing
         m._batch = batch
         with recording() as tail:
@@ -233,7 +236,7 @@ class FastPath:
         phases bound then: no key, no role dict, no rebinding.
         """
         m = self.monitor
-        pool, lens = m._prepare_inputs(batch, scatter=False)  # the token scatter is HEAD's first launch
+        pool, lens = m._prepare_inputs(batch, eager=False)  # HEAD's first launches fill them
         arrays = (*_BOUND_FIELDS(batch), lens, *m._locs)
         last = self._last
         if last is not None and last.holds(arrays):
