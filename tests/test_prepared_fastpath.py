@@ -124,6 +124,63 @@ def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypat
     assert names == [kernels_scatter.scatter_lens_kernel, kernels_translate.translate_kernel]
 
 
+def _run_in_place(driver: Driver) -> Driver:
+    """:func:`_run`'s decode steps 2-4 on ONE batch object refilled in place (the flat token list,
+    which grows, is reassigned): after the first of them the fast path binds nothing."""
+    from monitor_helpers import token_bytes
+
+    driver.step(_STEPS[0][0])
+    batch = None
+    for new, fault in _STEPS[1:]:
+        step = driver.batch(new)
+        if batch is None:
+            batch = step
+        else:
+            for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "input_ids", "positions",
+                         "out_cache_loc", "token_offsets"):  # fmt: skip
+                getattr(batch, name)[...] = getattr(step, name)
+            batch.token_ids_flat = step.token_ids_flat
+        if fault == "flip":
+            driver.k[2, 0] ^= 1
+        with driver.monitor.forward(batch):
+            for token, slot in zip(batch.input_ids, batch.out_cache_loc):
+                driver.k[slot], driver.v[slot] = token_bytes(int(token), 0), token_bytes(int(token), 1)
+                if hasattr(driver, "swa_k"):
+                    driver.swa_k[driver.lut[slot]] = token_bytes(int(token), 2)
+        for row, tokens in new.items():
+            driver.requests[row] += tokens
+        driver.monitor.end_step()
+    driver.monitor.flush()
+    return driver
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+def test_a_batch_refilled_in_place_launches_what_eager_steps_launch(monkeypatch):
+    # Steady state: the phases bound at the first of these steps launch again (no input views are
+    # built: the valid lengths and SWA slots are the same views); the SWA slots and the tokens
+    # are still translated and scattered by HEAD's first launches every step.
+    from kvcanary_numba.monitor.fastpath import PreparedPhase
+
+    options = {"swa_window": 2, "has_v": False, **_TOKENS}
+    runs = {kind: _run_in_place(_driver(kind, **options)) for kind in ("reference", "eager")}
+    binds = []
+    bind = PreparedPhase.bind
+    monkeypatch.setattr(PreparedPhase, "bind", lambda self, roles: binds.append(1) or bind(self, roles))
+    runs["fast"] = _run_in_place(_driver("fast", **options))
+    assert len(binds) == 4  # HEAD and TAIL at step 1, and at step 2 (the in-place batch); never again
+    ref = runs["reference"].monitor
+    assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
+    for kind in ("eager", "fast"):
+        m = runs[kind].monitor
+        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
+        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
+        np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
+        for g, g_ref in zip(m.groups, ref.groups):
+            for key, buf in g.buffers.items():
+                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
+
+
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
 def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():

@@ -18,7 +18,7 @@ _SHAPE = attrgetter("shape")
 
 
 class BoundArrays:
-    """The per-step arrays (batch roles, valid lengths, locs) two phases were last bound to.
+    """The batch arrays (roles of fixed shape) two phases were last bound to.
 
     :meth:`holds` says whether a step's arrays need no rebinding: each is the
     same object, or a new view with the same base and layout (pointer, shape,

@@ -231,24 +231,27 @@ class FastPath:
     def pre(self, batch) -> None:
         """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared).
 
-        A step whose per-step arrays are the objects of the last bound step (or
+        A step whose batch arrays are the objects of the last bound step (or
         views of the same memory, below), with the same shapes, launches the
-        phases bound then: no key, no role dict, no rebinding.
+        phases bound then: no key, no role dict, no rebinding, no input views.
+        The other roles follow from those shapes (the valid lengths and an SWA
+        group's slots are views of the monitor's buffers of ``bs`` and
+        ``num_tokens`` entries: the same pointers and shapes as when bound).
         """
         m = self.monitor
-        pool, lens = m._prepare_inputs(batch, eager=False)  # HEAD's first launches fill them
-        arrays = (*_BOUND_FIELDS(batch), lens, *m._locs)
+        fields = _BOUND_FIELDS(batch)
         last = self._last
-        if last is not None and last.holds(arrays):
+        if last is not None and last.holds(fields):
             head, tail = last.head, last.tail
         else:
             self._last = None  # until both phases are bound: a failed bind leaves them half-rebound
+            pool, lens = m._prepare_inputs(batch, eager=False)  # HEAD's first launches fill them
             roles = self.roles(batch, lens)
             head, tail = self.phases(batch, pool, lens, roles)
             if not (head.bind(roles) and tail.bind(roles)):
                 self._validated(batch)
                 return
-            self._last = BoundArrays(arrays, head, tail)
+            self._last = BoundArrays(fields, head, tail)
         if m.check_tokens and not head.bind_one("token_ids_flat", batch.token_ids_flat):  # a free role
             self._validated(batch)
             return
