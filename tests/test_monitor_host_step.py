@@ -385,3 +385,21 @@ def test_the_fast_snapshot_is_the_dataclass():
     assert type(fast) is Snapshot and fast == plain and fast.words is words and fast.step == 4
     with pytest.raises(AttributeError):
         fast.step = 5  # still frozen
+
+
+def test_the_exact_test_of_bound_arrays():
+    from kvcanary_numba.monitor.bound import BoundArrays, _exact_test
+
+    a, b = np.zeros(4, dtype=np.int64), np.zeros((2, 3), dtype=np.int32)
+    arrays = (a, None, b, a)  # an absent role, an array bound under two roles
+    exact = _exact_test(arrays)
+    assert exact(arrays) and exact((a, None, b, a))
+    assert not exact((a, None, b)) and not exact((a, None, b, a, None))  # another count
+    assert not exact((a, a, b, a)) and not exact((a, None, b, b)) and not exact((a.copy(), None, b, a))
+    assert _exact_test((b, a)) is not exact  # one closure per bound set ...
+    b.shape = (3, 2)  # ... and an in-place shape change is seen
+    assert not exact(arrays) and not BoundArrays(arrays[:3], "head", "tail").holds((a, None, np.zeros(1)))
+    bound = BoundArrays((a, None, b), "head", "tail")
+    assert bound.holds((a, None, b))
+    b.shape = (2, 3)
+    assert not bound.holds((a, None, b))  # the general path agrees: another shape
