@@ -17,8 +17,6 @@ reads the batch size passed to ``sharing``).
 from __future__ import annotations
 
 from ..launch.chain import SharedChain, sharing
-from ..launch.scatter import scatter_tokens_and_lens
-from ..launch.translate import translate_slots
 from ..plan import launch_canary_plan_kernels
 from ..scatter import scatter_req_token_ids
 from ..verify import launch_canary_verify_kernel
@@ -67,6 +65,10 @@ class StepLaunches:
         HEAD phase; the batch's arrays are already checked): the token scatter and the valid
         lengths in one launch, one slot translation per SWA group. A prepared step then makes
         no public scatter call and no CuPy operation (~10 us of host time each on a GPU host)."""
+        # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
+        from ..launch.scatter import scatter_tokens_and_lens
+        from ..launch.translate import translate_slots
+
         if self.check_tokens:
             scatter_tokens_and_lens(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
                                     req_pool_indices=batch.req_pool_indices, pool_out=pool, lens_out=lens)  # fmt: skip
