@@ -108,7 +108,7 @@ def _call_4(typingctx, fn, a, b, c, d):  # cuMemcpyDtoHAsync_v2(void *, CUdevice
 @njit(cache=True, nogil=True)
 def _launch_table(fn, table, stream):
     if table.shape[1] != 5:
-        raise ValueError("a launch table has 5 columns: function, grid, block, kernelParams, extra")
+        raise RuntimeError("a launch table has 5 columns: function, grid, block, kernelParams, extra")
     for i in range(table.shape[0]):
         err = _cu_launch_kernel(fn, table[i, 0], table[i, 1], table[i, 2], stream, table[i, 3], table[i, 4])
         if err != 0:
@@ -163,7 +163,8 @@ def compiled_launcher() -> Callable | None:
     ``fn`` is the address of a function with ``cuLaunchKernel``'s C signature, ``table`` the
     launch table (module docstring), ``stream`` a stream handle. The launches run in row order
     and stop at the first error: ``status`` is 0, else ``row << 32 | CUresult``
-    (:func:`decode_status`); the rows before it were launched.
+    (:func:`decode_status`); the rows before it were launched. A table without the five
+    columns raises RuntimeError before any launch.
     """
     return _compile("launch loop", _launch_table, "int64(int64, int64[:, ::1], int64)")
 
