@@ -66,7 +66,7 @@ KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/
     tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py
     tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
     tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
-    tests/test_monitor_budget.py"
+    tests/test_kernels_endpoints.py tests/test_monitor_budget.py"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do
@@ -114,7 +114,7 @@ for step in "${STEPS[@]}"; do
                 --print-limit 20 python3 -m pytest -m simulator -q -p no:cacheprovider tests/test_kernels_verify.py \
                 tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py \
                 tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_shapes.py \
-                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py
+                tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py tests/test_kernels_endpoints.py
             grep -h "RACECHECK SUMMARY\|ERROR SUMMARY" "$OUT/racecheck.log" | tee -a "$SUMMARY"
         else
             echo "racecheck  rc=NA   compute-sanitizer not found" | tee -a "$SUMMARY"
@@ -136,7 +136,8 @@ for step in "${STEPS[@]}"; do
     replays)
         KVCANARY_VERIFY_REPLAYS=1 run_step replays 240 python3 -m pytest -m gpu -q -p no:cacheprovider \
             tests/test_prepared.py tests/test_prepared_fastpath.py tests/test_launch_replay.py \
-            tests/test_launch_driver.py tests/test_monitor_host_step.py tests/test_gpu_interop.py ;;
+            tests/test_launch_driver.py tests/test_monitor_host_step.py tests/test_gpu_interop.py \
+            tests/test_monitor_endpoints.py ;;
     probe)
         run_step probe 120 sh -c "python3 benchmarks/results/probes/launch_route_cost.py > '$OUT/launch-route-cost.json'" ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree

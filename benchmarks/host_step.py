@@ -3,8 +3,10 @@
 The monitor runs on NumPy arrays with the kernel backend forced (``_backend =
 "cuda"``) under Numba's CUDA simulator, so its prepared fast path
 (:class:`~kvcanary_numba.monitor.fastpath.FastPath`) records the real phases of
-the decode case (256 requests x 1 token, FULL pool, K and V: 10 launches per
-step). Launches, two ways (``--driver``):
+the decode case (256 requests x 1 token, FULL pool, K and V: 6 launches per
+step, 2 plan and per phase one verify and one write for K and V together; 10
+before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
+(``--driver``):
 
 ``stub``
     Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is

@@ -141,6 +141,9 @@ class CanaryLaunchTag(enum.IntEnum):
 
 
 NUM_LAUNCH_TAGS: Final[int] = len(CanaryLaunchTag)
+#: Endpoints (launch contexts) one endpoint launch serves: the K and V halves of a monitor
+#: group's phase (``launch/endpoints.py``, ``kernels/endpoints.py``).
+MAX_ENDPOINTS: Final[int] = 2
 
 # --- real-KV sources --------------------------------------------------------
 

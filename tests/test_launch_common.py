@@ -77,6 +77,32 @@ def test_check_signature_catches_type_drift():
         _common.check_signature(signature, good[:3])
 
 
+def test_check_signature_reads_tuples_item_by_item():
+    # The endpoint kernels' per-endpoint arrays: a read-only input makes NumPy's tuple type
+    # heterogeneous, and the check still compares each item as it compares arrays.
+    signature = "void(UniTuple(int64[::1], 2), UniTuple(UniTuple(uint64[::1], 2), 2))"
+    ro = np.zeros(3, np.uint64)
+    ro.flags.writeable = False
+    good = ((np.zeros(2, np.int64), np.zeros(5, np.int64)), ((ro, ro), (np.zeros(1, np.uint64), ro)))
+    _common.check_signature(signature, good)
+    for bad in [((np.zeros(2, np.int64),), good[1]), ((np.zeros(2, np.int64), np.zeros(5, np.int32)), good[1]),
+                (good[0], ((ro, ro), (ro, np.zeros((1, 1), np.uint64))))]:
+        with pytest.raises(RuntimeError, match="argument"):
+            _common.check_signature(signature, bad)
+
+
+def test_grids_in_parts_share_what_stays_resident(monkeypatch):
+    # An endpoint launch of two parts gives each half of the resident blocks (GPU arithmetic).
+    from kvcanary_numba.launch import _compile
+
+    monkeypatch.setattr(_compile, "ON_SIMULATOR", False)
+    monkeypatch.setattr(_compile, "sm_count", lambda: 132)
+    assert _common.persistent_grid(10**6, 256) == 132 * 8
+    assert _common.persistent_grid(10**6, 256, parts=2) == 132 * 4
+    assert _common.persistent_grid(3, 256, parts=2) == 1 and _common.persistent_grid(10**6, 32, blocks_per_sm=1,
+                                                                                     parts=3) == 44  # fmt: skip
+
+
 def test_compile_eagerly_covers_every_declared_signature():
     count = _common.compile_eagerly(fingerprint)
     assert count == sum(len(sigs) for sigs in fingerprint.SIGNATURES.values()) == 5

@@ -298,7 +298,7 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     rows = {r["variant"].split(", ")[1]: r for r in run.records}
     assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
                          "end_step: everything else"}  # fmt: skip
-    assert rows["pre+post: launch calls"]["launches"] == (2 if graph else 10)
+    assert rows["pre+post: launch calls"]["launches"] == (2 if graph else 6)  # 2 plan, HEAD and TAIL: verify + write
     assert rows["end_step: runtime calls"]["launches"] == 5
     assert all(r["iters"] == 3 for r in run.records)
     # Everything the split wrapped is back as it was.

@@ -57,7 +57,8 @@ for spec in sys.argv[1:]:
 print(json.dumps(out))
 """
 _PTX_KERNELS = ("verify:verify_tok1_src2", "write:write_assert1_src1", "plan:plan_offsets", "plan:plan_entries",
-                "scatter:scatter", "scatter:scatter_lens", "fingerprint:fingerprint_src1")  # fmt: skip
+                "scatter:scatter", "scatter:scatter_lens", "fingerprint:fingerprint_src1",
+                "endpoints:verify_endpoints_tok1_src2", "endpoints:write_endpoints_assert1_src1")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +77,13 @@ def test_packed_slots_match_the_kernel_parameters_of_the_sm90_build(spec, ptx_pa
     module_name, name = spec.split(":")
     module = importlib.import_module(f"kvcanary_numba.kernels.{module_name}")
     types = _common._declared_types(module.SIGNATURES[name][0])
-    args = [CaiArray((3,) * t.ndim, np.dtype(str(t.dtype)).str, 4096) if hasattr(t, "ndim") else
-            (tuple(range(len(t))) if hasattr(t, "__len__") else 7) for t in types]  # fmt: skip
+
+    def fake(t):  # an argument of type t (tuples of arrays too: the endpoint kernels' contexts)
+        if hasattr(t, "ndim"):
+            return CaiArray((3,) * t.ndim, np.dtype(str(t.dtype)).str, 4096)
+        return tuple(fake(member) for member in t) if hasattr(t, "__len__") else 7
+
+    args = [fake(t) for t in types]
     slots, starts = pack_arguments(types, args)
     widths = [ctypes.sizeof(s) * 8 for s in slots]
     assert widths == [int(bits) for _, bits in ptx_params[spec]]
@@ -107,6 +113,21 @@ def test_refill_repacks_every_argument_as_a_fresh_pack_would(gpu):
         assert [s.value or 0 for s in launch._slots] == expected_values(args)
         assert (launch.grid, launch.block) == (3, 64) and launch.args == list(args)
         assert launch.packed == [_common.array_layout(args[0]), args[1], _common.array_layout(args[2]), args[3]]
+
+
+def test_a_tuple_of_arrays_is_packed_and_remembered_as_layouts(gpu):
+    # The endpoint kernels take per-endpoint arrays in tuples: packed flat, remembered as layouts
+    # (no array object kept), re-packed by refill and compared by stale_arguments like any argument.
+    sig = "void(UniTuple(int64[::1], 2), int64)"
+    pair = (CaiArray((4,), "<i8", 0x2000), CaiArray((6,), "<i8", 0x3000))
+    launch = PreparedLaunch.from_spec(LaunchSpec(KERNEL_A, sig, 2, 32, (pair, 5)))
+    assert launch.packed == [tuple(_common.array_layout(a) for a in pair), 5]
+    moved = (pair[0], CaiArray((6,), "<i8", 0x5000))
+    assert launch.stale_arguments(LaunchSpec(KERNEL_A, sig, 2, 32, (moved, 5)))[0].startswith("argument 0:")
+    launch.refill(LaunchSpec(KERNEL_A, sig, 2, 32, (moved, 5)))
+    values = [s.value or 0 for s in launch._slots]
+    assert values[4] == 0x2000 and values[11] == 0x5000 and values[14] == 5
+    assert launch.stale_arguments(LaunchSpec(KERNEL_A, sig, 2, 32, (moved, 5))) == []
 
 
 def test_stale_arguments_name_what_a_spec_would_launch_differently(gpu):
@@ -185,6 +206,20 @@ def test_recording_launches_nothing_and_restores_the_glue():
     with pytest.raises(ZeroDivisionError), recording():
         1 / 0  # noqa: B018
     assert _common.launch is originals["launch"]
+
+
+@pytest.mark.simulator
+def test_recording_refuses_a_tuple_holding_a_view_of_a_per_call_array():
+    # A tuple argument has no origin: no role could rebind a per-call view inside it.
+    xp = _xp()
+    kept, per_call = xp.zeros(3, dtype=np.int64), xp.zeros(3, dtype=np.int64)
+    sig = "void(UniTuple(int64[::1], 2))"
+    with recording() as rec:
+        _common.launch(KERNEL_A, sig, 1, 32, (_common.persistent_views(kept, kept),))
+    assert rec.launches[0].origins == (None,)
+    with pytest.raises(RuntimeError, match="tuple argument .* per-call"), recording():
+        _common.launch(KERNEL_A, sig, 1, 32, ((_common.kernel_array(kept, persistent=True),
+                                               _common.kernel_array(per_call)),))  # fmt: skip
 
 
 @pytest.mark.simulator

@@ -55,26 +55,49 @@ def _run(driver: Driver) -> Driver:
     return driver
 
 
-def test_eager_compilation_names_every_kernel_a_monitor_step_launches():
-    """Decode steps launch the serial write, long steps chain_publish and the tiled writes: all
-    of them must be compiled (and loaded) before a CUDA graph is captured."""
-    from kvcanary_numba.kernels import chain, plan, verify, write, write_tiled
+@pytest.mark.parametrize("has_v", [True, False])
+def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, monkeypatch):
+    """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only), long steps
+    chain_publish and the tiled writes: all of them must be compiled (and loaded) before a CUDA
+    graph is captured."""
+    from kvcanary_numba.kernels import chain, endpoints, plan, verify, write, write_tiled
     from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
 
-    expected = sum(len(m.SIGNATURES[n]) for m, names in [
-        (plan, list(plan.KERNELS)), (verify, [verify.kernel_name(False, 0), verify.kernel_name(False, 1)]),
-        (write, [write.kernel_name(False, 0), write.kernel_name(False, 1)]), (chain, ["chain_publish"]),
-        (write_tiled, [write_tiled.kernel_name(False, 0), write_tiled.kernel_name(False, 1)])] for n in names)
-    assert compile_monitor_kernels(Driver().monitor) == expected
-    # The expected-token check adds the HEAD phase's scatter-and-lengths launch (and its verify variants).
-    from kvcanary_numba.kernels import scatter
+    from kvcanary_numba.launch import _compile
 
-    tokens = sum(len(verify.SIGNATURES[verify.kernel_name(True, n)]) - len(verify.SIGNATURES[verify.kernel_name(False, n)])
-                 for n in (0, 1))  # fmt: skip
-    assert compile_monitor_kernels(Driver(**_TOKENS).monitor) == expected + tokens + len(scatter.SIGNATURES["scatter_lens"])
-    from kvcanary_numba.kernels import translate  # SWA: the slot translation
+    compiled = []
+    monkeypatch.setattr(_compile, "compile_kernel", lambda kernel, signature: compiled.append(kernel))
+    if has_v:
+        step = [endpoints.KERNELS[n] for src in (0, 1) for n in (endpoints.verify_name(False, src),
+                                                                  endpoints.write_name(False, src))]  # fmt: skip
+    else:
+        step = [m.KERNELS[name(False, src)] for src in (0, 1) for m, name in ((verify, verify.kernel_name),
+                                                                           (write, write.kernel_name))]  # fmt: skip
+    expected = [*plan.KERNELS.values(), *step, chain.KERNELS["chain_publish"],
+                *(write_tiled.KERNELS[write_tiled.kernel_name(False, src)] for src in (0, 1))]
+    assert compile_monitor_kernels(Driver(has_v=has_v).monitor) == len(expected)
+    assert sorted(map(id, compiled)) == sorted(map(id, expected))
 
-    assert compile_monitor_kernels(Driver(swa_window=2).monitor) == expected + len(translate.SIGNATURES["translate"])
+
+def test_eager_compilation_adds_the_input_launches_of_the_head_phase(monkeypatch):
+    """The expected-token check adds the scatter-and-lengths kernel, an SWA group the slot
+    translation: HEAD's first launches on the prepared path (and in a captured graph)."""
+    from kvcanary_numba.kernels import scatter, translate
+    from kvcanary_numba.launch import _compile
+    from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
+
+    compiled = []
+    monkeypatch.setattr(_compile, "compile_kernel", lambda kernel, signature: compiled.append(id(kernel)))
+
+    def kernels(**options) -> set:
+        compiled.clear()
+        compile_monitor_kernels(Driver(**options).monitor)
+        return set(compiled)
+
+    plain, tokens, swa = kernels(), kernels(**_TOKENS), kernels(swa_window=2)
+    lens, slots = id(scatter.KERNELS["scatter_lens"]), id(translate.KERNELS["translate"])
+    assert lens in tokens and slots in swa and not {lens, slots} & plain
+    assert slots not in tokens and lens not in swa
 
 
 @pytest.mark.simulator

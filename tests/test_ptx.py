@@ -25,7 +25,7 @@ import kvcanary_numba.kernels
 KERNELS_DIR = pathlib.Path(kvcanary_numba.kernels.__file__).parent
 MODULES = sorted(p.stem for p in KERNELS_DIR.glob("*.py") if p.stem != "__init__")
 #: Modules whose PTX must be call-free and stack-free, and vector-load real-KV bytes.
-CANARY_MODULES = ("fingerprint", "verify", "write")
+CANARY_MODULES = ("endpoints", "fingerprint", "verify", "write")
 
 SCRIPT = r"""
 import importlib, json, sys

@@ -32,6 +32,9 @@ A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the
 recurrence serially.
 
+The loop above is :func:`make_write_body`, a device function: ``write`` runs it on
+its whole grid, ``kernels/endpoints.py`` on one part of a launch per endpoint.
+
 ``write_baseline`` is SGLang's design (one thread per request, everything
 serial, runtime flags) with the same semantics; benchmarks compare against it.
 Requests run concurrently in both, so two requests of one launch writing the
@@ -52,7 +55,7 @@ from .hashing import ONE, ZERO, mix3
 from .share import PUBLISH, request_role, share_role
 from .write_chunk import entry_checks, request_range, seed_state, store_record, walk_chunks
 
-__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name"]
+__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name", "make_write_body"]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
@@ -62,9 +65,19 @@ WRITE_WARPS = 1 if ON_SIMULATOR else 8
 MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
 
 
-def _make_write(input_assert: bool, nsrc: int):
-    def write(
-        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+def make_write_body(input_assert: bool, nsrc: int):
+    """The write of one endpoint as a device function: the body of ``write`` and of the
+    endpoint kernels (``kernels/endpoints.py``).
+
+    ``block``, ``nblocks``: this block's index among the blocks that run it and their
+    number (the plain kernel passes ``blockIdx.x`` and ``gridDim.x``, an endpoint kernel
+    the block's index within its endpoint's part and the part's size; the plain kernel's
+    PTX is the same as before the body moved here). The other arguments are the kernel's.
+    """
+
+    @cuda.jit(device=True)
+    def body(
+        block, nblocks, buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
         expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
         w0, w1, w2, w3, params, chain_role, published, published_seeds,
     ):  # fmt: skip
@@ -74,7 +87,7 @@ def _make_write(input_assert: bool, nsrc: int):
         s_token = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_position = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
         s_switch = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
-        if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        if block == 0 and cuda.threadIdx.x == 0:
             cuda.atomic.add(kernel_counter, 0, ONE)
         num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
         num_tokens = int64(input_ids.shape[0])
@@ -83,10 +96,10 @@ def _make_write(input_assert: bool, nsrc: int):
         role = share_role(chain_role, num_tokens, num_reqs, published, published_seeds)
         stored = ZERO
         block_warps = int64(cuda.blockDim.x // WARP_SIZE)  # WRITE_WARPS on a GPU
-        # Requests go to blocks first (request r: block r % grid), so a few long
+        # Requests go to blocks first (request r: block r % nblocks), so a few long
         # requests run on different SMs instead of sharing one SM's issue slots.
-        first = int64(warp) * int64(cuda.gridDim.x) + int64(cuda.blockIdx.x)
-        for r in range(first, num_reqs, int64(cuda.gridDim.x) * block_warps):
+        first = int64(warp) * int64(nblocks) + int64(block)
+        for r in range(first, num_reqs, int64(nblocks) * block_warps):
             lo, hi = request_range(offsets, r, num_tokens, ring, write_index, kind, lane == ZERO)
             if hi <= lo:
                 continue
@@ -101,6 +114,21 @@ def _make_write(input_assert: bool, nsrc: int):
                                   ring, write_index, kind, published, num_slots)  # fmt: skip
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
+
+    return body
+
+
+def _make_write(input_assert: bool, nsrc: int):
+    body = make_write_body(input_assert, nsrc)
+
+    def write(
+        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
+        w0, w1, w2, w3, params, chain_role, published, published_seeds,
+    ):  # fmt: skip
+        body(cuda.blockIdx.x, cuda.gridDim.x, buf, offsets, seeds, num_valid_reqs, input_ids, positions,
+             out_cache_loc, expected_tokens, expected_positions, chain_flag, ring, write_index, slot_counter,
+             kernel_counter, kind, w0, w1, w2, w3, params, chain_role, published, published_seeds)  # fmt: skip
 
     write.__name__ = write.__qualname__ = kernel_name(input_assert, nsrc)
     return cuda.jit(write)

@@ -108,7 +108,11 @@ every pointer, shape, scalar and per-object token of the arguments, and
 ``entry.where`` the stream, the device and every glue state read besides the
 arguments (``_kernel_launch.LAUNCH_STATE``: the shared write chain of
 ``chain.sharing``, registered by ``launch/chain.py``). Glue that starts reading
-other state must register a reader there the same way. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
+other state must register a reader there the same way. A tuple argument
+(the per-endpoint contexts of ``launch/endpoints.py``) is packed whole and has
+no origin, so no role can rebind a view inside it: tuples hold only persistent
+views (a recording refuses a per-call view in one), and
+``PreparedLaunch.packed`` keeps their items' layouts. ``_kernel_launch.VERIFY_REPLAYS = True`` re-derives every replay's specs
 (the glue runs, recorded) and raises ``StaleLaunch`` on a difference (a GPU
 test runs eager monitor steps with it; ``KVCANARY_VERIFY_REPLAYS=1`` turns it on
 for a whole run).

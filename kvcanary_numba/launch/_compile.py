@@ -7,6 +7,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Iterator, Sequence
 
+from numba.core.types import BaseTuple
+
 from ..kernels import ON_SIMULATOR
 
 __all__ = [
@@ -106,21 +108,26 @@ def grid_for(n_items: int, block: int) -> int:
     return max(1, -(-int(n_items) // int(block)))
 
 
-def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = None) -> int:
-    """Blocks for a grid-stride loop over ``n_items``: no more than stay resident."""
+def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = None, parts: int = 1) -> int:
+    """Blocks for a grid-stride loop over ``n_items``: no more than stay resident.
+
+    ``parts``: the grid is one of that many equal parts of a launch (one per endpoint,
+    ``kernels/endpoints.py``), which share what stays resident.
+    """
     if ON_SIMULATOR:
         return min(grid_for(n_items, block), SIM_MAX_BLOCKS)
     per_sm = blocks_per_sm if blocks_per_sm is not None else max(1, THREADS_PER_SM // int(block))
-    return min(grid_for(n_items, block), sm_count() * per_sm)
+    return min(grid_for(n_items, block), max(1, sm_count() * per_sm // int(parts)))
 
 
-def resident_grid(kernel, signature: str, n_items: int, block: int) -> int:
+def resident_grid(kernel, signature: str, n_items: int, block: int, *, parts: int = 1) -> int:
     """:func:`persistent_grid` sized by the compiled kernel's occupancy.
 
     A grid-stride kernel whose registers or shared memory keep fewer than
     ``THREADS_PER_SM`` threads resident would otherwise run its blocks in
     uneven waves; this asks the driver how many blocks of ``block`` threads fit
-    on the whole device at once (cached per kernel and block size).
+    on the whole device at once (cached per kernel and block size). ``parts``: as
+    for :func:`persistent_grid`, each part gets its share of them.
     """
     if ON_SIMULATOR:
         return persistent_grid(n_items, block)
@@ -128,7 +135,7 @@ def resident_grid(kernel, signature: str, n_items: int, block: int) -> int:
     fit = _resident.get(key)
     if fit is None:
         fit = _resident[key] = max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(int(block))))
-    return min(grid_for(n_items, block), fit)
+    return min(grid_for(n_items, block), max(1, fit // int(parts)))
 
 
 _resident: dict[tuple[int, str, int], int] = {}
@@ -221,6 +228,9 @@ def _same_type(declared, actual) -> bool:
             hasattr(actual, "ndim")
             and (declared.dtype, declared.ndim, declared.layout) == (actual.dtype, actual.ndim, actual.layout)
         )
+    if isinstance(declared, BaseTuple):  # item by item (a read-only array makes a heterogeneous Tuple)
+        return (isinstance(actual, BaseTuple) and len(actual) == len(declared)
+                and all(map(_same_type, declared, actual)))  # fmt: skip
     return declared == actual
 
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from . import _common, _kernel_launch
 
-__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "replay_key", "sharing",
-           "tiled_step"]
+__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "long_step", "replay_key",
+           "sharing", "tiled_step"]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
@@ -130,7 +130,12 @@ def tiled_step(num_tokens: int, capacity: int) -> str | None:
     role = state[0]
     name, _, requests = role.partition("/")
     requests = int(requests) if requests else capacity
-    return name if num_tokens >= requests + TILED_MIN_EXTRA_TOKENS else None
+    return name if long_step(num_tokens, requests) else None
+
+
+def long_step(num_tokens: int, requests: int) -> bool:
+    """Whether a shared step of ``num_tokens`` tokens over ``requests`` requests takes the tiled path."""
+    return num_tokens >= requests + TILED_MIN_EXTRA_TOKENS
 
 
 def launch_chain_publish(args: tuple, capacity: int) -> None:

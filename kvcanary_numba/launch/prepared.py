@@ -127,9 +127,16 @@ def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list
     return slots, starts
 
 
-def _packed(is_array: bool, value):
-    """What is packed for one argument: an array's layout, else the value (scalars, tuples)."""
-    return _common.array_layout(value) if is_array else value
+def _packed(ty, value):
+    """What is packed for one argument of Numba type ``ty``: an array's layout, a scalar's value,
+    a tuple's items packed alike (so that nothing packed holds an array)."""
+    from numba.core import types
+
+    if isinstance(ty, types.Array):
+        return _common.array_layout(value)
+    if isinstance(ty, types.BaseTuple):
+        return tuple(_packed(member, item) for member, item in zip(ty, value))
+    return value
 
 
 # --- the prepared launch --------------------------------------------------------
@@ -151,7 +158,7 @@ class PreparedLaunch:
         warning is logged): then the ordinary launch path runs.
     packed : list
         Per argument, what the parameter buffer holds: an array's layout
-        (pointer, shape, strides, dtype), a scalar's or tuple's value.
+        (pointer, shape, strides, dtype), a scalar's value, a tuple's items as such.
     handle : object or None
         The kernel's driver handle (``CUfunction``, else ``CUkernel``; :func:`._compile.function_handle`).
         ``_func`` and ``_params`` are what the chosen driver route takes for it and for
@@ -185,7 +192,7 @@ class PreparedLaunch:
             self.fallback_reason = f"{type(exc).__name__}: {exc}"
             logger.warning("prepared launch of %s falls back to Numba's launch: %s", signature, exc)
             return
-        self.packed = [_packed(a, v) for a, v in zip(self._arrays, self.args)]
+        self.packed = [_packed(ty, v) for ty, v in zip(self._types, self.args)]
         self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
         if reported == offsets:  # the driver lays the parameters out as pack_buffer did
             self._size = ctypes.c_size_t(size)
@@ -246,7 +253,7 @@ class PreparedLaunch:
             if is_array:
                 self._pack_array(index, _common.array_layout(value))
             else:
-                self.packed[index] = value
+                self.packed[index] = _packed(self._types[index], value)
                 start = self._starts[index]
                 for k, v in enumerate(_slot_values(self._types[index], value)):
                     self._slots[start + k].value = v
@@ -262,8 +269,8 @@ class PreparedLaunch:
             return [f"kernel {spec.signature} instead of {self.signature}"]
         out = [f"{name} {new} instead of {old}" for name, new, old in
                (("grid", spec.grid, self.grid), ("block", spec.block, self.block)) if new != old]  # fmt: skip
-        for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
-            now = _packed(is_array, value)
+        for index, (ty, value) in enumerate(zip(self._types, spec.args)):
+            now = _packed(ty, value)
             if now != self.packed[index]:
                 out.append(f"argument {index}: {now} instead of {self.packed[index]}")
         return out

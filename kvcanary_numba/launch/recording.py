@@ -9,7 +9,9 @@ built to a thread-local observer (``_array_views.observing``) and ``launch``
 hands each description to this thread's sink (``_kernel_launch.sink``)
 instead of running it; other threads are untouched. :mod:`.prepared` packs the
 descriptions into one-call launches whose per-step arguments can be re-pointed
-at new arrays.
+at new arrays. A tuple argument (the per-endpoint contexts of ``launch/endpoints.py``)
+has no origin and may hold only persistent views: recording refuses one holding a
+view of a per-call array, which no role could rebind.
 """
 
 from __future__ import annotations
@@ -35,7 +37,22 @@ class _Recording:
         return hit[1] if hit is not None and hit[0] is arg else None
 
     def take(self, spec: LaunchSpec) -> None:
+        for arg in spec.args:
+            if isinstance(arg, tuple):
+                self._check_members(spec, arg)
         self.launches.append(spec._replace(origins=tuple(self.origin_of(a) for a in spec.args)))
+
+    def _check_members(self, spec: LaunchSpec, items: tuple) -> None:
+        # A tuple argument is packed whole and has no origin, so no role can rebind a view inside
+        # it: only views of long-lived arrays (``persistent=True``) may travel in tuples.
+        for item in items:
+            if isinstance(item, tuple):
+                self._check_members(spec, item)
+                continue
+            origin = self.origin_of(item)
+            if origin is not None and not origin.persistent:
+                raise RuntimeError(f"recording: a tuple argument of {spec.signature} holds a view of a per-call "
+                                   "array; tuples may hold only persistent views (a replay could not rebind it)")
 
 
 @contextlib.contextmanager

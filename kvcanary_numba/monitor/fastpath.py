@@ -1,12 +1,15 @@
 """The monitor's per-step launches on a GPU: prepared launches and CUDA-graph replay.
 
-An eager step goes through the public launch functions: every argument is
-validated and every kernel argument re-wrapped, ten launches per step for a
-FULL pool with K and V. :class:`FastPath` does that once per batch *shape*:
+An eager step goes through the launch functions every step: the public ones
+for the scatter and the plans (every argument validated, every kernel argument
+re-wrapped) and the monitor's endpoint launches for verify and write
+(``launch/endpoints.py``, on the batch the hooks validated): seven launches per
+decode step for a FULL pool with K and V. :class:`FastPath` does that once per
+batch *shape*:
 
-1. the first step with a new combination of batch shapes runs the public
-   functions under :func:`~kvcanary_numba.launch.prepared.recording` (full
-   validation, nothing launched) and keeps the result as
+1. the first step with a new combination of batch shapes runs them under
+   :func:`~kvcanary_numba.launch.prepared.recording` (validated as in an eager
+   step, nothing launched) and keeps the result as
    :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` objects, one
    :class:`PreparedPhase` for HEAD (plans, verify, write) and one for TAIL;
 2. every step then checks only the engine's per-step arrays whose Python
@@ -35,7 +38,6 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from .._arrays import inspect_array
-from ..constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..launch import _common, _native
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
@@ -159,26 +161,34 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
 
 
 def compile_monitor_kernels(monitor) -> int:
-    """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones)."""
-    from ..launch import _common
-    from ..kernels import chain, plan, scatter, translate, verify, write, write_tiled
+    """Compile the kernel variants every step of ``monitor`` launches (not the write-input-assert ones).
 
-    nsrc = {0}
+    A phase whose endpoints fuse (``launch/endpoints.py``: K and V folding as many sources)
+    launches the endpoint kernels, any other the plain ones; long (prefill-shaped) steps
+    run ``chain_publish`` and a tiled write per endpoint.
+    """
+    from ..launch import _common
+    from ..launch.endpoints import fused_count, source_count
+    from ..kernels import chain, endpoints, plan, scatter, translate, verify, write, write_tiled
+
+    plain, fused = set(), set()  # real-KV source counts (variants) of plain and of fused launches
     for g in monitor.groups:
-        for endpoint in g.tail:
-            ctx = endpoint.context
-            used = len(ctx.real_kv_sources) if ctx.real_kv_hash_mode != RealKvHashMode.NONE else 0
-            nsrc.add(min(used, MAX_REAL_KV_SOURCES))
+        for phase in (g.head, g.tail):
+            contexts = [endpoint.context for endpoint in phase]
+            (fused if fused_count(contexts) else plain).update(source_count(c) for c in contexts)
+    check = monitor.check_tokens
     count = _common.compile_eagerly(plan)
-    count += _common.compile_eagerly(verify, [verify.kernel_name(monitor.check_tokens, n) for n in nsrc])
-    count += _common.compile_eagerly(write, [write.kernel_name(False, n) for n in nsrc])
-    # Long (prefill-shaped) steps take the tiled path: the chain alone, then tiled stamps.
+    count += _common.compile_eagerly(verify, [verify.kernel_name(check, n) for n in sorted(plain)])
+    count += _common.compile_eagerly(write, [write.kernel_name(False, n) for n in sorted(plain)])
+    count += _common.compile_eagerly(endpoints, [name for n in sorted(fused) for name in
+                                                 (endpoints.verify_name(check, n), endpoints.write_name(False, n))])
     count += _common.compile_eagerly(chain, ["chain_publish"])
     if monitor.check_tokens:  # the HEAD phase's token scatter and valid lengths
         count += _common.compile_eagerly(scatter, ["scatter_lens"])
     if any(g.lut is not None for g in monitor.groups):  # and its SWA slot translation
         count += _common.compile_eagerly(translate)
-    return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in nsrc])
+    tiled = [write_tiled.kernel_name(False, n) for n in sorted(plain | fused)]
+    return count + _common.compile_eagerly(write_tiled, tiled)
 
 
 class FastPath:

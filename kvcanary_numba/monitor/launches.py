@@ -5,16 +5,27 @@ the methods read the monitor's buffers and issue the launches of one phase with
 no host reads and no allocation, so they can be recorded (:mod:`.fastpath`) or
 captured into a CUDA graph. On the CPU path they are the whole step.
 
+On the CUDA kernels (a GPU, or the simulator in tests) each phase of a group
+verifies all its endpoints (K, V) in one launch and writes them in one launch
+(``launch/endpoints.py``, internal: the batch was validated by the hooks, the
+contexts and plans are the monitor's own): a decode step with K and V is 7
+launches (scatter, 2 plan, 2 HEAD, 2 TAIL) instead of 11. On NumPy each
+endpoint goes through the public verify and write, as before.
+
 The write launches of one group share one chain per step: the first HEAD
 write publishes it (``launch/chain.py``), the others consume it and only stamp
 (each still checks that the published chain applies to its own buffer and
-inputs, so records stay those of a launch that runs its own chain). A long
-(prefill-shaped) step takes the tiled path: the publisher runs the chain alone
+inputs, so records stay those of a launch that runs its own chain); in a fused
+HEAD write the V endpoint runs its own chain beside the publishing K (it cannot
+wait for it inside one launch). A long (prefill-shaped) step takes the tiled
+path with one write launch per endpoint: the publisher runs the chain alone
 first and all four writes stamp in parallel (``launch.chain.tiled_step``, which
 reads the batch size passed to ``sharing``).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..launch.chain import SharedChain, sharing
 from ..plan import launch_canary_plan_kernels
@@ -113,6 +124,19 @@ class StepLaunches:
                           publish: bool) -> None:  # fmt: skip
         chain = self._shared_chain(g)
         plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
+        if self._backend == "cuda" or (self._backend == "auto" and self.xp is not np):
+            from ..launch import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
+
+            contexts = [endpoint.context for endpoint in endpoints]
+            glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)
+            glue.launch_endpoint_writes(
+                contexts=contexts, plan=g.write_plan, input_ids=batch.input_ids, positions=batch.positions,
+                out_cache_loc=loc, enable_write_input_assert=asserted,
+                expected_input_tokens=batch.expected_input_tokens,
+                expected_input_positions=batch.expected_input_positions, chain=chain, publish=publish,
+                requests=batch.batch_size,
+            )  # fmt: skip
+            return
         for i, endpoint in enumerate(endpoints):
             launch_canary_verify_kernel(context=endpoint.context, plan=plan,
                                         check_verify_expected_token=self.check_tokens, backend=self._backend)  # fmt: skip

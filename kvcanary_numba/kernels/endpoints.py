@@ -1,0 +1,131 @@
+"""Verify and write of several endpoints (launch contexts) of one plan in ONE launch.
+
+A monitor step verifies and then stamps the same plan on the K and the V
+canary buffers of a phase (HEAD before the forward, TAIL after): the launches
+differ only in their context (buffer, ring, counters, tag, real-KV sources) and,
+for writes, in the role each takes in the step's shared chain. Each launch
+costs the host ~4-5 us of driver time, so these kernels take the contexts of
+up to :data:`MAX_ENDPOINTS` endpoints at once and give each its own part of a
+flattened grid (``kernels/parts.py``):
+
+- the launch has ``count * per`` blocks (``per``, the blocks of one part, is a
+  launch argument; ``count``, the endpoints, follows from the grid); blocks
+  ``[e * per, (e + 1) * per)`` run endpoint ``e``;
+- each part runs the plain kernel's body (``verify.make_verify_body``,
+  ``write.make_write_body``) as if it were a launch of ``per`` blocks, on its
+  endpoint's arguments: the records, rows, counters and write indices are
+  those of one plain launch per endpoint (ring rows in another atomic order:
+  rings compare as multisets, as between any two launches of the plain kernels).
+
+Per-endpoint arguments are ``UniTuple``s with one item per endpoint slot
+(unused slots repeat a used item and are never read): canary buffers, rings,
+write indices, slot and kernel counters, tags, real-KV spans (4 per endpoint)
+and parameters and, for writes, chain-position flags and chain roles.
+Everything else (the plan, the step's token arrays, the chain scratch) is
+shared. All endpoints of a launch fold the same number of real-KV sources (the
+variant). The body is inlined once per endpoint slot, each copy reading its
+arguments straight from the kernel parameters: selecting them at run time
+would keep them all in registers (verify_endpoints_tok0_src0 then spills
+under its 32-register bound). Shared arrays are declared once (in the body).
+
+Variants: ``verify_endpoints_tok{0|1}_src{0..4}`` and
+``write_endpoints_assert{0|1}_src{0..4}``, as the plain kernels'.
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+
+from ..constants import MAX_REAL_KV_SOURCES
+from . import verify as _verify
+from . import write as _write
+from .parts import MAX_ENDPOINTS, part_block
+
+__all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "verify_name", "write_name"]
+
+# The kernels below have one body per endpoint slot, and parts.part_block tells two parts apart.
+if MAX_ENDPOINTS != 2:
+    raise RuntimeError(f"kernels/endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
+
+
+def _make_verify(check_token: bool, nsrc: int):
+    body = _verify.make_verify_body(check_token, nsrc, part=True)
+
+    def verify_endpoints(
+        bufs, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
+        rings, write_indices, slot_counters, kernel_counters, kinds, spans, params, per,
+    ):  # fmt: skip
+        e, _ = part_block(per)
+        if e == 0:
+            w = spans[0]
+            body(per, bufs[0], slots, expected_tokens, expected_positions, prev_slots, num_valid, enable, rings[0],
+                 write_indices[0], slot_counters[0], kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3],
+                 params[0])  # fmt: skip
+        else:
+            w = spans[1]
+            body(per, bufs[1], slots, expected_tokens, expected_positions, prev_slots, num_valid, enable, rings[1],
+                 write_indices[1], slot_counters[1], kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3],
+                 params[1])  # fmt: skip
+
+    verify_endpoints.__name__ = verify_endpoints.__qualname__ = verify_name(check_token, nsrc)
+    return cuda.jit(verify_endpoints, **_verify.launch_options(check_token, nsrc))
+
+
+def _make_write(input_assert: bool, nsrc: int):
+    body = _write.make_write_body(input_assert, nsrc)
+
+    def write_endpoints(
+        bufs, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
+        expected_positions, chain_flags, rings, write_indices, slot_counters, kernel_counters, kinds,
+        spans, params, chain_roles, published, published_seeds, per,
+    ):  # fmt: skip
+        e, block = part_block(per)
+        if e == 0:
+            w = spans[0]
+            body(block, per, bufs[0], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
+                 expected_tokens, expected_positions, chain_flags[0], rings[0], write_indices[0], slot_counters[0],
+                 kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3], params[0], chain_roles[0], published,
+                 published_seeds)  # fmt: skip
+        else:
+            w = spans[1]
+            body(block, per, bufs[1], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
+                 expected_tokens, expected_positions, chain_flags[1], rings[1], write_indices[1], slot_counters[1],
+                 kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3], params[1], chain_roles[1], published,
+                 published_seeds)  # fmt: skip
+
+    write_endpoints.__name__ = write_endpoints.__qualname__ = write_name(input_assert, nsrc)
+    return cuda.jit(write_endpoints)
+
+
+def verify_name(check_token: bool, nsrc: int) -> str:
+    """Name of the verify variant in :data:`KERNELS`."""
+    return f"verify_endpoints_tok{int(bool(check_token))}_src{int(nsrc)}"
+
+
+def write_name(input_assert: bool, nsrc: int) -> str:
+    """Name of the write variant in :data:`KERNELS`."""
+    return f"write_endpoints_assert{int(bool(input_assert))}_src{int(nsrc)}"
+
+
+def _each(item: str) -> str:
+    return f"UniTuple({item}, {MAX_ENDPOINTS})"
+
+
+#: Real-KV spans and parameters of each endpoint, laid out as ``fingerprint.SOURCE_SIGNATURE``.
+_SOURCES = f"{_each('UniTuple(uint64[::1], 4)')}, {_each('UniTuple(int64, 16)')}"
+_CONTEXTS = (f"{_each('int64[:, ::1]')}, {_each('int32[::1]')}, {_each('int64[::1]')}, {_each('int64[::1]')}, "
+             f"{_each('int64')}, {_SOURCES}")  # rings, write indices, slot / kernel counters, tags, sources
+VERIFY_SIGNATURE = (
+    f"void({_each('int64[:, ::1]')}, int64[::1], int64[::1], int64[::1], int64[::1], int32[::1], int32[::1], "
+    f"{_CONTEXTS}, int64)"
+)
+WRITE_SIGNATURE = (
+    f"void({_each('int64[:, ::1]')}, int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], "
+    f"int64[::1], int64[::1], {_each('int32[::1]')}, {_CONTEXTS}, {_each('int64')}, int64[:, ::1], int64[:, ::1], "
+    "int64)"
+)
+
+_VARIANTS = [(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)]
+KERNELS = {**{verify_name(f, n): _make_verify(f, n) for f, n in _VARIANTS},
+           **{write_name(f, n): _make_write(f, n) for f, n in _VARIANTS}}
+SIGNATURES = {name: (VERIFY_SIGNATURE if name.startswith("verify") else WRITE_SIGNATURE,) for name in KERNELS}

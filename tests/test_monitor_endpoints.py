@@ -1,0 +1,177 @@
+"""The monitor's step on the endpoint launches (``launch/endpoints.py``): how many launches a step
+issues, counted through the recording the prepared path uses, and every fault class of the toy
+engine caught on the kernels (simulator) exactly as on the NumPy reference path."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver
+
+from kvcanary_numba import RealKvHashMode
+from kvcanary_numba.engine import FAULT_CLASSES, EngineConfig, ToyEngine
+from kvcanary_numba.kernels import scatter as scatter_kernels
+from kvcanary_numba.launch import _common
+from kvcanary_numba.launch.recording import recording
+from kvcanary_numba.monitor.fastpath import FastPath
+
+simulated = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
+
+
+def _names() -> dict:
+    from kvcanary_numba.kernels import chain, endpoints, plan, scatter, verify, write, write_tiled
+
+    return {id(k): name for m in (chain, endpoints, plan, scatter, verify, write, write_tiled)
+            for name, k in m.KERNELS.items()}  # fmt: skip
+
+
+def _step_launches(driver: Driver, new: dict) -> list[str]:
+    """Kernel names a step of ``new`` tokens issues (HEAD phase with its scatter and plans, then TAIL)."""
+    m = driver.monitor
+    batch = driver.batch(new)
+    with recording() as rec:
+        m._launch_pre(batch)
+        m._launch_post(batch)
+    names = _names()
+    return [names[id(spec.kernel)] for spec in rec.launches]
+
+
+def _kernel_driver(**options) -> Driver:
+    driver = Driver(check_verify_expected_token=True, max_requests=ROWS, max_context_len=WIDTH, **options)
+    driver.monitor._backend = "cuda"  # the kernels on NumPy arrays (simulator)
+    return driver
+
+
+@pytest.mark.simulator
+@simulated
+def test_a_decode_step_with_k_and_v_issues_seven_launches():
+    # Was 11: scatter, 2 plan, then per phase verify K, write K, verify V, write V.
+    names = _step_launches(_kernel_driver(), DECODE)
+    assert names == ["scatter", "plan_offsets", "plan_entries", "verify_endpoints_tok1_src0",
+                     "write_endpoints_assert0_src0", "verify_endpoints_tok1_src1", "write_endpoints_assert0_src1"]
+
+
+@pytest.mark.simulator
+@simulated
+def test_the_prepared_phases_hold_the_fused_launches():
+    driver = _kernel_driver()
+    m = driver.monitor
+    m.fast = FastPath(m, compile=False)
+    driver.step(PREFILL)
+    driver.step(DECODE)
+    assert m.fast.prepared == 2  # two batch shapes
+    # HEAD: the token scatter with the valid lengths (the eager path's public scatter and CuPy
+    # subtraction, as one launch of the phase), 2 plans, fused verify and write; TAIL: fused verify, write.
+    for head, tail in m.fast._phases.values():
+        assert (len(head.launches), len(tail.launches)) == (5, 2)
+        assert head.launches[0].signature == scatter_kernels.SIGNATURES["scatter_lens"][0]
+
+
+@pytest.mark.simulator
+@simulated
+def test_a_k_only_pool_keeps_its_plain_launches():
+    names = _step_launches(_kernel_driver(has_v=False), DECODE)
+    assert names == ["scatter", "plan_offsets", "plan_entries", "verify_tok1_src0", "write_assert0_src0",
+                     "verify_tok1_src1", "write_assert0_src1"]
+
+
+@pytest.mark.simulator
+@simulated
+def test_a_long_step_fuses_its_verifies_and_keeps_the_tiled_writes():
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(np, requests=2, prefix=3, extend=40)  # 80 tokens for 2 requests: prefill-shaped
+    w.fill(w.batch, w.length, w.extend)
+    w.monitor._backend = "cuda"
+    with recording() as rec:
+        w.monitor._launch_pre(w.batch)
+        w.monitor._launch_post(w.batch)
+    names = _names()
+    assert [names[id(spec.kernel)] for spec in rec.launches] == [
+        "plan_offsets", "plan_entries", "verify_endpoints_tok0_src0", "chain_publish", "write_tiled_assert0_src0",
+        "write_tiled_assert0_src0", "verify_endpoints_tok0_src1", "write_tiled_assert0_src1",
+        "write_tiled_assert0_src1"]  # fmt: skip
+
+
+# --- every fault class, kernels against the reference ---------------------------------------------
+
+
+def _engine_run(kernels: bool):
+    # Every fault class at once (as test_engine_faults.py's catches test), with V, SWA and sweeps.
+    engine = ToyEngine(EngineConfig(seed=2, swa_window=4), faults=list(FAULT_CLASSES), fault_step=5)
+    monitor = engine.attach_monitor(mode="log", sweep_interval=3, v_half=True)
+    if kernels:
+        monitor._backend = "cuda"
+        monitor.fast = FastPath(monitor, compile=False)
+    engine.run(STEPS)
+    rows = sorted((v.step, v.tag, v.slot_idx, v.position, int(v.bits), v.stored_token, v.expected_token,
+                   v.stored_chain_hash, v.expected_aux) for v in monitor.violations)  # fmt: skip
+    return engine, rows
+
+
+STEPS = 16
+
+
+@pytest.mark.simulator
+@simulated
+def test_every_fault_class_is_caught_on_the_fused_kernels_as_on_the_reference():
+    _, want = _engine_run(kernels=False)
+    engine, got = _engine_run(kernels=True)
+    assert got == want
+    caught = engine.catches()
+    assert set(caught) == set(FAULT_CLASSES) and all(caught.values())
+    assert engine.monitor.fast.prepared >= 1  # the prepared (recorded, fused) path ran
+
+
+# --- GPU: fused monitor steps against plain-launch steps, at scale ---------------------------------
+
+
+def _gpu_steps(kind: str, steps: int = 6) -> dict:
+    """Decode steps of 64 requests with 200 cached tokens each (``eager`` / ``fast`` / ``graph``), KV bytes
+    flipped before step 3; host copies of everything the canary keeps."""
+    import sys
+
+    import cupy
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(cupy, requests=64, prefix=200, max_steps=steps, bytes_per_token=64,
+                        mode=RealKvHashMode.ALL)  # fmt: skip
+    m = w.monitor
+    if kind == "eager":
+        m.fast = None
+    w.prefill()
+    if kind == "graph":
+        w.fill(w.batch, w.length, w.extend)
+        m.capture_graph(w.batch)
+    for i in range(steps):
+        if i == 3:
+            for r in (2, 40):
+                w.k[int(w.table[r, 5]), 0] ^= 1
+                w.v[int(w.table[r, 7]), 3] ^= 1
+        w.step()
+    m.flush()
+    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
+    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = m.status.words.get()
+    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["eager", "fast", "graph"])
+def test_gpu_fused_monitor_steps_equal_plain_launch_steps(kind, monkeypatch):
+    from kvcanary_numba.launch import endpoints
+
+    fused = _gpu_steps(kind)
+    monkeypatch.setattr(endpoints, "fused_count", lambda contexts: 0)  # one plain launch per endpoint
+    plain = _gpu_steps(kind)
+    assert fused["violations"].shape[0] >= 4  # the flipped K and V bytes were caught
+    for name, array in plain.items():
+        np.testing.assert_array_equal(fused[name], array, err_msg=name)
