@@ -79,6 +79,23 @@ def test_engine_pool_larger_than_the_toy_limit_is_rejected():
         EngineConfig(num_layers=1024, num_pages=2**14, bytes_per_token=2**10)
 
 
+def test_engine_sizes_given_as_numpy_integers_are_stored_as_python_ints():
+    # Fuzz seed 4, case 8409: vocab_size=np.int32(2) was kept as given, and the toy model's
+    # ``uint64 hash % np.int32(1)`` raised OverflowError on the first step.
+    cfg = EngineConfig(seed=np.uint64(85), vocab_size=np.int32(2), num_pages=np.int64(64), swa_window=np.int16(4))
+    assert all(type(getattr(cfg, name)) is int for name in EngineConfig.__dataclass_fields__)
+    engine = ToyEngine(cfg)
+    engine.attach_monitor(mode="raise")
+    engine.run(3)
+    assert engine.monitor.violations == []
+
+
+def test_engine_pool_bound_is_exact_for_numpy_integer_sizes():
+    # np.int32(2**24) pages of np.int32(2**16) slots wrapped to 0 slots in int32 and passed the 4 GiB bound.
+    with raises_code("KVC-E005"):
+        EngineConfig(num_pages=np.int32(2**24), page_size=np.int32(2**16), shared_prefix_len=0)
+
+
 @pytest.mark.parametrize("kw", [dict(config={"seed": 1}), dict(faults=5), dict(faults=None), dict(faults="token_flip")])
 def test_engine_arguments_of_the_wrong_type(kw):
     with raises_code("KVC-E004"):

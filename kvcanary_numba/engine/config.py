@@ -32,7 +32,8 @@ def _ceil_div(a: int, b: int) -> int:
 class EngineConfig:
     """Workload and pool geometry of a :class:`~kvcanary_numba.engine.ToyEngine`.
 
-    Every field is an int, so a configuration is reproducible from its repr.
+    Every field is a Python int (NumPy integers are accepted and stored as ``int``), so a
+    configuration is reproducible from its repr.
 
     Attributes
     ----------
@@ -93,18 +94,23 @@ class EngineConfig:
     max_admit_per_step: int = 1
 
     def __post_init__(self) -> None:
-        check_int(_FN, "seed", self.seed, low=0, high=2**63 - 1)
+        def checked(name, low, high):
+            # Stored as the checked Python int: a NumPy integer would make the derived sizes below wrap
+            # (int32 products) and the toy model's uint64 arithmetic overflow.
+            object.__setattr__(self, name, check_int(_FN, name, getattr(self, name), low=low, high=high))
+            return getattr(self, name)
+
+        checked("seed", 0, 2**63 - 1)
         for name in ("page_size", "num_pages", "max_running", "min_prompt_len", "min_new_tokens", "num_layers",
                      "max_admit_per_step"):
-            check_int(_FN, name, getattr(self, name), low=1, high=LIMITS[name])
+            checked(name, 1, LIMITS[name])
         # Lower bounds from the paired minimum, upper bounds documented in LIMITS.
         for name, low in (("max_prompt_len", self.min_prompt_len), ("max_new_tokens", self.min_new_tokens)):
-            check_int(_FN, name, getattr(self, name), low=low, high=LIMITS[name])
+            checked(name, low, LIMITS[name])
         for name in ("num_shared_prefixes", "shared_prefix_len", "swa_window"):
-            check_int(_FN, name, getattr(self, name), low=0, high=LIMITS[name])
-        check_int(_FN, "vocab_size", self.vocab_size, low=2, high=2**31 - 1)
-        bpt = check_int(_FN, "bytes_per_token", self.bytes_per_token, low=REAL_KV_ALIGN_BYTES,
-                        high=LIMITS["bytes_per_token"])  # fmt: skip
+            checked(name, 0, LIMITS[name])
+        checked("vocab_size", 2, 2**31 - 1)
+        bpt = checked("bytes_per_token", REAL_KV_ALIGN_BYTES, LIMITS["bytes_per_token"])
         if bpt % REAL_KV_ALIGN_BYTES:
             raise error(
                 "KVC-C011", function=_FN, argument="bytes_per_token", expected="a multiple of 16", got=bpt

@@ -15,10 +15,15 @@ semantics are SGLang's (reference notes §6) plus the rules of
   (``prefix - 1``; -1 for padding rows, no write or no prefix).
 
 Inputs are validated by the public wrappers in :mod:`kvcanary_numba.plan`;
-these functions assume valid arrays and never read past any of them.
+these functions assume valid arrays and never read past any of them. An
+output may share memory with an input or another output (accepted): every
+output is computed from the inputs as they are at the call before the first
+one is written, so a write never changes what the call reads.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -99,28 +104,53 @@ def launch_plan_offsets_kernel(
     ``out_write_seed_slot_indices`` (seeds at ``[0, bs)``, -1 after) and
     ``out_write_num_valid_reqs = bs``.
     """
+    step = _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
+                         swa_window_size, verify_capacity)  # fmt: skip
+    out_verify_offsets_scratch[: step.verify_offsets.shape[0]] = step.verify_offsets
+    _write_offsets_step(step, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
+                        out_write_num_valid_reqs)  # fmt: skip
+
+
+class _OffsetsStep(NamedTuple):
+    """Everything the offsets step computes, before any of it is written."""
+
+    start: np.ndarray  # per request: first verified position
+    verify_len: np.ndarray  # per request: verify entries (capped at verify_capacity + 1)
+    verify_offsets: np.ndarray  # [bs + 1] exclusive sums of verify_len
+    total: int
+    overflow: bool
+    write_offsets: np.ndarray  # [bs + 1]
+    seeds: np.ndarray  # [bs]
+    verify_capacity: int
+
+
+def _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
+                  verify_capacity) -> _OffsetsStep:  # fmt: skip
+    """The offsets step's values, read from the inputs only (an output may share memory with an input)."""
     bs = req_pool_indices.shape[0]
-    active, prefix, _, verify_len, write_len = _request_layout(
+    active, prefix, start, verify_len, write_len = _request_layout(
         req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size, verify_capacity
     )
     verify_offsets = _exclusive_sum(verify_len)
     total = int(verify_offsets[bs])
-    out_verify_offsets_scratch[: bs + 1] = verify_offsets
-    overflow = total > verify_capacity
-    out_verify_num_valid[0] = verify_capacity if overflow else total
-    out_verify_enable[0] = 0 if overflow else 1
-
-    out_write_offsets[: bs + 1] = _exclusive_sum(write_len)
-    out_write_offsets[bs + 1 :] = 0
-
     seeded = active & (write_len > 0) & (prefix > 0)
     seeds = np.full(bs, NO_PREDECESSOR, dtype=np.int64)
-    seeds[seeded] = _resolve(
-        req_to_token, full_to_swa_index_mapping, req_pool_indices[seeded], prefix[seeded] - 1
-    )
-    out_write_seed_slot_indices[:bs] = seeds
-    out_write_seed_slot_indices[bs:] = NO_PREDECESSOR
-    out_write_num_valid_reqs[0] = bs
+    seeds[seeded] = _resolve(req_to_token, lut, req_pool_indices[seeded], prefix[seeded] - 1)
+    return _OffsetsStep(start, verify_len, verify_offsets, total, total > verify_capacity, _exclusive_sum(write_len),
+                        seeds, int(verify_capacity))  # fmt: skip
+
+
+def _write_offsets_step(step: _OffsetsStep, write_offsets, seed_slot_indices, verify_num_valid, verify_enable,
+                        write_num_valid_reqs) -> None:  # fmt: skip
+    """Store the offsets step's outputs (validated shapes: nothing here can fail)."""
+    bs = step.seeds.shape[0]
+    verify_num_valid[0] = step.verify_capacity if step.overflow else step.total
+    verify_enable[0] = 0 if step.overflow else 1
+    write_offsets[: bs + 1] = step.write_offsets
+    write_offsets[bs + 1 :] = 0
+    seed_slot_indices[:bs] = step.seeds
+    seed_slot_indices[bs:] = NO_PREDECESSOR
+    write_num_valid_reqs[0] = bs
 
 
 def launch_canary_plan_kernels(
@@ -182,55 +212,50 @@ def plan_vectorised(
     """
     bs = req_pool_indices.shape[0]
     wplan, vplan = write_plan_out, verify_plan_out
-    scratch = np.empty(bs + 1, dtype=np.int64)
-    launch_plan_offsets_kernel(
-        req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens,
-        extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token,
-        full_to_swa_index_mapping=full_to_swa_index_mapping,
-        out_verify_offsets_scratch=scratch,
-        out_write_offsets=wplan.write_offsets,
-        out_write_seed_slot_indices=wplan.write_seed_slot_indices,
-        out_verify_num_valid=vplan.verify_num_valid,
-        out_verify_enable=vplan.enable,
-        out_write_num_valid_reqs=wplan.write_num_valid_reqs,
-        swa_window_size=swa_window_size,
-        verify_capacity=verify_capacity,
-    )
-    total = int(scratch[bs])
-    if vplan.enable[0] == 0 or total <= 0:
-        return  # overflow: SGLang leaves the entries alone, verify is off this step
+    lut = full_to_swa_index_mapping
+    # Every output is computed from the inputs first and written last: an output may share memory with an
+    # input or with another output (accepted, docs/concepts/reliability.md), and a write must never change
+    # what a later read of this call sees.
+    step = _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
+                         verify_capacity)  # fmt: skip
+    total = step.total
+    entries = None
+    if not step.overflow and total > 0:  # else SGLang leaves the entries alone, verify is off this step
+        entries = _entries(step, req_pool_indices, req_to_token, lut, req_to_verify_expected_tokens,
+                           req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset)  # fmt: skip
+    _write_offsets_step(step, wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
+                        wplan.write_num_valid_reqs)  # fmt: skip
+    if entries is not None:
+        slots, tokens, positions, prevs = entries
+        vplan.verify_slot_indices[:total] = slots
+        vplan.verify_expected_tokens[:total] = tokens
+        vplan.verify_expected_positions[:total] = positions
+        vplan.verify_prev_slot_indices[:total] = prevs
 
-    _, _, start, verify_len, _ = _request_layout(
-        req_pool_indices, prefix_lens, extend_seq_lens, swa_window_size, verify_capacity
-    )
+
+def _entries(step: _OffsetsStep, req_pool_indices, req_to_token, lut, pool, pool_lens, offset):
+    """(slots, expected tokens, positions, prevs) of the ``step.total`` verify entries, request-major."""
+    bs, total = req_pool_indices.shape[0], step.total
+    start, verify_len, first = step.start, step.verify_len, step.verify_offsets[:bs]
     owner = np.repeat(np.arange(bs, dtype=np.int64), verify_len)  # request of each entry
     # Entry i of request r sits at position start[r] + (i - offsets[r]).
-    positions = np.arange(total, dtype=np.int64) + np.repeat(start - scratch[:bs], verify_len)
+    positions = np.arange(total, dtype=np.int64) + np.repeat(start - first, verify_len)
     rows = req_pool_indices[owner]
-    slots = _resolve(req_to_token, full_to_swa_index_mapping, rows, positions)
+    slots = _resolve(req_to_token, lut, rows, positions)
 
     # A prev is the previous entry's slot, except at each request's first entry.
     prevs = np.empty(total, dtype=np.int64)
     prevs[1:] = slots[:-1]
     has_entries = verify_len > 0
-    heads = scratch[:bs][has_entries]
+    heads = first[has_entries]
     head_start = start[has_entries]
-    head_prev = _resolve(
-        req_to_token, full_to_swa_index_mapping, req_pool_indices[has_entries], head_start - 1
-    )
+    head_prev = _resolve(req_to_token, lut, req_pool_indices[has_entries], head_start - 1)
     prevs[heads] = np.where(head_start > 0, head_prev, NO_PREDECESSOR)
 
     tokens = np.full(total, EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
-    pool = req_to_verify_expected_tokens
     if pool is not None:
-        columns = positions + np.int64(kv_token_id_vs_position_offset)
-        bound = np.minimum(req_to_verify_expected_tokens_valid_lens, pool.shape[1])[owner]
+        columns = positions + np.int64(offset)
+        bound = np.minimum(pool_lens, pool.shape[1])[owner]
         ok = (rows >= 0) & (rows < pool.shape[0]) & (columns >= 0) & (columns < bound)
         tokens[ok] = pool[rows[ok], columns[ok]]
-
-    vplan.verify_slot_indices[:total] = slots
-    vplan.verify_expected_tokens[:total] = tokens
-    vplan.verify_expected_positions[:total] = positions
-    vplan.verify_prev_slot_indices[:total] = prevs
+    return slots, tokens, positions, prevs

@@ -11,7 +11,7 @@ both give byte-equal plans on random batches.
 The loop writes its outputs while it reads its inputs, so it runs only when no
 output shares memory with an input or another output; otherwise
 :func:`plan_small_batch` returns False and the caller runs the vectorised
-plan, whose reads and writes happen in whole-array steps.
+plan, which computes every output from the inputs before it writes any.
 """
 
 from __future__ import annotations
