@@ -19,6 +19,7 @@ from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.launch.prepared import PreparedLaunch
 from kvcanary_numba.launch.recording import recording
+from kvcanary_numba.launch.table import LaunchTable
 from kvcanary_numba.monitor.capture import capture_graph
 from kvcanary_numba.plan import launch_canary_plan_kernels
 from kvcanary_numba.verify import launch_canary_verify_kernel
@@ -177,21 +178,30 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
 
 
 class _Stopwatch:
-    """Accumulates the time spent inside the calls it wraps (~0.1-0.2 µs of its own per call)."""
+    """Accumulates the time spent inside the calls it wraps (~0.1-0.2 µs of its own per call).
+
+    A wrapped call made inside another one (a launch table looping over its launches in Python)
+    is neither timed nor counted again; ``count(args)`` says how many calls one call stands for
+    (a compiled launch table: its number of launches).
+    """
 
     def __init__(self):
-        self.seconds, self.calls = 0.0, 0
+        self.seconds, self.calls, self._depth = 0.0, 0, 0
 
-    def wrap(self, fn):
+    def wrap(self, fn, count=None):
         clock = time.perf_counter
 
         def timed(*args, **kwargs):
+            if self._depth:
+                return fn(*args, **kwargs)
+            self._depth += 1
             t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds += clock() - t0
-                self.calls += 1
+                self.calls += 1 if count is None else count(args)
+                self._depth -= 1
 
         return timed
 
@@ -210,28 +220,36 @@ class _TimedGraph:
 def _host_split(run, w, variant: str) -> None:
     """Host time of the step split into its driver calls and everything else (the Python around them).
 
-    pre_forward + post_forward: the launch calls (prepared ``PreparedLaunch.launch``
-    or the two graph launches) against the rest; end_step: the readback's runtime
-    calls (event record / wait / query, the status copy) against the rest. The
-    wrappers add ~0.1-0.2 µs per call, about half of it to "everything else".
+    pre_forward + post_forward: the launch calls (the phases' ``LaunchTable.launch``, one
+    call for all of a phase's launches when the compiled loop runs them, each
+    ``PreparedLaunch.launch`` otherwise, or the two graph launches) against the rest;
+    end_step: the readback's runtime calls (event record / wait / query, the status copy,
+    through CuPy or one compiled call standing for them) against the rest. The wrappers add ~0.1-0.2 µs per call, about half of it to
+    "everything else". The spin kernel queued before each step is a launch too: it is
+    not counted (session 7 run 1 and earlier counted it in "launch calls", so their "everything
+    else" of pre+post reads one launch call low).
     """
     m = w.monitor
     launches, runtime = _Stopwatch(), _Stopwatch()
-    original = PreparedLaunch.launch
+    original, original_table = PreparedLaunch.launch, LaunchTable.launch
     rb, graph = m.readback, m.graph
-    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy")}
+    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
     try:
         PreparedLaunch.launch = launches.wrap(original)
+        LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
         if graph is not None:
             graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
         for name in ("_record", "_wait", "_query"):
             setattr(rb, name, runtime.wrap(saved[name]))
         rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
+        if rb.native is not None:  # the usual step's five calls (four without a copy in flight), compiled
+            rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
         split = {key: [] for key in ("launches", "other", "runtime", "end_other")}
         calls = [0, 0]
         for i in range(3 + run.iters):
             synchronize()
             _spin(1500)
+            launches.take()  # the spin's own launch is not the step's
             t0 = time.perf_counter()
             m.pre_forward(w.batch)
             t1 = time.perf_counter()
@@ -249,7 +267,7 @@ def _host_split(run, w, variant: str) -> None:
                 split["end_other"].append((t4 - t3) * 1e6 - runtime_us)
                 calls = [launch_calls, runtime_calls]
     finally:
-        PreparedLaunch.launch = original
+        PreparedLaunch.launch, LaunchTable.launch = original, original_table
         if graph is not None:
             graph.head, graph.tail = graph.head.graph, graph.tail.graph
         for name, value in saved.items():

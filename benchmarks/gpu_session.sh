@@ -25,6 +25,9 @@
 #              $OUT/candidate/; steps ctests, crace, cbench; not in the default list)
 #   probe      host us per launch by driver route (benchmarks/results/probes/launch_route_cost.py ->
 #              $OUT/launch-route-cost.json; not in the default list)
+#   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
+#              one-buffer parameters (benchmarks/results/probes/launch_table_cost.py ->
+#              $OUT/launch-table-cost.json; not in the default list)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
@@ -69,7 +72,8 @@ KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/
     tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py
     tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
     tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
-    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_monitor_budget.py"
+    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_translate.py
+    tests/test_monitor_budget.py"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do
@@ -144,6 +148,8 @@ for step in "${STEPS[@]}"; do
             tests/test_monitor_endpoints.py ;;
     probe)
         run_step probe 120 sh -c "python3 benchmarks/results/probes/launch_route_cost.py > '$OUT/launch-route-cost.json'" ;;
+    tableprobe)  # host us per launch of the decode phases: per-launch loop, compiled table, one-buffer parameters
+        run_step tableprobe 240 sh -c "python3 benchmarks/results/probes/launch_table_cost.py > '$OUT/launch-table-cost.json'" ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
@@ -163,7 +169,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

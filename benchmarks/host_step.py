@@ -5,16 +5,29 @@ The monitor runs on NumPy arrays with the kernel backend forced (``_backend =
 (:class:`~kvcanary_numba.monitor.fastpath.FastPath`) records the real phases of
 the decode case (256 requests x 1 token, FULL pool, K and V: 6 launches per
 step, 2 plan and per phase one verify and one write for K and V together; 10
-before the endpoint launches of ``launch/endpoints.py``). Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
-replaced by the host work a raw launch does before its driver call (the
-stream lookup), so the timings are the Python work *outside* the driver calls.
+before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
+(``--driver``):
+
+``stub``
+    Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
+    replaced by the host work a raw launch does before its driver call (the
+    stream lookup): the Python work *outside* the launch calls.
+``fake``
+    The phases' launches are made raw (fake handles and parameter arrays) and
+    run the real launch path -- the phase's launch table, compiled (``--loop
+    compiled``) or each launch through cuda-bindings (``--loop python``) --
+    against a do-nothing ``libcuda.so.1`` (:mod:`benchmarks.fake_driver`, built
+    with the C compiler): the Python work of the whole step but the driver's.
+    With ``--loop compiled`` the readback's calls are compiled too and reach
+    the fake's functions; with ``--loop python`` they go to :class:`NullRuntime`
+    (Python no-ops: CuPy's wrappers and cudart's layer are not counted).
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
 against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
 which copies and can hold copies back, is for tests).
 
 Usage::
 
-    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P]
+    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P] [--driver fake]
 
 Prints, for the prepared path and for graph replay (graphs stubbed too), the
 median / min µs per step of pre_forward + post_forward and of end_step.
@@ -23,6 +36,7 @@ median / min µs per step of pre_forward + post_forward and of end_step.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import sys
@@ -36,128 +50,13 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
 from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
-from kvcanary_numba.monitor import readback as readback_module  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
 from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, FastPath  # noqa: E402
 
-__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "stub_launches", "time_steps"]
+from .fake_runtime import FakeRuntime, NullRuntime, fake_cuda_readback  # noqa: E402
 
-
-class FakeRuntime:
-    """The CuPy runtime calls :class:`CudaReadback` makes; ``memcpyAsync`` copies host memory at once.
-
-    ``pending`` (if not None) keeps the copies queued instead, run by :meth:`finish`;
-    ``calls`` counts the calls by name; ``synchronized`` lists the events waited for.
-    """
-
-    memcpyDeviceToHost = 2
-
-    def __init__(self, *, deferred: bool = False):
-        self.calls: dict[str, int] = {}
-        self.pending: list | None = [] if deferred else None
-        self.done: set[int] = set()
-        self.synchronized: list[int] = []
-        self._next = 1000
-
-    def _count(self, name):
-        self.calls[name] = self.calls.get(name, 0) + 1
-
-    def handle(self) -> int:
-        self._next += 1
-        return self._next
-
-    def eventRecord(self, event, stream):
-        self._count("eventRecord")
-        self.done.discard(event)
-        if self.pending is None:
-            self.done.add(event)
-        else:
-            self.pending.append(("event", event))
-
-    def streamWaitEvent(self, stream, event, flags=0):
-        self._count("streamWaitEvent")
-
-    def memcpyAsync(self, dst, src, size, kind, stream):
-        import ctypes
-
-        self._count("memcpyAsync")
-        if self.pending is None:
-            ctypes.memmove(dst, src, size)
-        else:
-            self.pending.append(("copy", (dst, bytes((ctypes.c_char * size).from_address(src)), size)))
-
-    def finish(self, count: int | None = None) -> None:
-        """Run the first ``count`` queued operations (all by default), as the device would."""
-        import ctypes
-
-        todo = self.pending[: len(self.pending) if count is None else count]
-        del self.pending[: len(todo)]
-        for kind, what in todo:
-            if kind == "event":
-                self.done.add(what)
-            else:
-                dst, data, size = what
-                ctypes.memmove(dst, data, size)
-
-    def eventQuery(self, event) -> int:
-        self._count("eventQuery")
-        return 0 if event in self.done else 600  # cudaErrorNotReady
-
-    def eventSynchronize(self, event):
-        self._count("eventSynchronize")
-        self.synchronized.append(event)
-        if self.pending is not None:
-            while event not in self.done and self.pending:
-                self.finish(1)
-
-
-class NullRuntime:
-    """The same calls doing nothing (every event done): the readback's own Python, for timing.
-    The host buffers start as copies of the block (see :func:`fake_cuda_readback`) and are never written."""
-
-    memcpyDeviceToHost = 2
-    _next = 1000
-
-    def handle(self) -> int:
-        self._next += 1
-        return self._next
-
-    def eventRecord(self, event, stream):
-        pass
-
-    def streamWaitEvent(self, stream, event, flags=0):
-        pass
-
-    def memcpyAsync(self, dst, src, size, kind, stream):
-        pass
-
-    def eventQuery(self, event) -> int:
-        return 0
-
-    def eventSynchronize(self, event):
-        pass
-
-
-def fake_cuda_readback(block, runtime):
-    """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory)."""
-    compute = types.SimpleNamespace(ptr=7)
-
-    class Event:
-        def __init__(self, **_):
-            self.ptr = runtime.handle()
-
-        @property
-        def done(self):
-            return runtime.eventQuery(self.ptr) == 0
-
-        def synchronize(self):
-            runtime.eventSynchronize(self.ptr)
-
-    cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
-                                 Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
-    cupy = types.SimpleNamespace(cuda=cuda)
-    pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
-    return readback_module.CudaReadback(block, modules=(cupy, pinned))
+__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "raw_phases", "stub_launches",
+           "time_steps"]
 
 
 def stub_launches():
@@ -169,6 +68,39 @@ def stub_launches():
 
     PreparedLaunch.launch = launch
     return lambda: setattr(PreparedLaunch, "launch", original)
+
+
+def raw_phases(m, *, compiled: bool) -> int:
+    """Make every prepared launch of ``m``'s phases raw on the process's driver (fake handles and
+    parameter arrays: the fake libcuda reads neither) and rebuild the phases' launch tables;
+    returns the number of launches. ``compiled``: whether the tables run the compiled loop."""
+    from cuda.bindings import driver as cu
+
+    from kvcanary_numba.launch import _driver
+
+    try:
+        from kvcanary_numba.launch.table import LaunchTable
+    except ImportError:  # an older tree (no launch tables): its phases loop over their launches
+        LaunchTable = None  # noqa: N806
+
+    drv, count = _driver.driver, 0
+    for phases in m.fast._phases.values():
+        for phase in phases:
+            for p in phase.launches:
+                count += 1
+                p.handle = cu.CUfunction(0x1000 + count)
+                drv.select(p.handle)
+                p._pointers = (ctypes.c_void_p * 1)()
+                p._func, p._params = drv.func_arg(p.handle), drv.params_arg(ctypes.addressof(p._pointers))
+                p.raw = True
+            if LaunchTable is None:
+                assert not compiled, "this tree has no compiled launch loop"
+                continue
+            native, drv.native = getattr(drv, "native", None), drv.native if compiled else None
+            phase.table = LaunchTable(phase.launches)
+            drv.native = native
+            assert phase.table.compiled == compiled, "the compiled loop is not available here"
+    return count
 
 
 def decode_monitor(*, requests: int = 256, prefix: int = 4096):
@@ -212,12 +144,37 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--prefix", type=int, default=4096)
     parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--driver", choices=("stub", "fake"), default="stub")
+    parser.add_argument("--loop", choices=("compiled", "python"), default="compiled")
     args = parser.parse_args(argv)
+    fake = None
+    if args.driver == "fake":
+        from benchmarks import fake_driver
+
+        fake = fake_driver.load()  # before cuda-bindings first calls the driver
     w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
     m = w.monitor
     restore = stub_launches()
+    if fake is not None:
+        m.pre_forward(w.batch)  # records the phases (stubbed: the simulator would run the kernels)
+        m.post_forward()
+        m.end_step()
+        restore()
+        restore = lambda: None  # noqa: E731
+        raw_phases(m, compiled=args.loop == "compiled")
+        if args.loop == "compiled":  # the readback's driver calls from compiled code, on the fake too
+            from kvcanary_numba.launch import _driver, _native
+
+            functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
+            m.readback = m.pump.readback = fake_cuda_readback(m.status, NullRuntime(), functions=functions)
+            assert m.readback.native is not None, "the compiled readback is not available here"
     try:
+        before = None if fake is None else fake.launches()
         results = {"prepared": time_steps(m, w.batch, args.steps)}
+        if fake is not None:
+            per_step = (fake.launches() - before) / (args.steps + 5)
+            print(f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop), "
+                  f"{fake.readback_calls() / (args.steps + 5):.3g} readback calls per step")  # fmt: skip
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
         graph = CapturedStep.__new__(CapturedStep)
@@ -229,7 +186,8 @@ def main(argv=None) -> None:
     finally:
         restore()
     launches = sum(len(p.launches) for phases in m.fast._phases.values() for p in phases)
-    print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step (stubbed)")
+    how = "stubbed" if fake is None else f"fake driver, {args.loop} loop"
+    print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step ({how})")
     for path, result in results.items():
         for name, (median, low) in result.items():
             print(f"  {path:<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")

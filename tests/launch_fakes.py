@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared
+from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared, table
 
 
 class CaiArray:
@@ -45,7 +45,7 @@ class FakeLibcuda:
     decodes the ``kernelParams`` it is given with ``slot_types``."""
 
     def __init__(self, log: list):
-        self.log, self.slot_types = log, {}
+        self.log, self.slot_types, self.buffers = log, {}, 0  # buffers: launches given in the one-buffer form
 
     def __call__(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
         # No argtypes on the real function: pointers must come as c_void_p (an int would be truncated).
@@ -53,10 +53,62 @@ class FakeLibcuda:
             raise TypeError(f"pointer arguments must be c_void_p: {func!r}, {stream!r}, {params!r}")
         func, stream = func.value, stream.value or 0
         types = self.slot_types[func]
+        if extra is not None and extra.value:  # the one-buffer form; then kernelParams must be NULL
+            assert not params.value, "kernelParams and extra both given"
+            values = _decode_buffer(types, extra.value)
+            self.log.append(("raw", func, gx, bx, stream, values))
+            self.buffers += 1
+            return 0
         pointers = (ctypes.c_void_p * len(types)).from_address(params.value)
         values = [t.from_address(p).value or 0 for t, p in zip(types, pointers)]
         self.log.append(("raw", func, gx, bx, stream, values))
         return 0
+
+
+def natural_offsets(types: list) -> list[int]:
+    """Offsets of parameters of ctypes ``types`` in a kernel's parameter block (each aligned to its size)."""
+    offsets, end = [], 0
+    for t in types:
+        size = ctypes.sizeof(t)
+        end = -(-end // size) * size
+        offsets.append(end)
+        end += size
+    return offsets
+
+
+def _decode_buffer(types: list, extra: int) -> list[int]:
+    """The parameter values of a launch given as ``extra`` = {BUFFER_POINTER, block, BUFFER_SIZE, &size, END}."""
+    key0, block, key1, size_at, end = (ctypes.c_void_p * 5).from_address(extra)
+    assert (key0, key1, end) == (1, 2, None), "not a CU_LAUNCH_PARAM_BUFFER_POINTER / SIZE / END array"
+    offsets = natural_offsets(types)
+    size = ctypes.c_size_t.from_address(size_at).value
+    assert size == offsets[-1] + ctypes.sizeof(types[-1]), f"buffer size {size}"
+    return [t.from_address(block + o).value or 0 for t, o in zip(types, offsets)]
+
+
+#: libcuda's ``cuLaunchKernel`` C signature, pointers as 64-bit integers (how ``_native`` calls it).
+CU_LAUNCH_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64,
+                                    ctypes.c_uint64, ctypes.c_uint64)  # fmt: skip
+
+
+class NativeLibcuda:
+    """A C-callable ``cuLaunchKernel`` (ctypes callback) in front of :class:`FakeLibcuda`: what the
+    compiled launch loop calls. ``fail`` maps a call number (0-based) to the CUresult it returns
+    (nothing is logged for a failed call); ``calls`` counts the calls."""
+
+    def __init__(self, lib: FakeLibcuda):
+        self.lib, self.fail, self.calls = lib, {}, 0
+        self.c_function = CU_LAUNCH_KERNEL(self._call)  # kept alive as long as this object
+        self.address = ctypes.cast(self.c_function, ctypes.c_void_p).value
+
+    def _call(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        n, self.calls = self.calls, self.calls + 1
+        if n in self.fail:
+            return self.fail[n]
+        if (gy, gz, by, bz, shmem) != (1, 1, 1, 1, 0):
+            raise AssertionError(f"unexpected launch shape {(gy, gz, by, bz, shmem)}")
+        return self.lib(ctypes.c_void_p(func), gx, gy, gz, bx, by, bz, shmem, ctypes.c_void_p(stream),
+                        ctypes.c_void_p(params), ctypes.c_void_p(extra) if extra else None)  # fmt: skip
 
 
 class Gpu:
@@ -71,6 +123,18 @@ class Gpu:
         self.driver.check_abi = lambda handle, sizes: None
         self.driver.select(FakeHandle(0), "auto", load=lambda: self.lib)
         self.monkeypatch = monkeypatch
+
+    def native(self) -> NativeLibcuda:
+        """Give the driver a C ``cuLaunchKernel`` (a callback logging like :attr:`lib`): launch tables
+        built from now on run the compiled loop."""
+        self.c_lib = NativeLibcuda(self.lib)
+        self.driver.native = self.c_lib.address
+        return self.c_lib
+
+    def report_offsets(self) -> None:
+        """Let ``check_abi`` report the natural parameter offsets (as a driver does): launches
+        prepared from now on get the one-buffer form."""
+        self.driver.check_abi = lambda handle, sizes: natural_offsets(self.lib.slot_types[int(handle)])
 
     def handle(self, kernel, signature):
         key = (id(kernel), signature)
@@ -98,7 +162,7 @@ def gpu(monkeypatch) -> Gpu:
     monkeypatch.setattr(_common, "compile_kernel", fake.compile)
     monkeypatch.setattr(_kernel_launch, "compile_kernel", fake.compile)
     monkeypatch.setattr(prepared, "_driver", fake.driver)
-    monkeypatch.setattr(_kernel_launch, "_driver", fake.driver)
+    monkeypatch.setattr(table, "_driver", fake.driver)
     monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 0)
     monkeypatch.setattr(_kernel_launch, "_stream_pair", lambda ptr: (ptr, f"core:{ptr}"))
     monkeypatch.setattr(_kernel_launch, "_eager", threading.local())
@@ -121,4 +185,4 @@ def expected_values(args: tuple) -> list[int]:
     return [s.value or 0 for s in values]
 
 
-__all__ = ["CaiArray", "Gpu", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]
+__all__ = ["CaiArray", "Gpu", "NativeLibcuda", "natural_offsets", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]

@@ -29,14 +29,23 @@ def to_kernel(x):
 
 
 
-def run_both(flat, offsets, rows, pool, *, via_public=False) -> np.ndarray:
-    """Scatter on the reference and the kernel from the same pool; assert equal; return the kernel's pool."""
+def run_both(flat, offsets, rows, pool, *, via_public=False, lens=False) -> np.ndarray:
+    """Scatter on the reference and the kernel from the same pool; assert equal; return the kernel's pool.
+
+    ``lens``: the monitor's launch (``scatter_tokens_and_lens``), whose valid lengths must also
+    be what the eager path's subtraction gives (``offsets[1:] - offsets[:-1]``, wrapping)."""
     flat, offsets, rows = (np.asarray(a, dtype=np.int64) for a in (flat, offsets, rows))
     want = pool.copy()
     reference.scatter_req_token_ids(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=want)
     got = to_kernel(pool.copy())
     args = dict(flat_in=to_kernel(flat), offsets=to_kernel(offsets), req_pool_indices=to_kernel(rows), pool_out=got)
-    if via_public:
+    if lens:
+        out = to_kernel(np.full(rows.shape[0] + 2, FILL, dtype=np.int64))  # two words past bs stay untouched
+        glue.scatter_tokens_and_lens(**args, lens_out=out[: rows.shape[0]])
+        with np.errstate(over="ignore"):
+            want_lens = np.concatenate([np.subtract(offsets[1:], offsets[:-1]), [FILL, FILL]])
+        np.testing.assert_array_equal(to_host(out), want_lens)
+    elif via_public:
         public.scatter_req_token_ids(**args, backend="cuda")
     else:
         glue.scatter_req_token_ids(**args)
@@ -144,3 +153,43 @@ def test_gpu_garbage_at_scale_equals_reference():
     offsets = rng.integers(-100, 50000, bs + 1)
     req_rows = rng.permutation(np.arange(-5000, rows + 5000))[:bs]
     run_both(rng.integers(-(1 << 62), 1 << 62, 40000), offsets, req_rows, pool_of(rows, width))
+
+
+# --- the monitor's launch: the scatter and the valid lengths together ------------------------------------
+
+
+@pytest.mark.simulator
+def test_lens_launch_pinned_cases():
+    pool = run_both([10, 20, 30, 40, 50, 60, 70, 80, 90], [0, 3, 5, 9], [3, 1, 5], pool_of(6, 8), lens=True)
+    assert pool[3, :4].tolist() == [10, 20, 30, FILL]
+    # Nothing to scatter (no tokens, an empty request, a row outside the pool): lengths written anyway.
+    run_both([], [0, 0, 0], [1, 2], pool_of(3, 4), lens=True)
+    run_both([7, 8], [0, 2], [9], pool_of(2, 4), lens=True)
+    run_both([11, 12, 13, 14, 15, 16], [-2, 3, 1, 4, 9, 2, 5], [1, 2, -1, 3, 0, 4], pool_of(4, 6), lens=True)
+    big = np.iinfo(np.int64)
+    run_both([1, 2], [big.max, big.min + 3, 0], [0, 1], pool_of(2, 3), lens=True)  # wrapping differences
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("seed", range(4))
+def test_lens_launch_random_and_garbage_batches(seed):
+    rng = np.random.default_rng(90 + seed)
+    run_both(*random_case(rng, int(rng.integers(1, 12)), int(rng.integers(1, 40))), lens=True)
+    bs, rows, num_tokens = int(rng.integers(1, 10)), 6, int(rng.integers(0, 30))
+    offsets = rng.integers(-10, num_tokens + 10, bs + 1)
+    req_rows = rng.permutation(np.arange(-3, rows + 3))[:bs]
+    run_both(rng.integers(-(1 << 62), 1 << 62, num_tokens), offsets, req_rows, pool_of(rows, 5), lens=True)
+
+
+@pytest.mark.simulator
+@pytest.mark.parametrize("width_from_block", [-1, 1, 2])
+def test_lens_launch_widths_around_column_tile(width_from_block):
+    width = max(1, _block() + width_from_block) if width_from_block < 2 else 2 * _block() + 1
+    run_both(*random_case(np.random.default_rng(7 + width_from_block), 5, width), lens=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("bs", "width"), [(1, 1 << 16), (1024, 2048), (70000, 257)])
+def test_gpu_lens_launch_at_scale_equals_reference(bs, width):
+    pytest.importorskip("cupy")
+    run_both(*random_case(np.random.default_rng(bs + 1), bs, width), lens=True)

@@ -12,7 +12,7 @@ import pytest
 from helpers import raises_code
 from monitor_helpers import DECODE, PREFILL, Driver, flip_and_step
 
-from kvcanary_numba.constants import CanaryLaunchTag
+from kvcanary_numba.constants import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary_numba.monitor import SlotChain
 from kvcanary_numba.monitor.health import HealthChecker
 from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
@@ -29,13 +29,40 @@ def _snapshot(step: int, ran: dict[int, int]) -> Snapshot:
 
 def _checker(launched_per_step: int, steps: int, *, interval: int = 1, warmup_steps: int = 0) -> HealthChecker:
     checker = HealthChecker(interval=interval, warmup_steps=warmup_steps)
+    launches = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+    launches[TAIL_K] = launched_per_step
     for step in range(steps):
-        checker.host[TAIL_K] += launched_per_step
+        checker.add(launches)
         checker.end_step(step)
     return checker
 
 
 # --- health: partial loss, and the first check after warm-up --------------------------------
+
+
+def test_health_counts_phases_and_other_launches_per_step():
+    # The monitor counts phases (ints); host multiplies them out, and each step's counts are kept
+    # as of its end: a check of an older snapshot compares what had been issued by then.
+    head = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+    tail = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+    head[int(CanaryLaunchTag.HEAD_K_FULL)], tail[TAIL_K] = 2, 3
+    checker = HealthChecker(interval=1, warmup_steps=0, phases=(head, tail))
+    sweep = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+    sweep[int(CanaryLaunchTag.SWEEP_K_FULL)] = 1
+    checker.pre += 1
+    checker.post += 1
+    checker.add(sweep)
+    checker.end_step(0)
+    checker.pre += 1
+    checker.post += 1
+    checker.end_step(1)
+    np.testing.assert_array_equal(checker.host, 2 * head + 2 * tail + sweep)
+    report = checker.check(_snapshot(0, {int(CanaryLaunchTag.HEAD_K_FULL): 2, TAIL_K: 3}))
+    assert report.launched == {"HEAD_K_FULL": 2, "TAIL_K_FULL": 3, "SWEEP_K_FULL": 1}  # as of step 0
+    assert report.stalled == ("SWEEP_K_FULL",)
+    report = checker.check(_snapshot(1, {int(CanaryLaunchTag.HEAD_K_FULL): 4, TAIL_K: 6,
+                                         int(CanaryLaunchTag.SWEEP_K_FULL): 1}))  # fmt: skip
+    assert report.launched == {"HEAD_K_FULL": 2, "TAIL_K_FULL": 3} and report.ok  # since step 0
 
 
 @pytest.mark.parametrize(("ran", "stalled"), [(7, True), (8, False), (9, False), (0, True)])

@@ -12,6 +12,7 @@ from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.engine import FAULT_CLASSES, EngineConfig, ToyEngine
+from kvcanary_numba.kernels import scatter as scatter_kernels
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.recording import recording
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -61,8 +62,11 @@ def test_the_prepared_phases_hold_the_fused_launches():
     driver.step(PREFILL)
     driver.step(DECODE)
     assert m.fast.prepared == 2  # two batch shapes
-    for head, tail in m.fast._phases.values():  # plans + fused verify and write; fused verify and write
-        assert (len(head.launches), len(tail.launches)) == (4, 2)
+    # HEAD: the token scatter with the valid lengths (the eager path's public scatter and CuPy
+    # subtraction, as one launch of the phase), 2 plans, fused verify and write; TAIL: fused verify, write.
+    for head, tail in m.fast._phases.values():
+        assert (len(head.launches), len(tail.launches)) == (5, 2)
+        assert head.launches[0].signature == scatter_kernels.SIGNATURES["scatter_lens"][0]
 
 
 @pytest.mark.simulator

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
+import shutil
+import subprocess
 import sys
 import types
 
@@ -14,6 +18,7 @@ from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch
+from kvcanary_numba.launch.table import LaunchTable
 from kvcanary_numba.monitor import StepBatch, fastpath
 from kvcanary_numba.monitor.fastpath import FastPath, PreparedPhase
 from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
@@ -23,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import bench_step  # noqa: E402
+from benchmarks.fake_runtime import CompiledFunctions  # noqa: E402
 from benchmarks.host_step import FakeRuntime, decode_monitor, fake_cuda_readback  # noqa: E402
 
 on_simulator = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
@@ -146,14 +152,27 @@ def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
 # --- the GPU readback against a fake runtime -----------------------------------------------------------
 
 
-def _readback(deferred: bool):
-    block = StatusBlock(np, 1)
+def _readback(deferred: bool, compiled: bool = False, block: StatusBlock | None = None):
+    """A CUDA readback of ``block`` (default: a new one) on a fake runtime; ``compiled``: its usual
+    step goes through the compiled readback calls (ctypes callbacks into the same fake runtime)."""
+    block = StatusBlock(np, 1) if block is None else block
     runtime = FakeRuntime(deferred=deferred)
-    return block, runtime, fake_cuda_readback(block, runtime)
+    functions = CompiledFunctions(runtime) if compiled else None
+    rb = fake_cuda_readback(block, runtime, functions=None if functions is None else functions.addresses)
+    rb.functions = functions  # kept alive with the readback
+    assert (rb.native is not None) == compiled
+    return block, runtime, rb
 
 
-def test_readback_in_step_returns_the_previous_step_and_never_waits():
-    block, runtime, rb = _readback(deferred=False)
+both_paths = pytest.mark.parametrize("compiled", [False, True], ids=["runtime calls", "compiled calls"])
+
+
+@both_paths
+def test_readback_in_step_returns_the_previous_step_and_never_waits(compiled, monkeypatch):
+    block, runtime, rb = _readback(deferred=False, compiled=compiled)
+    if compiled:  # the usual state takes the compiled calls only
+        monkeypatch.setattr(rb, "_issue", None)
+        monkeypatch.setattr(rb, "_collect", None)
     got = []
     for step in range(4):
         block.words[0] = 10 + step
@@ -165,8 +184,9 @@ def test_readback_in_step_returns_the_previous_step_and_never_waits():
     assert runtime.calls == {"eventRecord": 8, "streamWaitEvent": 4, "memcpyAsync": 4, "eventQuery": 3}
 
 
-def test_readback_behind_waits_only_for_the_copy_two_steps_old():
-    block, runtime, rb = _readback(deferred=True)
+@both_paths
+def test_readback_behind_waits_only_for_the_copy_two_steps_old(compiled):
+    block, runtime, rb = _readback(deferred=True, compiled=compiled)
     block.words[0] = 5
     assert rb.push(0) is None
     block.words[0] = 6
@@ -182,6 +202,38 @@ def test_readback_behind_waits_only_for_the_copy_two_steps_old():
     runtime.finish()
     snap = rb.flush()
     assert snap.step == 3
+
+
+@pytest.mark.parametrize("call, code, name", [
+    ("cuEventQuery", 700, "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ("cuMemcpyDtoHAsync_v2", 1, "cuMemcpyDtoHAsync_v2 failed: CUDA_ERROR_INVALID_VALUE"),
+])  # fmt: skip
+def test_a_failed_compiled_readback_call_raises_with_its_name(call, code, name):
+    block, runtime, rb = _readback(deferred=False, compiled=True)
+    rb.push(0)
+    rb.functions.fail[call] = code
+    with pytest.raises(RuntimeError, match=name):
+        rb.push(1)
+
+
+def test_the_compiled_readback_calls_in_order_on_the_right_streams():
+    block, runtime, rb = _readback(deferred=True, compiled=True)
+    calls = []
+    for name in ("eventQuery", "eventRecord", "streamWaitEvent", "memcpyAsync"):
+        method = getattr(runtime, name)
+        setattr(runtime, name, lambda *args, name=name, method=method: calls.append((name, *args)) or method(*args))
+    rb.push(0)
+    runtime.finish()
+    rb.push(1)
+    (l0, c0, h0), (l1, c1, h1) = rb._buffers
+    side, compute, device, nbytes = rb._copy[4], 7, block.words.ctypes.data, block.words.nbytes
+    assert calls == [
+        ("eventRecord", l0, compute), ("streamWaitEvent", side, l0, 0),
+        ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c0, side),
+        ("eventQuery", c0),  # step 1: the previous copy's event first, then step 1's calls on buffer 1
+        ("eventRecord", l1, compute), ("streamWaitEvent", side, l1, 0),
+        ("memcpyAsync", h1, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c1, side),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("low", [0, 1, 7, 2**31 - 1, -1, -(2**31)])
@@ -227,16 +279,21 @@ class _FakeGraph:
 @pytest.mark.simulator
 @on_simulator
 @pytest.mark.parametrize("graph", [False, True], ids=["prepared", "graph replay"])
-def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph):
+@both_paths
+def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph, compiled):
     w, _ = stubbed
+    if compiled:
+        _, _, rb = _readback(deferred=False, compiled=True, block=w.monitor.status)
+        w.monitor.readback = w.monitor.pump.readback = rb
     monkeypatch.setattr(bench_step, "synchronize", lambda: None)
-    monkeypatch.setattr(bench_step, "_spin", lambda us: None)
+    # The spin before each step is a launch of its own: it must not count as one of the step's.
+    monkeypatch.setattr(bench_step, "_spin", lambda us: PreparedLaunch.launch(None))
     _step(w)
     m, run = w.monitor, _Run()
     saved = dict(vars(m.readback))
     if graph:
         m.graph = _FakeGraph(w.batch)
-    launch = PreparedLaunch.launch
+    launch, table_launch = PreparedLaunch.launch, LaunchTable.launch
     bench_step._host_split(run, w, "decode")
     rows = {r["variant"].split(", ")[1]: r for r in run.records}
     assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
@@ -245,7 +302,7 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     assert rows["end_step: runtime calls"]["launches"] == 5
     assert all(r["iters"] == 3 for r in run.records)
     # Everything the split wrapped is back as it was.
-    assert PreparedLaunch.launch is launch and vars(m.readback) == saved
+    assert PreparedLaunch.launch is launch and LaunchTable.launch is table_launch and vars(m.readback) == saved
     if graph:
         assert isinstance(m.graph.head, types.SimpleNamespace)
     with raises_code("KVC-M005"):
@@ -299,3 +356,50 @@ def test_bound_arrays_without_a_shape_are_never_reused():
     assert BoundArrays((table, None), "head", "tail").holds((table, None))
     assert not BoundArrays((table, shapeless), "head", "tail").holds((table, shapeless))
     assert not BoundArrays((table,), "head", "tail").holds((table, None))  # another number of arrays
+
+
+# --- the harness with a fake libcuda (a subprocess: the fake must not enter this process) ---------------
+
+
+@pytest.mark.simulator
+@on_simulator
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="builds a C library")
+@pytest.mark.parametrize("loop", ["python", "compiled"])
+def test_host_step_with_the_fake_driver_makes_every_launch_of_the_step(loop):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.host_step", "--driver", "fake", "--loop", loop,
+                           "--steps", "20", "--requests", "3", "--prefix", "4"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    launches = int(re.search(r"(\d+) prepared launches per step", done.stdout).group(1))
+    calls = float(re.search(r"fake driver: ([\d.]+) cuLaunchKernel calls per step", done.stdout).group(1))
+    assert launches > 0 and calls == launches  # every prepared launch reached the driver, once per step
+    assert f"({loop} loop)" in done.stdout
+
+
+def test_the_fast_snapshot_is_the_dataclass():
+    from kvcanary_numba.monitor.readback import _snapshot
+
+    words = np.arange(27, dtype=np.int64)
+    fast, plain = _snapshot(4, words), Snapshot(4, words)
+    assert type(fast) is Snapshot and fast == plain and fast.words is words and fast.step == 4
+    with pytest.raises(AttributeError):
+        fast.step = 5  # still frozen
+
+
+def test_the_exact_test_of_bound_arrays():
+    from kvcanary_numba.monitor.bound import BoundArrays, _exact_test
+
+    a, b = np.zeros(4, dtype=np.int64), np.zeros((2, 3), dtype=np.int32)
+    arrays = (a, None, b, a)  # an absent role, an array bound under two roles
+    exact = _exact_test(arrays)
+    assert exact(arrays) and exact((a, None, b, a))
+    assert not exact((a, None, b)) and not exact((a, None, b, a, None))  # another count
+    assert not exact((a, a, b, a)) and not exact((a, None, b, b)) and not exact((a.copy(), None, b, a))
+    assert _exact_test((b, a)) is not exact  # one closure per bound set ...
+    b.shape = (3, 2)  # ... and an in-place shape change is seen
+    assert not exact(arrays) and not BoundArrays(arrays[:3], "head", "tail").holds((a, None, np.zeros(1)))
+    bound = BoundArrays((a, None, b), "head", "tail")
+    assert bound.holds((a, None, b))
+    b.shape = (2, 3)
+    assert not bound.holds((a, None, b))  # the general path agrees: another shape

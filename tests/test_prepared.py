@@ -57,8 +57,8 @@ for spec in sys.argv[1:]:
 print(json.dumps(out))
 """
 _PTX_KERNELS = ("verify:verify_tok1_src2", "write:write_assert1_src1", "plan:plan_offsets", "plan:plan_entries",
-                "scatter:scatter", "fingerprint:fingerprint_src1", "endpoints:verify_endpoints_tok1_src2",
-                "endpoints:write_endpoints_assert1_src1")  # fmt: skip
+                "scatter:scatter", "scatter:scatter_lens", "fingerprint:fingerprint_src1",
+                "endpoints:verify_endpoints_tok1_src2", "endpoints:write_endpoints_assert1_src1")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,11 @@ import sys
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import Driver, monitor_records
+from monitor_helpers import ROWS, WIDTH, Driver, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
+from kvcanary_numba.kernels import scatter as kernels_scatter
+from kvcanary_numba.kernels import translate as kernels_translate
 from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
@@ -39,6 +41,9 @@ _STEPS = [
     ({1: [(14, 4)], 2: [(23, 7)]}, "flip"),  # same shapes as the step before: rebinding only
     ({1: [(15, 8)], 2: [(24, 9)]}, None),
 ]
+
+
+_TOKENS = {"check_verify_expected_token": True, "max_requests": ROWS, "max_context_len": WIDTH}
 
 
 def _run(driver: Driver) -> Driver:
@@ -76,9 +81,32 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     assert sorted(map(id, compiled)) == sorted(map(id, expected))
 
 
+def test_eager_compilation_adds_the_input_launches_of_the_head_phase(monkeypatch):
+    """The expected-token check adds the scatter-and-lengths kernel, an SWA group the slot
+    translation: HEAD's first launches on the prepared path (and in a captured graph)."""
+    from kvcanary_numba.kernels import scatter, translate
+    from kvcanary_numba.launch import _compile
+    from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
+
+    compiled = []
+    monkeypatch.setattr(_compile, "compile_kernel", lambda kernel, signature: compiled.append(id(kernel)))
+
+    def kernels(**options) -> set:
+        compiled.clear()
+        compile_monitor_kernels(Driver(**options).monitor)
+        return set(compiled)
+
+    plain, tokens, swa = kernels(), kernels(**_TOKENS), kernels(swa_window=2)
+    lens, slots = id(scatter.KERNELS["scatter_lens"]), id(translate.KERNELS["translate"])
+    assert lens in tokens and slots in swa and not {lens, slots} & plain
+    assert slots not in tokens and lens not in swa
+
+
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}], ids=["full_kv", "full_plus_swa"])
+@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}, _TOKENS,
+                                     {"swa_window": 2, "has_v": False, **_TOKENS}],
+                         ids=["full_kv", "full_plus_swa", "full_kv_tokens", "full_plus_swa_tokens"])  # fmt: skip
 def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
     runs = {kind: _run(_driver(kind, **options)) for kind in ("reference", "eager", "fast")}
     ref = runs["reference"].monitor
@@ -91,8 +119,91 @@ def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
         for g, g_ref in zip(m.groups, ref.groups):
             for key, buf in g.buffers.items():
                 np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
-    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs.
+    # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs (the flat token list grows
+    # every step: no part of the key).
     assert runs["fast"].monitor.fast.prepared == 2
+    if "max_requests" in options:  # the expected-token pool and valid lengths, as the eager path left them
+        for kind in ("eager", "fast"):
+            m = runs[kind].monitor
+            np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
+            np.testing.assert_array_equal(m.valid_lens, ref.valid_lens, err_msg=kind)
+        head = runs["fast"].monitor.fast._last.head
+        assert head.launches[0].signature == kernels_scatter.SIGNATURES["scatter_lens"][0]  # HEAD's first launch
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypatch):
+    from kvcanary_numba.monitor import groups, launches
+
+    driver = _driver("fast", swa_window=2, has_v=False, **_TOKENS)
+    calls, prepare = [], driver.monitor._prepare_inputs
+    monkeypatch.setattr(launches, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
+    monkeypatch.setattr(groups, "translate_slots", lambda *a, **kw: calls.append("array translation"))
+    monkeypatch.setattr(driver.monitor, "_prepare_inputs",
+                        lambda batch, eager=True: calls.append(eager) or prepare(batch, eager=eager))  # fmt: skip
+    _run(driver)
+    # Every step: inputs left to HEAD's first launches (token scatter and lengths, SWA translation).
+    assert calls == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
+    names = [launch.kernel for launch in driver.monitor.fast._last.head.launches[:2]]
+    assert names == [kernels_scatter.scatter_lens_kernel, kernels_translate.translate_kernel]
+
+
+def _run_in_place(driver: Driver) -> Driver:
+    """:func:`_run`'s decode steps 2-4 on ONE batch object refilled in place (the flat token list,
+    which grows, is reassigned): after the first of them the fast path binds nothing."""
+    from monitor_helpers import token_bytes
+
+    driver.step(_STEPS[0][0])
+    batch = None
+    for new, fault in _STEPS[1:]:
+        step = driver.batch(new)
+        if batch is None:
+            batch = step
+        else:
+            for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "input_ids", "positions",
+                         "out_cache_loc", "token_offsets"):  # fmt: skip
+                getattr(batch, name)[...] = getattr(step, name)
+            batch.token_ids_flat = step.token_ids_flat
+        if fault == "flip":
+            driver.k[2, 0] ^= 1
+        with driver.monitor.forward(batch):
+            for token, slot in zip(batch.input_ids, batch.out_cache_loc):
+                driver.k[slot], driver.v[slot] = token_bytes(int(token), 0), token_bytes(int(token), 1)
+                if hasattr(driver, "swa_k"):
+                    driver.swa_k[driver.lut[slot]] = token_bytes(int(token), 2)
+        for row, tokens in new.items():
+            driver.requests[row] += tokens
+        driver.monitor.end_step()
+    driver.monitor.flush()
+    return driver
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
+def test_a_batch_refilled_in_place_launches_what_eager_steps_launch(monkeypatch):
+    # Steady state: the phases bound at the first of these steps launch again (no input views are
+    # built: the valid lengths and SWA slots are the same views); the SWA slots and the tokens
+    # are still translated and scattered by HEAD's first launches every step.
+    from kvcanary_numba.monitor.fastpath import PreparedPhase
+
+    options = {"swa_window": 2, "has_v": False, **_TOKENS}
+    runs = {kind: _run_in_place(_driver(kind, **options)) for kind in ("reference", "eager")}
+    binds = []
+    bind = PreparedPhase.bind
+    monkeypatch.setattr(PreparedPhase, "bind", lambda self, roles: binds.append(1) or bind(self, roles))
+    runs["fast"] = _run_in_place(_driver("fast", **options))
+    assert len(binds) == 4  # HEAD and TAIL at step 1, and at step 2 (the in-place batch); never again
+    ref = runs["reference"].monitor
+    assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
+    for kind in ("eager", "fast"):
+        m = runs[kind].monitor
+        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
+        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
+        np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
+        for g, g_ref in zip(m.groups, ref.groups):
+            for key, buf in g.buffers.items():
+                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
 
 
 @pytest.mark.simulator
@@ -154,6 +265,28 @@ def test_graph_replays_only_the_captured_batch_fields():
     assert ran == ["graph", "graph", "prepared"] and graph.replays == 2
 
 
+def test_a_graph_does_not_replay_on_other_token_arrays():
+    # With the expected-token check, the captured HEAD graph scatters from the captured token
+    # arrays: another flat token list (other memory, or another length) takes the prepared path.
+    from types import SimpleNamespace
+
+    from kvcanary_numba.monitor import capture, fastpath
+
+    batch = Driver().batch({1: [(11, 1)], 2: [(21, 5)]})
+    ran = []
+    graph = capture.CapturedStep.__new__(capture.CapturedStep)
+    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
+    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
+    monitor = SimpleNamespace(graph=graph, fast=SimpleNamespace(pre=lambda b: ran.append("prepared"), post=None))
+    fastpath.run_pre(monitor, batch)
+    batch.token_ids_flat = batch.token_ids_flat[:-1]  # the same memory, one token fewer
+    fastpath.run_pre(monitor, batch)
+    batch.token_ids_flat = graph._captured[fastpath.BATCH_ROLES.index("token_ids_flat")]
+    batch.token_offsets = batch.token_offsets.copy()
+    fastpath.run_pre(monitor, batch)
+    assert ran == ["graph", "prepared", "prepared"]
+
+
 def test_graph_capture_needs_a_gpu_monitor():
     driver = Driver()
     batch = driver.batch({1: [(11, 1)]})
@@ -200,6 +333,30 @@ def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
     for kind in ("fast", "graph"):
         for name, array in runs["eager"].items():
             np.testing.assert_array_equal(runs[kind][name], array, err_msg=f"{kind}: {name}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loop", ["python", "compiled", "compiled one-buffer"])
+def test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop(monkeypatch, loop):
+    # The per-launch Python loop, the compiled launch loop and readback (the default), and the
+    # compiled loop passing each kernel's parameters as one buffer (_driver.PARAM_BUFFER).
+    from kvcanary_numba.launch import _driver
+
+    driver = _driver._Driver()  # a fresh driver: the loop switch is read when it is chosen
+    monkeypatch.setattr(_driver, "DRIVER_CALLS", "python" if loop == "python" else "compiled")
+    monkeypatch.setattr(_driver, "PARAM_BUFFER", loop.endswith("one-buffer"))
+    driver.select(object(), "bindings")  # now: launches packed before this test use it too
+    for module in ("prepared", "table"):
+        monkeypatch.setattr(f"kvcanary_numba.launch.{module}._driver", driver)
+    eager, _ = _gpu_run("eager")
+    fast, m = _gpu_run("fast")
+    tables = [phase.table for phases in m.fast._phases.values() for phase in phases]
+    assert tables and all(t.compiled == (loop != "python") for t in tables)
+    assert (m.readback.native is not None) == (loop != "python")
+    if loop.endswith("one-buffer"):
+        assert any(row[4] for t in tables for row in t.table)  # the driver reported our layout somewhere
+    for name, array in eager.items():
+        np.testing.assert_array_equal(fast[name], array, err_msg=f"{loop}: {name}")
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """Numba-CUDA kernels: ``@cuda.jit`` kernels and device functions only.
 
-One module per operation (``verify``, ``write``, ``fingerprint``, ``plan``,
+One module per operation (``verify``, ``write``, ``fingerprint``, ``plan``, ``translate``,
 ``scatter``) plus ``hashing`` (device splitmix64 / mix3 / slot hash). Host code
 never lives here: argument checks are in the public wrappers
 (``kvcanary_numba/<op>.py``), grids and array wrapping in

@@ -12,7 +12,27 @@ from __future__ import annotations
 from numba import cuda, int32, int64
 
 #: Explicit signatures (eager compilation and the sm_90 PTX test).
-SIGNATURES = {"scatter": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64)",)}
+SIGNATURES = {
+    "scatter": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64)",),
+    "scatter_lens": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64, int64[::1])",),
+}
+
+
+@cuda.jit(device=True)
+def scatter_column(r, col, flat_in, offsets, req_pool_indices, pool_out):
+    """Column ``col`` of request ``r``: ``pool_out[req_pool_indices[r], col] = flat_in[offsets[r] + col]``
+    within the row, the request's length and ``flat_in`` (the module docstring's rules)."""
+    rp = int64(req_pool_indices[r])
+    if rp < 0 or rp >= int64(pool_out.shape[0]):
+        return
+    start = int64(offsets[r])
+    # Wrap-around subtraction on hostile offsets, as the reference computes it.
+    write_len = min(int64(offsets[r + 1]) - start, int64(pool_out.shape[1]))
+    if col >= write_len:
+        return
+    src = start + col
+    if 0 <= src < int64(flat_in.shape[0]):
+        pool_out[rp, col] = int32(flat_in[src])
 
 
 @cuda.jit
@@ -24,24 +44,26 @@ def scatter_kernel(flat_in, offsets, req_pool_indices, pool_out, col_tiles):
     on the device), so tiles past a request's length exit after three loads.
     """
     bs = int64(req_pool_indices.shape[0])
-    num_tokens = int64(flat_in.shape[0])
-    rows = int64(pool_out.shape[0])
-    width = int64(pool_out.shape[1])
     tile_width = int64(cuda.blockDim.x)
     for item in range(int64(cuda.blockIdx.x), bs * col_tiles, int64(cuda.gridDim.x)):
         r = item // col_tiles
         col = (item - r * col_tiles) * tile_width + int64(cuda.threadIdx.x)
-        rp = int64(req_pool_indices[r])
-        if rp < 0 or rp >= rows:
-            continue
-        start = int64(offsets[r])
-        # Wrap-around subtraction on hostile offsets, as the reference computes it.
-        write_len = min(int64(offsets[r + 1]) - start, width)
-        if col >= write_len:
-            continue
-        src = start + col
-        if 0 <= src < num_tokens:
-            pool_out[rp, col] = int32(flat_in[src])
+        scatter_column(r, col, flat_in, offsets, req_pool_indices, pool_out)
 
 
-KERNELS = {"scatter": scatter_kernel}
+@cuda.jit
+def scatter_lens_kernel(flat_in, offsets, req_pool_indices, pool_out, col_tiles, lens_out):
+    """:func:`scatter_kernel`, and ``lens_out[r] = offsets[r + 1] - offsets[r]`` for every request
+    (int64, wrapping; whatever its row or length): the monitor's expected-token scatter and the
+    valid lengths its plans read, in one launch. ``col_tiles >= 1``, so every request has an item."""
+    bs = int64(req_pool_indices.shape[0])
+    tile_width = int64(cuda.blockDim.x)
+    for item in range(int64(cuda.blockIdx.x), bs * col_tiles, int64(cuda.gridDim.x)):
+        r = item // col_tiles
+        tile = item - r * col_tiles
+        if tile == 0 and cuda.threadIdx.x == 0:
+            lens_out[r] = int64(offsets[r + 1]) - int64(offsets[r])
+        scatter_column(r, tile * tile_width + int64(cuda.threadIdx.x), flat_in, offsets, req_pool_indices, pool_out)
+
+
+KERNELS = {"scatter": scatter_kernel, "scatter_lens": scatter_lens_kernel}

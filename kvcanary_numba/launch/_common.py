@@ -128,7 +128,9 @@ thread. Under the simulator nothing is packed: the glue runs every call.
 
 The builders live in :mod:`._array_views`, grids and compilation in :mod:`._compile`,
 launch and replay in :mod:`._kernel_launch`, packing in :mod:`.prepared`, the driver
-calls (and their single route switch, ``_driver.LAUNCH_ROUTE``) in :mod:`._driver`.
+calls (and their single route switch, ``_driver.LAUNCH_ROUTE``) in :mod:`._driver`,
+launches issued together (a replayed call, a prepared phase: one compiled loop for all
+of them, ``_driver.DRIVER_CALLS``) in :mod:`.table` and :mod:`._native`.
 The glue calls them through this module (``_common.kernel_array(...)``).
 """
 

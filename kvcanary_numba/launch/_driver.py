@@ -26,6 +26,12 @@ on a CPU stub) but has not been measured there yet
 The driver is the same either way: cuda-bindings loads the same
 ``libcuda.so.1`` into the process, and both calls use the calling thread's
 current context.
+
+Launches issued together (a prepared phase, a replayed public call:
+:class:`~.table.LaunchTable`) skip the route: :data:`DRIVER_CALLS` ``"compiled"``
+(default) calls libcuda's ``cuLaunchKernel`` (:attr:`_Driver.native`, its address
+through ctypes) from one compiled loop for all of them (:mod:`._native`); the
+monitor's status readback makes its calls the same way (:func:`libcuda_functions`).
 """
 
 from __future__ import annotations
@@ -35,10 +41,26 @@ import logging
 import os
 from typing import Any, Callable
 
-__all__ = ["AbiMismatch", "LAUNCH_ROUTE", "choose_route", "driver", "load_libcuda_launch"]
+__all__ = ["AbiMismatch", "DRIVER_CALLS", "LAUNCH_ROUTE", "PARAM_BUFFER", "choose_route", "compiled_calls", "driver",
+           "libcuda_functions", "load_libcuda_launch", "native_address"]
 
 #: Driver-call route of raw launches: "auto", "ctypes" or "bindings" (see the module docstring).
 LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
+
+#: Launch tables pass each kernel's parameters as ONE buffer (``cuLaunchKernel``'s ``extra``:
+#: ``CU_LAUNCH_PARAM_BUFFER_POINTER``) instead of an array of pointers to each of them (the
+#: monitor's kernels take 90-166 parameters; the driver copies one block instead of following
+#: one pointer per parameter). Only for kernels whose parameter offsets the driver reported and
+#: the packing matches (``check_abi``). Off until measured on a GPU (env ``KVCANARY_PARAM_BUFFER=1``;
+#: read when a table is built).
+PARAM_BUFFER = os.environ.get("KVCANARY_PARAM_BUFFER", "0") == "1"
+
+#: Who makes the driver calls issued together (a prepared phase's or a replayed public call's
+#: launches, the monitor's readback calls of a step): "compiled" (a Numba-compiled function calls
+#: libcuda's functions through their addresses, see ``_native``; needs libcuda through ctypes)
+#: or "python" (each launch by the route above, the readback through CuPy's runtime). Read when
+#: the first raw launch is prepared and when a readback is built (env ``KVCANARY_DRIVER_CALLS``).
+DRIVER_CALLS = os.environ.get("KVCANARY_DRIVER_CALLS", "compiled")
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
@@ -78,6 +100,32 @@ def choose_route(preference: str, load: Callable[[], Callable | None], handle: A
     return "bindings", None
 
 
+def compiled_calls() -> bool:
+    """Whether :data:`DRIVER_CALLS` asks for compiled driver calls (RuntimeError on another value)."""
+    if DRIVER_CALLS not in ("compiled", "python"):
+        raise RuntimeError(f"DRIVER_CALLS must be 'compiled' or 'python', not {DRIVER_CALLS!r}")
+    return DRIVER_CALLS == "compiled"
+
+
+def libcuda_functions(names, load: Callable = lambda: ctypes.CDLL("libcuda.so.1")) -> list[int] | None:
+    """Addresses of libcuda's functions ``names`` for compiled calls, or None (``DRIVER_CALLS`` is
+    "python", libcuda does not load through ctypes, or one of them is missing)."""
+    if not compiled_calls():
+        return None
+    try:
+        lib = load()
+        return [native_address(getattr(lib, name)) for name in names]
+    except (OSError, AttributeError):
+        return None
+
+
+def native_address(fn) -> int | None:
+    """The address of a ctypes foreign function (libcuda's ``cuLaunchKernel``), else None."""
+    if not isinstance(fn, ctypes._CFuncPtr):  # None, or a stand-in that is not a C function
+        return None
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
 class _Driver:
     """Raw launches and the ABI check; ``launch`` is the chosen route's call."""
 
@@ -88,6 +136,8 @@ class _Driver:
         self._success: Any = None
         self._streams: dict[int, Any] = {}
         self.route: str | None = None  # chosen at the first select()
+        #: Address of a C ``cuLaunchKernel`` for compiled launch loops (set by select(); None: loop in Python).
+        self.native: int | None = None
 
     @property
     def cu(self):
@@ -104,6 +154,8 @@ class _Driver:
             self.launch = self._launch_ctypes if self.route == "ctypes" else self._launch_bindings
             if self.route == "bindings":  # looked up once: attribute reads are a launch's hot path
                 self._cu_launch, self._success = self.cu.cuLaunchKernel, self.cu.CUresult.CUDA_SUCCESS
+            if compiled_calls():
+                self.native = native_address(self._fn if self._fn is not None else load())
         return self.route
 
     def func_arg(self, handle: Any):
@@ -142,23 +194,27 @@ class _Driver:
         except (ImportError, ValueError):
             return f"CUresult {err}"
 
-    def check_abi(self, handle, sizes: list[int]) -> None:
+    def check_abi(self, handle, sizes: list[int]) -> list[int] | None:
         """Raise :class:`AbiMismatch` unless the packed parameter sizes are the compiled kernel's
-        (when the driver can tell)."""
+        (when the driver can tell); returns the parameters' offsets in the kernel's parameter
+        block as the driver reports them, or None when it cannot tell."""
         cu = self.cu
         query = cu.cuKernelGetParamInfo if isinstance(handle, cu.CUkernel) else getattr(cu, "cuFuncGetParamInfo", None)
         if query is None:
-            return
+            return None
+        offsets = []
         for i, size in enumerate(sizes):
-            err, _, actual = query(handle, i)
+            err, offset, actual = query(handle, i)
             if err != cu.CUresult.CUDA_SUCCESS:
                 if i == 0 and err == cu.CUresult.CUDA_ERROR_NOT_SUPPORTED:
-                    return  # older driver: nothing to compare against
+                    return None  # older driver: nothing to compare against
                 raise AbiMismatch(f"kernel has {i} parameters, {len(sizes)} were packed")
             if actual != size:
                 raise AbiMismatch(f"parameter {i} is {actual} bytes, packed {size}")
+            offsets.append(int(offset))
         if query(handle, len(sizes))[0] == cu.CUresult.CUDA_SUCCESS:
             raise AbiMismatch(f"kernel has more than the {len(sizes)} packed parameters")
+        return offsets
 
 
 #: The process's driver calls (one route for every raw launch).

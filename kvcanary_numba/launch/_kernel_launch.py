@@ -14,7 +14,6 @@ from typing import Any, Callable, Sequence
 
 from ..kernels import ON_SIMULATOR
 from ._compile import check_signature, compile_kernel
-from ._driver import driver as _driver
 from .spec import LaunchSpec
 
 __all__ = [
@@ -119,7 +118,7 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any]) -
 #: Per host thread: (kernel, signature, device) -> the PreparedLaunch every eager launch of it
 #: refills. Per thread because a refill rewrites the launch's parameter buffer in place.
 _eager = threading.local()
-_prepared = None  # the .prepared module, imported on first use (it imports this module's API)
+_prepared = _table = None  # the .prepared and .table modules, imported on first use (they import this API)
 
 
 def _prepared_module():
@@ -129,6 +128,15 @@ def _prepared_module():
 
         _prepared = prepared
     return _prepared
+
+
+def _table_module():
+    global _table
+    if _table is None:
+        from . import table
+
+        _table = table
+    return _table
 
 
 def run_spec(spec: LaunchSpec) -> None:
@@ -242,9 +250,7 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     if launches is not None and entry.where == where:
         if VERIFY_REPLAYS:
             _verify(launches, run, kwargs, stream)
-        raw = _driver.launch
-        for p in launches:
-            raw(p._func, p.grid, p.block, stream, p._params)
+        launches.launch(stream)  # a LaunchTable: one compiled loop for all of them on a GPU
         return
     if not entry.hits:  # the first time, just run: most snapshots never come back
         with on_stream(stream):
@@ -254,4 +260,4 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     with on_stream(stream), sink(packing.take):
         run(**kwargs)
     if packing.launches and all(p is not None for p in packing.launches):
-        entry.launches, entry.where = tuple(packing.launches), where
+        entry.launches, entry.where = _table_module().LaunchTable(packing.launches), where

@@ -38,7 +38,7 @@ from ._driver import AbiMismatch
 from ._driver import driver as _driver
 from .spec import LaunchSpec, Origin
 
-__all__ = ["PreparedLaunch", "pack_arguments"]
+__all__ = ["PreparedLaunch", "pack_arguments", "pack_buffer"]
 
 _INTP = ctypes.c_ssize_t
 _VOIDP = ctypes.c_void_p
@@ -83,21 +83,47 @@ def _slot_values(ty, value) -> list:
     return [value]
 
 
-def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list[int]]:
-    """The ctypes objects of Numba's kernel ABI for ``args``, and where each argument starts.
+def pack_buffer(argument_types: Sequence, args: Sequence) -> tuple:
+    """Numba's kernel ABI for ``args``: every flattened parameter in one buffer laid out as the
+    kernel's parameter block (each at the next multiple of its alignment, as the CUDA ABI does).
 
     Returns
     -------
+    buffer : ctypes array
+        The parameter block (8-byte aligned storage).
+    size : int
+        Bytes of the block (the end of the last parameter).
+    offsets : list of int
+        Offset of each flattened parameter in the block.
     slots : list of ctypes objects
-        One per flattened parameter, in order (their addresses form ``kernelParams``).
+        One per flattened parameter, in order, each a view of its bytes in ``buffer`` (their
+        addresses form ``kernelParams``; writing a slot's value rewrites the block).
     starts : list of int
         Index in ``slots`` of the first parameter of each argument.
     """
-    slots, starts = [], []
+    flat, starts = [], []
     for ty, value in zip(argument_types, args):
-        starts.append(len(slots))
-        for ctype, v in zip(_slot_types(ty), _slot_values(ty, value)):
-            slots.append(ctype(v))
+        starts.append(len(flat))
+        flat += zip(_slot_types(ty), _slot_values(ty, value))
+    offsets, end = [], 0
+    for ctype, _ in flat:
+        align = ctypes.alignment(ctype)
+        end = -(-end // align) * align
+        offsets.append(end)
+        end += ctypes.sizeof(ctype)
+    buffer = (ctypes.c_uint64 * max(-(-end // 8), 1))()
+    slots = []
+    for (ctype, value), offset in zip(flat, offsets):
+        slot = ctype.from_buffer(buffer, offset)
+        slot.value = value
+        slots.append(slot)
+    return buffer, end, offsets, slots, starts
+
+
+def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list[int]]:
+    """The ctypes objects of Numba's kernel ABI for ``args``, and where each argument starts
+    (``pack_buffer``'s ``slots`` and ``starts``)."""
+    _, _, _, slots, starts = pack_buffer(argument_types, args)
     return slots, starts
 
 
@@ -140,13 +166,16 @@ class PreparedLaunch:
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
-                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays")  # fmt: skip
+                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays", "_tabled", "_buffer",
+                 "_size", "_extra")  # fmt: skip
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
         self.grid, self.block = int(grid), int(block)
         self.args = list(args)
         self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
+        self._tabled = False  # a LaunchTable copied its handle, grid, block and parameter array
+        self._extra = None  # cuLaunchKernel's ``extra`` for the one-buffer form, when the driver's layout is ours
         if _common.ON_SIMULATOR:
             return
         _common.check_signature(signature, self.args, kernel)  # the glue's types, once
@@ -157,14 +186,18 @@ class PreparedLaunch:
         self._types = _common.compile_kernel(kernel, signature).argument_types
         self._arrays = [hasattr(ty, "ndim") for ty in self._types]
         try:
-            self._slots, self._starts = pack_arguments(self._types, self.args)
-            _driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
+            self._buffer, size, offsets, self._slots, self._starts = pack_buffer(self._types, self.args)
+            reported = _driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
         except (NotImplementedError, AbiMismatch) as exc:  # never worse than Numba's launch
             self.fallback_reason = f"{type(exc).__name__}: {exc}"
             logger.warning("prepared launch of %s falls back to Numba's launch: %s", signature, exc)
             return
         self.packed = [_packed(ty, v) for ty, v in zip(self._types, self.args)]
         self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
+        if reported == offsets:  # the driver lays the parameters out as pack_buffer did
+            self._size = ctypes.c_size_t(size)
+            # CU_LAUNCH_PARAM_BUFFER_POINTER (1), the block, CU_LAUNCH_PARAM_BUFFER_SIZE (2), its size, END (0)
+            self._extra = (_VOIDP * 5)(1, ctypes.addressof(self._buffer), 2, ctypes.addressof(self._size), 0)
         _driver.select(self.handle)
         self._func = _driver.func_arg(self.handle)
         self._params = _driver.params_arg(ctypes.addressof(self._pointers))
@@ -205,7 +238,15 @@ class PreparedLaunch:
 
     def refill(self, spec: LaunchSpec) -> None:
         """Aim a raw launch at ``spec`` (same kernel and signature): every argument is re-packed
-        (arrays only where their layout changed), so nothing of the previous launch stays."""
+        (arrays only where their layout changed), so nothing of the previous launch stays.
+
+        Raises
+        ------
+        RuntimeError
+            When a :class:`~.table.LaunchTable` holds this launch (it copied the grid and block).
+        """
+        if self._tabled:
+            raise RuntimeError(f"refill of {self.signature}: a launch table holds it and would launch the old shape")
         self.grid, self.block = spec.grid, spec.block
         self.args = list(spec.args)
         for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
@@ -245,3 +286,4 @@ class PreparedLaunch:
             return
         handle = _common._current_stream_ptr() if stream is None else int(stream)
         _driver.launch(self._func, self.grid, self.block, handle, self._params)
+

@@ -8,7 +8,7 @@ same phases without computing their key or looking at a role.
 from __future__ import annotations
 
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, Callable
 
 from ..launch._common import array_layout
 
@@ -18,7 +18,7 @@ _SHAPE = attrgetter("shape")
 
 
 class BoundArrays:
-    """The per-step arrays (batch roles, valid lengths, locs) two phases were last bound to.
+    """The batch arrays (roles of fixed shape) two phases were last bound to.
 
     :meth:`holds` says whether a step's arrays need no rebinding: each is the
     same object, or a new view with the same base and layout (pointer, shape,
@@ -27,7 +27,7 @@ class BoundArrays:
     another key). Anything else takes the keyed, validating path.
     """
 
-    __slots__ = ("arrays", "present", "shapes", "head", "tail")
+    __slots__ = ("arrays", "present", "shapes", "head", "tail", "_exact")
 
     def __init__(self, arrays: tuple, head, tail):
         self.arrays, self.head, self.tail = arrays, head, tail
@@ -36,8 +36,11 @@ class BoundArrays:
             self.shapes = list(map(_SHAPE, self.present))
         except AttributeError:  # an array object without .shape (DLPack only): the keyed path every step
             self.shapes = None
+        self._exact = None if self.shapes is None else _exact_test(arrays)
 
     def holds(self, arrays: tuple) -> bool:
+        if self._exact is not None and self._exact(arrays):  # the usual step: the same objects
+            return True
         old = self.arrays
         if self.shapes is None or len(arrays) != len(old):
             return False
@@ -54,3 +57,32 @@ def _same(new: Any, old: Any) -> bool:
         return False
     base = getattr(old, "base", None)
     return base is not None and getattr(new, "base", None) is base and array_layout(new) == array_layout(old)
+
+
+_MAKERS: dict[tuple, Callable] = {}  # (count, indices whose shape is compared) -> factory of exact tests
+
+
+def _exact_test(arrays: tuple) -> Callable[[tuple], bool]:
+    """``exact(new)``: ``new`` holds the very objects of ``arrays`` and each array still has its shape
+    now. Straight-line code over closure cells (each distinct array's shape read once): 0.9 -> 0.5 us
+    on the development VM against ``all(map(...))`` and a list of shapes, and every prepared step
+    runs it. The code depends only on the count and on which entries are distinct arrays: compiled
+    once per such pattern."""
+    n = len(arrays)
+    distinct = tuple(i for i, a in enumerate(arrays) if a is not None and all(a is not b for b in arrays[:i]))
+    make = _MAKERS.get((n, distinct))
+    if make is None:
+        names = ", ".join(f"a{i}" for i in range(n))
+        tests = [f"a{i} is o{i}" for i in range(n)] + [f"o{i}.shape == s{i}" for i in distinct]
+        params = [f"o{i}" for i in range(n)] + [f"s{i}" for i in distinct]
+        source = (f"def make({', '.join(params)}):\n"
+                  f"    def exact(new):\n"
+                  f"        if len(new) != {n}:\n"
+                  f"            return False\n"
+                  f"        {names}, = new\n"
+                  f"        return {' and '.join(tests)}\n"
+                  f"    return exact\n")  # fmt: skip
+        scope: dict = {}
+        exec(source, scope)  # noqa: S102 - names generated above, no outside input
+        make = _MAKERS[(n, distinct)] = scope["make"]
+    return make(*arrays, *(arrays[i].shape for i in distinct))

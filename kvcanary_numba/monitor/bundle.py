@@ -213,12 +213,15 @@ class Aftercare:
         the new rows are tracked for the next re-check and bundled (also when the pump raises)."""
         if snapshot is None:  # nothing read back (CPU flush, GPU step 0): no step passed for a re-check
             return
-        self.rechecker.run(monitor, step)
-        start = len(monitor.violations)
+        if self.rechecker.pending:
+            self.rechecker.run(monitor, step)
+        found = monitor.pump.violations  # extended in place by the pump
+        start = len(found)
         try:
             monitor.pump.process(snapshot)
         finally:
-            new = monitor.violations[start:]
-            self.rechecker.track(start, start + len(new))
-            if self.bundle_dir is not None and new:
-                self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, snapshot.step))
+            if len(found) > start:  # every step runs this: nothing is built when no row is new
+                new = found[start:]
+                self.rechecker.track(start, start + len(new))
+                if self.bundle_dir is not None:
+                    self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, snapshot.step))

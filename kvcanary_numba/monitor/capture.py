@@ -39,7 +39,7 @@ class CapturedStep:
         fast = monitor.fast
         stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
         with stream:
-            pool, lens = monitor._prepare_inputs(batch)
+            pool, lens = monitor._prepare_inputs(batch, eager=False)
             # Recording allocates this stream's plan scratch, outside the capture.
             fast.phases(batch, pool, lens, fast.roles(batch, lens))
             stream.synchronize()

@@ -75,7 +75,7 @@ class MonitorControls(StepLaunches):
             check_type(fn, f"chains[{i}]", chain, SlotChain)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)
         for g in self.groups:
-            self.health.host += launch_sweep(self.xp, g, entries)
+            self.health.add(launch_sweep(self.xp, g, entries))
         self.sweeps += 1
 
     def flush(self) -> None:

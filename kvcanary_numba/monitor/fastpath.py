@@ -16,8 +16,14 @@ batch *shape*:
    object changed (dtype, contiguity, device; same shapes by construction),
    re-packs the pointers of those that moved, and launches.
 
-The expected-token scatter and the SWA slot translation (CuPy operations)
-still run eagerly before the prepared launches, in the same stream order.
+The per-step input work runs on the device as the HEAD phase's first launches
+(``_launch_inputs``): with the expected-token check on, one launch scatters the
+tokens and writes the valid lengths (``launch.scatter.scatter_tokens_and_lens``),
+and each SWA group's slots are translated by one launch
+(``launch.translate.translate_slots``); the eager path makes a public scatter
+call and CuPy array operations instead (~10 us of host time each). The flat token
+list is a role whose length may change every step (``FREE_ROLES``): it is
+rebound, never a reason to record again.
 
 :class:`~.capture.CapturedStep` (``monitor/capture.py``) goes one step further: both
 phases of one fixed batch are captured into two CUDA graphs (CuPy stream capture) and
@@ -32,20 +38,26 @@ from operator import attrgetter
 from typing import Any, Callable
 
 from .._arrays import inspect_array
-from ..launch import _common
+from ..launch import _common, _native
 from ..launch._common import array_layout
 from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
 from ..launch.spec import LaunchSpec
+from ..launch.table import LaunchTable
 from .bound import BoundArrays
 
 __all__ = ["FastPath", "PreparedPhase", "compile_monitor_kernels", "run_pre"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays).
 BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
-               "out_cache_loc", "expected_input_tokens", "expected_input_positions")
+               "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_offsets",
+               "token_ids_flat")  # fmt: skip
+#: Roles whose shape is no part of a phase's key (the launches read their length from the array
+#: argument, which rebinding repacks): the flat token list grows every decode step.
+FREE_ROLES = ("token_ids_flat",)
 _FN = "CanaryMonitor.pre_forward"
-_ROLE_FIELDS = attrgetter(*BATCH_ROLES)
+_ROLE_FIELDS = attrgetter(*BATCH_ROLES)  # every role (what a captured graph holds)
+_BOUND_FIELDS = attrgetter(*(r for r in BATCH_ROLES if r not in FREE_ROLES))  # what BoundArrays compares
 
 
 def _same_arrays_source() -> str:
@@ -114,25 +126,28 @@ class PreparedPhase:
                                        "array that is not a role: every step would reuse its first pointer")
         self._bound = {name: roles[name] for name in self.bindings}
         self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
+        self.table = LaunchTable(self.launches)  # on a GPU: one compiled call launches the phase
 
     def bind(self, roles: dict[str, Any]) -> bool:
         """Point the launches at this step's arrays; False if one differs in kind (dtype,
         contiguity, device) from the recorded one, so the caller must take the validated path."""
-        for name, binds in self.bindings.items():
-            array = roles[name]
-            if array is self._bound[name]:
-                continue
-            if _kind(name, array) != self._kinds[name]:
-                return False
-            layout = array_layout(array)
-            for launch, index, origin in binds:
-                launch.rebind(index, array, origin, layout)
-            self._bound[name] = array
+        return all(self.bind_one(name, roles[name]) for name in self.bindings)
+
+    def bind_one(self, name: str, array: Any) -> bool:
+        """:meth:`bind` for one role (True when the phase has no argument of that role)."""
+        old = self._bound.get(name, array)
+        if array is old:
+            return True
+        if _kind(name, array) != self._kinds[name]:
+            return False
+        layout = array_layout(array)
+        for launch, index, origin in self.bindings[name]:
+            launch.rebind(index, array, origin, layout)
+        self._bound[name] = array
         return True
 
     def launch(self, stream: int | None = None) -> None:
-        for launch in self.launches:
-            launch.launch(stream)
+        self.table.launch(stream)
 
 
 def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
@@ -140,7 +155,9 @@ def _key(asserted: bool, roles: dict[str, Any]) -> tuple:
     ids = [None if a is None else id(a) for a in arrays]
     alias = tuple(-1 if i is None else ids.index(i) for i in ids)
     # Not an array (no shape): a key of its own; recording then raises the validated path's error.
-    return asserted, tuple(None if a is None else tuple(getattr(a, "shape", (-1,))) for a in arrays), alias
+    shapes = tuple(None if a is None else "free" if name in FREE_ROLES else tuple(getattr(a, "shape", (-1,)))
+                   for name, a in roles.items())  # fmt: skip
+    return asserted, shapes, alias
 
 
 def compile_monitor_kernels(monitor) -> int:
@@ -152,7 +169,7 @@ def compile_monitor_kernels(monitor) -> int:
     """
     from ..launch import _common
     from ..launch.endpoints import fused_count, source_count
-    from ..kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
+    from ..kernels import chain, endpoints, plan, scatter, tiled_endpoints, translate, verify, write, write_tiled
 
     plain, fused = set(), set()  # real-KV source counts (variants) of plain and of fused launches
     for g in monitor.groups:
@@ -166,6 +183,10 @@ def compile_monitor_kernels(monitor) -> int:
     count += _common.compile_eagerly(endpoints, [name for n in sorted(fused) for name in
                                                  (endpoints.verify_name(check, n), endpoints.write_name(False, n))])
     count += _common.compile_eagerly(chain, ["chain_publish"])
+    if monitor.check_tokens:  # the HEAD phase's token scatter and valid lengths
+        count += _common.compile_eagerly(scatter, ["scatter_lens"])
+    if any(g.lut is not None for g in monitor.groups):  # and its SWA slot translation
+        count += _common.compile_eagerly(translate)
     count += _common.compile_eagerly(tiled_endpoints, [tiled_endpoints.kernel_name(False, n) for n in sorted(fused)])
     return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in sorted(plain)])
 
@@ -184,6 +205,7 @@ class FastPath:
         self.monitor, self.max_shapes = monitor, max_shapes
         if compile:
             compile_monitor_kernels(monitor)
+            _native.compiled_launcher()  # the phases' launch loop: compiled (or loaded) now, not in a step
         self._phases: OrderedDict[tuple, tuple[PreparedPhase, PreparedPhase]] = OrderedDict()
         self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the eager path)
         self._planned = None  # the eager path's batch fields as of pre()
@@ -205,6 +227,7 @@ class FastPath:
             return hit
         m = self.monitor
         with recording() as head:
+            m._launch_inputs(batch, pool, lens)  # token scatter and lengths, SWA slots: on the device
             m._launch_plan_head(batch, pool, lens)  # validates everything, launches nothing
         m._batch = batch
         with recording() as tail:
@@ -218,27 +241,40 @@ class FastPath:
     def pre(self, batch) -> None:
         """HEAD phase of ``batch`` (the monitor's ``_launch_pre``, prepared).
 
-        A step whose per-step arrays are the objects of the last bound step (or
+        A step whose batch arrays are the objects of the last bound step (or
         views of the same memory, below), with the same shapes, launches the
-        phases bound then: no key, no role dict, no rebinding.
+        phases bound then: no key, no role dict, no rebinding, no input views.
+        The other roles follow from those shapes (the valid lengths and an SWA
+        group's slots are views of the monitor's buffers of ``bs`` and
+        ``num_tokens`` entries: the same pointers and shapes as when bound).
         """
         m = self.monitor
-        pool, lens = m._prepare_inputs(batch)
-        arrays = (*_ROLE_FIELDS(batch), lens, *m._locs)
+        fields = _BOUND_FIELDS(batch)
         last = self._last
-        if last is not None and last.holds(arrays):
+        if last is not None and last.holds(fields):
             head, tail = last.head, last.tail
         else:
             self._last = None  # until both phases are bound: a failed bind leaves them half-rebound
+            pool, lens = m._prepare_inputs(batch, eager=False)  # HEAD's first launches fill them
             roles = self.roles(batch, lens)
             head, tail = self.phases(batch, pool, lens, roles)
             if not (head.bind(roles) and tail.bind(roles)):
-                self._step, self._planned = None, copy.copy(batch)  # TAIL on these arrays (run_pre)
-                m._launch_plan_head(batch, pool, lens)  # raises the validated path's error
+                self._validated(batch)
                 return
-            self._last = BoundArrays(arrays, head, tail)
+            self._last = BoundArrays(fields, head, tail)
+        if m.check_tokens and not head.bind_one("token_ids_flat", batch.token_ids_flat):  # a free role
+            self._validated(batch)
+            return
         head.launch(_common._current_stream_ptr())  # one stream lookup per phase, not per launch
         self._step = tail
+
+    def _validated(self, batch) -> None:
+        """This step's HEAD phase through the validated public functions (which raise the error of
+        an array the phases could not be bound to); TAIL follows on the same arrays (run_pre)."""
+        self._last = None
+        self._step, self._planned = None, copy.copy(batch)
+        m = self.monitor
+        m._launch_plan_head(batch, *m._prepare_inputs(batch))  # with the eager token scatter
 
     def post(self) -> None:
         """TAIL phase of the batch given to :meth:`pre`."""

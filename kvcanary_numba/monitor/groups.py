@@ -241,8 +241,13 @@ class GroupState:
         scratch = 17 * write_token_capacity if group.full_to_swa_index_mapping is not None else 0
         return buffers + plans + WritePlan.allocation_bytes(write_req_capacity) + scratch
 
-    def translate_loc(self, xp, out_cache_loc, n: int):
-        """This group's slots of the step's ``n`` new tokens: FULL slots as given, SWA slots via the LUT."""
+    def translate_loc(self, xp, out_cache_loc, n: int, *, eager: bool = True):
+        """This group's slots of the step's ``n`` new tokens: FULL slots as given, SWA slots via the LUT.
+
+        ``eager=False``: an SWA group's view of ``n`` slots is returned unfilled (the same object
+        for the same ``n``); the monitor's prepared HEAD phase fills it with one launch
+        (``launch.translate.translate_slots``) instead of the six array operations.
+        """
         if self.lut is None:
             return out_cache_loc
         views = self._loc_views.get(n)
@@ -251,6 +256,8 @@ class GroupState:
                 self._loc_views.clear()  # many batch sizes: start over rather than keep them all
             views = self._loc_views[n] = tuple(a[:n] for a in self.loc_scratch)
         out, clipped, mask = views
+        if not eager:
+            return out
         return translate_slots(xp, self.lut, out_cache_loc, out=out, clipped=clipped, mask=mask)
 
     def launch_counts(self, stage: str) -> np.ndarray:

@@ -79,27 +79,53 @@ class HealthChecker:
         Steps between checks; 0 disables checking.
     warmup_steps : int
         No check covers a step before this one ends (graph capture, warm-up).
+    phases : (array, array), optional
+        Launches per tag of one HEAD and of one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]``):
+        the monitor counts its phases (``pre`` and ``post``, Python ints: two NumPy
+        additions per step were a measurable part of a step's host time) and
+        :attr:`host` multiplies them out.
+
+    Attributes
+    ----------
+    pre, post : int
+        HEAD and TAIL phases issued so far.
     """
 
-    def __init__(self, *, interval: int, warmup_steps: int):
+    def __init__(self, *, interval: int, warmup_steps: int, phases=None):
         self.interval, self.warmup_steps = interval, warmup_steps
-        self.host = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)  # cumulative launches issued
-        self._history = np.zeros((_HISTORY, NUM_LAUNCH_TAGS), dtype=np.int64)
+        zeros = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+        self._phases = (zeros, zeros) if phases is None else tuple(np.asarray(p, dtype=np.int64) for p in phases)
+        self.pre = self.post = 0
+        self._other = zeros  # launches outside the phases (sweeps): replaced by add(), never changed in place
+        self._history = [(0, 0, zeros)] * _HISTORY  # (pre, post, other) as of the end of recent steps
         self._base_step = -1
-        self._base_host = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
-        self._base_device = np.zeros(NUM_LAUNCH_TAGS, dtype=np.int64)
+        self._base_host = zeros
+        self._base_device = zeros
         self.last: HealthReport | None = None
+
+    def _total(self, pre: int, post: int, other: np.ndarray) -> np.ndarray:
+        head, tail = self._phases
+        return other + pre * head + post * tail
+
+    @property
+    def host(self) -> np.ndarray:
+        """Cumulative launches issued per tag (a new array)."""
+        return self._total(self.pre, self.post, self._other)
+
+    def add(self, launches) -> None:
+        """Count launches issued outside the phases (per tag: int64 ``[NUM_LAUNCH_TAGS]``)."""
+        self._other = self._other + launches
 
     def end_step(self, step: int) -> None:
         """Remember the host counts as of the end of ``step`` (for the snapshot of that step)."""
-        self._history[step % _HISTORY] = self.host
+        self._history[step % _HISTORY] = (self.pre, self.post, self._other)
 
     def check(self, snapshot: Snapshot) -> HealthReport | None:
         """Compare if a check is due at ``snapshot.step``; returns the report (None if not due)."""
         step = snapshot.step
         if self.interval <= 0 or step + 1 < self.warmup_steps or step - self._base_step < self.interval:
             return None
-        host = self._history[step % _HISTORY].copy()
+        host = self._total(*self._history[step % _HISTORY])
         device = snapshot.kernel_run_counters.copy()
         launched, ran = host - self._base_host, device - self._base_device
         names = [tag.name for tag in CanaryLaunchTag]

@@ -54,17 +54,40 @@ class StepLaunches:
         """HEAD phase: inputs, then per group the plans and the HEAD verify/write launches."""
         self._launch_plan_head(batch, *self._prepare_inputs(batch))
 
-    def _prepare_inputs(self, batch: StepBatch):
-        """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens."""
+    def _prepare_inputs(self, batch: StepBatch, *, eager: bool = True):
+        """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens.
+
+        ``eager=False``: the pool, this step's view of the valid lengths and each SWA group's
+        view of its slots are returned unfilled; the caller's phase starts with
+        :meth:`_launch_inputs`, which fills them on the device (the prepared path).
+        """
         pool = lens = None
         if self.check_tokens:
             pool, lens = self.token_pool, self.valid_lens[: batch.batch_size]
-            scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
-                                  req_pool_indices=batch.req_pool_indices, pool_out=pool,
-                                  backend=self._backend)  # fmt: skip
-            self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
-        self._locs = [g.translate_loc(self.xp, batch.out_cache_loc, batch.num_tokens) for g in self.groups]
+            if eager:
+                scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
+                                      req_pool_indices=batch.req_pool_indices, pool_out=pool,
+                                      backend=self._backend)  # fmt: skip
+                self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
+        n = batch.num_tokens
+        self._locs = [g.translate_loc(self.xp, batch.out_cache_loc, n, eager=eager) for g in self.groups]
         return pool, lens
+
+    def _launch_inputs(self, batch: StepBatch, pool, lens) -> None:
+        """What :meth:`_prepare_inputs` computes, as kernel launches (recorded into the prepared
+        HEAD phase; the batch's arrays are already checked): the token scatter and the valid
+        lengths in one launch, one slot translation per SWA group. A prepared step then makes
+        no public scatter call and no CuPy operation (~10 us of host time each on a GPU host)."""
+        # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
+        from ..launch.scatter import scatter_tokens_and_lens
+        from ..launch.translate import translate_slots
+
+        if self.check_tokens:
+            scatter_tokens_and_lens(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
+                                    req_pool_indices=batch.req_pool_indices, pool_out=pool, lens_out=lens)  # fmt: skip
+        for g, loc in zip(self.groups, self._locs):
+            if g.lut is not None:
+                translate_slots(lut=g.lut, index=batch.out_cache_loc, out=loc)
 
     def _launch_plan_head(self, batch: StepBatch, pool, lens) -> None:
         asserted = batch.expected_input_tokens is not None

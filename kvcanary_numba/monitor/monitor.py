@@ -149,9 +149,10 @@ class CanaryMonitor(MonitorControls):
                 write_req_capacity=self.write_req_capacity,
             )  # fmt: skip
         self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps)
         self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
         self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
+        self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps,
+                                    phases=(self._pre_launches, self._post_launches))  # fmt: skip
         self.pump = ViolationPump(
             mode=mode, ring=self.ring, readback=self.readback, health=self.health,
             plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
@@ -193,7 +194,7 @@ class CanaryMonitor(MonitorControls):
         self._post = run_pre(self, batch)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
-        self.health.host += self._pre_launches
+        self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
 
     def post_forward(self) -> None:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
@@ -216,7 +217,7 @@ class CanaryMonitor(MonitorControls):
         self._check_batch(fn, self._batch)
         self._post()
         self._phase = _POST
-        self.health.host += self._post_launches
+        self.health.post += 1
 
     def _check_batch(self, fn: str, batch: StepBatch) -> None:
         """All of the batch's checks; the array checks are skipped for the batch (and field objects)

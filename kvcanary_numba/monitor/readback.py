@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import NUM_LAUNCH_TAGS
+from ..launch import _driver, _native
 
 __all__ = ["StatusBlock", "Snapshot", "HostReadback", "CudaReadback"]
 
@@ -84,6 +85,18 @@ class Snapshot:
         return _low_lane(self.words[_GROUPS + 2 * group])
 
 
+_new, _set_step, _set_words = object.__new__, Snapshot.step.__set__, Snapshot.words.__set__
+
+
+def _snapshot(step: int, words: np.ndarray) -> Snapshot:
+    """``Snapshot(step, words)`` through the slots' descriptors: the frozen dataclass's __init__
+    costs twice as much, and every step builds one."""
+    snapshot = _new(Snapshot)
+    _set_step(snapshot, step)
+    _set_words(snapshot, words)
+    return snapshot
+
+
 def _low_lane(word) -> int:
     """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
     value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
@@ -98,7 +111,7 @@ class HostReadback:
 
     def push(self, step: int) -> Snapshot | None:
         """Snapshot the block after ``step``; returns the snapshot to process now."""
-        return Snapshot(step, self._words.copy())
+        return _snapshot(step, self._words.copy())
 
     def flush(self) -> Snapshot | None:
         """Nothing is ever pending on the CPU."""
@@ -116,12 +129,31 @@ class CudaReadback:
     steps old is waited for (its buffer is needed again, and the pump's plan
     history spans a bounded lag), which happens only when the device runs
     more than a step behind the host.
+
+    In the usual state (the previous step's copy is the only one in flight) a step's
+    five driver calls -- query that copy's event, record the step's end on the compute
+    stream, make the side stream wait for it, copy, record the copy -- are one call
+    into compiled code (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
+    functions); any other state, or no compiled calls, takes CuPy's runtime calls one by one.
+
+    Parameters
+    ----------
+    block : StatusBlock
+    modules : (cupy, cupyx), optional
+        Stand-ins for host-only tests and ``benchmarks/host_step.py`` (default: the real ones).
+    functions : sequence of int, optional
+        Addresses of :data:`~kvcanary_numba.launch._native.READBACK_FUNCTIONS` for the
+        compiled calls (default: libcuda's, unless ``modules`` are given; None in the
+        sequence: CuPy's runtime calls only).
     """
 
-    def __init__(self, block: StatusBlock, *, modules=None):
+    def __init__(self, block: StatusBlock, *, modules=None, functions=None):
         if modules is None:
             import cupy
             import cupyx
+
+            if functions is None:
+                functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
         else:  # (cupy, cupyx) stand-ins: host-only tests and benchmarks/host_step.py
             cupy, cupyx = modules
         self._cupy = cupy
@@ -141,6 +173,9 @@ class CudaReadback:
         self._copy = (runtime.memcpyAsync, device_ptr, self._words.nbytes, runtime.memcpyDeviceToHost, self._side)
         self._buffers = [(launched.ptr, copied.ptr, host.ctypes.data)
                          for launched, copied, host in zip(self._launched, self._copied, self._host)]  # fmt: skip
+        step = None if functions is None or None in functions else _native.compiled_readback()
+        #: (compiled readback step, int64 function addresses), or None: CuPy's runtime calls.
+        self.native = None if step is None else (step, np.array(functions, dtype=np.int64))
 
     def _issue(self, step: int) -> None:
         i = step & 1
@@ -164,13 +199,36 @@ class CudaReadback:
                 self._copied[i].synchronize()  # the copy's own event: the compute stream is never waited for
             queue.popleft()
             newest = (step, i)
-        return None if newest is None else Snapshot(newest[0], self._host[newest[1]].copy())
+        return None if newest is None else _snapshot(newest[0], self._host[newest[1]].copy())
 
     def push(self, step: int) -> Snapshot | None:
         """Copy this step's block asynchronously; return the newest finished earlier snapshot."""
-        snapshot = self._collect(step - 1) if self._queue else None  # frees this step's buffer (two steps old)
+        queue = self._queue
+        if self.native is not None and (not queue or (len(queue) == 1 and queue[0][0] == step - 1)):
+            return self._push_compiled(step)
+        snapshot = self._collect(step - 1) if queue else None  # frees this step's buffer (two steps old)
         self._issue(step)
         return snapshot  # snapshots are cumulative: the newest supersedes older ones
+
+    def _push_compiled(self, step: int) -> Snapshot | None:
+        # What _collect(step - 1) then _issue(step) do when at most the previous step's copy is in
+        # flight: its buffer is the other one, so this step's copy is issued whatever the query says.
+        queue, i = self._queue, step & 1
+        previous = queue[0] if queue else None
+        launched, copied, host = self._buffers[i]
+        run, functions = self.native
+        _, device, nbytes, _, side = self._copy
+        query = 0 if previous is None else self._buffers[previous[1]][1]
+        status = run(functions, query, launched, copied, self._current_stream().ptr, side, host, device, nbytes)
+        if status >> 32:
+            call, err = _native.decode_status(status)
+            name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
+            raise RuntimeError(f"status readback: {name[call - 1]} failed: {_driver.driver._name(err)}")
+        queue.append((step, i))
+        if previous is None or status != 0:  # nothing in flight, or the previous copy is not done yet
+            return None
+        queue.popleft()
+        return _snapshot(previous[0], self._host[previous[1]].copy())
 
     def flush(self) -> Snapshot | None:
         """Wait for every pending copy (end of a run); the newest snapshot."""
