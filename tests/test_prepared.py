@@ -305,6 +305,16 @@ def test_gpu_views_carry_the_layout_their_interface_describes():
     assert _common.array_layout(views[3])[2] == (96, 1)
 
 
+def _dummy_argument(numba_type, cupy):
+    """A dummy of ``numba_type``: a tiny CuPy array, a tuple of dummies (the endpoint kernels take
+    tuples of arrays and tuples of tuples), or 0."""
+    if hasattr(numba_type, "ndim"):
+        return _common.kernel_array(cupy.zeros((2,) * numba_type.ndim, dtype=str(numba_type.dtype)))
+    if hasattr(numba_type, "types"):
+        return tuple(_dummy_argument(item, cupy) for item in numba_type.types)
+    return 0
+
+
 @pytest.mark.gpu
 def test_gpu_every_declared_signature_gets_a_raw_launch():
     # Handle, packing and the driver's parameter sizes agree for every kernel variant the package
@@ -320,9 +330,7 @@ def test_gpu_every_declared_signature_gets_a_raw_launch():
         module = importlib.import_module(f"kvcanary_numba.kernels.{path.stem}")
         for name, signatures in getattr(module, "SIGNATURES", {}).items():
             for signature in signatures:
-                args = [_common.kernel_array(cupy.zeros((2,) * t.ndim, dtype=str(t.dtype))) if hasattr(t, "ndim")
-                        else (tuple([0] * len(t)) if hasattr(t, "__len__") else 0)
-                        for t in _common._declared_types(signature)]  # fmt: skip
+                args = [_dummy_argument(t, cupy) for t in _common._declared_types(signature)]
                 launch = PreparedLaunch(module.KERNELS[name], signature, 1, 32, args)
                 count += 1
                 if not launch.raw:
