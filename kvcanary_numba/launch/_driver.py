@@ -51,9 +51,12 @@ LAUNCH_ROUTE = os.environ.get("KVCANARY_LAUNCH_ROUTE", "bindings")
 #: ``CU_LAUNCH_PARAM_BUFFER_POINTER``) instead of an array of pointers to each of them (the
 #: monitor's kernels take 90-166 parameters; the driver copies one block instead of following
 #: one pointer per parameter). Only for kernels whose parameter offsets the driver reported and
-#: the packing matches (``check_abi``). Off until measured on a GPU (env ``KVCANARY_PARAM_BUFFER=1``;
-#: read when a table is built).
-PARAM_BUFFER = os.environ.get("KVCANARY_PARAM_BUFFER", "0") == "1"
+#: the packing matches (``check_abi``). On by default: on the H200 (session 7 run 3,
+#: ``probes/launch_table_cost.py`` on the decode phases) a tabled launch cost 4.3-5.6 us this way
+#: against 6.1-6.6 us with kernelParams, and the monitor's GPU steps were byte-equal on both
+#: (``test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop``). Env
+#: ``KVCANARY_PARAM_BUFFER=0`` turns it off; read when a table is built.
+PARAM_BUFFER = os.environ.get("KVCANARY_PARAM_BUFFER", "1") == "1"
 
 #: Who makes the driver calls issued together (a prepared phase's or a replayed public call's
 #: launches, the monitor's readback calls of a step): "compiled" (a Numba-compiled function calls
