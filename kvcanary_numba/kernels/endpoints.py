@@ -41,7 +41,7 @@ from . import verify as _verify
 from . import write as _write
 from .parts import MAX_ENDPOINTS, part_block
 
-__all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "verify_name", "write_name"]
+__all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "endpoint_write_kernel", "verify_name", "write_name"]
 
 # The kernels below have one body per endpoint slot, and parts.part_block tells two parts apart.
 if MAX_ENDPOINTS != 2:
@@ -71,8 +71,9 @@ def _make_verify(check_token: bool, nsrc: int):
     return cuda.jit(verify_endpoints, **_verify.launch_options(check_token, nsrc))
 
 
-def _make_write(input_assert: bool, nsrc: int):
-    body = _write.make_write_body(input_assert, nsrc)
+def endpoint_write_kernel(body, name: str):
+    """The kernel running write body ``body`` (``write.make_write_body``, or ``write_tiled``'s
+    ``make_tiled_body``: same arguments) once per endpoint part of the grid, named ``name``."""
 
     def write_endpoints(
         bufs, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
@@ -93,8 +94,12 @@ def _make_write(input_assert: bool, nsrc: int):
                  kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3], params[1], chain_roles[1], published,
                  published_seeds)  # fmt: skip
 
-    write_endpoints.__name__ = write_endpoints.__qualname__ = write_name(input_assert, nsrc)
+    write_endpoints.__name__ = write_endpoints.__qualname__ = name
     return cuda.jit(write_endpoints)
+
+
+def _make_write(input_assert: bool, nsrc: int):
+    return endpoint_write_kernel(_write.make_write_body(input_assert, nsrc), write_name(input_assert, nsrc))
 
 
 def verify_name(check_token: bool, nsrc: int) -> str:

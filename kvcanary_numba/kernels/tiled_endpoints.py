@@ -31,44 +31,14 @@ Variants: ``tiled_endpoints_assert{0|1}_src{0..4}``, as ``write_tiled``'s.
 
 from __future__ import annotations
 
-from numba import cuda
-
 from ..constants import MAX_REAL_KV_SOURCES
-from .endpoints import WRITE_SIGNATURE
-from .parts import MAX_ENDPOINTS, part_block
+from .endpoints import WRITE_SIGNATURE, endpoint_write_kernel
 from .write_tiled import make_tiled_body
 
 __all__ = ["KERNELS", "SIGNATURES", "kernel_name"]
 
-# One body per endpoint slot below, and parts.part_block tells two parts apart.
-if MAX_ENDPOINTS != 2:
-    raise RuntimeError(f"kernels/tiled_endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
-
-
 def _make(input_assert: bool, nsrc: int):
-    body = make_tiled_body(input_assert, nsrc)
-
-    def tiled_endpoints(
-        bufs, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flags, rings, write_indices, slot_counters, kernel_counters, kinds,
-        spans, params, chain_roles, published, published_seeds, per,
-    ):  # fmt: skip
-        e, block = part_block(per)
-        if e == 0:
-            w = spans[0]
-            body(block, per, bufs[0], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
-                 expected_tokens, expected_positions, chain_flags[0], rings[0], write_indices[0], slot_counters[0],
-                 kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3], params[0], chain_roles[0], published,
-                 published_seeds)  # fmt: skip
-        else:
-            w = spans[1]
-            body(block, per, bufs[1], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
-                 expected_tokens, expected_positions, chain_flags[1], rings[1], write_indices[1], slot_counters[1],
-                 kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3], params[1], chain_roles[1], published,
-                 published_seeds)  # fmt: skip
-
-    tiled_endpoints.__name__ = tiled_endpoints.__qualname__ = kernel_name(input_assert, nsrc)
-    return cuda.jit(tiled_endpoints)
+    return endpoint_write_kernel(make_tiled_body(input_assert, nsrc), kernel_name(input_assert, nsrc))
 
 
 def kernel_name(input_assert: bool, nsrc: int) -> str:

@@ -55,7 +55,7 @@ from .hashing import ONE, ZERO, mix3
 from .share import PUBLISH, request_role, share_role
 from .write_chunk import entry_checks, request_range, seed_state, store_record, walk_chunks
 
-__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name", "make_write_body"]
+__all__ = ["KERNELS", "MAX_WRITE_WARPS", "SIGNATURES", "WRITE_WARPS", "kernel_name", "make_write_body", "single_write_kernel"]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
@@ -118,8 +118,9 @@ def make_write_body(input_assert: bool, nsrc: int):
     return body
 
 
-def _make_write(input_assert: bool, nsrc: int):
-    body = make_write_body(input_assert, nsrc)
+def single_write_kernel(body, name: str):
+    """The kernel running write body ``body`` (:func:`make_write_body`, or ``write_tiled``'s
+    ``make_tiled_body``: same arguments) over the whole grid for one context, named ``name``."""
 
     def write(
         buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
@@ -130,8 +131,12 @@ def _make_write(input_assert: bool, nsrc: int):
              out_cache_loc, expected_tokens, expected_positions, chain_flag, ring, write_index, slot_counter,
              kernel_counter, kind, w0, w1, w2, w3, params, chain_role, published, published_seeds)  # fmt: skip
 
-    write.__name__ = write.__qualname__ = kernel_name(input_assert, nsrc)
+    write.__name__ = write.__qualname__ = name
     return cuda.jit(write)
+
+
+def _make_write(input_assert: bool, nsrc: int):
+    return single_write_kernel(make_write_body(input_assert, nsrc), kernel_name(input_assert, nsrc))
 
 
 def _write_baseline(

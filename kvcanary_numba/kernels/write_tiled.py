@@ -55,6 +55,7 @@ from . import ON_SIMULATOR
 from .share import CONSUME, share_role, switch_state
 from .write import SIGNATURES as _WRITE_SIGNATURES
 from .write import kernel_name as _write_name
+from .write import single_write_kernel
 from .write_chunk import entry_checks, real_kv, request_range, seed_state, store_record, walk_chunks
 
 __all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name",
@@ -229,19 +230,7 @@ def make_tiled_body(input_assert: bool, nsrc: int):
 
 
 def _make_tiled(input_assert: bool, nsrc: int):
-    body = make_tiled_body(input_assert, nsrc)
-
-    def write_tiled(
-        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params, chain_role, published, published_seeds,
-    ):  # fmt: skip
-        body(cuda.blockIdx.x, cuda.gridDim.x, buf, offsets, seeds, num_valid_reqs, input_ids, positions,
-             out_cache_loc, expected_tokens, expected_positions, chain_flag, ring, write_index, slot_counter,
-             kernel_counter, kind, w0, w1, w2, w3, params, chain_role, published, published_seeds)  # fmt: skip
-
-    write_tiled.__name__ = write_tiled.__qualname__ = kernel_name(input_assert, nsrc)
-    return cuda.jit(write_tiled)
+    return single_write_kernel(make_tiled_body(input_assert, nsrc), kernel_name(input_assert, nsrc))
 
 
 def kernel_name(input_assert: bool, nsrc: int) -> str:
