@@ -111,3 +111,44 @@ def monitor_records(buffer: np.ndarray) -> np.ndarray:
 
 def make(**options) -> CanaryMonitor:
     return Driver(**options).monitor
+
+
+def gpu_monitor_run(kind: str, *, requests: int, prefix: int, bytes_per_token: int, steps: int = 6,
+                    flips=()) -> tuple[dict, CanaryMonitor]:  # fmt: skip
+    """Decode steps of ``benchmarks.workloads.MonitorWorkload`` on the GPU (ALL mode) by path
+    ``kind`` (``eager`` / ``fast`` / ``graph``); before step 3 each ``(half, request, position,
+    byte)`` of ``flips`` flips bit 0 of that KV byte (``half``: ``"k"`` or ``"v"``).
+
+    Returns host copies of everything the canary keeps (each buffer, the status words, the
+    stored ring rows sorted) and the monitor.
+    """
+    import pathlib
+    import sys
+
+    import cupy
+
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks.workloads import MonitorWorkload
+
+    w = MonitorWorkload(cupy, requests=requests, prefix=prefix, max_steps=steps, bytes_per_token=bytes_per_token,
+                        mode=RealKvHashMode.ALL)  # fmt: skip
+    m = w.monitor
+    if kind == "eager":
+        m.fast = None
+    w.prefill()
+    if kind == "graph":
+        w.fill(w.batch, w.length, w.extend)
+        m.capture_graph(w.batch)
+    for i in range(steps):
+        if i == 3:
+            for half, request, position, byte in flips:
+                getattr(w, half)[int(w.table[request, position]), byte] ^= 1
+        w.step()
+    m.flush()
+    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
+    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = m.status.words.get()
+    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
+    return out, m

@@ -8,9 +8,8 @@ import pathlib
 
 import numpy as np
 import pytest
-from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver
+from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver, gpu_monitor_run
 
-from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.engine import FAULT_CLASSES, EngineConfig, ToyEngine
 from kvcanary_numba.kernels import scatter as scatter_kernels
 from kvcanary_numba.launch import _common
@@ -154,37 +153,11 @@ def test_every_fault_class_is_caught_on_the_fused_kernels_as_on_the_reference():
 # --- GPU: fused monitor steps against plain-launch steps, at scale ---------------------------------
 
 
-def _gpu_steps(kind: str, steps: int = 6) -> dict:
+def _gpu_steps(kind: str) -> dict:
     """Decode steps of 64 requests with 200 cached tokens each (``eager`` / ``fast`` / ``graph``), KV bytes
     flipped before step 3; host copies of everything the canary keeps."""
-    import sys
-
-    import cupy
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-    from benchmarks.workloads import MonitorWorkload
-
-    w = MonitorWorkload(cupy, requests=64, prefix=200, max_steps=steps, bytes_per_token=64,
-                        mode=RealKvHashMode.ALL)  # fmt: skip
-    m = w.monitor
-    if kind == "eager":
-        m.fast = None
-    w.prefill()
-    if kind == "graph":
-        w.fill(w.batch, w.length, w.extend)
-        m.capture_graph(w.batch)
-    for i in range(steps):
-        if i == 3:
-            for r in (2, 40):
-                w.k[int(w.table[r, 5]), 0] ^= 1
-                w.v[int(w.table[r, 7]), 3] ^= 1
-        w.step()
-    m.flush()
-    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
-    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
-    out["status"] = m.status.words.get()
-    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
-    return out
+    flips = [(half, r, position, byte) for r in (2, 40) for half, position, byte in (("k", 5, 0), ("v", 7, 3))]
+    return gpu_monitor_run(kind, requests=64, prefix=200, bytes_per_token=64, flips=flips)[0]
 
 
 @pytest.mark.gpu

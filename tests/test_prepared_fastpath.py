@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import ROWS, WIDTH, Driver, monitor_records
+from monitor_helpers import ROWS, WIDTH, Driver, gpu_monitor_run, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.kernels import scatter as kernels_scatter
@@ -17,7 +14,6 @@ from kvcanary_numba.launch import _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SIMULATED = _common.ON_SIMULATOR
 
 
@@ -102,6 +98,19 @@ def test_eager_compilation_adds_the_input_launches_of_the_head_phase(monkeypatch
     assert slots not in tokens and lens not in swa
 
 
+def _assert_like_reference(runs: dict) -> None:
+    """The eager and fast runs left the reference run's rows (as a multiset), status words and
+    records in every buffer."""
+    ref = runs["reference"].monitor
+    for kind in ("eager", "fast"):
+        m = runs[kind].monitor
+        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
+        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
+        for g, g_ref in zip(m.groups, ref.groups):
+            for key, buf in g.buffers.items():
+                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
+
+
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
 @pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}, _TOKENS,
@@ -112,13 +121,7 @@ def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
     ref = runs["reference"].monitor
     # The flipped byte stays flipped: the TAIL verifies of steps 3 and 4 both report it.
     assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
-    for kind in ("eager", "fast"):
-        m = runs[kind].monitor
-        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
-        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
-        for g, g_ref in zip(m.groups, ref.groups):
-            for key, buf in g.buffers.items():
-                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
+    _assert_like_reference(runs)
     # Steps 1, 3, 4 share their shapes: prepared once; step 2 differs (the flat token list grows
     # every step: no part of the key).
     assert runs["fast"].monitor.fast.prepared == 2
@@ -196,14 +199,9 @@ def test_a_batch_refilled_in_place_launches_what_eager_steps_launch(monkeypatch)
     assert len(binds) == 4  # HEAD and TAIL at step 1, and at step 2 (the in-place batch); never again
     ref = runs["reference"].monitor
     assert [r[:2] for r in runs["reference"].rows()] == [("TAIL_K_FULL", 2)] * 2
+    _assert_like_reference(runs)
     for kind in ("eager", "fast"):
-        m = runs[kind].monitor
-        assert sorted(runs[kind].rows()) == sorted(runs["reference"].rows()), kind
-        np.testing.assert_array_equal(m.status.words, ref.status.words, err_msg=kind)
-        np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
-        for g, g_ref in zip(m.groups, ref.groups):
-            for key, buf in g.buffers.items():
-                np.testing.assert_array_equal(monitor_records(buf), monitor_records(g_ref.buffers[key]), err_msg=key)
+        np.testing.assert_array_equal(runs[kind].monitor.token_pool, ref.token_pool, err_msg=kind)
 
 
 @pytest.mark.simulator
@@ -299,31 +297,9 @@ def test_graph_capture_needs_a_gpu_monitor():
 
 def _gpu_run(kind: str, steps: int = 6) -> tuple[dict, object]:
     """Decode steps of a small pool on the GPU (``eager`` / ``fast`` / ``graph``), a KV byte
-    flipped before step 3; returns host copies of everything the canary keeps, and the monitor."""
-    import cupy
-
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from benchmarks.workloads import MonitorWorkload
-
-    w = MonitorWorkload(cupy, requests=4, prefix=40, max_steps=steps, bytes_per_token=32, mode=RealKvHashMode.ALL)
-    m = w.monitor
-    if kind == "eager":
-        m.fast = None
-    w.prefill()
-    if kind == "graph":
-        w.fill(w.batch, w.length, w.extend)
-        m.capture_graph(w.batch)
-    for i in range(steps):
-        if i == 3:
-            w.k[int(w.table[2, 5]), 0] ^= 1  # corrupt the KV of request 2, position 5
-        w.step()
-    m.flush()
-    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
-    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
-    out["status"] = m.status.words.get()
-    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
-    return out, m
+    flipped before step 3 (request 2, position 5); returns host copies of everything the canary
+    keeps, and the monitor."""
+    return gpu_monitor_run(kind, requests=4, prefix=40, bytes_per_token=32, steps=steps, flips=[("k", 2, 5, 0)])
 
 
 @pytest.mark.gpu

@@ -43,13 +43,11 @@ from typing import Sequence
 import numpy as np
 
 from .._interop import native_views
-from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, WARP_SIZE, RealKvHashMode
+from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..context import CanaryContext
 from ..kernels import endpoints as _kernels
 from ..kernels import share as _share
 from ..kernels import tiled_endpoints as _tiled_endpoints
-from ..kernels import write_tiled as _tiled
-from ..kernels import write as _write_kernels
 from ..kernels.verify import VERIFY_THREADS
 from ..plans import VerifyPlan, WritePlan
 from . import _common
@@ -153,7 +151,8 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     nsrc, (bufs, rings, indices, slot_counters, kernel_counters, kinds, spans, params) = _contexts(contexts, fallback)
     own, consume = int(_share.OWN), int(_share.CONSUME)
     if chain is None:
-        roles, scratch = [own] * count, _unshared_scratch(bufs[0])
+        stand_in = _write.unshared_scratch(bufs[0])
+        roles, scratch = [own] * count, (stand_in, stand_in)
     elif tiled:  # the chain alone first (HEAD), then every endpoint stamps from it
         roles, scratch = [consume] * count, _common.persistent_views(chain.published, chain.published_seeds)
     else:
@@ -182,7 +181,7 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
         return
     name = _kernels.write_name(enable_write_input_assert, nsrc)
     kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
-    block, per_sm = _write_shape()
+    block, per_sm = _write.write_shape()
     # Blocks of each endpoint's part (requests spread over blocks first, as the plain write).
     per = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm, parts=count)
     _common.launch(kernel, signature, per * count, block, (*args, per))
@@ -191,28 +190,8 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
 def _launch_tiled(args: tuple, capacity: int, count: int, input_assert: bool, nsrc: int) -> None:
     """The tiled stamps of ``count`` endpoints in one launch (``kernels/tiled_endpoints.py``): a
     block per request and endpoint, up to what stays resident (as ``launch/write.py``'s)."""
-    warps = _tiled.TILED_WARPS
-    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
-        warps = min(_common.sim_shape("write_warps", warps), _tiled.MAX_TILED_WARPS)
-    block = warps * WARP_SIZE
+    block = _write.tiled_block()
     name = _tiled_endpoints.kernel_name(input_assert, nsrc)
     kernel, signature = _tiled_endpoints.KERNELS[name], _tiled_endpoints.SIGNATURES[name][0]
     per = _common.resident_grid(kernel, signature, capacity * block, block, parts=count)
     _common.launch(kernel, signature, per * count, block, (*args, per))
-
-
-def _write_shape() -> tuple[int, int]:
-    """Threads per block and blocks per SM of the write kernels (as ``launch/write.py``)."""
-    warps = _write_kernels.WRITE_WARPS
-    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
-        warps = min(_common.sim_shape("write_warps", warps), _write_kernels.MAX_WRITE_WARPS)
-    block = warps * WARP_SIZE
-    return block, _common.THREADS_PER_SM // block
-
-
-def _unshared_scratch(words) -> tuple:
-    """Chain scratch arguments of a launch that shares nothing (role OWN never reads them): the
-    first buffer on a GPU; under the simulator a small array of its own, since the simulator
-    copies every top-level argument back and an alias of a buffer would overwrite its records."""
-    stand_in = np.zeros((1, 1), dtype=np.int64) if isinstance(words, np.ndarray) else words
-    return stand_in, stand_in

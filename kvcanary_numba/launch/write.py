@@ -79,22 +79,44 @@ def launch_canary_write_kernel(
     )
     name = _kernels.kernel_name(enable_write_input_assert, nsrc)
     # A monitor step shares one chain between its write launches (launch/chain.py).
-    fallback = args[0] if not isinstance(args[0], np.ndarray) else np.zeros((1, 1), dtype=np.int64)
-    args = (*args, *chain_arguments(fallback))
+    args = (*args, *chain_arguments(unshared_scratch(args[0])))
     capacity = plan.write_seed_slot_indices.shape[0]
     tiled = tiled_step(int(input_ids.shape[0]), capacity)
     if tiled is not None:
         _launch_tiled(tiled, args, capacity, enable_write_input_assert, nsrc)
         return
+    block, per_sm = write_shape()
+    # One warp per request, requests spread over the blocks first (one block
+    # per request up to what stays resident): warps then stride.
+    grid = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm)
+    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
+
+
+def write_shape() -> tuple[int, int]:
+    """(threads per block, blocks per SM) of the serial write kernels (plain and endpoint)."""
     warps = _kernels.WRITE_WARPS
     if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
         warps = min(_common.sim_shape("write_warps", warps), _kernels.MAX_WRITE_WARPS)
     block = warps * WARP_SIZE
-    # One warp per request, requests spread over the blocks first (one block
-    # per request up to what stays resident): warps then stride.
-    per_sm = _common.THREADS_PER_SM // block
-    grid = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm)
-    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
+    return block, _common.THREADS_PER_SM // block
+
+
+def tiled_block() -> int:
+    """Threads per block of the tiled stamps (``write_tiled`` and ``tiled_endpoints``)."""
+    from ..kernels import write_tiled as _tiled
+
+    warps = _tiled.TILED_WARPS
+    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
+        warps = min(_common.sim_shape("write_warps", warps), _tiled.MAX_TILED_WARPS)
+    return warps * WARP_SIZE
+
+
+def unshared_scratch(words):
+    """Chain scratch stand-in of a launch that shares nothing (role OWN never reads it): the
+    buffer ``words`` itself on a GPU; under the simulator a small array of its own, since the
+    simulator copies every top-level argument back and an alias of a buffer would overwrite its
+    records."""
+    return np.zeros((1, 1), dtype=np.int64) if isinstance(words, np.ndarray) else words
 
 
 def _launch_tiled(role: str, args: tuple, capacity: int, input_assert: bool, nsrc: int) -> None:
@@ -104,10 +126,7 @@ def _launch_tiled(role: str, args: tuple, capacity: int, input_assert: bool, nsr
     if role == "PUBLISH":
         launch_chain_publish(args, capacity)
     args = (*args[:-3], int(_share.CONSUME), *args[-2:])
-    warps = _tiled.TILED_WARPS
-    if _common.ON_SIMULATOR:  # tests run several warps per block with _common.simulated_shapes
-        warps = min(_common.sim_shape("write_warps", warps), _tiled.MAX_TILED_WARPS)
-    block = warps * WARP_SIZE
+    block = tiled_block()
     name = _tiled.kernel_name(input_assert, nsrc)
     kernel, signature = _tiled.KERNELS[name], _tiled.SIGNATURES[name][0]
     # A block per request, up to what stays resident (the slot table's shared memory counts).
