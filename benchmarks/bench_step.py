@@ -139,6 +139,12 @@ def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> No
         run.case("monitor", f"{name} {path}", body, reserve=20)
 
 
+def _host_iters(run) -> int:
+    # Host rows of one step move 1.5-2.5x between runs at 20 samples (session 7 runs 1-3: graph
+    # replay 17.9 / 44.1 / 26.2 us); a step costs ~2 ms here, so three times the samples is cheap.
+    return 3 * run.iters
+
+
 def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
     """Host time of pre_forward + post_forward (and of end_step), device time of their launches."""
     import cupy
@@ -146,7 +152,7 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
     m = w.monitor
     host, device, end = [], [], []
     events = [cupy.cuda.Event() for _ in range(4)]
-    for i in range(3 + run.iters):
+    for i in range(3 + _host_iters(run)):
         synchronize()
         _spin(spin_us)  # the GPU stays busy while the host issues, so the events time only the GPU
         events[0].record()
@@ -246,7 +252,7 @@ def _host_split(run, w, variant: str) -> None:
             rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
         split = {key: [] for key in ("launches", "other", "runtime", "end_other")}
         calls = [0, 0]
-        for i in range(3 + run.iters):
+        for i in range(3 + _host_iters(run)):
             synchronize()
             _spin(1500)
             launches.take()  # the spin's own launch is not the step's

@@ -25,6 +25,9 @@
 #              $OUT/candidate/; steps ctests, crace, cbench; not in the default list)
 #   probe      host us per launch by driver route (benchmarks/results/probes/launch_route_cost.py ->
 #              $OUT/launch-route-cost.json; not in the default list)
+#   busyprobe  host us of the monitor decode step under the bench's protocol, one ingredient at a time
+#              (spin, KV write, events, hot wait, one step ahead; benchmarks/results/probes/busy_monitor_step.py
+#              -> $OUT/busy-monitor-step.json; not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
 #              one-buffer parameters (benchmarks/results/probes/launch_table_cost.py ->
 #              $OUT/launch-table-cost.json; not in the default list)
@@ -150,6 +153,8 @@ for step in "${STEPS[@]}"; do
         run_step probe 120 sh -c "python3 benchmarks/results/probes/launch_route_cost.py > '$OUT/launch-route-cost.json'" ;;
     tableprobe)  # host us per launch of the decode phases: per-launch loop, compiled table, one-buffer parameters
         run_step tableprobe 240 sh -c "python3 benchmarks/results/probes/launch_table_cost.py > '$OUT/launch-table-cost.json'" ;;
+    busyprobe)  # which ingredient of the bench's protocol makes the monitor step's host time grow (session 8)
+        run_step busyprobe 240 python3 benchmarks/results/probes/busy_monitor_step.py "$OUT/busy-monitor-step.json" ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
@@ -169,7 +174,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, candidate)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"
