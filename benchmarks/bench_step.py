@@ -11,6 +11,7 @@ else, without a profiler (``benchmarks/host_step.py`` measures the latter on a C
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -223,6 +224,34 @@ class _TimedGraph:
         self.graph, self.launch = graph, watch.wrap(graph.launch)
 
 
+@contextlib.contextmanager
+def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
+    """Within the block, monitor ``m``'s launch calls (launch tables, prepared launches, its
+    graph's two launches) run under ``launches`` and its readback's runtime calls (CuPy's, or
+    the compiled call standing for the usual step's five, four without a copy in flight)
+    under ``runtime``."""
+    original, original_table = PreparedLaunch.launch, LaunchTable.launch
+    rb, graph = m.readback, m.graph
+    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
+    try:
+        PreparedLaunch.launch = launches.wrap(original)
+        LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
+        if graph is not None:
+            graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
+        for name in ("_record", "_wait", "_query"):
+            setattr(rb, name, runtime.wrap(saved[name]))
+        rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
+        if rb.native is not None:
+            rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
+        yield
+    finally:
+        PreparedLaunch.launch, LaunchTable.launch = original, original_table
+        if graph is not None:
+            graph.head, graph.tail = graph.head.graph, graph.tail.graph
+        for name, value in saved.items():
+            setattr(rb, name, value)
+
+
 def _host_split(run, w, variant: str) -> None:
     """Host time of the step split into its driver calls and everything else (the Python around them).
 
@@ -237,19 +266,7 @@ def _host_split(run, w, variant: str) -> None:
     """
     m = w.monitor
     launches, runtime = _Stopwatch(), _Stopwatch()
-    original, original_table = PreparedLaunch.launch, LaunchTable.launch
-    rb, graph = m.readback, m.graph
-    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
-    try:
-        PreparedLaunch.launch = launches.wrap(original)
-        LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
-        if graph is not None:
-            graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
-        for name in ("_record", "_wait", "_query"):
-            setattr(rb, name, runtime.wrap(saved[name]))
-        rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
-        if rb.native is not None:  # the usual step's five calls (four without a copy in flight), compiled
-            rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
+    with timed_driver_calls(m, launches, runtime):
         split = {key: [] for key in ("launches", "other", "runtime", "end_other")}
         calls = [0, 0]
         for i in range(3 + _host_iters(run)):
@@ -272,12 +289,6 @@ def _host_split(run, w, variant: str) -> None:
                 split["runtime"].append(runtime_us)
                 split["end_other"].append((t4 - t3) * 1e6 - runtime_us)
                 calls = [launch_calls, runtime_calls]
-    finally:
-        PreparedLaunch.launch, LaunchTable.launch = original, original_table
-        if graph is not None:
-            graph.head, graph.tail = graph.head.graph, graph.tail.graph
-        for name, value in saved.items():
-            setattr(rb, name, value)
     common = {"bs": w.requests, "prefix": w.prefix, "extend": w.extend}
     for key, label, n in (("launches", "pre+post: launch calls", calls[0]), ("other", "pre+post: everything else", None),
                           ("runtime", "end_step: runtime calls", calls[1]),

@@ -34,40 +34,13 @@ sys.path.insert(0, ".")
 
 import cupy  # noqa: E402
 
-from benchmarks.bench_step import _Stopwatch, _TimedGraph  # noqa: E402
+from benchmarks.bench_step import _Stopwatch, timed_driver_calls  # noqa: E402
 from benchmarks.timing import _spin  # noqa: E402
 from benchmarks.workloads import MonitorWorkload  # noqa: E402
 from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
-from kvcanary_numba.launch.table import LaunchTable  # noqa: E402
 
 STEPS, WARMUP, SPIN_US = 200, 10, 1500
 PROTOCOLS = ("idle", "write_kv", "spin", "spin+write_kv", "bench", "hot wait", "overlap")
-
-
-def _wrap(m, launches, runtime):
-    """Stopwatches on the step's driver calls; returns the undo."""
-    original, original_table = PreparedLaunch.launch, LaunchTable.launch
-    rb, graph = m.readback, m.graph
-    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
-    PreparedLaunch.launch = launches.wrap(original)
-    LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
-    if graph is not None:
-        graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
-    for name in ("_record", "_wait", "_query"):
-        setattr(rb, name, runtime.wrap(saved[name]))
-    rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
-    if rb.native is not None:
-        rb.native = (runtime.wrap(rb.native[0]), rb.native[1])
-
-    def undo():
-        PreparedLaunch.launch, LaunchTable.launch = original, original_table
-        if graph is not None:
-            graph.head, graph.tail = graph.head.graph, graph.tail.graph
-        for name, value in saved.items():
-            setattr(rb, name, value)
-
-    return undo
 
 
 def _protocol(w, name):
@@ -78,8 +51,7 @@ def _protocol(w, name):
     kv = "write_kv" in name or name in ("bench", "hot wait", "overlap")
     spin = name not in ("idle", "write_kv")
     rows = []
-    undo = _wrap(m, launches, runtime)
-    try:
+    with timed_driver_calls(m, launches, runtime):
         for i in range(WARMUP + STEPS):
             if name == "overlap":
                 done[i & 1].synchronize()  # the step before the previous one (recorded two steps ago)
@@ -117,9 +89,7 @@ def _protocol(w, name):
                 step = (t1 - t0 + t3 - t2) * 1e6
                 end = (t4 - t3) * 1e6
                 rows.append((step, launch_us, step - launch_us, end, runtime_us, end - runtime_us))
-    finally:
-        undo()
-        stream.synchronize()
+    stream.synchronize()
     a = np.array(rows)
     keys = ("step", "step launches", "step else", "end_step", "end runtime", "end else")
     return {k: {"median": round(float(np.median(a[:, j])), 2), "p10": round(float(np.percentile(a[:, j], 10)), 2)}
