@@ -14,6 +14,7 @@ add the bench's ingredients one at a time, for the prepared path and for graph r
 ``bench``           the bench's protocol, timing events included
 ``hot wait``        as ``spin+write_kv`` but the host polls an event instead of a blocking synchronize
                     (tests whether a sleeping host thread wakes slower: C-states, cold caches)
+``no gc``           as ``spin+write_kv`` with Python's garbage collector off (the KV write allocates)
 ``overlap``         an engine one step ahead: no synchronize before the step; the host waits for the
                     step before the previous one (at most one step in flight, as overlap schedulers do)
 
@@ -23,6 +24,7 @@ calls) and everything else; then the two graph launches alone, GPU idle and busy
 ``python3 benchmarks/results/probes/busy_monitor_step.py [out.json]``.
 """
 
+import gc
 import json
 import sys
 import time
@@ -40,7 +42,7 @@ from benchmarks.workloads import MonitorWorkload  # noqa: E402
 from kvcanary_numba import RealKvHashMode  # noqa: E402
 
 STEPS, WARMUP, SPIN_US = 200, 10, 1500
-PROTOCOLS = ("idle", "write_kv", "spin", "spin+write_kv", "bench", "hot wait", "overlap")
+PROTOCOLS = ("idle", "write_kv", "spin", "spin+write_kv", "bench", "hot wait", "no gc", "overlap")
 
 
 def _protocol(w, name):
@@ -48,9 +50,12 @@ def _protocol(w, name):
     launches, runtime = _Stopwatch(), _Stopwatch()
     events = [cupy.cuda.Event() for _ in range(4)]
     done = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
-    kv = "write_kv" in name or name in ("bench", "hot wait", "overlap")
+    kv = "write_kv" in name or name in ("bench", "hot wait", "no gc", "overlap")
     spin = name not in ("idle", "write_kv")
     rows = []
+    if name == "no gc":
+        gc.collect()
+        gc.disable()
     with timed_driver_calls(m, launches, runtime):
         for i in range(WARMUP + STEPS):
             if name == "overlap":
@@ -89,6 +94,7 @@ def _protocol(w, name):
                 step = (t1 - t0 + t3 - t2) * 1e6
                 end = (t4 - t3) * 1e6
                 rows.append((step, launch_us, step - launch_us, end, runtime_us, end - runtime_us))
+    gc.enable()
     stream.synchronize()
     a = np.array(rows)
     keys = ("step", "step launches", "step else", "end_step", "end runtime", "end else")
