@@ -94,7 +94,6 @@ def _protocol(w, name):
                 step = (t1 - t0 + t3 - t2) * 1e6
                 end = (t4 - t3) * 1e6
                 rows.append((step, launch_us, step - launch_us, end, runtime_us, end - runtime_us))
-    gc.enable()
     stream.synchronize()
     a = np.array(rows)
     keys = ("step", "step launches", "step else", "end_step", "end runtime", "end else")
@@ -119,6 +118,13 @@ def _bare_graphs(m, spin):
     return {"median": round(float(np.median(times)), 2), "p10": round(float(np.percentile(times, 10)), 2)}
 
 
+def _run_protocol(w, name):
+    try:
+        return _protocol(w, name)
+    finally:
+        gc.enable()  # "no gc" turns it off
+
+
 def main():
     w = MonitorWorkload(cupy, requests=256, prefix=4096, extend=1, mode=RealKvHashMode.PARTIAL)
     w.prefill()
@@ -130,7 +136,7 @@ def main():
             m.capture_graph(w.batch)
         for name in PROTOCOLS:
             try:
-                r = results[f"{path} / {name}"] = _protocol(w, name)
+                r = results[f"{path} / {name}"] = _run_protocol(w, name)
             except Exception as exc:  # noqa: BLE001 - one protocol's failure must not lose the others
                 results[f"{path} / {name}"] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"{path:13s} {name:14s} failed: {exc}", flush=True)
