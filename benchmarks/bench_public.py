@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
 from kvcanary_numba.verify import launch_canary_verify_kernel
 from kvcanary_numba.write import launch_canary_write_kernel
 
@@ -90,6 +90,19 @@ def _calls(plan: dict, verify: dict, write: dict) -> dict:
     }
 
 
+def _offsets_kwargs(plan: dict) -> dict:
+    """Keyword arguments of ``launch_plan_offsets_kernel`` on the plan case's inputs and plans."""
+    vplan, wplan = plan["verify_plan_out"], plan["write_plan_out"]
+    bs = plan["req_pool_indices"].shape[0]
+    return dict(req_pool_indices=plan["req_pool_indices"], prefix_lens=plan["prefix_lens"],
+                extend_seq_lens=plan["extend_seq_lens"], req_to_token=plan["req_to_token"],
+                full_to_swa_index_mapping=None, out_verify_offsets_scratch=np.zeros(bs + 1, np.int64),
+                out_write_offsets=wplan.write_offsets, out_write_seed_slot_indices=wplan.write_seed_slot_indices,
+                out_verify_num_valid=vplan.verify_num_valid, out_verify_enable=vplan.enable,
+                out_write_num_valid_reqs=wplan.write_num_valid_reqs, swa_window_size=0,
+                verify_capacity=plan["verify_capacity"])  # fmt: skip
+
+
 def public_calls(run) -> None:
     """Host µs of each public call per array library, and of the prepared step, in one run."""
     import cupy
@@ -139,8 +152,11 @@ def public_cpu(run) -> None:
         "verify": lambda _: ref_verify.launch_canary_verify_kernel(**verify),
         "write": lambda _: ref_write.launch_canary_write_kernel(**write),
     }
+    offsets = _offsets_kwargs(plan)
+    calls = {**_calls(plan, verify, write), "plan offsets": lambda _: launch_plan_offsets_kernel(**offsets)}
+    refs["plan offsets"] = lambda _: ref_plan.launch_plan_offsets_kernel(**offsets)
     n = 200 if run.quick else 2000
-    for call, fn in _calls(plan, verify, write).items():
+    for call, fn in calls.items():
         run.add({"op": "public call host (NumPy)", "variant": f"public {call}, 1 entry", "n": 1,
                  **host_times(fn, iters=n, warmup=10)})  # fmt: skip
         if call in refs:

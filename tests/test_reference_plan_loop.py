@@ -8,7 +8,7 @@ from helpers import FILL, padded_lut
 
 from kvcanary_numba import VerifyPlan, WritePlan
 from kvcanary_numba.reference import plan as ref_plan
-from kvcanary_numba.reference.plan_loop import SMALL_BATCH, plan_small_batch
+from kvcanary_numba.reference.plan_loop import SMALL_BATCH, offsets_small_batch, plan_small_batch
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
 
@@ -140,3 +140,74 @@ def test_reference_entry_point_falls_back_to_the_vectorised_plan_when_aliased(mo
                         write_num_valid_reqs=wplan.write_num_valid_reqs)  # fmt: skip
     ref_plan.launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=aliased, verify_capacity=8, **inputs)
     assert len(calls) == 1
+
+
+# --- the offsets step alone (launch_plan_offsets_kernel's CPU path) ---------------------------------
+
+
+def _offsets_outputs(bs: int, wcap: int) -> dict:
+    """Every output of the offsets step, filled with FILL (the scratch has two spare words at its end)."""
+    return dict(out_verify_offsets_scratch=np.full(bs + 3, FILL, np.int64),
+                out_write_offsets=np.full(wcap + 1, FILL, np.int64),
+                out_write_seed_slot_indices=np.full(wcap, FILL, np.int64),
+                out_verify_num_valid=np.full(1, FILL, np.int32), out_verify_enable=np.full(1, FILL, np.int32),
+                out_write_num_valid_reqs=np.full(1, FILL, np.int32))  # fmt: skip
+
+
+def _offsets_inputs(inputs: dict) -> dict:
+    names = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "swa_window_size",
+             "full_to_swa_index_mapping")  # fmt: skip
+    return {name: inputs[name] for name in names}
+
+
+def _vectorised_offsets(**kwargs) -> None:
+    """The reference entry point with the compiled loop switched off: the vectorised spec."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ref_plan, "SMALL_BATCH", -1)
+        ref_plan.launch_plan_offsets_kernel(**kwargs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_loop_offsets_equal_vectorised_offsets(case):
+    inputs, vcap, wcap = case
+    bs = len(inputs["req_pool_indices"])
+    spec, loop = _offsets_outputs(bs, wcap), _offsets_outputs(bs, wcap)
+    _vectorised_offsets(**_offsets_inputs(inputs), verify_capacity=vcap, **spec)
+    assert offsets_small_batch(**_offsets_inputs(inputs), verify_capacity=vcap, **loop) is True
+    for name, want in spec.items():
+        np.testing.assert_array_equal(loop[name], want, err_msg=name)
+    assert (loop["out_verify_offsets_scratch"][bs + 1 :] == FILL).all()  # the scratch's tail is left alone
+
+
+def test_loop_offsets_pin_a_small_batch():
+    # Rows 1 and 2 verify 3 and 2 positions, row 0 is padding; seeds: slot (row 1, position 2) = 10 and
+    # (row 2, position 1) = 17.
+    inputs = dict(req_pool_indices=np.array([1, 0, 2], np.int64), prefix_lens=np.array([3, 5, 2], np.int64),
+                  extend_seq_lens=np.array([2, 4, 1], np.int64),
+                  req_to_token=np.arange(24, dtype=np.int32).reshape(3, 8), swa_window_size=0,
+                  full_to_swa_index_mapping=None)  # fmt: skip
+    out = _offsets_outputs(3, 4)
+    ref_plan.launch_plan_offsets_kernel(**inputs, verify_capacity=100, **out)
+    assert out["out_verify_offsets_scratch"].tolist() == [0, 3, 3, 5, FILL, FILL]
+    assert out["out_write_offsets"].tolist() == [0, 2, 2, 3, 0]
+    assert out["out_write_seed_slot_indices"].tolist() == [10, -1, 17, -1]
+    assert [int(out[k][0]) for k in ("out_verify_num_valid", "out_verify_enable", "out_write_num_valid_reqs")] == \
+        [5, 1, 3]
+
+
+def test_loop_offsets_decline_aliased_arrays_and_write_nothing():
+    inputs = dict(req_pool_indices=np.array([1, 2], np.int64), prefix_lens=np.array([3, 2], np.int64),
+                  extend_seq_lens=np.array([1, 1], np.int64),
+                  req_to_token=np.arange(1, 25, dtype=np.int32).reshape(3, 8), swa_window_size=0,
+                  full_to_swa_index_mapping=None)  # fmt: skip
+    out = _offsets_outputs(2, 3)
+    for label, change in (("seeds = req_pool_indices", {"out_write_seed_slot_indices": inputs["req_pool_indices"]}),
+                          ("enable = write_num_valid_reqs", {"out_verify_enable": out["out_write_num_valid_reqs"]}),
+                          ("scratch = prefix_lens", {"out_verify_offsets_scratch": np.zeros(3, np.int64)})):
+        kwargs = {**inputs, **out, **change}
+        if label == "scratch = prefix_lens":
+            kwargs["prefix_lens"] = kwargs["out_verify_offsets_scratch"][:2]
+        before = {k: v.copy() for k, v in kwargs.items() if isinstance(v, np.ndarray)}
+        assert offsets_small_batch(**kwargs, verify_capacity=16) is False, label
+        assert all(np.array_equal(kwargs[k], v) for k, v in before.items()), label

@@ -33,7 +33,7 @@ from ..constants import (
     OUT_OF_RANGE_SLOT,
     REQ_POOL_IDX_PADDING,
 )
-from .plan_loop import SMALL_BATCH, plan_small_batch
+from .plan_loop import SMALL_BATCH, offsets_small_batch, plan_small_batch
 
 __all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel", "plan_vectorised"]
 
@@ -102,8 +102,19 @@ def launch_plan_offsets_kernel(
     (``verify_capacity`` / 0 on overflow, else ``total`` / 1), the whole of
     ``out_write_offsets`` (sums at ``[0, bs]``, zeros after), the whole of
     ``out_write_seed_slot_indices`` (seeds at ``[0, bs)``, -1 after) and
-    ``out_write_num_valid_reqs = bs``.
+    ``out_write_num_valid_reqs = bs``. A batch of at most :data:`~.plan_loop.SMALL_BATCH`
+    requests whose outputs share no memory with another array runs
+    :func:`~.plan_loop.offsets_small_batch`, the same bytes from a compiled loop.
     """
+    if req_pool_indices.shape[0] <= SMALL_BATCH and offsets_small_batch(
+        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
+        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
+        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
+        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
+    ):  # fmt: skip
+        return
     step = _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
                          swa_window_size, verify_capacity)  # fmt: skip
     out_verify_offsets_scratch[: step.verify_offsets.shape[0]] = step.verify_offsets

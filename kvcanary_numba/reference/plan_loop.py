@@ -22,7 +22,7 @@ from numba.extending import intrinsic
 
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, REQ_POOL_IDX_PADDING
 
-__all__ = ["SMALL_BATCH", "plan_small_batch"]
+__all__ = ["SMALL_BATCH", "offsets_small_batch", "plan_small_batch"]
 
 #: Batches of at most this many requests take the compiled loop.
 SMALL_BATCH = 256
@@ -94,6 +94,66 @@ def _starts(prefix_lens, r, window):
 
 
 @njit(nogil=True)
+def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
+             v_num, v_enable):  # fmt: skip
+    """The offsets step in one pass over the requests; True when verify entries are due (no overflow,
+    total > 0). ``v_offsets`` (exclusive verify offsets, total at ``[bs]``) is written unless empty."""
+    bs = rpi.shape[0]
+    cap = vcap + 1  # a verify length above this overflows on its own (keeps the total from wrapping)
+    keep_offsets = v_offsets.shape[0] > 0
+    total = np.int64(0)
+    written = np.int64(0)
+    for r in range(bs):
+        active = rpi[r] != _PADDING
+        prefix, start = _starts(prefix_lens, r, window)
+        if keep_offsets:
+            v_offsets[r] = total
+        if active:
+            total += min(prefix - start, cap)
+        w_offsets[r] = written
+        extend = max(extend_lens[r], 0) if active else 0
+        written += extend
+        seed = _NO_PREV
+        if active and extend > 0 and prefix > 0:
+            seed = _slot(rtt, lut, has_lut, rpi[r], prefix - 1)
+        w_seeds[r] = seed
+    if keep_offsets:
+        v_offsets[bs] = total
+    w_offsets[bs] = written
+    for r in range(bs + 1, w_offsets.shape[0]):
+        w_offsets[r] = 0
+    for r in range(bs, w_seeds.shape[0]):
+        w_seeds[r] = _NO_PREV
+    w_num[0] = bs
+    overflow = total > vcap
+    v_num[0] = vcap if overflow else total
+    v_enable[0] = 0 if overflow else 1
+    return not overflow and total > 0  # overflow: entries left alone, as in the vectorised plan
+
+
+@njit(nogil=True)
+def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds,
+                  w_num, v_num, v_enable):  # fmt: skip
+    spans = np.empty((11, 2), dtype=np.int64)  # outputs first, then inputs, as in _plan
+    spans[0, 0], spans[0, 1] = _extent(v_offsets[: rpi.shape[0] + 1])  # the scratch's tail is not written
+    spans[1, 0], spans[1, 1] = _extent(w_offsets)
+    spans[2, 0], spans[2, 1] = _extent(w_seeds)
+    spans[3, 0], spans[3, 1] = _extent(w_num)
+    spans[4, 0], spans[4, 1] = _extent(v_num)
+    spans[5, 0], spans[5, 1] = _extent(v_enable)
+    spans[6, 0], spans[6, 1] = _extent(rpi)
+    spans[7, 0], spans[7, 1] = _extent(prefix_lens)
+    spans[8, 0], spans[8, 1] = _extent(extend_lens)
+    spans[9, 0], spans[9, 1] = _extent(rtt)
+    spans[10, 0], spans[10, 1] = _extent(lut)
+    if not _disjoint(spans, 6):
+        return False
+    _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
+             v_num, v_enable)  # fmt: skip
+    return True
+
+
+@njit(nogil=True)
 def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, lens, has_pool, offset,
           w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable):  # fmt: skip
     # Outputs first, then inputs: the loop runs only if no output meets another array.
@@ -116,35 +176,12 @@ def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, 
     spans[15, 0], spans[15, 1] = _extent(lens)
     if not _disjoint(spans, 9):
         return False
+    no_offsets = np.empty(0, dtype=np.int64)  # the full plan keeps no verify offsets (a global would be read-only)
+    if not _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, no_offsets, w_offsets, w_seeds,
+                    w_num, v_num, v_enable):  # fmt: skip
+        return True
 
     bs = rpi.shape[0]
-    cap = vcap + 1  # a verify length above this overflows on its own (keeps the total from wrapping)
-    total = np.int64(0)
-    written = np.int64(0)
-    for r in range(bs):
-        active = rpi[r] != _PADDING
-        prefix, start = _starts(prefix_lens, r, window)
-        if active:
-            total += min(prefix - start, cap)
-        w_offsets[r] = written
-        extend = max(extend_lens[r], 0) if active else 0
-        written += extend
-        seed = _NO_PREV
-        if active and extend > 0 and prefix > 0:
-            seed = _slot(rtt, lut, has_lut, rpi[r], prefix - 1)
-        w_seeds[r] = seed
-    w_offsets[bs] = written
-    for r in range(bs + 1, w_offsets.shape[0]):
-        w_offsets[r] = 0
-    for r in range(bs, w_seeds.shape[0]):
-        w_seeds[r] = _NO_PREV
-    w_num[0] = bs
-    overflow = total > vcap
-    v_num[0] = vcap if overflow else total
-    v_enable[0] = 0 if overflow else 1
-    if overflow or total <= 0:
-        return True  # overflow: entries left alone, as in the vectorised plan
-
     i = 0
     for r in range(bs):
         row = rpi[r]
@@ -185,4 +222,20 @@ def plan_small_batch(*, verify_plan_out, write_plan_out, req_pool_indices, prefi
         wplan.write_offsets, wplan.write_seed_slot_indices, wplan.write_num_valid_reqs, vplan.verify_slot_indices,
         vplan.verify_expected_tokens, vplan.verify_expected_positions, vplan.verify_prev_slot_indices,
         vplan.verify_num_valid, vplan.enable,
+    )  # fmt: skip
+
+
+def offsets_small_batch(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
+                        out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
+                        out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
+                        verify_capacity) -> bool:  # fmt: skip
+    """:func:`.plan.launch_plan_offsets_kernel` as a compiled loop; False (nothing written) when arrays overlap.
+
+    Takes the same keyword arguments (validated, NumPy) and writes the same bytes.
+    """
+    lut = full_to_swa_index_mapping
+    return _offsets_only(
+        req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, _NO_LUT if lut is None else lut,
+        lut is not None, int(swa_window_size), int(verify_capacity), out_verify_offsets_scratch, out_write_offsets,
+        out_write_seed_slot_indices, out_write_num_valid_reqs, out_verify_num_valid, out_verify_enable,
     )  # fmt: skip
