@@ -28,6 +28,9 @@
 #   busyprobe  host us of the monitor decode step under the bench's protocol, one ingredient at a time
 #              (spin, KV write, events, hot wait, one step ahead; benchmarks/results/probes/busy_monitor_step.py
 #              -> $OUT/busy-monitor-step.json; not in the default list)
+#   ab         the monitor decode step's host / device time, base tree in .base/ (carried) against this
+#              tree, alternately twice (benchmarks/results/probes/ab_monitor_step.py -> $OUT/ab-monitor-step.jsonl;
+#              not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
 #              one-buffer parameters (benchmarks/results/probes/launch_table_cost.py ->
 #              $OUT/launch-table-cost.json; not in the default list)
@@ -155,6 +158,14 @@ for step in "${STEPS[@]}"; do
         run_step tableprobe 240 sh -c "python3 benchmarks/results/probes/launch_table_cost.py > '$OUT/launch-table-cost.json'" ;;
     busyprobe)  # which ingredient of the bench's protocol makes the monitor step's host time grow (session 8)
         run_step busyprobe 240 python3 benchmarks/results/probes/busy_monitor_step.py "$OUT/busy-monitor-step.json" ;;
+    ab)  # the monitor decode step, base tree (.base/: see the probe's docstring) against this one, alternately
+        if [ -d .base/kvcanary_numba ]; then
+            run_step ab 420 sh -c 'for i in 1 2; do for t in .base .; do
+                python3 benchmarks/results/probes/ab_monitor_step.py "$t" "$t" || echo "{\"tree\": \"$t\", \"failed\": true}";
+                done; done > "$0/ab-monitor-step.jsonl"' "$OUT"
+        else
+            echo "ab         rc=NA   no base tree in .base/ (git archive REV kvcanary_numba ':(glob)benchmarks/*.py' | tar -x -C .base)" | tee -a "$SUMMARY"
+        fi ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
@@ -174,7 +185,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, candidate)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, candidate)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"
