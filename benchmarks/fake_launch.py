@@ -15,7 +15,10 @@ take its GPU branches on a CPU:
   argument types (``numba.typeof``, as the simulator does);
 - a do-nothing driver (no route call is made: ``PreparedLaunch.launch`` is stubbed by
   ``host_step.stub_launches`` to the stream lookup a raw launch does before it);
-- the plan glue's scratch stays NumPy (device 0, stream 0), as under the simulator.
+- the plan glue's scratch stays NumPy (device 0, stream 0), as under the simulator;
+- the public calls' snapshots key a top-level NumPy array by its object (a token), as
+  on a GPU a top-level CuPy array is keyed by its pointer: the public memo leaves out
+  NumPy pointers (a NumPy call never replays), and a replay here launches on pointers.
 
 Nothing reaches a GPU and no kernel runs: only host time means anything in this mode
 (``benchmarks/host_step.py --path eager``).
@@ -60,6 +63,7 @@ class _Driver:
 
 def gpu_launch_layer():
     """Switch the launch layer to its GPU branches (see the module docstring); returns a restorer."""
+    from kvcanary_numba import _memo
     from kvcanary_numba.launch import _common, _kernel_launch, plan, prepared, table
 
     handles: dict[tuple, int] = {}
@@ -88,6 +92,7 @@ def gpu_launch_layer():
         # The plan glue's scratch as under the simulator (NumPy, one key), not cuda.to_device.
         (plan, "scratch_arrays", lambda: plan._scratch.setdefault((-1, 0), {})),
         (plan, "_zeros", _numpy_zeros),
+        (_memo, "snapshot", _objects_snapshot(_memo.snapshot)),
     ]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     for obj, name, value in patches:
@@ -108,3 +113,13 @@ def _numpy_zeros(scratch: dict, name: str, shape: tuple, dtype):
     if hit is None:
         hit = scratch[key] = np.zeros(shape, dtype=dtype)
     return hit
+
+
+def _objects_snapshot(snapshot):
+    import numpy as np
+
+    def by_object(values: tuple):
+        # Held in a tuple, a NumPy array is walked at depth 1: its token joins its layout.
+        return snapshot(tuple((v,) if type(v) is np.ndarray else v for v in values))
+
+    return by_object
