@@ -212,12 +212,21 @@ def eager(args) -> None:
     m.fast = None  # as when the prepared path cannot bind
     restore_layer = gpu_launch_layer()
     restore = stub_launches()
+    stub, calls = PreparedLaunch.launch, [0]
+
+    def counted(self, stream=None):  # eager, packing and replayed launches alike end here
+        calls[0] += 1
+        stub(self, stream)
+
+    PreparedLaunch.launch = counted
     try:
         result = time_steps(m, w.batch, args.steps)
     finally:
         restore()
         restore_layer()
-    print(f"decode {args.requests} x 1, prefix {args.prefix}: eager path, launch layer as on a GPU (stubbed)")
+    per_step = calls[0] / (args.steps + 5)
+    print(f"decode {args.requests} x 1, prefix {args.prefix}: eager path, launch layer as on a GPU, "
+          f"{per_step:g} raw launches per step (stubbed)")  # fmt: skip
     for name, (median, low) in result.items():
         print(f"  {'eager':<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
 
