@@ -21,16 +21,20 @@ before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
     With ``--loop compiled`` the readback's calls are compiled too and reach
     the fake's functions; with ``--loop python`` they go to :class:`NullRuntime`
     (Python no-ops: CuPy's wrappers and cudart's layer are not counted).
+``--path eager`` times the eager GPU path instead (``monitor.fast`` None: the public plan
+call and the endpoint glue every step, ``launch/endpoints.py``) with the launch layer as
+on a GPU (:func:`benchmarks.fake_launch.gpu_launch_layer`: packing, eager refills, memo
+replay) and every raw launch stubbed as above (``stub`` only).
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
 against a runtime whose calls do nothing (:class:`NullRuntime`; :class:`FakeRuntime`,
 which copies and can hold copies back, is for tests).
 
 Usage::
 
-    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P] [--driver fake]
+    NUMBA_ENABLE_CUDASIM=1 python -m benchmarks.host_step [--steps N] [--prefix P] [--driver fake] [--path eager]
 
-Prints, for the prepared path and for graph replay (graphs stubbed too), the
-median / min µs per step of pre_forward + post_forward and of end_step.
+Prints, for the prepared path and for graph replay (graphs stubbed too), or for the
+eager path, the median / min µs per step of pre_forward + post_forward and of end_step.
 """
 
 from __future__ import annotations
@@ -146,7 +150,13 @@ def main(argv=None) -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--driver", choices=("stub", "fake"), default="stub")
     parser.add_argument("--loop", choices=("compiled", "python"), default="compiled")
+    parser.add_argument("--path", choices=("prepared", "eager"), default="prepared")
     args = parser.parse_args(argv)
+    if args.path == "eager":
+        if args.driver != "stub":
+            parser.error("--path eager runs with --driver stub only")
+        eager(args)
+        return
     fake = None
     if args.driver == "fake":
         from benchmarks import fake_driver
@@ -191,6 +201,34 @@ def main(argv=None) -> None:
     for path, result in results.items():
         for name, (median, low) in result.items():
             print(f"  {path:<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
+
+
+def eager(args) -> None:
+    """``--path eager``: the eager GPU path's host time (see the module docstring)."""
+    from .fake_launch import gpu_launch_layer
+
+    w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
+    m = w.monitor
+    m.fast = None  # as when the prepared path cannot bind
+    restore_layer = gpu_launch_layer()
+    restore = stub_launches()
+    stub, calls = PreparedLaunch.launch, [0]
+
+    def counted(self, stream=None):  # eager, packing and replayed launches alike end here
+        calls[0] += 1
+        stub(self, stream)
+
+    PreparedLaunch.launch = counted
+    try:
+        result = time_steps(m, w.batch, args.steps)
+    finally:
+        restore()
+        restore_layer()
+    per_step = calls[0] / (args.steps + 5)
+    print(f"decode {args.requests} x 1, prefix {args.prefix}: eager path, launch layer as on a GPU, "
+          f"{per_step:g} raw launches per step (stubbed)")  # fmt: skip
+    for name, (median, low) in result.items():
+        print(f"  {'eager':<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
 
 
 if __name__ == "__main__":

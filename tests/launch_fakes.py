@@ -185,4 +185,58 @@ def expected_values(args: tuple) -> list[int]:
     return [s.value or 0 for s in values]
 
 
-__all__ = ["CaiArray", "Gpu", "NativeLibcuda", "natural_offsets", "KERNEL_A", "KERNEL_B", "SIG", "args_for", "expected_values", "gpu", "np"]
+# --- raw launches run on the simulator, from their parameter slots ---------------------------------
+
+
+def _decoded(ty, slots: list, i: int) -> tuple:
+    """(the argument of Numba type ``ty`` whose flattened parameters start at ``slots[i]``, the
+    next index): an array is rebuilt over the memory its packed pointer names (no copy)."""
+    from numba.core import types
+    from numba.np import numpy_support
+
+    if isinstance(ty, types.Array):
+        n = ty.ndim
+        values = [s.value or 0 for s in slots[i:i + 5 + 2 * n]]
+        nitems, itemsize, ptr = values[2], values[3], values[4]
+        shape, strides = tuple(values[5:5 + n]), tuple(values[5 + n:])
+        dtype = numpy_support.as_dtype(ty.dtype)
+        if nitems == 0:
+            return np.zeros(shape, dtype=dtype), i + 5 + 2 * n
+        extent = sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + itemsize
+        memory = (ctypes.c_char * extent).from_address(ptr)
+        return np.ndarray(shape, dtype=dtype, buffer=memory, strides=strides), i + 5 + 2 * n
+    if isinstance(ty, types.BaseTuple):
+        items = []
+        for member in ty:
+            item, i = _decoded(member, slots, i)
+            items.append(item)
+        return tuple(items), i
+    return slots[i].value, i + 1
+
+
+def run_packed(launch, stream=None) -> None:
+    """A raw :class:`~kvcanary_numba.launch.prepared.PreparedLaunch`'s launch, run by Numba's
+    simulator from what its parameter slots hold (pointers, shapes, scalars), as a GPU would
+    run it: a stale pointer reads or writes the memory it names. ``launched`` lists
+    (signature, array pointers) of each launch."""
+    args, i = [], 0
+    for ty in launch._types:
+        value, i = _decoded(ty, launch._slots, i)
+        args.append(value)
+    launched.append((launch.signature, [a.ctypes.data for a in _arrays(args) if a.size]))
+    launch.kernel[launch.grid, launch.block](*args)
+
+
+def _arrays(args) -> list:
+    out = []
+    for a in args:
+        out += _arrays(a) if isinstance(a, tuple) else [a] if isinstance(a, np.ndarray) else []
+    return out
+
+
+#: (signature, array pointers) of every launch :func:`run_packed` ran (tests clear it).
+launched: list = []
+
+
+__all__ = ["CaiArray", "Gpu", "NativeLibcuda", "natural_offsets", "KERNEL_A", "KERNEL_B", "SIG", "args_for",
+           "expected_values", "gpu", "launched", "np", "run_packed"]

@@ -122,21 +122,34 @@ def gpu_monitor_run(kind: str, *, requests: int, prefix: int, bytes_per_token: i
     Returns host copies of everything the canary keeps (each buffer, the status words, the
     stored ring rows sorted) and the monitor.
     """
+    import cupy
+
+    return monitor_run(cupy, kind, requests=requests, prefix=prefix, bytes_per_token=bytes_per_token, steps=steps,
+                       flips=flips)  # fmt: skip
+
+
+def monitor_run(xp, kind: str, *, requests: int, prefix: int, bytes_per_token: int, steps: int = 6, flips=(),
+                before_step=None, room: int = 0) -> tuple[dict, CanaryMonitor]:  # fmt: skip
+    """:func:`gpu_monitor_run` on ``xp`` (NumPy or CuPy); on NumPy ``kind`` is ``numpy`` (the
+    reference path) or ``eager`` (the kernel glue with no prepared path: the simulator, or
+    a launch layer faked as on a GPU). ``before_step(i, workload)`` runs before step ``i``
+    (after the flips), e.g. to reassign batch arrays; ``room``: extra steps the pool has
+    room for (a hook that lengthens the steps needs them)."""
     import pathlib
     import sys
-
-    import cupy
 
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     if root not in sys.path:
         sys.path.insert(0, root)
     from benchmarks.workloads import MonitorWorkload
 
-    w = MonitorWorkload(cupy, requests=requests, prefix=prefix, max_steps=steps, bytes_per_token=bytes_per_token,
-                        mode=RealKvHashMode.ALL)  # fmt: skip
+    w = MonitorWorkload(xp, requests=requests, prefix=prefix, max_steps=steps + room,
+                        bytes_per_token=bytes_per_token, mode=RealKvHashMode.ALL)  # fmt: skip
     m = w.monitor
     if kind == "eager":
         m.fast = None
+        if xp is np:
+            m._backend = "cuda"  # the kernel glue on NumPy arrays
     w.prefill()
     if kind == "graph":
         w.fill(w.batch, w.length, w.extend)
@@ -145,10 +158,13 @@ def gpu_monitor_run(kind: str, *, requests: int, prefix: int, bytes_per_token: i
         if i == 3:
             for half, request, position, byte in flips:
                 getattr(w, half)[int(w.table[request, position]), byte] ^= 1
+        if before_step is not None:
+            before_step(i, w)
         w.step()
     m.flush()
-    stored = min(int(m.status.words[0:1].view(np.int32).get()[0]), m.ring.shape[0])
-    out = {f"{stage}_{half}": buf.get() for (stage, half), buf in m.groups[0].buffers.items()}
-    out["status"] = m.status.words.get()
-    out["violations"] = np.array(sorted(map(tuple, m.ring.get()[:stored].tolist())))
+    host = getattr(xp, "asnumpy", np.asarray)
+    stored = min(int(host(m.status.words[0:1].view(np.int32))[0]), m.ring.shape[0])
+    out = {f"{stage}_{half}": host(buf).copy() for (stage, half), buf in m.groups[0].buffers.items()}
+    out["status"] = host(m.status.words).copy()
+    out["violations"] = np.array(sorted(map(tuple, host(m.ring)[:stored].tolist())))
     return out, m

@@ -156,7 +156,12 @@ def test_every_fault_class_is_caught_on_the_fused_kernels_as_on_the_reference():
 def _gpu_steps(kind: str) -> dict:
     """Decode steps of 64 requests with 200 cached tokens each (``eager`` / ``fast`` / ``graph``), KV bytes
     flipped before step 3; host copies of everything the canary keeps."""
+    from kvcanary_numba.launch import glue_memo
+
     flips = [(half, r, position, byte) for r in (2, 40) for half, position, byte in (("k", 5, 0), ("v", 7, 3))]
+    # The eager path replays repeated endpoint glue calls; with CuPy's pool handing the same addresses
+    # to the next run, entries of a run with the other fused_count would replay its launches.
+    glue_memo.clear()
     return gpu_monitor_run(kind, requests=64, prefix=200, bytes_per_token=64, flips=flips)[0]
 
 

@@ -347,16 +347,23 @@ def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
 
 @pytest.mark.gpu
 def test_gpu_eager_steps_replay_what_the_glue_would_launch(monkeypatch):
-    # Public calls of eager monitor steps are packed, then replayed; with VERIFY_REPLAYS every
-    # replay first re-derives its launches from the glue and raises StaleLaunch on a difference.
+    # Public calls and endpoint glue calls (launch/glue_memo.py) of eager monitor steps are packed,
+    # then replayed; with VERIFY_REPLAYS every replay first re-derives its launches from the glue
+    # and raises StaleLaunch on a difference.
     from kvcanary_numba.launch import _kernel_launch
 
     verified = []
     verify = _kernel_launch._verify
+
+    def record(launches, run, kwargs, stream):
+        verified.append(run.__name__)
+        verify(launches, run, kwargs, stream)
+
     monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", True)
-    monkeypatch.setattr(_kernel_launch, "_verify", lambda *a: verified.append(verify(*a)))
+    monkeypatch.setattr(_kernel_launch, "_verify", record)
     eager, _ = _gpu_run("eager")
-    assert verified  # later steps replayed their public calls (the batch is refilled in place)
+    # Later steps replayed the plan call and both endpoint glues (the batch is refilled in place).
+    assert {"launch_canary_plan_kernels", "_verifies", "_writes"} <= set(verified)
     fast, _ = _gpu_run("fast")
     for name, array in fast.items():
         np.testing.assert_array_equal(eager[name], array, err_msg=name)

@@ -87,7 +87,8 @@ the glue called it long-lived with ``persistent=True``). Four consumers:
 2. memo replay: the second time a public call's argument snapshot comes back, its
    glue runs with a packing sink: each spec is packed, launched and kept (pointers
    only, no array kept alive) in the snapshot's ``_memo.Entry``; later calls
-   with that snapshot replay the packed launches, no glue;
+   with that snapshot replay the packed launches, no glue (``glue_memo`` does the
+   same for the monitor's internal endpoint glue, keyed without validation);
 3. recorded phases: :func:`~.recording.recording` collects the specs of
    launch-glue calls instead of running them; the monitor packs them into
    :class:`~kvcanary_numba.monitor.fastpath.PreparedPhase` objects and rebinds

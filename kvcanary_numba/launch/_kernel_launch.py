@@ -21,6 +21,7 @@ __all__ = [
     "current_stream",
     "launch",
     "on_stream",
+    "replayable",
     "run_launches",
     "run_spec",
     "sink",
@@ -228,6 +229,12 @@ def _verify(launches: tuple, run, kwargs: dict, stream: int) -> None:
             raise StaleLaunch(f"replayed launch {i} ({spec.signature}): " + "; ".join(stale))
 
 
+def replayable() -> bool:
+    """Whether :func:`run_launches` may pack or replay launches on this thread now: on a GPU,
+    with no sink active (a recording sees every launch of the glue)."""
+    return not ON_SIMULATOR and getattr(_sink, "take", None) is None
+
+
 def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     """Run one validated public CUDA call: ``run(**kwargs)`` (the launch glue), or its replay.
 
@@ -237,7 +244,7 @@ def run_launches(entry, run, kwargs: dict, handle: int | None) -> None:
     call each, no glue). Not under the simulator, and not while a sink is active on this
     thread (a recording: the glue runs and is recorded).
     """
-    if ON_SIMULATOR or getattr(_sink, "take", None) is not None:
+    if not replayable():
         if handle is None:
             run(**kwargs)
         else:
