@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import weakref
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -185,11 +186,11 @@ def test_first_run_then_pack_then_replay_and_a_new_object_runs_again(gpu, monkey
     runs: list = []
     tokens = np.zeros(4, dtype=np.int64)
     for _ in range(4):
-        glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=3), ("tokens",))
+        glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=3))
     assert len(runs) == 2 and len(gpu.log) == 4  # first run, packed, then replayed twice
     copy = tokens.copy()  # same shape, dtype and contents: a new object all the same
-    glue_memo.run_memoised("glue", _glue(runs), dict(tokens=copy, scale=3), ("tokens",))
-    glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=4), ("tokens",))
+    glue_memo.run_memoised("glue", _glue(runs), dict(tokens=copy, scale=3))
+    glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=4))
     assert len(runs) == 4 and runs[2] is copy
 
 
@@ -199,7 +200,7 @@ def test_keys_follow_objects_layouts_and_scalars():
 
     def key(**changes):
         kwargs = {**dict(tokens=tokens, chain=chain, flag=True), **changes}
-        return glue_memo.key("writes", kwargs, ("tokens",))
+        return glue_memo.key("writes", kwargs)
 
     base = key()
     assert key() == base
@@ -211,7 +212,32 @@ def test_keys_follow_objects_layouts_and_scalars():
     tokens.shape = (2, 2)  # in place: the same object, another layout
     assert key() != base
     with pytest.raises(Uncacheable):
-        key(tokens=[1, 2])  # no weak reference: the glue runs unmemoised
+        key(tokens=object())  # nothing the walk knows: the glue runs unmemoised
+
+
+class _FakeCupyArray:
+    """What the memo reads of a CuPy array (its walker is picked by the class's module)."""
+
+    __module__ = "cupy._core.core"
+
+    def __init__(self, ptr: int, shape: tuple):
+        self._ptr, self.shape, self.strides, self.dtype = ptr, shape, (8,), np.dtype(np.int64)
+
+    @property
+    def data(self):  # a property, as CuPy's: the walker is chosen from the class
+        return SimpleNamespace(ptr=self._ptr)
+
+
+def test_cupy_arrays_are_keyed_by_pointer_as_in_the_public_memo():
+    # An engine that allocates its per-step arrays anew gets them back at the same addresses from
+    # CuPy's pool: equal pointers and layouts pack equal launches, so those calls replay.
+    def key(tokens):
+        return glue_memo.key("writes", dict(tokens=tokens, flag=True))
+
+    base = key(_FakeCupyArray(0x1000, (4,)))
+    assert key(_FakeCupyArray(0x1000, (4,))) == base  # another object at the same address
+    assert key(_FakeCupyArray(0x2000, (4,))) != base
+    assert key(_FakeCupyArray(0x1000, (5,))) != base
 
 
 def test_a_freed_argument_is_not_kept_alive_by_the_memo(gpu, monkeypatch):
@@ -219,8 +245,8 @@ def test_a_freed_argument_is_not_kept_alive_by_the_memo(gpu, monkeypatch):
     runs: list = []
     tokens = np.zeros(4, dtype=np.int64)
     for _ in range(3):
-        glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=3), ("tokens",))
-    assert glue_memo.MEMO.get(glue_memo.key("glue", dict(tokens=tokens, scale=3), ("tokens",))).launches
+        glue_memo.run_memoised("glue", _glue(runs), dict(tokens=tokens, scale=3))
+    assert glue_memo.MEMO.get(glue_memo.key("glue", dict(tokens=tokens, scale=3))).launches
     ref = weakref.ref(tokens)
     runs.clear()
     del tokens

@@ -97,10 +97,6 @@ def _contexts(contexts: Sequence[CanaryContext], fallback) -> tuple[int, tuple]:
     return parts[0][0], tuple(_each(c) for c in ([w for _, w, _ in parts], *columns, spans, params))
 
 
-#: The per-call arrays of a write (keyed by object as well as by layout: ``glue_memo``).
-_TRANSIENT = ("input_ids", "positions", "out_cache_loc", "expected_input_tokens", "expected_input_positions")
-
-
 def launch_endpoint_verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan,
                              check_verify_expected_token: bool) -> None:  # fmt: skip
     """Verify ``plan`` against every context in ``contexts``: one launch when they fuse
@@ -122,14 +118,13 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     ``chain``: the step's shared chain (None: every endpoint runs its own);
     ``publish``: the first endpoint publishes it (HEAD), else all consume it;
     ``requests``: the step's batch size (None: the plan's capacity), which with the
-    token count picks the path. Repeated calls replay as :func:`launch_endpoint_verifies`'s;
-    the token, position, slot and expected-input arrays are keyed by object too.
+    token count picks the path. Repeated calls replay as :func:`launch_endpoint_verifies`'s.
     """
     kwargs = dict(contexts=contexts, plan=plan, input_ids=input_ids, positions=positions,
                   out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
                   expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions,
                   chain=chain, publish=publish, requests=requests)  # fmt: skip
-    run_memoised("writes", _writes, kwargs, _TRANSIENT)
+    run_memoised("writes", _writes, kwargs)
 
 
 def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool) -> None:

@@ -13,8 +13,9 @@ batch; the contexts and plans are its own):
 - the key of a call is a ``_memo.snapshot`` of its arguments, each walked as held
   (depth 1, so every NumPy, Numba or CAI array gets its per-object token, CuPy and
   PyTorch arrays their pointer, all their shape, strides and dtype; scalars their
-  value), plus a token for each per-call array named ``transient``: a new object
-  takes the full path even at the same address, shape and dtype;
+  value), as the public calls' memo keys them: a per-step CuPy array allocated anew
+  at the same address with the same layout replays (its launch would pack the same
+  parameters), one at another address or of another layout takes the full path;
 - the key's :class:`~kvcanary_numba._memo.Entry` runs through
   ``_kernel_launch.run_launches``: the glue the first time, the glue with its launches
   packed the second time, then a replay of those launches (one launch table, no
@@ -23,18 +24,18 @@ batch; the contexts and plans are its own):
 Nothing kept here holds a user object: snapshots hold layouts, tokens and scalars,
 packed launches pointers (``_memo``, ``PreparedLaunch.release``), and a token's
 entry goes when its object dies. A per-call array freed and replaced at its address
-is a new object, hence a new token, hence the full path; a CuPy array held by a
-context or plan is keyed by its pointer, as in the public memo (equal pointers and
-layouts pack to equal launches). Under
+is a new object, hence a new token, hence the full path; a CuPy array is keyed by
+its pointer, as in the public memo (equal pointers and layouts pack to equal
+launches). Under
 the simulator, while a recording is active, or when a key cannot be taken (an
 object that cannot be weakly referenced: ``_memo.Uncacheable``) the glue runs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from .._memo import Entry, Memo, Uncacheable, snapshot, token
+from .._memo import Entry, Memo, Uncacheable, snapshot
 from . import _kernel_launch
 from .chain import SharedChain
 
@@ -51,7 +52,7 @@ def _held(value: Any) -> Any:
     return value
 
 
-def key(name: str, kwargs: dict, transient: Sequence[str] = ()) -> tuple:
+def key(name: str, kwargs: dict) -> tuple:
     """The memo key of glue ``name`` called with ``kwargs`` (see the module docstring).
 
     Raises
@@ -59,12 +60,10 @@ def key(name: str, kwargs: dict, transient: Sequence[str] = ()) -> tuple:
     Uncacheable
         Something in ``kwargs`` cannot be described without keeping it alive.
     """
-    held = tuple(map(_held, kwargs.values()))
-    objects = tuple(token(kwargs[n]) for n in transient if kwargs[n] is not None)
-    return snapshot((name, held, objects))[0]
+    return snapshot((name, tuple(map(_held, kwargs.values()))))[0]
 
 
-def run_memoised(name: str, run: Callable[..., None], kwargs: dict, transient: Sequence[str] = ()) -> None:
+def run_memoised(name: str, run: Callable[..., None], kwargs: dict) -> None:
     """``run(**kwargs)``, or the replay of its launches (see the module docstring).
 
     Parameters
@@ -77,14 +76,12 @@ def run_memoised(name: str, run: Callable[..., None], kwargs: dict, transient: S
         launch.
     kwargs : dict
         Its keyword arguments.
-    transient : sequence of str
-        The names of per-call arrays in ``kwargs`` (None allowed): keyed by object too.
     """
     if not _kernel_launch.replayable():  # nothing would be packed or replayed: no key to take
         run(**kwargs)
         return
     try:
-        found = key(name, kwargs, transient)
+        found = key(name, kwargs)
     except Uncacheable:
         run(**kwargs)
         return
