@@ -17,7 +17,7 @@ plan, which computes every output from the inputs before it writes any.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import literal_unroll, njit, types
 from numba.extending import intrinsic
 
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, REQ_POOL_IDX_PADDING
@@ -62,6 +62,17 @@ def _extent(a):
         else:
             hi += step
     return lo, hi
+
+
+@njit(nogil=True)
+def _spans(arrays):
+    """int64 [len(arrays), 2]: the byte span of each array of a (heterogeneous) tuple."""
+    spans = np.empty((len(arrays), 2), dtype=np.int64)
+    i = 0
+    for a in literal_unroll(arrays):
+        spans[i, 0], spans[i, 1] = _extent(a)
+        i += 1
+    return spans
 
 
 @njit(nogil=True)
@@ -134,18 +145,9 @@ def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_o
 @njit(nogil=True)
 def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds,
                   w_num, v_num, v_enable):  # fmt: skip
-    spans = np.empty((11, 2), dtype=np.int64)  # outputs first, then inputs, as in _plan
-    spans[0, 0], spans[0, 1] = _extent(v_offsets[: rpi.shape[0] + 1])  # the scratch's tail is not written
-    spans[1, 0], spans[1, 1] = _extent(w_offsets)
-    spans[2, 0], spans[2, 1] = _extent(w_seeds)
-    spans[3, 0], spans[3, 1] = _extent(w_num)
-    spans[4, 0], spans[4, 1] = _extent(v_num)
-    spans[5, 0], spans[5, 1] = _extent(v_enable)
-    spans[6, 0], spans[6, 1] = _extent(rpi)
-    spans[7, 0], spans[7, 1] = _extent(prefix_lens)
-    spans[8, 0], spans[8, 1] = _extent(extend_lens)
-    spans[9, 0], spans[9, 1] = _extent(rtt)
-    spans[10, 0], spans[10, 1] = _extent(lut)
+    # Outputs first, then inputs (the scratch's tail past bs + 1 is not written).
+    spans = _spans((v_offsets[: rpi.shape[0] + 1], w_offsets, w_seeds, w_num, v_num, v_enable,
+                    rpi, prefix_lens, extend_lens, rtt, lut))  # fmt: skip
     if not _disjoint(spans, 6):
         return False
     _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
@@ -157,23 +159,8 @@ def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap
 def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, lens, has_pool, offset,
           w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable):  # fmt: skip
     # Outputs first, then inputs: the loop runs only if no output meets another array.
-    spans = np.empty((16, 2), dtype=np.int64)
-    spans[0, 0], spans[0, 1] = _extent(w_offsets)
-    spans[1, 0], spans[1, 1] = _extent(w_seeds)
-    spans[2, 0], spans[2, 1] = _extent(w_num)
-    spans[3, 0], spans[3, 1] = _extent(v_slots)
-    spans[4, 0], spans[4, 1] = _extent(v_tokens)
-    spans[5, 0], spans[5, 1] = _extent(v_positions)
-    spans[6, 0], spans[6, 1] = _extent(v_prevs)
-    spans[7, 0], spans[7, 1] = _extent(v_num)
-    spans[8, 0], spans[8, 1] = _extent(v_enable)
-    spans[9, 0], spans[9, 1] = _extent(rpi)
-    spans[10, 0], spans[10, 1] = _extent(prefix_lens)
-    spans[11, 0], spans[11, 1] = _extent(extend_lens)
-    spans[12, 0], spans[12, 1] = _extent(rtt)
-    spans[13, 0], spans[13, 1] = _extent(lut)
-    spans[14, 0], spans[14, 1] = _extent(pool)
-    spans[15, 0], spans[15, 1] = _extent(lens)
+    spans = _spans((w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable,
+                    rpi, prefix_lens, extend_lens, rtt, lut, pool, lens))  # fmt: skip
     if not _disjoint(spans, 9):
         return False
     no_offsets = np.empty(0, dtype=np.int64)  # the full plan keeps no verify offsets (a global would be read-only)
