@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import check_array, resolve_backend
 from .errors import error
 
@@ -57,7 +57,7 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
     _memo.run_validated("scatter_req_token_ids", "scatter", _MEMO, _validate, kwargs, backend, stream)
 
 
-def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:
+def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> tuple[str, _overlap.Recheck | None]:
     function = "scatter_req_token_ids"
     rows = check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1)
     ranges = check_array(function, "offsets", offsets, dtype=np.int64, ndim=1)
@@ -69,4 +69,4 @@ def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:
         ("flat_in", check_array(function, "flat_in", flat_in, dtype=np.int64, ndim=1)),
         ("pool_out", check_array(function, "pool_out", pool_out, dtype=np.int32, ndim=2, writeable=True)),
     ]
-    return resolve_backend(function, backend, infos)
+    return _overlap.check(function, resolve_backend(function, backend, infos), infos)

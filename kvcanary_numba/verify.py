@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import ArrayInfo, check_array, check_bool, check_int, resolve_backend
 from .constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from .context import CanaryContext
@@ -156,8 +156,8 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
                         {"check_verify_expected_token": bool})
 
 
-def _validate(context, plan, check_verify_expected_token, backend) -> str:
-    """Every check of a verify call; returns the backend it runs on."""
+def _validate(context, plan, check_verify_expected_token, backend) -> tuple[str, _overlap.Recheck | None]:
+    """Every check of a verify call; returns the backend it runs on and the memo's overlap re-test."""
     arrays = check_context(_FUNCTION, context, writes_buffer=False, needs_chain_flag=False)
     check_plan_type(_FUNCTION, "plan", plan, VerifyPlan)
     slots = check_array(_FUNCTION, "plan.verify_slot_indices", plan.verify_slot_indices, dtype=np.int64, ndim=1)
@@ -176,4 +176,4 @@ def _validate(context, plan, check_verify_expected_token, backend) -> str:
         ],
     )
     check_bool(_FUNCTION, "check_verify_expected_token", check_verify_expected_token)
-    return resolve_backend(_FUNCTION, backend, arrays)
+    return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)
