@@ -113,6 +113,18 @@ def _first_conflict(spans: list[tuple]) -> tuple | None:
     return found
 
 
+def _disjoint(function: str, spans: list[tuple]) -> None:
+    """Raise KVC-C017 for the first conflicting pair of ``spans`` (sorted by ``lo``), if any."""
+    reach = -1
+    for span in spans:  # the usual call: all disjoint, seen in one pass
+        if span[0] < reach:
+            pair = _first_conflict(spans)
+            if pair is not None:
+                raise _shared(function, *pair)
+            return
+        reach = span[1]
+
+
 def check(function: str, kind: str, arrays: list[tuple[str, Any]]) -> tuple[str, Recheck | None]:
     """Raise KVC-C017 if an output among ``arrays`` shares memory with another of them.
 
@@ -131,25 +143,26 @@ def check(function: str, kind: str, arrays: list[tuple[str, Any]]) -> tuple[str,
     kind : str
     recheck : Recheck or None
         What a memo hit of this snapshot must test again (None: nothing).
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-C017, naming the output and the other array of the pair that comes first in argument order.
     """
-    spans = []
+    spans, pinned, loose = [], [], []
     for index, (name, info) in enumerate(arrays):
         lo, hi = info.span()
-        if lo != hi:  # an empty array shares nothing (and its shape is part of the snapshot)
-            spans.append((lo, hi, index, name, info.output))
+        if lo == hi:  # an empty array shares nothing (and its shape is part of the snapshot)
+            continue
+        span = (lo, hi, index, name, info.output)
+        spans.append(span)
+        if info.kind == "numpy" and name.isidentifier():  # a top-level NumPy array: address not in the snapshot
+            loose.append((name, index, info.output, info.dtype in _COMPILED))
+        else:
+            pinned.append(span)
     spans.sort()
-    reach = -1
-    for span in spans:  # the usual call: all disjoint, seen in one pass over the sorted spans
-        if span[0] < reach:
-            pair = _first_conflict(spans)
-            if pair is not None:
-                raise _shared(function, *pair)
-            break
-        reach = span[1]
-    loose = [span for span in spans if arrays[span[2]][1].kind == "numpy" and span[3].isidentifier()]
-    if not loose:  # every address is in the snapshot
-        return kind, None
-    return kind, Recheck(function, loose, [span for span in spans if span not in loose])
+    _disjoint(function, spans)
+    return kind, (Recheck(function, loose, pinned) if loose else None)
 
 
 class Recheck:
@@ -159,9 +172,9 @@ class Recheck:
     ----------
     function : str
         Public function named in the message.
-    loose : list of (lo, hi, index, name, output)
-        Spans of the top-level NumPy arguments at validation (only their names, order and roles are
-        kept: their addresses are read again on every hit).
+    loose : list of (name, index, output, compiled)
+        The top-level NumPy arguments (their addresses are read again on every hit; ``compiled``:
+        their dtype is one :func:`extent` reads, a fact the snapshot keeps).
     pinned : list of (lo, hi, index, name, output)
         Spans of the other non-empty arrays, as validated (their addresses are in the snapshot).
     """
@@ -169,29 +182,27 @@ class Recheck:
     __slots__ = ("function", "inputs", "outputs", "pinned", "los", "his", "pinned_outputs")
 
     def __init__(self, function: str, loose: list, pinned: list):
-        self.function = function
-        self.inputs = tuple((s[3], s[2]) for s in loose if not s[4])
-        self.outputs = tuple((s[3], s[2]) for s in loose if s[4])
-        self.pinned = tuple(pinned)
+        self.function, self.inputs, self.outputs = function, [], []
+        for name, index, output, compiled in loose:
+            (self.outputs if output else self.inputs).append((name, index, extent if compiled else host_span))
+        pinned.sort()
+        self.pinned = pinned
         # Pinned outputs never overlap each other (validated): sorted by lo, their his are sorted too,
         # so one bisection finds the only output an input's span could meet.
-        self.pinned_outputs = tuple(s for s in self.pinned if s[4])
-        self.los = [s[0] for s in self.pinned_outputs]
-        self.his = [s[1] for s in self.pinned_outputs]
+        self.pinned_outputs = [s for s in pinned if s[4]]
+        self.los, self.his = [s[0] for s in self.pinned_outputs], [s[1] for s in self.pinned_outputs]
 
     def __call__(self, kwargs: dict) -> None:
         """Raise KVC-C017 if a top-level NumPy array of ``kwargs`` now shares memory it must not."""
         his, los, count = self.his, self.los, len(self.his)
-        inputs = []
-        for name, index in self.inputs:  # an engine's per-step arrays: only pinned outputs matter
-            lo, hi = host_span(kwargs[name])
-            i = bisect_right(his, lo)
-            if i < count and los[i] < hi:
-                raise _shared(self.function, (lo, hi, index, name, False), self.pinned_outputs[i])
-            inputs.append((lo, hi, index, name, False))
+        if count:  # an engine's per-step inputs against the context's or plan's outputs: one bisection each
+            for name, index, span_of in self.inputs:
+                lo, hi = span_of(kwargs[name])
+                i = bisect_right(his, lo)
+                if i < count and los[i] < hi:
+                    raise _shared(self.function, (lo, hi, index, name, False), self.pinned_outputs[i])
         if self.outputs:  # top-level outputs (offsets, scatter, fingerprint): against every other array
-            spans = [(*host_span(kwargs[name]), index, name, True) for name, index in self.outputs]
-            spans = sorted(spans + inputs + list(self.pinned))
-            pair = _first_conflict(spans)
-            if pair is not None:
-                raise _shared(self.function, *pair)
+            spans = [(*span_of(kwargs[name]), index, name, output) for output, group in
+                     ((False, self.inputs), (True, self.outputs)) for name, index, span_of in group]  # fmt: skip
+            spans = sorted(span for span in spans + self.pinned if span[0] != span[1])
+            _disjoint(self.function, spans)

@@ -24,43 +24,39 @@ from kvcanary_numba import scatter as scatter_module
 from kvcanary_numba import write as write_module
 
 BACKENDS = ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)]
+PLAN, OFFSETS, VERIFY = "launch_canary_plan_kernels", "launch_plan_offsets_kernel", "launch_canary_verify_kernel"
+WRITE, SCATTER, FINGERPRINT = "launch_canary_write_kernel", "scatter_req_token_ids", "compute_real_kv_hash"
 
 #: (function, {name: (target, byte delta)}): an output sharing memory with another array.
 REJECTED = {
-    "plan: seeds over req_pool_indices": ("launch_canary_plan_kernels", {"write_seed_slot_indices": ("req_pool_indices", 0)}),
-    "plan: enable over write_num_valid_reqs": ("launch_canary_plan_kernels", {"enable": ("write_num_valid_reqs", 0)}),
-    "plan: two verify outputs, half overlapping": ("launch_canary_plan_kernels",
-                                                   {"verify_expected_tokens": ("verify_slot_indices", 16)}),
-    "plan: prevs over the token pool": ("launch_canary_plan_kernels", {"verify_prev_slot_indices": ("pool", 8)}),
-    "offsets: seeds over req_pool_indices": ("launch_plan_offsets_kernel",
-                                             {"out_write_seed_slot_indices": ("req_pool_indices", 0)}),
-    "offsets: scratch over req_to_token": ("launch_plan_offsets_kernel", {"out_verify_offsets_scratch": ("req_to_token", 32)}),
-    "offsets: enable over write_num_valid_reqs": ("launch_plan_offsets_kernel",
-                                                  {"out_verify_enable": ("out_write_num_valid_reqs", 0)}),
-    "verify: both run counters one word": ("launch_canary_verify_kernel", {"kernel_run_counter": ("slot_run_counter", 0)}),
-    "verify: ring over the canary buffer": ("launch_canary_verify_kernel", {"violation_ring": ("canary_buf", 64)}),
-    "verify: write index over the plan's num_valid": ("launch_canary_verify_kernel",
-                                                      {"violation_write_index": ("verify_num_valid", 0)}),
-    "write: canary buffer is its own real-KV source": ("launch_canary_write_kernel", {"kv": ("canary_buf", 0)}),
-    "write: input_ids inside the ring": ("launch_canary_write_kernel", {"input_ids": ("violation_ring", 8)}),
-    "write: slot counter over the plan's offsets": ("launch_canary_write_kernel", {"slot_run_counter": ("write_offsets", 8)}),
-    "scatter: flat_in inside the pool": ("scatter_req_token_ids", {"flat_in": ("pool_out", 16)}),
-    "scatter: offsets inside the pool": ("scatter_req_token_ids", {"offsets": ("pool_out", 16)}),
-    "fingerprint: out = slot_indices": ("compute_real_kv_hash", {"out": ("slot_indices", 0)}),
-    "fingerprint: out inside the KV bytes": ("compute_real_kv_hash", {"out": ("kv", 32)}),
+    "plan: seeds over req_pool_indices": (PLAN, {"write_seed_slot_indices": ("req_pool_indices", 0)}),
+    "plan: enable over write_num_valid_reqs": (PLAN, {"enable": ("write_num_valid_reqs", 0)}),
+    "plan: two verify outputs, half overlapping": (PLAN, {"verify_expected_tokens": ("verify_slot_indices", 16)}),
+    "plan: prevs over the token pool": (PLAN, {"verify_prev_slot_indices": ("pool", 8)}),
+    "offsets: seeds over req_pool_indices": (OFFSETS, {"out_write_seed_slot_indices": ("req_pool_indices", 0)}),
+    "offsets: scratch over req_to_token": (OFFSETS, {"out_verify_offsets_scratch": ("req_to_token", 32)}),
+    "offsets: enable over write_num_valid_reqs": (OFFSETS, {"out_verify_enable": ("out_write_num_valid_reqs", 0)}),
+    "verify: both run counters one word": (VERIFY, {"kernel_run_counter": ("slot_run_counter", 0)}),
+    "verify: ring over the canary buffer": (VERIFY, {"violation_ring": ("canary_buf", 64)}),
+    "verify: write index over the plan's num_valid": (VERIFY, {"violation_write_index": ("verify_num_valid", 0)}),
+    "write: canary buffer is its own real-KV source": (WRITE, {"kv": ("canary_buf", 0)}),
+    "write: input_ids inside the ring": (WRITE, {"input_ids": ("violation_ring", 8)}),
+    "write: slot counter over the plan's offsets": (WRITE, {"slot_run_counter": ("write_offsets", 8)}),
+    "scatter: flat_in inside the pool": (SCATTER, {"flat_in": ("pool_out", 16)}),
+    "scatter: offsets inside the pool": (SCATTER, {"offsets": ("pool_out", 16)}),
+    "fingerprint: out = slot_indices": (FINGERPRINT, {"out": ("slot_indices", 0)}),
+    "fingerprint: out inside the KV bytes": (FINGERPRINT, {"out": ("kv", 32)}),
 }  # fmt: skip
 
 #: Inputs sharing memory with inputs only: accepted, with the result of unaliased copies.
 ACCEPTED = {
-    "plan: prefix_lens = extend_seq_lens": ("launch_canary_plan_kernels", {"extend_seq_lens": ("prefix_lens", 0)}),
-    "plan: lens inside req_to_token": ("launch_canary_plan_kernels", {"lens": ("req_to_token", 16)}),
-    "offsets: req_pool_indices = prefix_lens": ("launch_plan_offsets_kernel", {"req_pool_indices": ("prefix_lens", 0)}),
-    "verify: plan entries inside the canary buffer": ("launch_canary_verify_kernel",
-                                                      {"verify_expected_positions": ("canary_buf", 32)}),
-    "write: positions = input_ids, source = plan bytes": ("launch_canary_write_kernel",
-                                                          {"positions": ("input_ids", 0), "write_offsets": ("kv", 0)}),
-    "scatter: offsets inside flat_in": ("scatter_req_token_ids", {"offsets": ("flat_in", 8)}),
-    "fingerprint: slots inside the KV bytes": ("compute_real_kv_hash", {"slot_indices": ("kv", 16)}),
+    "plan: prefix_lens = extend_seq_lens": (PLAN, {"extend_seq_lens": ("prefix_lens", 0)}),
+    "plan: lens inside req_to_token": (PLAN, {"lens": ("req_to_token", 16)}),
+    "offsets: req_pool_indices = prefix_lens": (OFFSETS, {"req_pool_indices": ("prefix_lens", 0)}),
+    "verify: plan entries inside the canary buffer": (VERIFY, {"verify_expected_positions": ("canary_buf", 32)}),
+    "write: positions = input_ids, offsets in KV": (WRITE, {"positions": ("input_ids", 0), "write_offsets": ("kv", 0)}),
+    "scatter: offsets inside flat_in": (SCATTER, {"offsets": ("flat_in", 8)}),
+    "fingerprint: slots inside the KV bytes": (FINGERPRINT, {"slot_indices": ("kv", 16)}),
 }  # fmt: skip
 
 

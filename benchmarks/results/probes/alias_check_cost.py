@@ -1,10 +1,11 @@
 """Host µs of the NumPy public calls with 1 entry, before / after the shared-memory check (KVC-C017).
 
-Frozen record of what ran in session 8 (branch ``alias``); runs against older trees too (no new
-names imported). Memo hit: the same call repeated. Memo miss: the function's memo cleared before
-every call (full validation, the only time the complete overlap test runs). ``write, new inputs``:
-an engine's per-step arrays, new objects every call (a memo hit whose top-level NumPy arrays must
-still be re-checked). Run: ``PYTHONPATH=<tree> python benchmarks/results/probes/alias_check_cost.py``.
+Frozen record of what ran in session 8 (branch ``alias``; results in ``alias-check-cost-session8.txt``);
+runs against older trees too (no new names imported). Memo hit: the same call repeated. Memo miss:
+the function's memo cleared before every call (full validation, the only time the complete overlap
+test runs). ``write, new inputs``: an engine's per-step arrays, new objects every call (a memo hit
+whose top-level NumPy arrays must still be re-checked).
+Run: ``PYTHONPATH=<tree> python benchmarks/results/probes/alias_check_cost.py``.
 """
 
 from __future__ import annotations
