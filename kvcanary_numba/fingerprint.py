@@ -108,7 +108,8 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
     Raises
     ------
     KvCanaryError
-        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016, KVC-R008, KVC-R009.
+        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016, KVC-R008, KVC-R009; KVC-C017 (``out``
+        sharing memory with ``slot_indices`` or a source).
     """
     kwargs = dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices,
                   out=out)

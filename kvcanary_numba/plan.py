@@ -144,7 +144,8 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     Raises
     ------
     KvCanaryError
-        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
+        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016;
+        KVC-C017 (an output sharing memory with another array argument).
     """
     _run("launch_plan_offsets_kernel", _validate_offsets, backend, stream, dict(
         req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
@@ -222,7 +223,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     Raises
     ------
     KvCanaryError
-        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
+        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016; KVC-C017 (a plan
+        array sharing memory with another plan array or an input).
     """
     _run("launch_canary_plan_kernels", _validate_plan, backend, stream, dict(
         verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,

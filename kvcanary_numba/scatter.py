@@ -51,7 +51,8 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
     KvCanaryError
         KVC-S001 (``offsets`` length != bs + 1); KVC-C001 (not an array),
         KVC-C002 (dtype), KVC-C003 (ndim), KVC-C006 (not contiguous), KVC-C007
-        (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
+        (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool),
+        KVC-C017 (``pool_out`` sharing memory with another argument).
     """
     kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
     _memo.run_validated("scatter_req_token_ids", "scatter", _MEMO, _validate, kwargs, backend, stream)

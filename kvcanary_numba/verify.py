@@ -149,7 +149,8 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
     ------
     KvCanaryError
         KVC-V001; KVC-C001 … KVC-C016 for arrays, bools, the backend and the
-        stream; KVC-R007 … KVC-R009 for real-KV sources.
+        stream; KVC-R007 … KVC-R009 for real-KV sources; KVC-C017 (the ring, write
+        index or a counter sharing memory with another array).
     """
     kwargs = dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
     _memo.run_validated(_FUNCTION, "verify", _MEMO, _validate, kwargs, backend, stream,

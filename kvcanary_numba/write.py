@@ -86,7 +86,8 @@ def launch_canary_write_kernel(
     KvCanaryError
         KVC-V001, KVC-W001 (offsets length), KVC-W002 / KVC-W003 (expected
         inputs vs the flag), KVC-C001 … KVC-C016 for arrays, bools, the
-        backend and the stream, KVC-R007 … KVC-R009 for real-KV sources.
+        backend and the stream, KVC-R007 … KVC-R009 for real-KV sources,
+        KVC-C017 (a written context array sharing memory with another array).
     """
     kwargs = dict(
         context=context,
