@@ -15,7 +15,7 @@ from typing import Any, Iterable, Literal
 
 import numpy as np
 
-from . import _interop
+from . import _interop, _overlap
 from .errors import error
 
 Backend = Literal["numpy", "cuda"]
@@ -28,16 +28,17 @@ class ArrayInfo:
 
     Attributes: ``kind`` ("numpy" | "cuda"), ``shape``, ``dtype``,
     ``c_contiguous``, ``strides`` (bytes), ``writeable``, ``device`` (CUDA
-    device id or None) and ``ptr`` (data address, read only when asked for:
-    NumPy's ``ctypes.data`` alone costs several microseconds).
+    device id or None), ``ptr`` (data address, read only when asked for:
+    NumPy's ``ctypes.data`` alone costs several microseconds) and ``output``
+    (the call writes it: :func:`check_array` with ``writeable=True``).
     """
 
-    __slots__ = ("kind", "shape", "dtype", "c_contiguous", "strides", "writeable", "device", "_ptr", "_array")
+    __slots__ = ("kind", "shape", "dtype", "c_contiguous", "strides", "writeable", "device", "output", "_ptr", "_array")
 
     def __init__(self, kind: Backend, shape: tuple[int, ...], dtype: np.dtype, c_contiguous: bool,
                  strides: tuple[int, ...], ptr: int | None, writeable: bool, device: int | None, array: Any = None):
         self.kind, self.shape, self.dtype, self.c_contiguous = kind, shape, dtype, c_contiguous
-        self.strides, self.writeable, self.device = strides, writeable, device
+        self.strides, self.writeable, self.device, self.output = strides, writeable, device, False
         self._ptr, self._array = ptr, array
 
     @property
@@ -46,6 +47,12 @@ class ArrayInfo:
             self._ptr = int(self._array.__array_interface__["data"][0])
             self._array = None
         return self._ptr
+
+    def span(self) -> tuple[int, int]:
+        """Bytes ``[lo, hi)`` the elements cover, ``lo == hi`` when empty (:mod:`._overlap`)."""
+        if self._array is not None:  # NumPy, address not read yet: a compiled read is cheaper
+            return _overlap.host_span(self._array)
+        return _overlap.bounds(self.ptr, self.shape, self.strides, self.dtype.itemsize)
 
     def __repr__(self) -> str:
         return (f"ArrayInfo(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
@@ -183,6 +190,7 @@ def check_array(
         raise error("KVC-C013", function=function, argument=argument)
     if info.kind == "cuda" and info.ptr % info.dtype.itemsize:  # a kernel's element load would fault
         raise error("KVC-C014", function=function, argument=argument, expected=info.dtype.itemsize, got=info.ptr)
+    info.output = writeable  # outputs may share memory with no other array of the call (KVC-C017)
     return info
 
 
@@ -254,17 +262,10 @@ def resolve_backend(
     if backend == "auto":
         return kind
     if backend == "numpy" and kind == "cuda":
-        raise error(
-            "KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays"
-        )
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays")
     if backend == "cuda" and kind == "numpy" and not simulator_enabled():
-        raise error(
-            "KVC-C008",
-            function=function,
-            argument="backend",
-            got=backend,
-            reason="NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1",
-        )
+        reason = "NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1"
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=reason)
     return backend  # type: ignore[return-value]
 
 

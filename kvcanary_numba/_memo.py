@@ -15,7 +15,9 @@ validation of that call reads and nothing that keeps a user object alive:
   its fields' snapshots; tuples and lists element-wise; scalars as (type, value).
 
 Two calls with equal snapshots pass or fail validation alike, so :class:`Memo`
-stores the snapshots (and a small result) of calls that passed. Anything the
+stores the snapshots (and a small result) of calls that passed; the one exception
+is whether top-level NumPy arrays share memory (their addresses are not in the
+snapshot), which :mod:`._overlap` re-tests on every hit. Anything the
 walk does not know raises :class:`Uncacheable`: the call is validated in full.
 Array-like objects that cannot be weakly referenced are never cached at depth.
 """
@@ -201,15 +203,15 @@ def snapshot(values: tuple) -> tuple[tuple, dict]:
 
 
 class Entry:
-    """What a memo remembers of a call that passed: its backend, how often the snapshot came back
-    and, on a GPU, the call's launches packed for replay (a tuple of PreparedLaunch) with
-    ``where`` they are valid: (stream, device, glue launch state); see
-    :func:`.launch._kernel_launch.run_launches`."""
+    """What a memo remembers of a call that passed: its backend, how often the snapshot came back,
+    the shared-memory test a hit still owes (``overlap``: a :class:`._overlap.Recheck` or None) and,
+    on a GPU, the call's launches packed for replay (a tuple of PreparedLaunch) with ``where`` they
+    are valid: (stream, device, glue launch state); see :func:`.launch._kernel_launch.run_launches`."""
 
-    __slots__ = ("kind", "hits", "launches", "where")
+    __slots__ = ("kind", "hits", "launches", "where", "overlap")
 
-    def __init__(self, kind: str):
-        self.kind, self.hits, self.launches, self.where = kind, 0, None, None
+    def __init__(self, kind: str, overlap: Callable[[dict], None] | None = None):
+        self.kind, self.hits, self.launches, self.where, self.overlap = kind, 0, None, None, overlap
 
 
 class Memo:
@@ -258,7 +260,9 @@ def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., st
     """The body of every public launch: validate ``kwargs`` unless their snapshot passed before,
     hand DLPack-only arrays on as NumPy / CuPy views, normalize scalars, run on ``stream``.
 
-    ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend.
+    ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend and
+    the shared-memory test a memo hit still owes (:func:`._overlap.check`: top-level NumPy arrays,
+    whose addresses the snapshot does not hold; it runs on every hit, after DLPack views are made).
     ``recheck(kwargs)`` holds the value checks of ``validate`` (a snapshot knows layouts, not
     contents): it runs on a memo hit, so those checks run on every call.
     """
@@ -269,14 +273,18 @@ def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., st
         key, views, dlpack = None, None, True
     entry = memo.get(key)
     if entry is None:
-        entry = Entry(validate(backend=backend, **kwargs))
+        entry = Entry(*validate(backend=backend, **kwargs))
         memo.put(key, entry)
+        overlap = None  # validation compared every array
     else:
         entry.hits += 1
+        overlap = entry.overlap
         if recheck is not None:
             recheck(kwargs)
     if dlpack:
         kwargs = {name: _interop.native_views(value, function, name, views) for name, value in kwargs.items()}
+    if overlap is not None:
+        overlap(kwargs)
     if normalize:
         for name, cast in normalize.items():
             kwargs[name] = cast(kwargs[name])

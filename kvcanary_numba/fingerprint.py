@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import ArrayInfo, check_array, check_int, inspect_array, resolve_backend
 from .constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from .context import RealKvSource
@@ -108,7 +108,8 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
     Raises
     ------
     KvCanaryError
-        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016, KVC-R008, KVC-R009.
+        KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016, KVC-R008, KVC-R009; KVC-C017 (``out``
+        sharing memory with ``slot_indices`` or a source).
     """
     kwargs = dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices,
                   out=out)
@@ -116,9 +117,9 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
                         {"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
 
 
-def _validate(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend) -> str:
+def _validate(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend) -> tuple[str, _overlap.Recheck | None]:
     _, arrays = check_real_kv_sources(_FUNCTION, real_kv_sources, real_kv_hash_mode)
     slots = check_array(_FUNCTION, "slot_indices", slot_indices, dtype=np.int64, ndim=1)
     out_info = check_array(_FUNCTION, "out", out, dtype=np.int64, ndim=1, shape=slots.shape, writeable=True)
     arrays = [("slot_indices", slots), ("out", out_info), *arrays]
-    return resolve_backend(_FUNCTION, backend, arrays)
+    return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)

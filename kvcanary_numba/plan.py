@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import check_array, check_int, resolve_backend
 from .errors import error
 from .plans import VerifyPlan, WritePlan
@@ -144,7 +144,8 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     Raises
     ------
     KvCanaryError
-        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
+        KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016;
+        KVC-C017 (an output sharing memory with another array argument).
     """
     _run("launch_plan_offsets_kernel", _validate_offsets, backend, stream, dict(
         req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
@@ -159,7 +160,7 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
 def _validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
                       out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
                       out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
-                      verify_capacity, backend) -> str:
+                      verify_capacity, backend) -> tuple[str, _overlap.Recheck | None]:
     function = "launch_plan_offsets_kernel"
     bs, window, infos = _check_batch(
         function, req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
@@ -176,7 +177,7 @@ def _validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_
     infos.append(_check_flag(function, "out_verify_num_valid", out_verify_num_valid))
     infos.append(_check_flag(function, "out_verify_enable", out_verify_enable))
     check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
-    return resolve_backend(function, backend, infos)
+    return _overlap.check(function, resolve_backend(function, backend, infos), infos)
 
 
 def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
@@ -222,7 +223,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     Raises
     ------
     KvCanaryError
-        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016.
+        KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016; KVC-C017 (a plan
+        array sharing memory with another plan array or an input).
     """
     _run("launch_canary_plan_kernels", _validate_plan, backend, stream, dict(
         verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
@@ -236,7 +238,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
 
 def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
                    swa_window_size, full_to_swa_index_mapping, verify_capacity, req_to_verify_expected_tokens,
-                   req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset, backend) -> str:
+                   req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
+                   backend) -> tuple[str, _overlap.Recheck | None]:
     function = "launch_canary_plan_kernels"
     for argument, value, cls in (("verify_plan_out", verify_plan_out, VerifyPlan),
                                  ("write_plan_out", write_plan_out, WritePlan)):
@@ -282,4 +285,4 @@ def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_
             infos.append((name, check_array(function, name, array, dtype=dtype, ndim=ndim, shape=shape)))
     check_int(function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset,
               low=_INT64_MIN, high=_INT64_MAX)
-    return resolve_backend(function, backend, infos)
+    return _overlap.check(function, resolve_backend(function, backend, infos), infos)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import check_array, resolve_backend
 from .errors import error
 
@@ -51,13 +51,14 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
     KvCanaryError
         KVC-S001 (``offsets`` length != bs + 1); KVC-C001 (not an array),
         KVC-C002 (dtype), KVC-C003 (ndim), KVC-C006 (not contiguous), KVC-C007
-        (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool).
+        (mixed devices), KVC-C008 / KVC-C009 (backend), KVC-C013 (read-only pool),
+        KVC-C017 (``pool_out`` sharing memory with another argument).
     """
     kwargs = dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
     _memo.run_validated("scatter_req_token_ids", "scatter", _MEMO, _validate, kwargs, backend, stream)
 
 
-def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:
+def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> tuple[str, _overlap.Recheck | None]:
     function = "scatter_req_token_ids"
     rows = check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1)
     ranges = check_array(function, "offsets", offsets, dtype=np.int64, ndim=1)
@@ -69,4 +70,4 @@ def _validate(*, flat_in, offsets, req_pool_indices, pool_out, backend) -> str:
         ("flat_in", check_array(function, "flat_in", flat_in, dtype=np.int64, ndim=1)),
         ("pool_out", check_array(function, "pool_out", pool_out, dtype=np.int32, ndim=2, writeable=True)),
     ]
-    return resolve_backend(function, backend, infos)
+    return _overlap.check(function, resolve_backend(function, backend, infos), infos)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import ArrayInfo, check_array, check_bool, check_int, resolve_backend
 from .constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from .context import CanaryContext
@@ -149,15 +149,16 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
     ------
     KvCanaryError
         KVC-V001; KVC-C001 … KVC-C016 for arrays, bools, the backend and the
-        stream; KVC-R007 … KVC-R009 for real-KV sources.
+        stream; KVC-R007 … KVC-R009 for real-KV sources; KVC-C017 (the ring, write
+        index or a counter sharing memory with another array).
     """
     kwargs = dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
     _memo.run_validated(_FUNCTION, "verify", _MEMO, _validate, kwargs, backend, stream,
                         {"check_verify_expected_token": bool})
 
 
-def _validate(context, plan, check_verify_expected_token, backend) -> str:
-    """Every check of a verify call; returns the backend it runs on."""
+def _validate(context, plan, check_verify_expected_token, backend) -> tuple[str, _overlap.Recheck | None]:
+    """Every check of a verify call; returns the backend it runs on and the memo's overlap re-test."""
     arrays = check_context(_FUNCTION, context, writes_buffer=False, needs_chain_flag=False)
     check_plan_type(_FUNCTION, "plan", plan, VerifyPlan)
     slots = check_array(_FUNCTION, "plan.verify_slot_indices", plan.verify_slot_indices, dtype=np.int64, ndim=1)
@@ -176,4 +177,4 @@ def _validate(context, plan, check_verify_expected_token, backend) -> str:
         ],
     )
     check_bool(_FUNCTION, "check_verify_expected_token", check_verify_expected_token)
-    return resolve_backend(_FUNCTION, backend, arrays)
+    return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _memo
+from . import _memo, _overlap
 from ._arrays import check_array, check_bool, resolve_backend
 from .errors import error
 from .plans import WritePlan
@@ -86,7 +86,8 @@ def launch_canary_write_kernel(
     KvCanaryError
         KVC-V001, KVC-W001 (offsets length), KVC-W002 / KVC-W003 (expected
         inputs vs the flag), KVC-C001 … KVC-C016 for arrays, bools, the
-        backend and the stream, KVC-R007 … KVC-R009 for real-KV sources.
+        backend and the stream, KVC-R007 … KVC-R009 for real-KV sources,
+        KVC-C017 (a written context array sharing memory with another array).
     """
     kwargs = dict(
         context=context,
@@ -102,8 +103,8 @@ def launch_canary_write_kernel(
 
 
 def _validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
-              expected_input_tokens, expected_input_positions, backend) -> str:
-    """Every check of a write call; returns the backend it runs on."""
+              expected_input_tokens, expected_input_positions, backend) -> tuple[str, _overlap.Recheck | None]:
+    """Every check of a write call; returns the backend it runs on and the memo's overlap re-test."""
     arrays = check_context(_FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
     check_plan_type(_FUNCTION, "plan", plan, WritePlan)
     seeds = check_array(_FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
@@ -127,4 +128,4 @@ def _validate(*, context, plan, input_ids, positions, out_cache_loc, enable_writ
             raise error("KVC-W003", function=_FUNCTION, argument=name)
         if array is not None:
             arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
-    return resolve_backend(_FUNCTION, backend, arrays)
+    return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)

@@ -1,10 +1,11 @@
-"""An output that shares memory with an input or another output never makes a NumPy plan call fail half-way (issue 14).
+"""An output that shares memory with another array of its call is rejected up front, on every backend (KVC-C017).
 
-Aliased arrays are accepted (the fuzz harness's ALIAS class). The NumPy plan computes every output from the
-inputs as they were at the call and only then writes, so an input passed as an output gives the plan of the
-inputs' values (the output then holds its own result), and outputs that share one array hold the last write.
-Before this, the vectorised plan re-read its inputs and ``enable`` after the offsets step had written, and
-raised a NumPy ``ValueError`` with the plan already half-written (fuzz seed 2, cases 4733 and 9878).
+On the kernels such a call is a data race (threads read inputs while others write outputs), so the
+result would depend on scheduling; the NumPy path refuses the same calls with the same code, before
+anything is written. Inputs sharing memory with inputs stay allowed and give the unaliased result, and so
+do disjoint views of one buffer. History: session 7 made the NumPy plan compute every output before it
+writes any (fuzz seed 2, cases 4733 and 9878: the vectorised plan raised NumPy's ``ValueError`` with the
+plan half-written); those calls are now refused instead, as they are on the kernels.
 """
 
 from __future__ import annotations
@@ -13,11 +14,142 @@ import dataclasses
 
 import numpy as np
 import pytest
+from alias_calls import ARGUMENT, assert_same_result, call, carve, place, shares, unaliased
+from helpers import raises_code
 
 from kvcanary_numba import VerifyPlan, WritePlan, launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import fingerprint as fingerprint_module
+from kvcanary_numba import plan as plan_module
+from kvcanary_numba import scatter as scatter_module
+from kvcanary_numba import write as write_module
+
+BACKENDS = ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)]
+PLAN, OFFSETS, VERIFY = "launch_canary_plan_kernels", "launch_plan_offsets_kernel", "launch_canary_verify_kernel"
+WRITE, SCATTER, FINGERPRINT = "launch_canary_write_kernel", "scatter_req_token_ids", "compute_real_kv_hash"
+
+#: (function, {name: (target, byte delta)}): an output sharing memory with another array.
+REJECTED = {
+    "plan: seeds over req_pool_indices": (PLAN, {"write_seed_slot_indices": ("req_pool_indices", 0)}),
+    "plan: enable over write_num_valid_reqs": (PLAN, {"enable": ("write_num_valid_reqs", 0)}),
+    "plan: two verify outputs, half overlapping": (PLAN, {"verify_expected_tokens": ("verify_slot_indices", 16)}),
+    "plan: prevs over the token pool": (PLAN, {"verify_prev_slot_indices": ("pool", 8)}),
+    "offsets: seeds over req_pool_indices": (OFFSETS, {"out_write_seed_slot_indices": ("req_pool_indices", 0)}),
+    "offsets: scratch over req_to_token": (OFFSETS, {"out_verify_offsets_scratch": ("req_to_token", 32)}),
+    "offsets: enable over write_num_valid_reqs": (OFFSETS, {"out_verify_enable": ("out_write_num_valid_reqs", 0)}),
+    "verify: both run counters one word": (VERIFY, {"kernel_run_counter": ("slot_run_counter", 0)}),
+    "verify: ring over the canary buffer": (VERIFY, {"violation_ring": ("canary_buf", 64)}),
+    "verify: write index over the plan's num_valid": (VERIFY, {"violation_write_index": ("verify_num_valid", 0)}),
+    "write: canary buffer is its own real-KV source": (WRITE, {"kv": ("canary_buf", 0)}),
+    "write: input_ids inside the ring": (WRITE, {"input_ids": ("violation_ring", 8)}),
+    "write: slot counter over the plan's offsets": (WRITE, {"slot_run_counter": ("write_offsets", 8)}),
+    "scatter: flat_in inside the pool": (SCATTER, {"flat_in": ("pool_out", 16)}),
+    "scatter: offsets inside the pool": (SCATTER, {"offsets": ("pool_out", 16)}),
+    "fingerprint: out = slot_indices": (FINGERPRINT, {"out": ("slot_indices", 0)}),
+    "fingerprint: out inside the KV bytes": (FINGERPRINT, {"out": ("kv", 32)}),
+}  # fmt: skip
+
+#: Inputs sharing memory with inputs only: accepted, with the result of unaliased copies.
+ACCEPTED = {
+    "plan: prefix_lens = extend_seq_lens": (PLAN, {"extend_seq_lens": ("prefix_lens", 0)}),
+    "plan: lens inside req_to_token": (PLAN, {"lens": ("req_to_token", 16)}),
+    "offsets: req_pool_indices = prefix_lens": (OFFSETS, {"req_pool_indices": ("prefix_lens", 0)}),
+    "verify: plan entries inside the canary buffer": (VERIFY, {"verify_expected_positions": ("canary_buf", 32)}),
+    "write: positions = input_ids, offsets in KV": (WRITE, {"positions": ("input_ids", 0), "write_offsets": ("kv", 0)}),
+    "scatter: offsets inside flat_in": (SCATTER, {"offsets": ("flat_in", 8)}),
+    "fingerprint: slots inside the KV bytes": (FINGERPRINT, {"slot_indices": ("kv", 16)}),
+}  # fmt: skip
 
 
-def _inputs() -> dict:
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_an_output_sharing_memory_is_rejected_before_anything_is_written(case, backend):
+    function, rules = REJECTED[case]
+    pool, arrays = carve(function, place(function, rules))
+    assert shares(function, arrays)
+    before = pool.copy()
+    with raises_code("KVC-C017") as excinfo:
+        call(function, arrays, backend)()
+    np.testing.assert_array_equal(pool, before)  # every array of the call lives in the pool
+    (name, (target, _)), = rules.items()
+    assert all(ARGUMENT.get(n, n) in str(excinfo.value) for n in (name, target))  # both arguments are named
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", sorted(ACCEPTED))
+def test_inputs_sharing_memory_give_the_unaliased_result(case, backend):
+    function, rules = ACCEPTED[case]
+    pool, arrays = carve(function, place(function, rules), seed=3)
+    assert not shares(function, arrays)
+    want = unaliased(function, arrays, backend)
+    call(function, arrays, backend)()
+    assert_same_result(arrays, want, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_disjoint_views_of_one_buffer_are_separate_arrays(backend):
+    # As the monitor's status block: write index, counters and plan lanes are neighbouring words of one array.
+    function = "launch_canary_verify_kernel"
+    rules = {"slot_run_counter": ("violation_write_index", 8), "kernel_run_counter": ("violation_write_index", 16),
+             "verify_num_valid": ("violation_write_index", 4), "enable": ("violation_write_index", 24)}  # fmt: skip
+    _, arrays = carve(function, place(function, rules), seed=5)
+    assert not shares(function, arrays)
+    want = unaliased(function, arrays, backend)
+    call(function, arrays, backend)()
+    assert_same_result(arrays, want, backend)
+
+
+@pytest.fixture
+def validations(monkeypatch):
+    """Counts the full validations of the functions that take top-level NumPy arrays."""
+    count = {"n": 0}
+    targets = ((write_module, "_validate"), (scatter_module, "_validate"), (fingerprint_module, "_validate"),
+               (plan_module, "_validate_offsets"), (plan_module, "_validate_plan"))  # fmt: skip
+    for module, attribute in targets:
+        original = getattr(module, attribute)
+
+        def counted(*a, _f=original, **k):
+            count["n"] += 1
+            return _f(*a, **k)
+
+        monkeypatch.setattr(module, attribute, counted)
+    for memo in (write_module._MEMO, scatter_module._MEMO, fingerprint_module._MEMO, *plan_module._MEMOS.values()):
+        memo.clear()
+    return count
+
+
+#: function, and the top-level arrays that replace the unaliased ones (same layouts: same snapshot).
+HITS = {
+    "write: input_ids inside the ring": ("launch_canary_write_kernel",
+                                         lambda a: {"input_ids": a["violation_ring"].reshape(-1)[1:4]}),
+    "plan: lens inside the verify prevs": ("launch_canary_plan_kernels",
+                                           lambda a: {"lens": a["verify_prev_slot_indices"][1:3]}),
+    "offsets: seeds = req_pool_indices": ("launch_plan_offsets_kernel",
+                                          lambda a: {"out_write_seed_slot_indices": a["req_pool_indices"]}),
+    "scatter: offsets inside pool_out": ("scatter_req_token_ids",
+                                         lambda a: {"offsets": a["pool_out"].reshape(-1).view(np.int64)[2:5]}),
+    "fingerprint: out = slot_indices": ("compute_real_kv_hash", lambda a: {"out": a["slot_indices"]}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(HITS))
+def test_a_memo_hit_still_rejects_top_level_arrays_that_now_share_memory(case, validations):
+    # A top-level NumPy array is snapshotted by layout, not address: the aliased call has the snapshot of
+    # the unaliased calls that passed (contexts and plans hold the same objects), so it is a memo hit,
+    # and the hit re-tests the top-level arrays.
+    function, change = HITS[case]
+    pool, arrays = carve(function, place(function))
+    for _ in range(2):
+        call(function, arrays, "numpy")()
+    assert validations["n"] == 1
+    before = pool.copy()
+    with raises_code("KVC-C017"):
+        call(function, {**arrays, **change(arrays)}, "numpy")()
+    np.testing.assert_array_equal(pool, before)
+    assert validations["n"] == 1, "expected a memo hit"
+    call(function, arrays, "numpy")()  # the unaliased call still passes
+
+
+def _seed2_inputs() -> dict:
     """Fuzz seed 2, case 4733: four requests, no SWA, no expected-token pool."""
     return dict(
         req_pool_indices=np.array([0, 2, 3, 1], dtype=np.int64),
@@ -30,72 +162,40 @@ def _inputs() -> dict:
     )  # fmt: skip
 
 
-def _plans(vcap: int, wcap: int) -> tuple[VerifyPlan, WritePlan]:
-    vplan, wplan = VerifyPlan.allocate(verify_capacity=vcap), WritePlan.allocate(write_req_capacity=wcap)
-    for array in (*vplan.arrays().values(), *wplan.arrays().values()):
-        array[...] = -7
-    return vplan, wplan
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("alias", ["seeds = req_pool_indices", "enable = write_num_valid_reqs"])
+def test_the_seed2_plans_are_rejected_and_leave_every_array_as_it_was(alias, backend):
+    # The very objects of fuzz seed 2 (cases 4733 and 9878), passed twice.
+    inputs = _seed2_inputs()
+    vplan, wplan = VerifyPlan.allocate(verify_capacity=4), WritePlan.allocate(write_req_capacity=4)
+    if alias.startswith("seeds"):
+        wplan = dataclasses.replace(wplan, write_seed_slot_indices=inputs["req_pool_indices"])
+    else:
+        vplan = dataclasses.replace(vplan, enable=wplan.write_num_valid_reqs)
+    arrays = [*vplan.arrays().values(), *wplan.arrays().values(), *(v for v in inputs.values() if hasattr(v, "copy"))]
+    before = [a.copy() for a in arrays]
+    with raises_code("KVC-C017"):
+        launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=4, backend=backend,
+                                   **inputs)  # fmt: skip
+    for got, want in zip(arrays, before):
+        np.testing.assert_array_equal(got, want)
 
 
-def _spec(inputs: dict, vcap: int, wcap: int) -> tuple[VerifyPlan, WritePlan]:
-    """The plan of unaliased copies of the inputs."""
-    vplan, wplan = _plans(vcap, wcap)
-    copies = {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
-    launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=vcap, backend="numpy",
-                               **copies)  # fmt: skip
-    return vplan, wplan
-
-
-def _arrays(vplan, wplan) -> dict:
-    return {**vplan.arrays(), **wplan.arrays()}
-
-
-def test_seeds_written_into_req_pool_indices_give_the_plan_of_the_rows_before_the_call():
-    inputs = _inputs()
-    want_v, want_w = _spec(inputs, 20, 4)
-    vplan, wplan = _plans(20, 4)
-    wplan = dataclasses.replace(wplan, write_seed_slot_indices=inputs["req_pool_indices"])
-    launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=20, backend="numpy",
-                               **inputs)  # fmt: skip
-    for name, want in _arrays(want_v, want_w).items():
-        np.testing.assert_array_equal(_arrays(vplan, wplan)[name], want, err_msg=name)
-
-
-def test_enable_sharing_write_num_valid_reqs_does_not_turn_an_overflowed_plan_on():
-    # Fuzz seed 2, case 9878: 10 verify entries for a capacity of 4 overflow; the write count (4) landed in
-    # enable and the entries were then written past the capacity.
-    inputs = _inputs()
-    want_v, want_w = _spec(inputs, 4, 4)
-    assert int(want_v.enable[0]) == 0
-    vplan, wplan = _plans(4, 4)
-    vplan = dataclasses.replace(vplan, enable=wplan.write_num_valid_reqs)
-    launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=4, backend="numpy",
-                               **inputs)  # fmt: skip
-    for name in ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
-                 "verify_prev_slot_indices", "verify_num_valid", "write_offsets", "write_seed_slot_indices"):  # fmt: skip
-        np.testing.assert_array_equal(_arrays(vplan, wplan)[name], _arrays(want_v, want_w)[name], err_msg=name)
-    assert int(vplan.enable[0]) in (int(want_v.enable[0]), int(want_w.write_num_valid_reqs[0]))
-
-
-@pytest.mark.parametrize("alias", ["out_verify_offsets_scratch", "out_write_seed_slot_indices"])
-def test_offsets_outputs_over_req_pool_indices_give_the_offsets_of_the_rows_before_the_call(alias):
-    inputs = _inputs()
-    bs = inputs["req_pool_indices"].shape[0]
-    kwargs = {k: inputs[k] for k in ("prefix_lens", "extend_seq_lens", "req_to_token", "swa_window_size",
-                                     "full_to_swa_index_mapping")}  # fmt: skip
-
-    def outputs():
-        return dict(out_verify_offsets_scratch=np.full(bs + 1, -7, np.int64), out_write_offsets=np.full(bs + 1, -7, np.int64),
-                    out_write_seed_slot_indices=np.full(bs, -7, np.int64), out_verify_num_valid=np.full(1, -7, np.int32),
-                    out_verify_enable=np.full(1, -7, np.int32), out_write_num_valid_reqs=np.full(1, -7, np.int32))  # fmt: skip
-
-    want = outputs()
-    launch_plan_offsets_kernel(req_pool_indices=inputs["req_pool_indices"].copy(), verify_capacity=20,
-                               backend="numpy", **kwargs, **want)  # fmt: skip
-    got = outputs()
-    rows = np.zeros(bs + 1, np.int64)  # req_pool_indices is a view of an array that can hold bs + 1 scratch entries
-    rows[:bs] = inputs["req_pool_indices"]
-    got[alias] = rows if alias == "out_verify_offsets_scratch" else rows[:bs]
-    launch_plan_offsets_kernel(req_pool_indices=rows[:bs], verify_capacity=20, backend="numpy", **kwargs, **got)
-    for name in want:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_offsets_scratch_over_a_longer_req_pool_indices_is_rejected(backend):
+    # The scratch may be longer than bs + 1; an input that is a view of it still shares its memory.
+    inputs = _seed2_inputs()
+    rows = np.zeros(5, np.int64)
+    rows[:4] = inputs["req_pool_indices"]
+    outs = dict(out_write_offsets=np.full(5, -7, np.int64), out_write_seed_slot_indices=np.full(4, -7, np.int64),
+                out_verify_num_valid=np.full(1, -7, np.int32), out_verify_enable=np.full(1, -7, np.int32),
+                out_write_num_valid_reqs=np.full(1, -7, np.int32))  # fmt: skip
+    before = {name: array.copy() for name, array in outs.items()}
+    with raises_code("KVC-C017"):
+        launch_plan_offsets_kernel(req_pool_indices=rows[:4], prefix_lens=inputs["prefix_lens"],
+                                   extend_seq_lens=inputs["extend_seq_lens"], req_to_token=inputs["req_to_token"],
+                                   full_to_swa_index_mapping=None, out_verify_offsets_scratch=rows, swa_window_size=0,
+                                   verify_capacity=20, backend=backend, **outs)  # fmt: skip
+    np.testing.assert_array_equal(rows[:4], inputs["req_pool_indices"])
+    for name, array in outs.items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)

@@ -1,4 +1,4 @@
-"""Codes KVC-C… about buffers: canary row width, writability, alignment and allocation, shared by every operation."""
+"""Codes KVC-C… about buffers: row width, writability, alignment, allocation and sharing, for every operation."""
 
 from __future__ import annotations
 
@@ -122,5 +122,48 @@ define(
     defensive="capacity = min(capacity, 3 * num_slots)",
     prevention="Derive every capacity in one place from the pool size.",
     related=("KVC-C011",),
+    extension=True,
+)
+
+define(
+    "KVC-C017",
+    title="Output shares memory with another argument",
+    message="{function}: {argument} is written by this call and shares memory with {other}",
+    meaning=(
+        "An array a call writes (a plan, a canary buffer, the ring or a counter, pool_out, out) may share no "
+        "byte with any other array argument of the same call. On a GPU, and under the simulator, the kernels' "
+        "threads read inputs while others write outputs, so an aliased call is a data race whose result depends "
+        "on scheduling; the call is refused on every backend, NumPy included, before anything is written or "
+        "launched. Inputs may share memory with each other (both are only read), and views of one buffer that "
+        "do not overlap are separate arrays (CanaryMonitor keeps its write index, counters and plan lanes as "
+        "disjoint words of one status array). Memory is compared by byte ranges (pointer plus extent from shape "
+        "and strides), as numpy.may_share_memory does."
+    ),
+    triggers=(
+        "One scratch array passed as two outputs (slot_run_counter and kernel_run_counter, enable and "
+        "verify_num_valid).",
+        "An input reused as an output: write_seed_slot_indices over req_pool_indices, out over slot_indices, "
+        "pool_out over flat_in.",
+        "A canary buffer that is also a real-KV source of the write that stamps it.",
+    ),
+    solutions=(
+        "Allocate each output on its own (CanaryContext.allocate, VerifyPlan.allocate, WritePlan.allocate), or "
+        "carve outputs from one buffer as non-overlapping slices.",
+        "Copy an input that must also be overwritten (out=slot_indices.copy()) and copy the result back after "
+        "the call.",
+    ),
+    before=(
+        "counters = xp.zeros(1, dtype=xp.int64)\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters, "
+        "kernel_run_counter=counters)))"
+    ),
+    after=(
+        "counters = xp.zeros(2, dtype=xp.int64)  # one buffer, two disjoint views\n"
+        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters[0:1], "
+        "kernel_run_counter=counters[1:2])))"
+    ),
+    defensive="assert not np.may_share_memory(out, slot_indices)  # cupy.may_share_memory on a GPU",
+    prevention="Give every output its own allocation, made once at start-up and reused every step.",
+    related=("KVC-C013", "KVC-C007"),
     extension=True,
 )

@@ -15,10 +15,11 @@ semantics are SGLang's (reference notes §6) plus the rules of
   (``prefix - 1``; -1 for padding rows, no write or no prefix).
 
 Inputs are validated by the public wrappers in :mod:`kvcanary_numba.plan`;
-these functions assume valid arrays and never read past any of them. An
-output may share memory with an input or another output (accepted): every
-output is computed from the inputs as they are at the call before the first
-one is written, so a write never changes what the call reads.
+these functions assume valid arrays and never read past any of them. The
+wrappers reject an output that shares memory with an input or another output
+(KVC-C017, as on the kernels, where it would be a race); called directly, the
+reference still gives a defined result: every output is computed from the
+inputs as they are at the call before the first one is written.
 """
 
 from __future__ import annotations

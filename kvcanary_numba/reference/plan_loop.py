@@ -11,15 +11,17 @@ both give byte-equal plans on random batches.
 The loop writes its outputs while it reads its inputs, so it runs only when no
 output shares memory with an input or another output; otherwise
 :func:`plan_small_batch` returns False and the caller runs the vectorised
-plan, which computes every output from the inputs before it writes any.
+plan, which computes every output from the inputs before it writes any. The
+public wrappers reject such calls (KVC-C017) before they get here; the test
+stays for direct callers of the reference.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll, njit, types
-from numba.extending import intrinsic
+from numba import literal_unroll, njit
 
+from .._overlap import extent as _extent
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, REQ_POOL_IDX_PADDING
 
 __all__ = ["SMALL_BATCH", "offsets_small_batch", "plan_small_batch"]
@@ -35,33 +37,6 @@ _PADDING = np.int64(REQ_POOL_IDX_PADDING)
 _NO_LUT = np.zeros(0, dtype=np.int64)
 _NO_POOL = np.zeros((0, 0), dtype=np.int32)
 _NO_LENS = np.zeros(0, dtype=np.int64)
-
-
-@intrinsic
-def _address(typingctx, array):
-    """An array's data pointer as int64 (``a.ctypes.data`` compiles ~10x slower)."""
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        return builder.ptrtoint(data, context.get_value_type(types.int64))
-
-    return types.int64(array), codegen
-
-
-@njit(nogil=True)
-def _extent(a):
-    """Bytes ``[lo, hi)`` an array's elements span (``lo == hi`` when it is empty)."""
-    lo = _address(a)
-    if a.size == 0:
-        return lo, lo
-    hi = lo + a.itemsize
-    for extent, stride in zip(a.shape, a.strides):
-        step = np.int64((extent - 1) * stride)
-        if step < 0:
-            lo += step
-        else:
-            hi += step
-    return lo, hi
 
 
 @njit(nogil=True)
