@@ -259,10 +259,9 @@ def _host_split(run, w, variant: str) -> None:
     call for all of a phase's launches when the compiled loop runs them, each
     ``PreparedLaunch.launch`` otherwise, or the two graph launches) against the rest;
     end_step: the readback's runtime calls (event record / wait / query, the status copy,
-    through CuPy or one compiled call standing for them) against the rest. The wrappers add ~0.1-0.2 µs per call, about half of it to
-    "everything else". The spin kernel queued before each step is a launch too: it is
-    not counted (session 7 run 1 and earlier counted it in "launch calls", so their "everything
-    else" of pre+post reads one launch call low).
+    through CuPy or one compiled call standing for them) against the rest (wrapped by
+    :func:`timed_driver_calls`, ~0.1-0.2 µs per call, half of it in "everything else"). The spin
+    kernel queued before each step is not counted (session 7 run 1 and earlier counted it).
     """
     m = w.monitor
     launches, runtime = _Stopwatch(), _Stopwatch()
