@@ -17,7 +17,7 @@ import pytest
 from alias_calls import ARGUMENT, assert_same_result, call, carve, place, shares, unaliased
 from helpers import raises_code
 
-from kvcanary_numba import VerifyPlan, WritePlan, launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import VerifyPlan, WritePlan, _overlap, launch_canary_plan_kernels, launch_plan_offsets_kernel
 from kvcanary_numba import fingerprint as fingerprint_module
 from kvcanary_numba import plan as plan_module
 from kvcanary_numba import scatter as scatter_module
@@ -147,6 +147,22 @@ def test_a_memo_hit_still_rejects_top_level_arrays_that_now_share_memory(case, v
     np.testing.assert_array_equal(pool, before)
     assert validations["n"] == 1, "expected a memo hit"
     call(function, arrays, "numpy")()  # the unaliased call still passes
+
+
+def test_a_memo_hit_with_the_arrays_that_last_passed_reads_no_address(validations, monkeypatch):
+    # The same live objects hold the same memory: after one full re-test they pass by identity; a new
+    # object (even of the same layout) is tested again.
+    tested = []
+    original = _overlap.Recheck._test
+    monkeypatch.setattr(_overlap.Recheck, "_test", lambda self, kwargs: (tested.append(1), original(self, kwargs)))
+    function = "launch_plan_offsets_kernel"
+    _, arrays = carve(function, place(function))
+    for _ in range(4):
+        call(function, arrays, "numpy")()
+    assert validations["n"] == 1 and len(tested) == 1  # validated, then one full re-test, then identity
+    fresh = {name: value.copy() if name == "req_pool_indices" else value for name, value in arrays.items()}
+    call(function, fresh, "numpy")()
+    assert validations["n"] == 1 and len(tested) == 2
 
 
 def _seed2_inputs() -> dict:
