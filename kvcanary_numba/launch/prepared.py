@@ -33,6 +33,8 @@ import ctypes
 import logging
 from typing import Any, Sequence
 
+from numba.core import types  # once here: the packers below run per argument of every eager launch
+
 from . import _common
 from ._driver import AbiMismatch
 from ._driver import driver as _driver
@@ -58,8 +60,6 @@ def _array_values(layout: tuple) -> list[int]:
 
 def _slot_types(ty) -> list:
     """ctypes types of the flattened parameters of one Numba argument type."""
-    from numba.core import types
-
     if isinstance(ty, types.Array):
         return [_VOIDP, _VOIDP, _INTP, _INTP, _VOIDP] + [_INTP] * (2 * ty.ndim)
     if isinstance(ty, types.BaseTuple):
@@ -74,8 +74,6 @@ def _slot_types(ty) -> list:
 
 
 def _slot_values(ty, value) -> list:
-    from numba.core import types
-
     if isinstance(ty, types.Array):
         return _array_values(_common.array_layout(value))
     if isinstance(ty, types.BaseTuple):
@@ -130,8 +128,6 @@ def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list
 def _packed(ty, value):
     """What is packed for one argument of Numba type ``ty``: an array's layout, a scalar's value,
     a tuple's items packed alike (so that nothing packed holds an array)."""
-    from numba.core import types
-
     if isinstance(ty, types.Array):
         return _common.array_layout(value)
     if isinstance(ty, types.BaseTuple):
