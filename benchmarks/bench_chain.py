@@ -6,10 +6,12 @@ Rows (section ``chain``):
   one chain per thread, as ns per token: synthesized inputs (one warp; eight
   warps of one block, the write kernel's shape for 8 requests) and streamed
   inputs. The one-warp synthesized row is the floor the targets use.
-- ``write chain``: the write kernel with no real-KV sources (the chain, loads
+- ``write chain``: the public write with no real-KV sources (the chain, loads
   and stores only) for long prefills, as ns per token of one request and as a
-  ratio to the floor (role OWN, the public path); then the shared-chain path
-  of a long monitor step (``launch.chain.tiled_step``): ``chain_publish``
+  ratio to the floor (it publishes its own chain and stamps tiled,
+  ``launch.chain.own_tiled``), and the same write on the serial kernel (role
+  OWN, one warp per request: the public path before); then the shared-chain path
+  of a long monitor step (``launch.chain.write_chain``): ``chain_publish``
   alone (the chain and its publish columns), the publishing write
   (``chain_publish`` + a tiled stamp of its own buffer), a consuming write
   (tiled: what each of the step's other three writes costs) and, for
@@ -23,14 +25,16 @@ the ``monitor`` section's rows.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import pstats
 
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
+from kvcanary_numba.launch import chain as chain_glue
 from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.launch.chain import SharedChain, chain_arguments, launch_chain_limit, launch_chain_publish, sharing
+from kvcanary_numba.launch.chain import SharedChain, launch_chain_limit, launch_chain_publish, sharing, write_chain
 from kvcanary_numba.write import launch_canary_write_kernel
 
 from .bench_kernels import _free
@@ -84,13 +88,19 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
     result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                           iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
     _add_write(run, "NONE", requests, tokens, result, floor, ctx)
+    # The same write on the serial kernel (its own chain, one warp per request: the public path
+    # before long writes took the tiled one).
+    with _serial_public_writes():
+        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
+                              iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
+    _add_write(run, "NONE on the serial kernel", requests, tokens, result, floor, ctx)
     # A long monitor step's writes sharing one chain (the tiled path), and the serial consumer.
     chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
     iters = max(3, run.iters // 4)
     with sharing(chain, publish=True):
-        args = (*write_glue._arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
-                                       None, None)[1], *chain_arguments(None))  # fmt: skip
         capacity = plan.write_seed_slot_indices.shape[0]
+        args = (*write_glue._arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
+                                       None, None)[1], *write_chain(requests * tokens, capacity, None)[1])  # fmt: skip
         result = device_times(lambda _: launch_chain_publish(args, capacity), iters=iters, host_us=100)
         _add_write(run, "chain_publish alone", requests, tokens, result, floor, ctx)
         result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters,
@@ -101,6 +111,15 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
             result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                                   iters=iters, host_us=100)  # fmt: skip
         _add_write(run, name, requests, tokens, result, None, ctx)
+
+
+@contextlib.contextmanager
+def _serial_public_writes():
+    saved, chain_glue.OWN_TILED_MIN_TOKENS = chain_glue.OWN_TILED_MIN_TOKENS, 1 << 62
+    try:
+        yield
+    finally:
+        chain_glue.OWN_TILED_MIN_TOKENS = saved
 
 
 def _add_write(run, name: str, requests: int, tokens: int, result: dict, floor, ctx) -> None:

@@ -15,7 +15,7 @@ take its GPU branches on a CPU:
   argument types (``numba.typeof``, as the simulator does);
 - a do-nothing driver (no route call is made: ``PreparedLaunch.launch`` is stubbed by
   ``host_step.stub_launches`` to the stream lookup a raw launch does before it);
-- the plan glue's scratch stays NumPy (device 0, stream 0), as under the simulator;
+- launch scratch (the plan's) stays NumPy (device 0, stream 0), as under the simulator;
 - the public calls' snapshots key a top-level NumPy array by its object (a token), as
   on a GPU a top-level CuPy array is keyed by its pointer: the public memo leaves out
   NumPy pointers (a NumPy call never replays), and a replay here launches on pointers.
@@ -64,7 +64,7 @@ class _Driver:
 def gpu_launch_layer():
     """Switch the launch layer to its GPU branches (see the module docstring); returns a restorer."""
     from kvcanary_numba import _memo
-    from kvcanary_numba.launch import _common, _kernel_launch, plan, prepared, table
+    from kvcanary_numba.launch import _common, _kernel_launch, prepared, scratch, table
 
     handles: dict[tuple, int] = {}
     compiled: dict[tuple, _Compiled] = {}
@@ -89,9 +89,9 @@ def gpu_launch_layer():
         (_kernel_launch, "_eager", threading.local()),  # packed eager launches of this run only
         (prepared, "_driver", driver),
         (table, "_driver", driver),
-        # The plan glue's scratch as under the simulator (NumPy, one key), not cuda.to_device.
-        (plan, "scratch_arrays", lambda: plan._scratch.setdefault((-1, 0), {})),
-        (plan, "_zeros", _numpy_zeros),
+        # Launch scratch as under the simulator (NumPy, one key), not cuda.to_device.
+        (scratch, "scratch_arrays", lambda: scratch._scratch.setdefault((-1, 0), {})),
+        (scratch, "zeros", _numpy_zeros),
         (_memo, "snapshot", _objects_snapshot(_memo.snapshot)),
     ]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]

@@ -79,3 +79,15 @@ def vectors_dir() -> pathlib.Path:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(12345)
+
+
+@pytest.fixture(params=["serial", "tiled"])
+def write_path(request, monkeypatch) -> str:
+    """The public write's kernel path: ``serial`` (one warp per request, its own chain) or
+    ``tiled`` (``chain_publish`` then ``write_tiled``), forced through the threshold of
+    ``launch.chain.own_tiled`` whatever the write's length (part of the replay key, so a
+    replayed call takes it too)."""
+    from kvcanary_numba.launch import chain
+
+    monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 1 << 62 if request.param == "serial" else 0)
+    return request.param

@@ -22,6 +22,7 @@ from kvcanary_numba import plan as public
 from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.kernels import plan as kernels
 from kvcanary_numba.launch import plan as glue
+from kvcanary_numba.launch import scratch as scratch_cache
 from kvcanary_numba.reference import plan as reference
 
 
@@ -43,7 +44,8 @@ def small_tiles(request, monkeypatch):
 
 def _lookback_clear() -> bool:
     """Every cached look-back state is back to zero (tickets, done count, tile flags)."""
-    states = [to_host(arr) for pool in glue._scratch.values() for key, arr in pool.items() if key[0] == "lookback"]
+    pools = scratch_cache._scratch.values()
+    states = [to_host(arr) for pool in pools for key, arr in pool.items() if key[0] == "lookback"]
     return bool(states) and all(
         not s[:kernels.LOOKBACK_HEADER].any() and not s[kernels.LOOKBACK_HEADER::kernels.LOOKBACK_STRIDE].any()
         for s in states

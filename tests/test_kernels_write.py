@@ -3,7 +3,8 @@
 Every launch goes through ``run_pair`` (``kernel_pairs.write``: kernels and
 reference on identical inputs, byte-equal buffer / ring multiset / index /
 counters); the tests then check the expected records and rows (reference notes
-§10.4, semantics.md). Random garbage, the one-thread-per-request baseline, the
+§10.4, semantics.md). Each test runs on both kernel paths of the public write
+(``write_path``: the serial kernel, and the tiled path that long writes take). Random garbage, the one-thread-per-request baseline, the
 CPU pipeline scenarios and the GPU runs are in test_kernels_write_scenarios.py.
 """
 
@@ -31,7 +32,7 @@ from kvcanary_numba.constants import WARP_SIZE as CHUNK  # entries per chunk of 
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed
 from kvcanary_numba.kernels.write_chunk import chunk_chain
 
-pytestmark = pytest.mark.simulator
+pytestmark = [pytest.mark.simulator, pytest.mark.usefixtures("write_path")]  # every write on both paths
 
 WTOKEN, WPOS, SLOT_RANGE, SEED_RANGE, RANGE = 8, 16, 64, 128, 256
 PARTIAL, ALL = RealKvHashMode.PARTIAL, RealKvHashMode.ALL
@@ -198,12 +199,14 @@ def _last_oracle(slots) -> list[int]:
     ],
     ids=["mixed", "dup-is-last-of-partial-chunk", "dup-is-last-of-full-chunk"],
 )
+@pytest.mark.parametrize("write_path", ["serial"], indirect=True)  # a device function of the serial kernel
 def test_only_the_last_entry_of_a_chunk_stores_its_slot(slots):
     # White box: under the simulator threads happen to store in index order, so
     # the "last one wins" rule is checked on the device function itself.
     assert _is_last(slots, num_slots=9 if max(slots) < 100 else 200) == _last_oracle(slots)
 
 
+@pytest.mark.parametrize("write_path", ["serial"], indirect=True)  # the serial kernel's stores
 def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
     # End to end, simulator only: every lane whose slot a later lane of its chunk rewrites
     # must not store (on a GPU both stores would race); the simulator's in-order lanes

@@ -113,7 +113,7 @@ def test_cpu_pipeline_scenarios_run_the_kernels_too(case, kwargs, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", [RealKvHashMode.NONE, ALL])
 @pytest.mark.parametrize(("requests", "length"), [(8, 32768), (300, 700)])
-def test_gpu_long_requests_match_the_reference(mode, requests, length):
+def test_gpu_long_requests_match_the_reference(mode, requests, length, write_path):
     rng = np.random.default_rng(requests)
     total = requests * length
     sources = [random_source(rng, total + 2, page_size=16, nbytes=256)]

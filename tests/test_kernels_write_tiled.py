@@ -14,8 +14,9 @@ from kernel_pairs import KERNEL_DEVICE, _rows, to_device, to_host, write
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.launch import _common
+from kvcanary_numba.launch import chain as chain_glue
 from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.launch.chain import SharedChain, sharing
+from kvcanary_numba.launch.chain import SharedChain, own_tiled, sharing
 
 pytestmark = pytest.mark.simulator
 
@@ -67,7 +68,9 @@ def _own_equals(ctx, chain, kwargs) -> None:
     args = {k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()}
     with sharing(chain, publish=False):
         write_glue.launch_canary_write_kernel(context=shared, **args)
-    write_glue.launch_canary_write_kernel(context=own, **args)
+    with pytest.MonkeyPatch.context() as patch:  # a long write would publish its own chain: serial here
+        patch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 1 << 62)
+        write_glue.launch_canary_write_kernel(context=own, **args)
     for name in ("canary_buf", "violation_write_index", "slot_run_counter", "kernel_run_counter"):
         np.testing.assert_array_equal(to_host(getattr(shared, name)), to_host(getattr(own, name)), err_msg=name)
     assert _rows(shared) == _rows(own)
@@ -86,6 +89,47 @@ def test_paths_by_shape(monkeypatch):
     with sharing(chain, publish=True, requests=N):
         write(_seeded(), plan, tokens, positions, _slots())
     assert names == ["chain_publish", "write_tiled_assert0_src0", "write_tiled_assert0_src0", "write_assert0_src0"]
+
+
+def test_public_writes_by_length(monkeypatch):
+    # Outside a monitor step a write whose requests average OWN_TILED_MIN_TOKENS tokens (the
+    # plan's capacity counts them) publishes its own chain and stamps tiled; records and rows
+    # equal the reference either way (``write`` compares).
+    names = _launched(monkeypatch)
+    tokens, positions, _ = _inputs()
+    plan = write_plan(LENGTHS, SEEDS)
+    for per_request in (N // 3 + 1, N // 3):  # N = 100 tokens, capacity 3
+        with _common.simulated_shapes(own_tiled_min_tokens=per_request):
+            write(_seeded(), plan, tokens, positions, _slots())
+    assert names == ["write_assert0_src0", "chain_publish", "write_tiled_assert0_src0"]
+
+
+def test_the_own_tiled_rule():
+    per = chain_glue.OWN_TILED_MIN_TOKENS
+    assert own_tiled(8 * per, 8) and not own_tiled(8 * per - 1, 8)
+    assert own_tiled(per, 0) and not own_tiled(0, 0)  # an empty plan counts as one request
+    assert not own_tiled(8 * per, 4096)  # capacity far above the batch: serial
+
+
+def test_own_scratch_is_cached_per_power_of_two_class():
+    from kvcanary_numba.launch import scratch as cache
+
+    first = chain_glue.own_scratch(70, 3)
+    assert [a.shape for a in first] == [(5, 128), (2, 4)]
+    assert all(a is b for a, b in zip(first, chain_glue.own_scratch(128, 4)))  # same class: same arrays
+    bigger = chain_glue.own_scratch(129, 5)
+    assert [a.shape for a in bigger] == [(5, 256), (2, 8)]
+    # The smaller class stays allocated: replayed calls and captured graphs keep its pointers.
+    kept = cache.scratch_arrays().values()
+    assert any(a is first[0] for a in kept) and any(a is bigger[0] for a in kept)
+
+
+def test_the_threshold_is_part_of_the_replay_key(monkeypatch):
+    from kvcanary_numba.launch import _kernel_launch
+
+    before = _kernel_launch.launch_state()
+    monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 7)
+    assert _kernel_launch.launch_state() != before
 
 
 def test_consumer_reuses_the_published_chain():

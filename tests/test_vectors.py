@@ -86,6 +86,18 @@ def test_vector_replay(vectors_dir, backend, scenario):
     assert replay(path, ops, oracle) >= 1
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("backend", BACKENDS[1:])
+def test_vector_replay_with_tiled_writes(vectors_dir, backend, scenario, monkeypatch):
+    # The kernels' writes on the tiled path (chain_publish, then write_tiled), which a public
+    # write of long requests takes (launch.chain.own_tiled); the vectors' writes are short.
+    from kvcanary_numba.launch import chain
+
+    monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 0)
+    ops, oracle = _backend_ops(backend)
+    assert replay(vectors_dir / scenario, ops, oracle) >= 1
+
+
 def test_vector_parametrization_is_the_folder_read():
     folder = vectors_folder()
     names = [path.name for path in scenario_paths(folder)]

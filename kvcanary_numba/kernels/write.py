@@ -24,9 +24,10 @@ With ``chain_role`` PUBLISH the launch also leaves every entry's chain state
 in a step scratch; with CONSUME it reuses one published by an earlier launch of
 the same step wherever it applies to this buffer and these inputs, and a chunk
 that reuses it entirely runs no recurrence (``kernels/share.py``). That serial
-consumer serves decode-shaped steps; a long shared step publishes with
-``kernels/chain.py`` ``chain_publish`` and stamps with ``kernels/write_tiled.py``
-(a block per request), see ``launch.chain.tiled_step``.
+consumer serves decode-shaped steps; a long write (a prefill-shaped monitor step,
+or a public write of long requests) publishes with ``kernels/chain.py``
+``chain_publish`` and stamps with ``kernels/write_tiled.py`` (a block per
+request), see ``launch.chain.write_chain``.
 
 A warp per request (not a block) keeps decode batches, one entry per request,
 as parallel as the baseline, while a long prefill request still does only the

@@ -69,7 +69,7 @@ API
 ``on_stream(handle)``
     ``with on_stream(handle):`` every launch of this host thread in the block goes
     to CUDA stream ``handle`` (what :func:`kvcanary_numba._interop.dispatch` does
-    for ``stream=``; plan scratch is keyed by it too).
+    for ``stream=``; launch scratch, ``launch/scratch.py``, is keyed by it too).
 ``run_launches(entry, run, kwargs, handle)``
     How every validated public CUDA call runs (``_kernel_launch``): the glue
     (``run(**kwargs)``) the first time a snapshot is seen, packed the second

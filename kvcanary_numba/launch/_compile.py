@@ -44,6 +44,7 @@ SIM_SHAPE_NAMES = {
     "offsets_block": "threads per block of the plan offsets kernel",
     "offsets_items": "requests per thread of the plan offsets kernel",
     "write_warps": "warps (requests walked at once) per block of the write kernel",
+    "own_tiled_min_tokens": "tokens per request from which a public write takes the tiled path",
 }
 _sim_shapes: dict[str, int] = {}
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from . import _common, _kernel_launch
 
-__all__ = ["TILED_MIN_EXTRA_TOKENS", "SharedChain", "chain_arguments", "launch_chain_limit", "long_step", "replay_key",
-           "sharing", "tiled_step"]
+__all__ = ["OWN_TILED_MIN_TOKENS", "TILED_MIN_EXTRA_TOKENS", "SharedChain", "launch_chain_limit", "long_step",
+           "own_tiled", "replay_key", "sharing", "write_chain"]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
@@ -20,6 +20,12 @@ ENTRY_ROWS, SEED_ROWS = 5, 2
 #: A shared write takes the tiled path when it has at least this many tokens more than one per
 #: request: decode-shaped steps (one token per request) keep four serial launches.
 TILED_MIN_EXTRA_TOKENS = 64
+#: A write outside a monitor step (the public path) publishes its own chain and stamps tiled
+#: when its requests average at least this many tokens. H200, session 7 run 3, no real-KV
+#: sources: the serial kernel runs 152 ns per token of a request, chain_publish + the tiled
+#: stamp 131 (8 x 8k, 8 x 32k, 1 x 128k alike), one more launch (a few us): the tiled path
+#: wins from ~200 tokens per request.
+OWN_TILED_MIN_TOKENS = 256
 
 
 def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: int = 32) -> None:
@@ -72,7 +78,7 @@ def sharing(chain: SharedChain, *, publish: bool, requests: int | None = None):
     launch then runs with the role. The NumPy reference ignores it (it
     computes the same records anyway). ``requests``: the step's batch size
     (None: the plan's capacity), which with the token count picks the path
-    (:func:`tiled_step`).
+    (:func:`write_chain`).
     """
     previous = getattr(_state, "role", None)
     # (name, chain), as the launch layer's replay key reads it; the batch size, which picks
@@ -87,11 +93,12 @@ def sharing(chain: SharedChain, *, publish: bool, requests: int | None = None):
 
 def replay_key():
     """What this thread's write launches read besides their arguments: the role of a ``sharing``
-    block and its scratch pointers (None outside one). A launch packed inside a block replays
-    only inside an equal one (``_kernel_launch.LAUNCH_STATE``)."""
+    block and its scratch pointers; outside one, the threshold of :func:`own_tiled` (benchmarks
+    and tests change it). A launch packed inside a block replays only inside an equal one
+    (``_kernel_launch.LAUNCH_STATE``)."""
     state = getattr(_state, "role", None)
     if state is None:
-        return None
+        return OWN_TILED_MIN_TOKENS
     role, chain = state
     return role, _common.array_layout(chain.published)[0], _common.array_layout(chain.published_seeds)[0]
 
@@ -99,38 +106,52 @@ def replay_key():
 _kernel_launch.LAUNCH_STATE.append(replay_key)
 
 
-def chain_arguments(fallback) -> tuple:
-    """(role, published, published_seeds) kernel arguments of this thread's write launch.
+def write_chain(num_tokens: int, capacity: int, fallback) -> tuple[str | None, tuple]:
+    """How this thread's write launch of ``num_tokens`` entries and plan ``capacity`` gets its chain.
 
-    ``fallback`` (an int64 [:, ::1] kernel array the launch passes anyway) stands
-    in for the scratch arrays when nothing is shared: role ``OWN`` never reads them.
+    Returns (the tiled role, ``"PUBLISH"`` / ``"CONSUME"``, or None for the serial kernel;
+    the (role, published, published_seeds) kernel arguments). Inside a :func:`sharing`
+    block: the block's role and scratch, tiled for a long step (:func:`long_step` of the
+    block's batch size, else of ``capacity``). Outside one (the public path): a long write
+    (:func:`own_tiled`) publishes its own chain to launch scratch and stamps tiled; any
+    other runs the serial kernel on its own chain (role ``OWN``; ``fallback``, an int64
+    [:, ::1] kernel array the launch passes anyway, stands in for the unread scratch).
     """
     from ..kernels import share as _share
 
     state = getattr(_state, "role", None)
     if state is None:
-        return (int(_share.OWN), fallback, fallback)
+        if not own_tiled(num_tokens, capacity):
+            return None, (int(_share.OWN), fallback, fallback)
+        return "PUBLISH", (int(_share.PUBLISH), *own_scratch(num_tokens, capacity))
     role, chain = state
-    name = role.split("/")[0]
-    return (int(getattr(_share, name)), *_common.persistent_views(chain.published, chain.published_seeds))
-
-
-def tiled_step(num_tokens: int, capacity: int) -> str | None:
-    """The role of this thread's write launch if it takes the tiled path, else None.
-
-    Tiled (a long, prefill-shaped step): the publishing launch first runs
-    ``chain_publish`` (the chain alone), then it and every other write of the
-    step stamp in parallel (``kernels/write_tiled.py``), one more launch per
-    step in all. Otherwise (decode-shaped, or nothing shared) the serial
-    kernel, four launches, as before.
-    """
-    state = getattr(_state, "role", None)
-    if state is None:
-        return None
-    role = state[0]
     name, _, requests = role.partition("/")
-    requests = int(requests) if requests else capacity
-    return name if long_step(num_tokens, requests) else None
+    args = (int(getattr(_share, name)), *_common.persistent_views(chain.published, chain.published_seeds))
+    return (name if long_step(num_tokens, int(requests) if requests else capacity) else None), args
+
+
+def own_tiled(num_tokens: int, capacity: int) -> bool:
+    """Whether a write outside a monitor step takes the tiled path: its requests average at least
+    :data:`OWN_TILED_MIN_TOKENS` tokens (the plan's capacity counts as the request count, since
+    the batch size lives on the device; an engine whose capacity far exceeds its prefill batch
+    keeps the serial kernel)."""
+    per_request = OWN_TILED_MIN_TOKENS
+    if _common.ON_SIMULATOR:  # tests take the tiled path with small inputs
+        per_request = _common.sim_shape("own_tiled_min_tokens", per_request)
+    return num_tokens > 0 and num_tokens >= max(int(capacity), 1) * per_request
+
+
+def own_scratch(num_tokens: int, capacity: int) -> tuple:
+    """``published`` int64 [5, >= num_tokens] and ``published_seeds`` int64 [2, >= capacity] kernel
+    arrays of a write that publishes its own chain: launch scratch of this device and stream
+    (``launch/scratch.py``), one array per power-of-two size class, never freed (a replayed
+    call or a captured graph keeps its pointers)."""
+    from . import scratch as cache
+
+    pool = cache.scratch_arrays()
+    width, seeds = 1 << (int(num_tokens) - 1).bit_length(), 1 << (max(int(capacity), 1) - 1).bit_length()
+    return (cache.zeros(pool, "published", (ENTRY_ROWS, width), np.int64),
+            cache.zeros(pool, "published_seeds", (SEED_ROWS, seeds), np.int64))  # fmt: skip
 
 
 def long_step(num_tokens: int, requests: int) -> bool:

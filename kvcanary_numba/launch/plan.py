@@ -15,16 +15,14 @@ the entry count is read on the device. Under the simulator both use
 shrink the tile to get many tiles out of small batches, and run the GPU's
 requests per thread with ``_common.simulated_shapes``).
 
-Scratch (allocated once, never freed or moved)
-----------------------------------------------
+Scratch (``launch/scratch.py``: allocated once, never freed or moved)
+----------------------------------------------------------------------
 The look-back state (int64, zeroed, left zeroed by every launch) and, for
 :func:`launch_canary_plan_kernels`, the verify offsets ``[write_req_capacity + 1]``
 are cached per (device, stream, size); the size depends only on the plan's
 capacity, never on ``bs``. Nothing is allocated per call and nothing syncs with
-the host, so a step can be captured into a CUDA graph -- after one eager step
-with the same plan capacity on the same stream, which allocates the scratch
-(allocation is not allowed during capture). Launches on one stream share the
-scratch in stream order; concurrent streams get their own.
+the host, so a step can be captured into a CUDA graph after one eager step with
+the same plan capacity on the same stream.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ import numpy as np
 from ..constants import PLAN_BLOCK_SIZE
 from ..kernels import plan as kernels
 from . import _common as common
+from . import scratch as cache
 
 __all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
 
@@ -50,8 +49,6 @@ ENTRIES_BLOCK = PLAN_BLOCK_SIZE
 
 _OFFSETS_SIG = kernels.SIGNATURES["plan_offsets"][0]
 _ENTRIES_SIG = kernels.SIGNATURES["plan_entries"][0]
-#: (device id, stream handle) -> {(name, shape, dtype): zeroed array}; never shrinks.
-_scratch: dict[tuple[int, int], dict[tuple, object]] = {}
 
 
 def offsets_shape() -> tuple[int, int]:
@@ -65,38 +62,11 @@ def offsets_shape() -> tuple[int, int]:
     return min(block, kernels.MAX_SCAN_BLOCK), items
 
 
-def scratch_arrays() -> dict[tuple, object]:
-    """Scratch of the current device and stream (NumPy under the simulator, cached all the same,
-    so simulated tests see the look-back state carried from launch to launch)."""
-    if common.ON_SIMULATOR:
-        key = (-1, 0)
-    else:
-        from numba import cuda
-
-        stream = common.current_stream()
-        key = (cuda.get_current_device().id, int(getattr(stream, "handle", 0) or 0))
-    return _scratch.setdefault(key, {})
-
-
-def _zeros(scratch: dict, name: str, shape: tuple[int, ...], dtype):
-    """The zeroed array ``name`` of ``scratch``, allocated on first use."""
-    key = (name, shape, np.dtype(dtype).str)
-    hit = scratch.get(key)
-    if hit is None:
-        hit = np.zeros(shape, dtype=dtype)
-        if not common.ON_SIMULATOR:
-            from numba import cuda
-
-            hit = cuda.to_device(hit)
-        scratch[key] = hit
-    return hit
-
-
 def _batch(scratch: dict, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping):
     """Kernel arguments of the batch metadata: (rpi, prefix, extend, req_to_token, lut, has_lut)."""
     arr = common.kernel_array
     if full_to_swa_index_mapping is None:
-        lut, has_lut = _zeros(scratch, "dummy", (1,), np.int64), 0
+        lut, has_lut = cache.zeros(scratch, "dummy", (1,), np.int64), 0
     else:
         lut, has_lut = arr(full_to_swa_index_mapping, persistent=True), 1
     # The per-step metadata is not cached (a new array each step); the tables are long-lived.
@@ -112,7 +82,7 @@ def _run_offsets(scratch: dict, batch: tuple, outputs: tuple, *, swa_window_size
     tile = block * items
     # Sized by the plan's capacity (>= bs), not by bs, so every batch of the plan shares it.
     capacity_tiles = common.grid_for(max(int(outputs[2].shape[0]), bs), tile)
-    lookback = _zeros(scratch, "lookback", (kernels.LOOKBACK_HEADER + kernels.LOOKBACK_STRIDE * capacity_tiles,),
+    lookback = cache.zeros(scratch, "lookback", (kernels.LOOKBACK_HEADER + kernels.LOOKBACK_STRIDE * capacity_tiles,),
                       np.int64)
     args = (*batch[:4], batch[4], batch[5], int(swa_window_size), int(verify_capacity), items, *outputs, lookback)
     common.launch(kernels.plan_offsets_kernel, _OFFSETS_SIG, common.grid_for(bs, tile), block, args)
@@ -127,7 +97,7 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     The output arrays are the caller's and may be per-call, so their device
     views are not cached.
     """
-    scratch = scratch_arrays()
+    scratch = cache.scratch_arrays()
     batch = _batch(scratch, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping)
     outputs = tuple(common.kernel_array(x) for x in (
         out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid,
@@ -145,9 +115,9 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     the enable flag the offsets kernel left on the device.
     """
     vplan, wplan = verify_plan_out, write_plan_out
-    scratch = scratch_arrays()
+    scratch = cache.scratch_arrays()
     batch = _batch(scratch, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping)
-    verify_offsets = _zeros(scratch, "verify_offsets", (wplan.write_req_capacity + 1,), np.int64)  # bs <= capacity
+    verify_offsets = cache.zeros(scratch, "verify_offsets", (wplan.write_req_capacity + 1,), np.int64)  # bs <= capacity
     arr = common.kernel_array
     outputs = (verify_offsets, *common.persistent_views(
         wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
@@ -156,7 +126,8 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
 
     pool = req_to_verify_expected_tokens
     if pool is None:
-        pool, lens, has_pool = _zeros(scratch, "dummy", (1, 1), np.int32), _zeros(scratch, "dummy", (1,), np.int64), 0
+        pool, lens, has_pool = (cache.zeros(scratch, "dummy", (1, 1), np.int32),
+                                cache.zeros(scratch, "dummy", (1,), np.int64), 0)
     else:
         pool, lens, has_pool = arr(pool, persistent=True), arr(req_to_verify_expected_tokens_valid_lens), 1
     rpi, prefix, _, rtt, lut, has_lut = batch

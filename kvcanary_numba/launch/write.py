@@ -7,7 +7,7 @@ import numpy as np
 from ..constants import WARP_SIZE
 from ..kernels import write as _kernels
 from . import _common
-from .chain import chain_arguments, launch_chain_publish, tiled_step
+from .chain import launch_chain_publish, write_chain
 from .verify import context_args
 
 __all__ = ["launch_canary_write_kernel", "launch_write_baseline"]
@@ -69,19 +69,22 @@ def launch_canary_write_kernel(
     Notes
     -----
     One warp per request (``WRITE_WARPS`` per block), grid-striding over the
-    requests when the capacity exceeds what stays resident. Inside
-    ``launch.chain.sharing`` a long step takes the tiled path instead
-    (``launch.chain.tiled_step``): the publisher runs ``chain_publish`` first,
-    then every write stamps with ``write_tiled``, a block per request.
+    requests when the capacity exceeds what stays resident. A long write takes
+    the tiled path instead (``launch.chain.write_chain``): ``chain_publish``
+    runs the chain alone, then ``write_tiled`` stamps, a block per request.
+    Inside ``launch.chain.sharing`` (a monitor step) the step's first write
+    publishes and the others only stamp; outside it a write whose requests
+    average ``OWN_TILED_MIN_TOKENS`` tokens publishes to launch scratch.
     """
     nsrc, args = _arguments(
         context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
     )
     name = _kernels.kernel_name(enable_write_input_assert, nsrc)
-    # A monitor step shares one chain between its write launches (launch/chain.py).
-    args = (*args, *chain_arguments(unshared_scratch(args[0])))
     capacity = plan.write_seed_slot_indices.shape[0]
-    tiled = tiled_step(int(input_ids.shape[0]), capacity)
+    # A monitor step shares one chain between its write launches; a long public write
+    # publishes its own (launch/chain.py).
+    tiled, chain = write_chain(int(input_ids.shape[0]), capacity, unshared_scratch(args[0]))
+    args = (*args, *chain)
     if tiled is not None:
         _launch_tiled(tiled, args, capacity, enable_write_input_assert, nsrc)
         return

@@ -21,7 +21,7 @@ wait for it inside one launch). A long (prefill-shaped) step takes the tiled
 path (``launch.chain.long_step`` of the batch size): HEAD runs the chain alone
 (``chain_publish``) first, then each phase stamps K and V in one tiled launch
 (``kernels/tiled_endpoints.py``): 7 launches for a prefill step with K and V (was 9).
-Phases that do not fuse keep one tiled write per endpoint (``launch.chain.tiled_step``,
+Phases that do not fuse keep one tiled write per endpoint (``launch.chain.write_chain``,
 which reads the batch size passed to ``sharing``).
 """
 
