@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["gpu_launch_layer"]
+__all__ = ["gpu_branches", "gpu_launch_layer"]
 
 
 class _Compiled:
@@ -61,10 +61,31 @@ class _Driver:
         pass
 
 
+def gpu_branches(function_handle, compile_kernel, driver) -> list[tuple]:
+    """(module, attribute, value) of every switch that makes the launch layer take its GPU
+    branches on a CPU: simulator flags off, kernel handles and compiled kernels from the given
+    stand-ins, device 0, a fresh per-thread cache of packed eager launches, ``driver`` for raw
+    launches and launch tables. Shared with the tests' ``gpu`` fixture (``tests/launch_fakes.py``),
+    so a new switch of the launch layer is learnt by both fakes at once."""
+    from kvcanary_numba.launch import _common, _kernel_launch, prepared, table
+
+    return [
+        (_common, "ON_SIMULATOR", False),
+        (_kernel_launch, "ON_SIMULATOR", False),
+        (_common, "function_handle", function_handle),
+        (_common, "compile_kernel", compile_kernel),
+        (_kernel_launch, "compile_kernel", compile_kernel),
+        (_kernel_launch, "_current_device", lambda: 0),
+        (_kernel_launch, "_eager", threading.local()),  # packed eager launches of this run only
+        (prepared, "_driver", driver),
+        (table, "_driver", driver),
+    ]
+
+
 def gpu_launch_layer():
     """Switch the launch layer to its GPU branches (see the module docstring); returns a restorer."""
     from kvcanary_numba import _memo
-    from kvcanary_numba.launch import _common, _kernel_launch, prepared, scratch, table
+    from kvcanary_numba.launch import scratch
 
     handles: dict[tuple, int] = {}
     compiled: dict[tuple, _Compiled] = {}
@@ -78,17 +99,8 @@ def gpu_launch_layer():
             compiled[key] = _Compiled(signature)
         return compiled[key]
 
-    driver = _Driver()
     patches = [
-        (_common, "ON_SIMULATOR", False),
-        (_kernel_launch, "ON_SIMULATOR", False),
-        (_common, "function_handle", function_handle),
-        (_common, "compile_kernel", compile_kernel),
-        (_kernel_launch, "compile_kernel", compile_kernel),
-        (_kernel_launch, "_current_device", lambda: 0),
-        (_kernel_launch, "_eager", threading.local()),  # packed eager launches of this run only
-        (prepared, "_driver", driver),
-        (table, "_driver", driver),
+        *gpu_branches(function_handle, compile_kernel, _Driver()),
         # Launch scratch as under the simulator (NumPy, one key), not cuda.to_device.
         (scratch, "scratch_arrays", lambda: scratch._scratch.setdefault((-1, 0), {})),
         (scratch, "zeros", _numpy_zeros),

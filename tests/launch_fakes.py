@@ -4,12 +4,19 @@ that reads back the parameter buffer it is given, fake compiled kernels (test_la
 from __future__ import annotations
 
 import ctypes
-import threading
+import pathlib
+import sys
 
 import numpy as np
 import pytest
 
-from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared, table
+from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.fake_launch import gpu_branches  # noqa: E402
 
 
 class CaiArray:
@@ -155,17 +162,10 @@ class Gpu:
 def gpu(monkeypatch) -> Gpu:
     """The launch layer as on a GPU (device 0, CuPy absent: stream 0 unless ``on_stream``)."""
     fake = Gpu(monkeypatch)
-    for module in (_common, _kernel_launch):
-        monkeypatch.setattr(module, "ON_SIMULATOR", False)
+    for module, name, value in gpu_branches(fake.handle, fake.compile, fake.driver):
+        monkeypatch.setattr(module, name, value)
     monkeypatch.setattr(_common, "check_signature", lambda signature, args, kernel=None: None)
-    monkeypatch.setattr(_common, "function_handle", fake.handle)
-    monkeypatch.setattr(_common, "compile_kernel", fake.compile)
-    monkeypatch.setattr(_kernel_launch, "compile_kernel", fake.compile)
-    monkeypatch.setattr(prepared, "_driver", fake.driver)
-    monkeypatch.setattr(table, "_driver", fake.driver)
-    monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 0)
     monkeypatch.setattr(_kernel_launch, "_stream_pair", lambda ptr: (ptr, f"core:{ptr}"))
-    monkeypatch.setattr(_kernel_launch, "_eager", threading.local())
     monkeypatch.setattr(_compile, "_handle_failure", [])
     return fake
 
