@@ -21,7 +21,7 @@ PARTIAL, ALL = RealKvHashMode.PARTIAL, RealKvHashMode.ALL
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_random_garbage_matches_the_reference(seed):
+def test_random_garbage_matches_the_reference(seed, write_path):
     rng = np.random.default_rng(seed)
     sources = [random_source(rng, 48, page_size=4, nbytes=32, hole=16), random_source(rng, 48, nbytes=16)]
     ctx = make_context(48, stride=40 + 8 * (seed % 2), sources=sources[: seed % 3], mode=[ALL, PARTIAL][seed % 2], ring_capacity=8)
