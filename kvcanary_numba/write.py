@@ -81,6 +81,14 @@ def launch_canary_write_kernel(
     Validation is skipped for arguments whose snapshot passed before
     (:mod:`kvcanary_numba._memo`).
 
+    On a GPU, a long write (``num_tokens >= 256 * write_req_capacity``) runs in
+    two launches: the chain alone into launch scratch (40 bytes per token,
+    allocated by the first such call of each power-of-two size on each stream,
+    then kept), then a parallel stamp, a block per request; shorter writes run
+    one warp per request. Both stamp the same records and report the same rows.
+    Capture a long write into a CUDA graph only after one eager call of its
+    size on that stream (allocation is not allowed during capture).
+
     Raises
     ------
     KvCanaryError
