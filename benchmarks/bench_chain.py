@@ -25,21 +25,19 @@ the ``monitor`` section's rows.
 
 from __future__ import annotations
 
-import contextlib
 import cProfile
 import pstats
 
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.launch import chain as chain_glue
 from kvcanary_numba.launch import write as write_glue
 from kvcanary_numba.launch.chain import SharedChain, launch_chain_limit, launch_chain_publish, sharing, write_chain
 from kvcanary_numba.write import launch_canary_write_kernel
 
 from .bench_kernels import _free
 from .timing import device_times, synchronize
-from .workloads import MonitorWorkload, write_case
+from .workloads import MonitorWorkload, serial_public_writes, write_case
 
 __all__ = ["SIZES", "chain_section", "targets"]
 
@@ -90,7 +88,7 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
     _add_write(run, "NONE", requests, tokens, result, floor, ctx)
     # The same write on the serial kernel (its own chain, one warp per request: the public path
     # before long writes took the tiled one).
-    with _serial_public_writes():
+    with serial_public_writes():
         result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                               iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
     _add_write(run, "NONE on the serial kernel", requests, tokens, result, floor, ctx)
@@ -111,15 +109,6 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
             result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
                                   iters=iters, host_us=100)  # fmt: skip
         _add_write(run, name, requests, tokens, result, None, ctx)
-
-
-@contextlib.contextmanager
-def _serial_public_writes():
-    saved, chain_glue.OWN_TILED_MIN_TOKENS = chain_glue.OWN_TILED_MIN_TOKENS, 1 << 62
-    try:
-        yield
-    finally:
-        chain_glue.OWN_TILED_MIN_TOKENS = saved
 
 
 def _add_write(run, name: str, requests: int, tokens: int, result: dict, floor, ctx) -> None:

@@ -18,7 +18,7 @@ from kvcanary_numba.write import launch_canary_write_kernel
 from .baselines import cupy_verify
 from .ceiling import verify_loads
 from .timing import copy_bandwidth, device_times
-from .workloads import plan_case, verify_case, write_case
+from .workloads import plan_case, serial_public_writes, verify_case, write_case
 
 __all__ = ["plan_bytes", "roofline", "verify_bytes", "verify_sweep", "write_bytes", "write_sweep", "plan_sweep"]
 
@@ -174,6 +174,7 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
     import cupy
 
     from kvcanary_numba.launch import write as write_glue
+    from kvcanary_numba.launch.chain import own_tiled
 
     mode = MODES[name]
     nbytes = write_bytes(requests * tokens, requests, mode)
@@ -182,6 +183,8 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
     impls = [("", launch_canary_write_kernel)]
     if with_baseline:
         impls.append(("baseline thread/request ", write_glue.launch_write_baseline))
+        if own_tiled(requests * tokens, requests):  # the same call on the serial kernel, in the same run
+            impls.append(("serial kernel ", _serial_write))
     for prefix, launch in impls:
 
         def call(i, launch=launch):
@@ -194,6 +197,11 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
         run.add({"op": "write", "variant": f"{prefix}{name} r={requests}", "tokens": requests * tokens,
                  "requests": requests, "tokens_per_request": tokens, **result, "bytes": nbytes,
                  **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+
+
+def _serial_write(**kwargs) -> None:
+    with serial_public_writes():
+        launch_canary_write_kernel(**kwargs)
 
 
 def plan_sweep(run, prefix: int = 128) -> None:

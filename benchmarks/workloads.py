@@ -11,6 +11,7 @@ identical records: timed loops change nothing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -108,6 +109,20 @@ def verify_case(xp, *, entries: int, mode: RealKvHashMode, bytes_per_token: int 
     meta = {"entries": entries, "chains": requests, "chain_len": length, "bytes_per_token": bytes_per_token,
             "slots": slots, "tokens": tokens}  # host [chains, chain_len]
     return _context(xp, buf, sources=sources, mode=mode), plan, meta
+
+
+@contextlib.contextmanager
+def serial_public_writes():
+    """Within the block, public writes of any length run the serial kernel (one warp per request,
+    its own chain): the public path before long writes took the tiled one, for rows in the same run.
+    The threshold is part of the replay key, so memoised calls take the serial path too."""
+    from kvcanary_numba.launch import chain
+
+    saved, chain.OWN_TILED_MIN_TOKENS = chain.OWN_TILED_MIN_TOKENS, 1 << 62
+    try:
+        yield
+    finally:
+        chain.OWN_TILED_MIN_TOKENS = saved
 
 
 def write_case(xp, *, requests: int, tokens: int, mode: RealKvHashMode, bytes_per_token: int = 128, seed: int = 0):
