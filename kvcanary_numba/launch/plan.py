@@ -82,8 +82,8 @@ def _run_offsets(scratch: dict, batch: tuple, outputs: tuple, *, swa_window_size
     tile = block * items
     # Sized by the plan's capacity (>= bs), not by bs, so every batch of the plan shares it.
     capacity_tiles = common.grid_for(max(int(outputs[2].shape[0]), bs), tile)
-    lookback = cache.zeros(scratch, "lookback", (kernels.LOOKBACK_HEADER + kernels.LOOKBACK_STRIDE * capacity_tiles,),
-                      np.int64)
+    size = kernels.LOOKBACK_HEADER + kernels.LOOKBACK_STRIDE * capacity_tiles
+    lookback = cache.zeros(scratch, "lookback", (size,), np.int64)
     args = (*batch[:4], batch[4], batch[5], int(swa_window_size), int(verify_capacity), items, *outputs, lookback)
     common.launch(kernels.plan_offsets_kernel, _OFFSETS_SIG, common.grid_for(bs, tile), block, args)
 
