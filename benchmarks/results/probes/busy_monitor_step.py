@@ -17,6 +17,9 @@ add the bench's ingredients one at a time, for the prepared path and for graph r
 ``no gc``           as ``spin+write_kv`` with Python's garbage collector off (the KV write allocates)
 ``overlap``         an engine one step ahead: no synchronize before the step; the host waits for the
                     step before the previous one (at most one step in flight, as overlap schedulers do)
+``spin+numpy``      as ``spin+write_kv`` with the KV write done by NumPy on host copies of the pool
+                    (session 9: the same Python and memory traffic, no driver call between the hooks)
+``spin+1 launch``   as ``spin`` with one tiny CuPy kernel between the hooks (driver work, no traffic)
 
 Per protocol and path: median and p10 of pre+post and of end_step, and the split of each into
 the driver calls (graph / launch-table launches; the readback's compiled call or CuPy runtime
@@ -42,7 +45,8 @@ from benchmarks.workloads import MonitorWorkload  # noqa: E402
 from kvcanary_numba import RealKvHashMode  # noqa: E402
 
 STEPS, WARMUP, SPIN_US = 200, 10, 1500
-PROTOCOLS = ("idle", "write_kv", "spin", "spin+write_kv", "bench", "hot wait", "no gc", "overlap")
+PROTOCOLS = ("idle", "write_kv", "spin", "spin+write_kv", "bench", "hot wait", "no gc", "overlap", "spin+numpy",
+             "spin+1 launch")
 
 
 def _protocol(w, name):
@@ -51,6 +55,10 @@ def _protocol(w, name):
     events = [cupy.cuda.Event() for _ in range(4)]
     done = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
     kv = "write_kv" in name or name in ("bench", "hot wait", "no gc", "overlap")
+    host = None
+    if name == "spin+numpy":  # the KV write's work on host copies (same shapes, NumPy)
+        host = tuple(cupy.asnumpy(a) for a in (w.k, w.v, w.batch.input_ids, w.batch.out_cache_loc))
+    tiny = cupy.zeros(1, dtype=np.int64) if name == "spin+1 launch" else None
     spin = name not in ("idle", "write_kv")
     rows = []
     if name == "no gc":
@@ -79,6 +87,13 @@ def _protocol(w, name):
                 events[1].record()
             if kv:
                 w.write_kv(w.batch)
+            elif host is not None:
+                k, v, ids, locs = host
+                pattern = (ids[:, None] * 7 + np.arange(k.shape[1])[None, :]) % 251
+                k[locs] = pattern.astype(np.uint8)
+                v[locs] = (pattern + 1).astype(np.uint8)
+            elif tiny is not None:
+                tiny += 1
             if name == "bench":
                 events[2].record()
             t2 = time.perf_counter()
