@@ -29,9 +29,10 @@ from bisect import bisect_right
 from typing import Any
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
+from ._jit import cpu_jit
 from .errors import error
 
 __all__ = ["Recheck", "bounds", "check", "extent", "host_span"]
@@ -48,7 +49,7 @@ def _address(typingctx, array):
     return types.int64(array), codegen
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def extent(a):
     """Bytes ``[lo, hi)`` an array's elements span (``lo == hi`` when it is empty)."""
     lo = _address(a)

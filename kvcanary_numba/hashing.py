@@ -11,7 +11,7 @@ modulo 2**64.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from ._jit import cpu_jit
 
 from .constants import (
     CANARY_CHAIN_ANCHOR,
@@ -102,7 +102,7 @@ def splitmix64_array(x: np.ndarray) -> np.ndarray:
     return out
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def splitmix64_u64(x):
     """:func:`splitmix64` of one 64-bit integer, callable from ``numba.njit`` code (CPU).
 
@@ -117,20 +117,20 @@ def splitmix64_u64(x):
     return h
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def splitmix64_mix3_u64(a, b, c):
     """:func:`splitmix64_mix3` of three 64-bit integers (their uint64 bits), for ``numba.njit`` code."""
     h = splitmix64_u64(splitmix64_u64(a) ^ np.uint64(b))
     return splitmix64_u64(h ^ np.uint64(c))
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _splitmix64_loop(x, out):
     for i in range(out.shape[0]):
         out[i] = splitmix64_u64(x[i])
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _mix3_loop(a, b, c, out):
     # One fused pass: the NumPy form makes nine full-array temporaries (the CPU verify's hot spot).
     for i in range(out.shape[0]):

@@ -36,8 +36,10 @@ import threading
 from typing import Callable
 
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
+
+from .._jit import cpu_jit
 
 __all__ = ["READBACK_FUNCTIONS", "compiled_launcher", "compiled_readback", "decode_status"]
 
@@ -105,7 +107,7 @@ def _call_4(typingctx, fn, a, b, c, d):  # cuMemcpyDtoHAsync_v2(void *, CUdevice
 
 # nogil: the GIL is released once for the whole table (cuda-bindings released it per launch),
 # so another Python thread is not held up by the driver calls (a launch may wait for queue room).
-@njit(cache=True, nogil=True)
+@cpu_jit(nogil=True)
 def _launch_table(fn, table, stream):
     if table.shape[1] != 5:
         raise RuntimeError("a launch table has 5 columns: function, grid, block, kernelParams, extra")
@@ -116,7 +118,7 @@ def _launch_table(fn, table, stream):
     return 0
 
 
-@njit(cache=True)
+@cpu_jit()
 def _readback_step(fns, query, launched, copied, compute, side, host, device, nbytes):
     status = 0
     if query != 0:

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from .._jit import cpu_jit, twin
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource
 from ..hashing import splitmix64_u64
@@ -76,8 +77,8 @@ def _fold_source_loop(words, slots, limit, row_stride, page_size, words_per_toke
 
 #: The same loop compiled twice: across the cores, and on one thread for few slots (starting
 #: the parallel loop costs more than folding a few slots).
-_fold_source_into = njit(nogil=True, parallel=True)(_fold_source_loop)
-_fold_source_serial = njit(nogil=True)(_fold_source_loop)
+_fold_source_into = cpu_jit(nogil=True, parallel=True)(_fold_source_loop)
+_fold_source_serial = cpu_jit(nogil=True)(twin(_fold_source_loop, "_serial"))
 #: Slots below which a fold runs on one thread.
 SERIAL_FOLD_SLOTS = 1024
 

@@ -19,8 +19,9 @@ stays for direct callers of the reference.
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll, njit
+from numba import literal_unroll
 
+from .._jit import cpu_jit
 from .._overlap import extent as _extent
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, REQ_POOL_IDX_PADDING
 
@@ -39,7 +40,7 @@ _NO_POOL = np.zeros((0, 0), dtype=np.int32)
 _NO_LENS = np.zeros(0, dtype=np.int64)
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _spans(arrays):
     """int64 [len(arrays), 2]: the byte span of each array of a (heterogeneous) tuple."""
     spans = np.empty((len(arrays), 2), dtype=np.int64)
@@ -50,7 +51,7 @@ def _spans(arrays):
     return spans
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _disjoint(spans, n_outputs):
     """True when none of the first ``n_outputs`` byte spans (rows of int64 [n, 2]) meets another span."""
     for i in range(n_outputs):
@@ -61,7 +62,7 @@ def _disjoint(spans, n_outputs):
     return True
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _slot(rtt, lut, has_lut, row, position):
     """``_resolve`` of :mod:`.plan` for one (row, position)."""
     slot = _OOR
@@ -72,14 +73,14 @@ def _slot(rtt, lut, has_lut, row, position):
     return lut[slot] if slot < lut.shape[0] else _OOR
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _starts(prefix_lens, r, window):
     """(clamped prefix, window start) of request ``r``."""
     prefix = max(prefix_lens[r], 0)
     return prefix, (max(prefix - window, 0) if window > 0 else 0)
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
              v_num, v_enable):  # fmt: skip
     """The offsets step in one pass over the requests; True when verify entries are due (no overflow,
@@ -117,7 +118,7 @@ def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_o
     return not overflow and total > 0  # overflow: entries left alone, as in the vectorised plan
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds,
                   w_num, v_num, v_enable):  # fmt: skip
     # Outputs first, then inputs (the scratch's tail past bs + 1 is not written).
@@ -130,7 +131,7 @@ def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap
     return True
 
 
-@njit(nogil=True)
+@cpu_jit(nogil=True)
 def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, lens, has_pool, offset,
           w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable):  # fmt: skip
     # Outputs first, then inputs: the loop runs only if no output meets another array.

@@ -9,7 +9,7 @@ atomic order; compare rings as multisets).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from ..constants import (
     CANARY_CHAIN_HEAD,
@@ -30,6 +30,7 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
     FAIL_SLOT_RANGE as _SLOT_RANGE,
     FAIL_PREV_RANGE as _PREV_RANGE,
 )
+from .._jit import cpu_jit, twin
 from ..hashing import splitmix64_mix3_u64
 from .fingerprint import fold_slots
 
@@ -133,8 +134,8 @@ def _check_entries_loop(records, slots, positions, prevs, tokens, check_token, e
 
 #: The same loop compiled twice: one chunk per core, and on one thread for a single chunk
 #: (where starting the parallel loop would cost more than the check).
-_check_entries = njit(nogil=True, parallel=True)(_check_entries_loop)
-_check_entries_serial = njit(nogil=True)(_check_entries_loop)
+_check_entries = cpu_jit(nogil=True, parallel=True)(_check_entries_loop)
+_check_entries_serial = cpu_jit(nogil=True)(twin(_check_entries_loop, "_serial"))
 
 
 def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:

@@ -9,7 +9,6 @@ and rows are appended in loop order (the GPU appends them in atomic order).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ..constants import (
@@ -21,6 +20,7 @@ from ..constants import (
     VIOLATION_FIELDS,
     FailReason,
 )
+from .._jit import cpu_jit
 from ..hashing import splitmix64_mix3_u64 as _mix3  # tokens and positions enter as their uint64 bits
 from .fingerprint import fold_slots
 from .verify import append_violation_rows, bump, canary_fields
@@ -35,14 +35,14 @@ _SEED_BIT = int(FailReason.PREV_SLOT_OUT_OF_RANGE)
 _RANGE_BIT = int(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
 
 
-@numba.njit(nogil=True)
+@cpu_jit(nogil=True)
 def _record(rows, n, kind, slot, position, token, expected_token, chain_hash, aux, bits):
     rows[n, 0], rows[n, 1], rows[n, 2], rows[n, 3] = kind, slot, position, token
     rows[n, 4], rows[n, 5], rows[n, 6], rows[n, 7] = expected_token, chain_hash, aux, bits
     return n + 1
 
 
-@numba.njit(nogil=True)
+@cpu_jit(nogil=True)
 def _stamp_requests(
     fields, offsets, seeds, num_reqs, input_ids, positions, out_cache_loc, real_kv,
     input_assert, expected_tokens, expected_positions, chain_assert, kind, rows,
@@ -106,7 +106,7 @@ def _stamp_requests(
     return n, stored
 
 
-@numba.njit(nogil=True)
+@cpu_jit(nogil=True)
 def _max_rows(offsets, num_reqs, num_tokens):
     """Rows the request loop can record at most: 2 per walked request, 3 per walked entry."""
     rows = 0
