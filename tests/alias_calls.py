@@ -8,9 +8,12 @@ one from "put ``name`` at ``target``'s offset plus ``delta``" rules. Every offse
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from contextlib import contextmanager
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
+
+from kernel_pairs import KERNEL_DEVICE
 
 from kvcanary_numba import (CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan,
                             compute_real_kv_hash, launch_canary_plan_kernels, launch_canary_verify_kernel,
@@ -174,7 +177,49 @@ def _pick(a: dict, cls: type):
 
 
 def call(function: str, a: dict[str, np.ndarray], backend: str) -> Callable[[], None]:
-    """The public call of ``function`` on the arrays ``a`` (views of one pool)."""
+    """The public call of ``function`` on the arrays ``a`` (views of one pool; on a GPU, of its
+    :func:`mirrored` device copy)."""
+
+    def run() -> None:
+        with mirrored(a, backend) as views:
+            _host_call(function, views, backend)()
+
+    return run
+
+
+@contextmanager
+def mirrored(arrays: dict[str, np.ndarray], backend: str) -> Iterator[dict]:
+    """``arrays`` as the kernels of ``backend`` take them: unchanged on NumPy and under the simulator;
+    on a GPU, CuPy views at the same byte offsets of one device copy per host buffer (so the same
+    arrays share memory, at the same alignment), copied back into the host buffers on exit,
+    whether the block raised or not."""
+    if backend != "cuda" or KERNEL_DEVICE != "cuda":
+        yield arrays
+        return
+    import cupy as cp
+
+    mirrors, views = {}, {}
+    for name, array in arrays.items():
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        address = root.__array_interface__["data"][0]
+        if id(root) not in mirrors:
+            device = cp.empty(root.nbytes + 256, np.uint8)[address % 256 : address % 256 + root.nbytes]
+            device.set(root.view(np.uint8).reshape(-1))
+            mirrors[id(root)] = (root, device)
+        device = mirrors[id(root)][1]
+        start = array.__array_interface__["data"][0] - address
+        views[name] = cp.ndarray(array.shape, array.dtype, memptr=device.data + start, strides=array.strides)
+    try:
+        yield views
+    finally:
+        cp.cuda.runtime.deviceSynchronize()
+        for root, device in mirrors.values():
+            root.view(np.uint8).reshape(-1)[...] = device.get()
+
+
+def _host_call(function: str, a: dict, backend: str) -> Callable[[], None]:
     batch = {name: a.get(name) for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token")}
     if function == "scatter_req_token_ids":
         kw = {name: a[name] for name in ("flat_in", "offsets", "req_pool_indices", "pool_out")}

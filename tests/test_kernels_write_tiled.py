@@ -99,8 +99,8 @@ def test_public_writes_by_length(monkeypatch):
     tokens, positions, _ = _inputs()
     plan = write_plan(LENGTHS, SEEDS)
     for per_request in (N // 3 + 1, N // 3):  # N = 100 tokens, capacity 3
-        with _common.simulated_shapes(own_tiled_min_tokens=per_request):
-            write(_seeded(), plan, tokens, positions, _slots())
+        monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", per_request)  # the GPU's threshold too
+        write(_seeded(), plan, tokens, positions, _slots())
     assert names == ["write_assert0_src0", "chain_publish", "write_tiled_assert0_src0"]
 
 

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from alias_calls import ARGUMENT, assert_same_result, call, carve, place, shares, unaliased
+from alias_calls import ARGUMENT, assert_same_result, call, carve, mirrored, place, shares, unaliased
 from helpers import raises_code
 
 from kvcanary_numba import VerifyPlan, WritePlan, _overlap, launch_canary_plan_kernels, launch_plan_offsets_kernel
@@ -188,11 +188,16 @@ def test_the_seed2_plans_are_rejected_and_leave_every_array_as_it_was(alias, bac
         wplan = dataclasses.replace(wplan, write_seed_slot_indices=inputs["req_pool_indices"])
     else:
         vplan = dataclasses.replace(vplan, enable=wplan.write_num_valid_reqs)
-    arrays = [*vplan.arrays().values(), *wplan.arrays().values(), *(v for v in inputs.values() if hasattr(v, "copy"))]
+    named = {**{f"verify.{k}": v for k, v in vplan.arrays().items()},
+             **{f"write.{k}": v for k, v in wplan.arrays().items()},
+             **{k: v for k, v in inputs.items() if hasattr(v, "copy")}}  # fmt: skip
+    arrays = list(named.values())
     before = [a.copy() for a in arrays]
-    with raises_code("KVC-C017"):
-        launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=4, backend=backend,
-                                   **inputs)  # fmt: skip
+    with raises_code("KVC-C017"), mirrored(named, backend) as on:
+        launch_canary_plan_kernels(
+            verify_plan_out=VerifyPlan(**{k: on[f"verify.{k}"] for k in vplan.arrays()}),
+            write_plan_out=WritePlan(**{k: on[f"write.{k}"] for k in wplan.arrays()}),
+            verify_capacity=4, backend=backend, **{**inputs, **{k: on[k] for k in inputs if k in on}})  # fmt: skip
     for got, want in zip(arrays, before):
         np.testing.assert_array_equal(got, want)
 
@@ -207,11 +212,11 @@ def test_offsets_scratch_over_a_longer_req_pool_indices_is_rejected(backend):
                 out_verify_num_valid=np.full(1, -7, np.int32), out_verify_enable=np.full(1, -7, np.int32),
                 out_write_num_valid_reqs=np.full(1, -7, np.int32))  # fmt: skip
     before = {name: array.copy() for name, array in outs.items()}
-    with raises_code("KVC-C017"):
-        launch_plan_offsets_kernel(req_pool_indices=rows[:4], prefix_lens=inputs["prefix_lens"],
-                                   extend_seq_lens=inputs["extend_seq_lens"], req_to_token=inputs["req_to_token"],
-                                   full_to_swa_index_mapping=None, out_verify_offsets_scratch=rows, swa_window_size=0,
-                                   verify_capacity=20, backend=backend, **outs)  # fmt: skip
+    named = {"req_pool_indices": rows[:4], "out_verify_offsets_scratch": rows, **outs,
+             **{k: inputs[k] for k in ("prefix_lens", "extend_seq_lens", "req_to_token")}}  # fmt: skip
+    with raises_code("KVC-C017"), mirrored(named, backend) as on:
+        launch_plan_offsets_kernel(**on, full_to_swa_index_mapping=None, swa_window_size=0, verify_capacity=20,
+                                   backend=backend)  # fmt: skip
     np.testing.assert_array_equal(rows[:4], inputs["req_pool_indices"])
     for name, array in outs.items():
         np.testing.assert_array_equal(array, before[name], err_msg=name)
