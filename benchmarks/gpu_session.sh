@@ -31,6 +31,10 @@
 #   ab         the monitor decode step's host / device time, base tree in .base/ (carried) against this
 #              tree, alternately twice (benchmarks/results/probes/ab_monitor_step.py -> $OUT/ab-monitor-step.jsonl;
 #              not in the default list)
+#   abpublic   the public CuPy calls' host time, base tree in .base/ against this tree, alternately twice
+#              (benchmarks/results/probes/ab_public_calls.py -> $OUT/ab-public-calls.jsonl; not in the default list)
+#   pinned     the monitor decode step of this tree with the process pinned to one core and not, alternately
+#              (ab_monitor_step.py under taskset -> $OUT/pinned-monitor-step.jsonl; not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
 #              one-buffer parameters (benchmarks/results/probes/launch_table_cost.py ->
 #              $OUT/launch-table-cost.json; not in the default list)
@@ -166,6 +170,19 @@ for step in "${STEPS[@]}"; do
         else
             echo "ab         rc=NA   no base tree in .base/ (git archive REV kvcanary_numba ':(glob)benchmarks/*.py' | tar -x -C .base)" | tee -a "$SUMMARY"
         fi ;;
+    abpublic)  # the public CuPy calls, base tree (.base/) against this one, alternately; this tree's verify profiled
+        if [ -d .base/kvcanary_numba ]; then
+            run_step abpublic 300 sh -c 'for i in 1 2; do for t in .base .; do
+                python3 benchmarks/results/probes/ab_public_calls.py "$t" "$t" || echo "{\"tree\": \"$t\", \"failed\": true}";
+                done; done > "$0/ab-public-calls.jsonl";
+                python3 benchmarks/results/probes/ab_public_calls.py . "./profiled" --profile >> "$0/ab-public-calls.jsonl"' "$OUT"
+        else
+            echo "abpublic   rc=NA   no base tree in .base/" | tee -a "$SUMMARY"
+        fi ;;
+    pinned)  # the monitor decode step of this tree, process pinned to one core (taskset) or not, alternately
+        run_step pinned 200 sh -c 'for i in 1 2; do
+            python3 benchmarks/results/probes/ab_monitor_step.py . unpinned; taskset -c 3 python3 \
+            benchmarks/results/probes/ab_monitor_step.py . "pinned to core 3"; done > "$0/pinned-monitor-step.jsonl"' "$OUT" ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
