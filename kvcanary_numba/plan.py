@@ -17,7 +17,7 @@ import numpy as np
 from . import _memo, _overlap
 from ._arrays import check_array, check_int, resolve_backend
 from .errors import error
-from .plans import VerifyPlan, WritePlan
+from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan, entry_length
 
 __all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
 
@@ -259,16 +259,16 @@ def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_
                "write_plan_out.write_num_valid_reqs"),
     )
     entries = vplan.arrays()
-    length = None
-    for field in ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
-                  "verify_prev_slot_indices"):
+    lengths = {}
+    for field in ENTRY_FIELDS:
         name = f"verify_plan_out.{field}"
-        info = check_array(function, name, entries[field], dtype=np.int64, ndim=1, shape=(length,), writeable=True)
-        length = info.shape[0]
+        info = check_array(function, name, entries[field], dtype=np.int64, ndim=1, writeable=True)
+        lengths[field] = info.shape[0]
         infos.append((name, info))
     for field in ("verify_num_valid", "enable"):
         infos.append(_check_flag(function, f"verify_plan_out.{field}", entries[field]))
     capacity = check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
+    length = entry_length(function, "verify_plan_out", lengths, capacity)
     if capacity != length:
         raise error("KVC-P004", function=function, argument="verify_plan_out.verify_slot_indices",
                     expected=length, got=capacity)

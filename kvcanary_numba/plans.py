@@ -15,6 +15,7 @@ import numpy as np
 from ._arrays import array_module, check_int
 from ._limits import INT32_MAX, coded_allocation
 from .constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR
+from .errors import error
 
 __all__ = ["VerifyPlan", "WritePlan"]
 
@@ -152,3 +153,22 @@ class WritePlan:
     def arrays(self) -> dict[str, Any]:
         """Field name -> array, in declaration order."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+#: A verify plan's per-entry arrays: one length each, the plan's capacity.
+ENTRY_FIELDS = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
+                "verify_prev_slot_indices")
+
+
+def entry_length(function: str, argument: str, lengths: dict[str, int], capacity: int | None = None) -> int:
+    """The one length of the verify plan ``argument``'s entry arrays (``lengths``: field -> length).
+
+    Raises KVC-C004 naming the array that differs: from ``capacity`` where some array has that
+    length, else from the most common length, so that one emptied array is the one named.
+    """
+    values = list(lengths.values())
+    if len(set(values)) == 1:
+        return values[0]
+    want = capacity if capacity in values else max(values, key=values.count)
+    odd = next(field for field in ENTRY_FIELDS if lengths[field] != want)
+    raise error("KVC-C004", function=function, argument=f"{argument}.{odd}", expected=(want,), got=(lengths[odd],))

@@ -12,7 +12,7 @@ from .constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from .context import CanaryContext
 from .errors import error
 from .fingerprint import check_real_kv_sources
-from .plans import VerifyPlan
+from .plans import ENTRY_FIELDS, VerifyPlan, entry_length
 
 __all__ = ["launch_canary_verify_kernel"]
 
@@ -161,20 +161,9 @@ def _validate(context, plan, check_verify_expected_token, backend) -> tuple[str,
     """Every check of a verify call; returns the backend it runs on and the memo's overlap re-test."""
     arrays = check_context(_FUNCTION, context, writes_buffer=False, needs_chain_flag=False)
     check_plan_type(_FUNCTION, "plan", plan, VerifyPlan)
-    slots = check_array(_FUNCTION, "plan.verify_slot_indices", plan.verify_slot_indices, dtype=np.int64, ndim=1)
-    entries = slots.shape
-    arrays.append(("plan.verify_slot_indices", slots))
-    arrays += check_bundle(
-        _FUNCTION,
-        "plan",
-        plan,
-        [
-            ("verify_expected_tokens", np.int64, entries),
-            ("verify_expected_positions", np.int64, entries),
-            ("verify_prev_slot_indices", np.int64, entries),
-            ("verify_num_valid", np.int32, (1,)),
-            ("enable", np.int32, (1,)),
-        ],
-    )
+    entries = check_bundle(_FUNCTION, "plan", plan, [(field, np.int64, None) for field in ENTRY_FIELDS])
+    entry_length(_FUNCTION, "plan", {field: info.shape[0] for field, (_, info) in zip(ENTRY_FIELDS, entries)})
+    arrays += entries
+    arrays += check_bundle(_FUNCTION, "plan", plan, [("verify_num_valid", np.int32, (1,)), ("enable", np.int32, (1,))])
     check_bool(_FUNCTION, "check_verify_expected_token", check_verify_expected_token)
     return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)

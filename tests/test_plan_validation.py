@@ -12,6 +12,7 @@ from canary_helpers import FakeCudaArray, fake_launch_module
 from helpers import i64, linear_rtt, raises_code
 
 from kvcanary_numba import VerifyPlan, WritePlan
+from kvcanary_numba.plans import ENTRY_FIELDS
 from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
 
 
@@ -217,3 +218,12 @@ def test_lut_head_is_checked_on_every_call(function, make):
     other[0] = -1
     with raises_code("KVC-P008"):
         function(**make(other))
+
+
+@pytest.mark.parametrize("field", ENTRY_FIELDS)
+def test_an_entry_array_of_another_length_is_the_one_named(field):
+    # Fuzz case 212: an emptied verify_slot_indices was reported as the three arrays that agree.
+    for length in (0, 7):
+        with raises_code("KVC-C004") as excinfo:
+            launch_canary_plan_kernels(**plan_kwargs(verify_plan_out=_vplan(**{field: np.zeros(length, np.int64)})))
+        assert f"verify_plan_out.{field} must have shape (8,), got ({length},)" in str(excinfo.value)

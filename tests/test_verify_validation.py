@@ -11,6 +11,7 @@ from canary_oracles import random_source
 from helpers import raises_code
 
 from kvcanary_numba import VerifyPlan
+from kvcanary_numba.plans import ENTRY_FIELDS
 
 
 def _valid():
@@ -94,6 +95,14 @@ def test_rejects_bad_plan(field, value, code):
     bad = VerifyPlan(**{**plan.arrays(), field: value})
     with raises_code(code):
         run_verify(ctx, bad)
+
+
+@pytest.mark.parametrize("field", ENTRY_FIELDS)
+def test_an_entry_array_of_another_length_is_the_one_named(field):
+    ctx, plan = _valid()  # capacity 4: the other three arrays agree, whichever is first
+    with raises_code("KVC-C004") as excinfo:
+        run_verify(ctx, VerifyPlan(**{**plan.arrays(), field: np.zeros(0, np.int64)}))
+    assert f"plan.{field} must have shape (4,), got (0,)" in str(excinfo.value)
 
 
 @pytest.mark.parametrize("plan", [None, {}, "plan"])
