@@ -11,7 +11,8 @@
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed
 #              ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 60 s on the H200;
-#              BENCH_BUDGET=s bounds its wall clock, default 330)
+#              BENCH_BUDGET=s bounds its wall clock, default 330; pinned to core BENCH_PIN, default 3,
+#              empty: not pinned; BENCH_ONLY=sections)
 #   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
 #   memcheck   every kernel test, small and at scale, under memcheck (not in the default list)
 #   quick      the benchmark at small sizes, a smoke test of every section (not in the default list)
@@ -103,7 +104,10 @@ for step in "${STEPS[@]}"; do
             echo "vectors    rc=NA   golden vectors not found (set KVCANARY_VECTORS)" | tee -a "$SUMMARY"
         fi ;;
     bench)
-        run_step bench 390 python3 benchmarks/run.py --out "$OUT/bench" --budget "${BENCH_BUDGET:-330}" ;;
+        # Pinned to one core (BENCH_PIN=core, empty: not pinned): the host rows without migrations.
+        pin=${BENCH_PIN-3}
+        run_step bench 390 python3 benchmarks/run.py --out "$OUT/bench" --budget "${BENCH_BUDGET:-330}" \
+            ${pin:+--pin "$pin"} ${BENCH_ONLY:+--only "$BENCH_ONLY"} ;;
     quick)  # a smoke run of every section at small sizes (about a minute, mostly compilation)
         run_step quick 240 python3 benchmarks/run.py --quick --out "$OUT/quick" --budget 200 ;;
     sanitizer)

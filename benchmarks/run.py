@@ -104,7 +104,8 @@ def _meta(args, gpu: bool) -> dict:
 
     meta = {"name": args.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "quick": args.quick, "gpu": gpu, "python": platform.python_version(), "numpy": numpy.__version__,
-            "host": platform.node(), "cpu": platform.processor() or platform.machine()}  # fmt: skip
+            "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "pinned_core": args.pin}  # fmt: skip
     try:
         meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                                         text=True, timeout=10).stdout.strip()  # fmt: skip
@@ -156,7 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="file stem of the results (default: device and mode)")
     parser.add_argument("--budget", type=float, default=330.0, help="wall-clock seconds for the whole run")
     parser.add_argument("--iters", type=int, default=None, help="timed iterations per case (default 20, quick 5)")
+    parser.add_argument("--pin", type=int, default=None, metavar="CORE",
+                        help="run on this CPU core only (host rows without the scheduler's migrations)")
     args = parser.parse_args(argv)
+    if args.pin is not None:
+        # A thread that sleeps in a blocking synchronize may wake on another core, with cold caches:
+        # session 10 measured a replayed decode step at 14 us pinned and 21-25 us not, same host.
+        os.sched_setaffinity(0, {args.pin})
     gpu = _gpu_available() and not args.cpu
     wanted = [s for s in args.only.split(",") if s] or list((GPU_SECTIONS if gpu else ()) + CPU_SECTIONS)
     unknown = sorted(set(wanted) - set(GPU_SECTIONS + CPU_SECTIONS))

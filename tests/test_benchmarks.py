@@ -71,6 +71,19 @@ def test_cli_bench_passes_arguments_to_the_script(tmp_path):
     assert {r["op"] for r in doc["results"]} == {"validation"}
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+def test_pin_runs_on_one_core_and_records_it(tmp_path):
+    saved = os.sched_getaffinity(0)
+    core = min(saved)
+    try:
+        assert bench_run.main(["--cpu", "--quick", "--only", "validation", "--pin", str(core), "--out",
+                               str(tmp_path), "--name", "pinned"]) == 0  # fmt: skip
+        assert os.sched_getaffinity(0) == {core}
+    finally:
+        os.sched_setaffinity(0, saved)
+    assert json.loads((tmp_path / "pinned.json").read_text())["meta"]["pinned_core"] == core
+
+
 def test_unknown_section_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         bench_run.main(["--cpu", "--only", "nope", "--out", str(tmp_path)])
