@@ -1,31 +1,29 @@
 """Validation results remembered per argument snapshot, so a repeated public call skips its checks.
 
-A *snapshot* of a call's arguments is a hashable tuple holding everything the
-validation of that call reads and nothing that keeps a user object alive:
+A *snapshot* of a call's arguments is a hashable tuple holding everything the validation of that call reads
+and nothing that keeps a user object alive:
 
-- an array's layout: library tag, data pointer (CUDA arrays: their device
-  follows from it), shape, byte strides, dtype, writeability;
-- for an array held by a context, plan or source (long-lived by design) also a
-  per-object *token*: a number given to a live object on first sight and
-  forgotten (weak-reference callback) when it is freed, so an array freed and
-  replaced at the same address gets a new token. NumPy pointers are not read
-  (``ctypes.data`` costs microseconds); the token stands for them, since a live
-  NumPy array's memory does not move;
-- a dataclass (CanaryContext, VerifyPlan, WritePlan, RealKvSource): its type and
-  its fields' snapshots; tuples and lists element-wise; scalars as (type, value).
+- an array's layout: library tag, data pointer (CUDA arrays: their device follows from it), shape, byte
+  strides, dtype, writeability;
+- for an array held by a context, plan or source (long-lived by design) also a per-object *token*: a number
+  given to a live object on first sight and forgotten (weak-reference callback) when it is freed, so an array
+  freed and replaced at the same address gets a new token. NumPy pointers are not read (``ctypes.data`` costs
+  microseconds); the token stands for them, since a live NumPy array's memory does not move;
+- a dataclass (CanaryContext, VerifyPlan, WritePlan, RealKvSource): its type and its fields' snapshots; tuples
+  and lists element-wise; scalars as (type, value).
 
-Two calls with equal snapshots pass or fail validation alike, so :class:`Memo`
-stores the snapshots (and a small result) of calls that passed; the one exception
-is whether top-level NumPy arrays share memory (their addresses are not in the
-snapshot), which :mod:`._overlap` re-tests on every hit. Anything the
-walk does not know raises :class:`Uncacheable`: the call is validated in full.
-Array-like objects that cannot be weakly referenced are never cached at depth.
+Two calls with equal snapshots pass or fail validation alike, so :class:`Memo` stores the snapshots (and a
+small result) of calls that passed; the one exception is whether top-level NumPy arrays share memory (their
+addresses are not in the snapshot), which :mod:`._overlap` re-tests on every hit. Anything the walk does not
+know raises :class:`Uncacheable`: the call is validated in full. Array-like objects that cannot be weakly
+referenced are never cached at depth.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 import weakref
 from typing import Any, Callable
 
@@ -74,6 +72,13 @@ def _numpy(x, depth, state):
 
 def _cupy(x, depth, state):
     return (x.data.ptr, x.shape, x.strides, x.dtype)
+
+
+_ABSENT = type("_Absent", (), {})  # stands for cupy.ndarray before CuPy is imported: no value has this type
+
+
+def _cupy_array_type() -> type:
+    return getattr(sys.modules.get("cupy"), "ndarray", _ABSENT)
 
 
 def _torch(x, depth, state):
@@ -128,6 +133,9 @@ _NUMPY_AT_DEPTH = ("(h[1] if (h := _tget(id(v))) is not None and h[0]() is v els
                    "v.shape, v.strides, v.dtype, v.flags.writeable)")  # fmt: skip
 
 
+_CUPY_INLINE = "(v.data.ptr, v.shape, v.strides, v.dtype)"  #: _cupy's snapshot, inlined in the same way
+
+
 def _dataclass_walker(cls: type) -> Callable:
     # Generated straight-line code (one attribute read, and for a NumPy array no call, per field):
     # a loop over the fields costs twice as much, and contexts are walked on every call.
@@ -135,11 +143,11 @@ def _dataclass_walker(cls: type) -> Callable:
     names = [f.name for f in dataclasses.fields(cls)]
     for i, name in enumerate(names):
         lines += [f"    v = x.{name}", "    t = type(v)",
-                  f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else (t, v) if t in _scalars else "
-                  f"None if v is None else (_get(t) or _walker(v))(v, d, state)"]  # fmt: skip
+                  f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else {_CUPY_INLINE} if t is _cupy_t else (t, v) "
+                  f"if t in _scalars else None if v is None else (_get(t) or _walker(v))(v, d, state)"]  # fmt: skip
     lines.append(f"    return (cls, {''.join(f's{i}, ' for i in range(len(names)))})")
     scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register, "_ndarray": np.ndarray, "_tget": _tokens.get,
-             "_token": token, "_scalars": _SCALARS}  # fmt: skip
+             "_token": token, "_scalars": _SCALARS, "_cupy_t": _cupy_array_type()}  # fmt: skip
     exec("\n".join(lines) + "\n", scope)  # noqa: S102 - field names come from the dataclass definition
     return scope["walk"]
 
@@ -187,12 +195,13 @@ def _walk(x, depth, state):
 def snapshot(values: tuple) -> tuple[tuple, dict]:
     """(snapshot of ``values``, {id(DLPack-only producer): its view} for those among them, empty
     when there is none); may raise Uncacheable."""
-    state = [{}]
-    out = []
+    state, out, _cupy_t = [{}], [], _cupy_array_type()
     for v in values:  # a loop, with top-level NumPy arrays and None inlined: this runs on every call
         kind = type(v)
         if kind is np.ndarray:
             out.append((v.shape, v.strides, v.dtype, v.flags.writeable))  # _numpy at depth 0
+        elif kind is _cupy_t:
+            out.append((v.data.ptr, v.shape, v.strides, v.dtype))  # _cupy
         elif kind in _SCALARS:
             out.append((kind, v))
         elif v is None:

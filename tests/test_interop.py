@@ -4,6 +4,9 @@ objects and the ``stream=`` argument, with fakes standing in for the driver and 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -178,6 +181,40 @@ def test_snapshots_hold_no_user_object():
             yield value
 
     assert all(isinstance(v, (int, bool, str, type, np.dtype, type(None))) for v in leaves(key))
+
+
+class _FakeCupyArray:
+    """What the snapshot reads of a CuPy array: its pointer, shape, strides and dtype."""
+
+    data = None  # a class attribute, as CuPy's (what tells the walker a CuPy array)
+
+    def __init__(self, ptr, shape, strides, dtype=np.dtype(np.int64)):
+        self.data, self.shape, self.strides, self.dtype = types.SimpleNamespace(ptr=ptr), shape, strides, dtype
+
+
+_FakeCupyArray.__module__ = "cupy"
+
+
+def _cupy_snapshots(monkeypatch, imported: bool):
+    # A dataclass type of its own per call: walkers are generated (and cached) per type.
+    holder = dataclasses.make_dataclass("Holder", ["array", "count"], frozen=True)
+    if imported:  # the walkers inline cupy.ndarray once CuPy is imported
+        monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=_FakeCupyArray))
+    else:
+        monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    arrays = [_FakeCupyArray(4096, (4,), (8,)), _FakeCupyArray(4096, (2, 2), (16, 8)),
+              _FakeCupyArray(8192, (4,), (8,)), _FakeCupyArray(4096, (4,), (8,), np.dtype(np.int32))]
+    return [_memo.snapshot((a, holder(array=a, count=3), "cuda"))[0] for a in arrays]
+
+
+def test_cupy_arrays_snapshot_alike_inlined_or_walked(monkeypatch):
+    inlined = _cupy_snapshots(monkeypatch, imported=True)
+    walked = _cupy_snapshots(monkeypatch, imported=False)
+    strip = lambda key: (key[0], key[1][1:], key[2])  # noqa: E731 - the Holder types differ
+    assert [strip(k) for k in inlined] == [strip(k) for k in walked]
+    assert inlined[0][0] == (4096, (4,), (8,), np.dtype(np.int64))
+    # A reshape in place, another pointer or another dtype is another snapshot.
+    assert len({strip(k) for k in inlined}) == 4
 
 
 def test_a_cai_over_memory_the_driver_does_not_map_is_refused(driver, monkeypatch):
