@@ -82,6 +82,9 @@ def test_pin_runs_on_one_core_and_records_it(tmp_path):
     finally:
         os.sched_setaffinity(0, saved)
     assert json.loads((tmp_path / "pinned.json").read_text())["meta"]["pinned_core"] == core
+    with pytest.raises(SystemExit):  # a core this process may not use: a usage error, affinity unchanged
+        bench_run.main(["--cpu", "--only", "validation", "--pin", str(max(saved) + 1), "--out", str(tmp_path)])
+    assert os.sched_getaffinity(0) == saved
 
 
 def test_unknown_section_is_a_usage_error(tmp_path):
