@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import hashlib
 import os
 import pathlib
 import platform
@@ -99,6 +100,16 @@ def _gpu_available() -> bool:
         return False
 
 
+def source_sha1() -> str:
+    """SHA-1 (12 hex digits) of the package's and the benchmarks' Python sources as they are on disk:
+    names the measured code where ``git rev-parse`` cannot (a copy of the tree whose ``.git`` is
+    another commit's, as on the device machine in session 10)."""
+    digest = hashlib.sha1()
+    for path in sorted([*(HERE.parent / "kvcanary_numba").rglob("*.py"), *HERE.glob("*.py")]):
+        digest.update(path.relative_to(HERE.parent).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _meta(args, gpu: bool) -> dict:
     import numpy
 
@@ -111,6 +122,7 @@ def _meta(args, gpu: bool) -> dict:
                                         text=True, timeout=10).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         pass
+    meta["source_sha1"] = source_sha1()
     for module in ("numba", "numba_cuda", "cupy"):
         try:
             meta[module] = __import__(module).__version__

@@ -87,6 +87,22 @@ def test_pin_runs_on_one_core_and_records_it(tmp_path):
     assert os.sched_getaffinity(0) == saved
 
 
+def test_source_sha1_names_the_sources_on_disk(tmp_path, monkeypatch):
+    bench = tmp_path / "benchmarks"
+    (tmp_path / "kvcanary_numba" / "launch").mkdir(parents=True)
+    bench.mkdir()
+    (tmp_path / "kvcanary_numba" / "launch" / "x.py").write_text("a = 1\n")
+    (bench / "run.py").write_text("b = 2\n")
+    (bench / "notes.md").write_text("not a source\n")
+    monkeypatch.setattr(bench_run, "HERE", bench)
+    first = bench_run.source_sha1()
+    assert len(first) == 12 and int(first, 16) >= 0
+    (bench / "notes.md").write_text("changed\n")
+    assert bench_run.source_sha1() == first
+    (tmp_path / "kvcanary_numba" / "launch" / "x.py").write_text("a = 2\n")
+    assert bench_run.source_sha1() != first
+
+
 def test_unknown_section_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as exc:
         bench_run.main(["--cpu", "--only", "nope", "--out", str(tmp_path)])
