@@ -23,7 +23,8 @@ class FakeRuntime:
     """The CuPy runtime calls :class:`CudaReadback` makes; ``memcpyAsync`` copies host memory at once.
 
     ``pending`` (if not None) keeps the copies queued instead, run by :meth:`finish`;
-    ``calls`` counts the calls by name; ``synchronized`` lists the events waited for.
+    ``calls`` counts the calls by name; ``synchronized`` lists the events waited for. As in CUDA,
+    an event re-recorded before its earlier record ran is done only once its latest record has run.
     """
 
     memcpyDeviceToHost = 2
@@ -34,6 +35,7 @@ class FakeRuntime:
         self.done: set[int] = set()
         self.synchronized: list[int] = []
         self._next = 1000
+        self._records: dict[int, int] = {}  # event -> number of its latest record
 
     def _count(self, name):
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -45,10 +47,11 @@ class FakeRuntime:
     def eventRecord(self, event, stream):
         self._count("eventRecord")
         self.done.discard(event)
+        record = self._records[event] = self._records.get(event, 0) + 1
         if self.pending is None:
             self.done.add(event)
         else:
-            self.pending.append(("event", event))
+            self.pending.append(("event", (event, record)))
 
     def streamWaitEvent(self, stream, event, flags=0):
         self._count("streamWaitEvent")
@@ -70,7 +73,9 @@ class FakeRuntime:
         del self.pending[: len(todo)]
         for kind, what in todo:
             if kind == "event":
-                self.done.add(what)
+                event, record = what
+                if record == self._records[event]:  # an earlier record of a re-recorded event: not done
+                    self.done.add(event)
             else:
                 dst, data, size = what
                 ctypes.memmove(dst, data, size)

@@ -23,6 +23,7 @@ words 25 + 2g, +1     group g, int32 lanes: [enable, verify_num_valid,
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from dataclasses import dataclass
 
@@ -31,7 +32,11 @@ import numpy as np
 from ..constants import NUM_LAUNCH_TAGS
 from ..launch import _driver, _native
 
-__all__ = ["StatusBlock", "Snapshot", "HostReadback", "CudaReadback"]
+__all__ = ["GRAPH_STATUS_COPY", "StatusBlock", "Snapshot", "HostReadback", "CudaReadback"]
+
+#: A captured step copies the status block inside its TAIL graph, so a replayed ``end_step`` only
+#: queries an event (env ``KVCANARY_GRAPH_STATUS_COPY=1``; off until measured on a GPU).
+GRAPH_STATUS_COPY = os.environ.get("KVCANARY_GRAPH_STATUS_COPY") == "1"
 
 _KRC = 1
 _SLOT = _KRC + NUM_LAUNCH_TAGS
@@ -97,6 +102,10 @@ def _snapshot(step: int, words: np.ndarray) -> Snapshot:
     return snapshot
 
 
+def _newest(a: Snapshot | None, b: Snapshot | None) -> Snapshot | None:
+    return a if b is None or (a is not None and a.step > b.step) else b
+
+
 def _low_lane(word) -> int:
     """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
     value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
@@ -109,7 +118,7 @@ class HostReadback:
     def __init__(self, block: StatusBlock):
         self._words = block.words
 
-    def push(self, step: int) -> Snapshot | None:
+    def push(self, step: int, swept: bool = False) -> Snapshot | None:
         """Snapshot the block after ``step``; returns the snapshot to process now."""
         return _snapshot(step, self._words.copy())
 
@@ -163,6 +172,8 @@ class CudaReadback:
         self._launched = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._copied = [cupy.cuda.Event(disable_timing=True) for _ in range(2)]
         self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
+        self._early: Snapshot | None = None  # collected before a TAIL graph's copy, returned by push
+        self._graph_step: int | None = None  # the step whose TAIL graph issued its copy
         self._side = self._stream.ptr
         data = self._words.data
         device_ptr = data.ptr if hasattr(data, "ptr") else self._words.ctypes.data  # NumPy: a stand-in
@@ -201,14 +212,39 @@ class CudaReadback:
             newest = (step, i)
         return None if newest is None else _snapshot(newest[0], self._host[newest[1]].copy())
 
-    def push(self, step: int) -> Snapshot | None:
-        """Copy this step's block asynchronously; return the newest finished earlier snapshot."""
-        queue = self._queue
+    def push(self, step: int, swept: bool = False) -> Snapshot | None:
+        """Copy this step's block asynchronously (unless its TAIL graph did and ``end_step`` did not
+        sweep since); return the newest finished snapshot of an earlier or this step."""
+        queue, early, self._early = self._queue, self._early, None
+        if self._graph_step == step:
+            self._graph_step = None
+            if not swept:
+                return _newest(early, self._collect(step - 1))
+            queue.pop()  # the sweep wrote status words after the graph's copy: copy again
         if self.native is not None and (not queue or (len(queue) == 1 and queue[0][0] == step - 1)):
-            return self._push_compiled(step)
+            return _newest(early, self._push_compiled(step))
         snapshot = self._collect(step - 1) if queue else None  # frees this step's buffer (two steps old)
         self._issue(step)
-        return snapshot  # snapshots are cumulative: the newest supersedes older ones
+        return _newest(early, snapshot)  # snapshots are cumulative: the newest supersedes older ones
+
+    # The status copy inside the replayed TAIL graph (GRAPH_STATUS_COPY; see capture.CapturedStep).
+    def capture_copy(self, stream_ptr: int, i: int) -> None:
+        """Issue buffer ``i``'s copy on the capturing stream ``stream_ptr``: a node of a TAIL graph."""
+        memcpy, device, nbytes, kind, _ = self._copy
+        memcpy(self._buffers[i][2], device, nbytes, kind, stream_ptr)
+
+    def free_for_graph(self, step: int) -> None:
+        """Before the TAIL graph of ``step`` copies into buffer ``step & 1``: collect the copy that
+        still holds it (two steps old; waited for only if not done), kept for ``push``."""
+        if any(i == step & 1 for _, i in self._queue):
+            self._early = _newest(self._early, self._collect(step - 1))
+
+    def graph_copied(self, step: int) -> None:
+        """After the TAIL graph of ``step`` was launched: its copy's event, on the compute stream."""
+        i = step & 1
+        self._record(self._buffers[i][1], self._current_stream().ptr)
+        self._queue.append((step, i))
+        self._graph_step = step
 
     def _push_compiled(self, step: int) -> Snapshot | None:
         # What _collect(step - 1) then _issue(step) do when at most the previous step's copy is in
@@ -232,7 +268,8 @@ class CudaReadback:
 
     def flush(self) -> Snapshot | None:
         """Wait for every pending copy (end of a run); the newest snapshot."""
-        return self._collect(float("inf"))
+        early, self._early = self._early, None
+        return _newest(early, self._collect(float("inf")))
 
     def ring(self, ring) -> np.ndarray:
         """Host copy of the ring (synchronous; only done when the index says there are rows)."""
