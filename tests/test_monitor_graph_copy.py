@@ -12,11 +12,20 @@ from __future__ import annotations
 import types
 
 import numpy as np
+import pytest
 from test_monitor_host_step import _readback
 
 from benchmarks.host_step import decode_monitor, stub_launches
+from kvcanary_numba.monitor import readback as readback_module
 from kvcanary_numba.monitor.capture import CapturedStep
 from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS
+
+
+@pytest.fixture(autouse=True)
+def no_libcuda_record(monkeypatch):
+    """The fake runtime's handles must never reach libcuda (a GPU machine has it): the graphs'
+    external event records are off unless a test fakes them."""
+    monkeypatch.setattr(readback_module, "external_record", lambda: None)
 
 
 def _graph_step(block, rb, step: int, value: int):
@@ -100,3 +109,22 @@ def test_a_monitor_replaying_graphs_that_copy_reads_every_step_back(monkeypatch)
     assert graph.replays == 3 and [s for s, _ in pushed] == [0, 1, 2]
     assert "streamWaitEvent" not in runtime.calls and runtime.calls["memcpyAsync"] == 3
     assert np.array_equal(rb._host[0][:1], m.status.words[:1])
+
+
+def test_an_external_record_in_the_graph_replaces_the_record_after_its_launch(monkeypatch):
+    block, runtime, rb = _readback(deferred=True)
+    nodes = []
+
+    def record(event, stream, flags):  # the graph's event-record node, run where the graph runs it
+        nodes.append((event, stream, flags))
+        runtime.eventRecord(event, stream)
+        return 0
+
+    monkeypatch.setattr(readback_module, "external_record", lambda: record)
+    for step in range(3):
+        _graph_step(block, rb, step, 10 + step)
+        rb.push(step)
+    assert nodes == [(rb._buffers[s & 1][1], 7, 1) for s in range(3)]  # external (flag 1), on the capture stream
+    assert runtime.calls["eventRecord"] == 3  # the nodes' records only: none after a graph launch
+    runtime.finish()
+    assert _read(rb.flush()) == (2, 12)

@@ -23,6 +23,7 @@ words 25 + 2g, +1     group g, int32 lanes: [enable, verify_num_valid,
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -102,6 +103,17 @@ def _snapshot(step: int, words: np.ndarray) -> Snapshot:
     return snapshot
 
 
+def external_record():
+    """libcuda's ``cuEventRecordWithFlags`` (event, stream, flags; 1 = CU_EVENT_RECORD_EXTERNAL) as a
+    ctypes function, or None where libcuda does not load or lacks it (called at capture only)."""
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuEventRecordWithFlags
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint), ctypes.c_int
+    return fn
+
+
 def _newest(a: Snapshot | None, b: Snapshot | None) -> Snapshot | None:
     return a if b is None or (a is not None and a.step > b.step) else b
 
@@ -174,6 +186,7 @@ class CudaReadback:
         self._queue: deque[tuple[int, int]] = deque()  # (step, buffer) of the copies in flight, oldest first
         self._early: Snapshot | None = None  # collected before a TAIL graph's copy, returned by push
         self._graph_step: int | None = None  # the step whose TAIL graph issued its copy
+        self._recorded_in_graph = False  # the TAIL graphs record their copy's event themselves
         self._side = self._stream.ptr
         data = self._words.data
         device_ptr = data.ptr if hasattr(data, "ptr") else self._words.ctypes.data  # NumPy: a stand-in
@@ -229,9 +242,14 @@ class CudaReadback:
 
     # The status copy inside the replayed TAIL graph (GRAPH_STATUS_COPY; see capture.CapturedStep).
     def capture_copy(self, stream_ptr: int, i: int) -> None:
-        """Issue buffer ``i``'s copy on the capturing stream ``stream_ptr``: a node of a TAIL graph."""
+        """Issue buffer ``i``'s copy on the capturing stream ``stream_ptr`` (a memcpy node of a TAIL
+        graph), then its event as an external event-record node where libcuda offers one (a plain
+        record during capture is only a dependency of the graph); else :meth:`graph_copied`
+        records the event after each graph launch."""
         memcpy, device, nbytes, kind, _ = self._copy
         memcpy(self._buffers[i][2], device, nbytes, kind, stream_ptr)
+        record = external_record()
+        self._recorded_in_graph = record is not None and record(self._buffers[i][1], stream_ptr, 1) == 0
 
     def free_for_graph(self, step: int) -> None:
         """Before the TAIL graph of ``step`` copies into buffer ``step & 1``: collect the copy that
@@ -242,7 +260,8 @@ class CudaReadback:
     def graph_copied(self, step: int) -> None:
         """After the TAIL graph of ``step`` was launched: its copy's event, on the compute stream."""
         i = step & 1
-        self._record(self._buffers[i][1], self._current_stream().ptr)
+        if not self._recorded_in_graph:
+            self._record(self._buffers[i][1], self._current_stream().ptr)
         self._queue.append((step, i))
         self._graph_step = step
 
