@@ -3,8 +3,7 @@
 A *snapshot* of a call's arguments is a hashable tuple holding everything the validation of that call reads
 and nothing that keeps a user object alive:
 
-- an array's layout: library tag, data pointer (CUDA arrays: their device follows from it), shape, byte
-  strides, dtype, writeability;
+- an array's layout: shape, byte strides, dtype, a CUDA array's pointer (its device follows), writeability;
 - for an array held by a context, plan or source (long-lived by design) also a per-object *token*: a number
   given to a live object on first sight and forgotten (weak-reference callback) when it is freed, so an array
   freed and replaced at the same address gets a new token. NumPy pointers are not read (``ctypes.data`` costs
@@ -75,6 +74,7 @@ def _cupy(x, depth, state):
 
 
 _ABSENT = type("_Absent", (), {})  # stands for cupy.ndarray before CuPy is imported: no value has this type
+_inlined_cupy: type = _ABSENT  # what snapshot() inlines like NumPy's: cupy.ndarray once one was registered
 
 
 def _cupy_array_type() -> type:
@@ -131,8 +131,6 @@ for _t in _SCALARS:
 #: inlined into generated walkers: NumPy arrays are most of what a call holds.
 _NUMPY_AT_DEPTH = ("(h[1] if (h := _tget(id(v))) is not None and h[0]() is v else _token(v), "
                    "v.shape, v.strides, v.dtype, v.flags.writeable)")  # fmt: skip
-
-
 _CUPY_INLINE = "(v.data.ptr, v.shape, v.strides, v.dtype)"  #: _cupy's snapshot, inlined in the same way
 
 
@@ -182,9 +180,12 @@ def _walker_for(cls: type) -> Callable:
 
 
 def _register(x) -> Callable:
+    global _inlined_cupy
     walker = _WALKERS[type(x)] = _walker_for(type(x))
     if walker is _scalar:
         _SCALARS.add(type(x))
+    elif walker is _cupy and type(x) is _cupy_array_type():  # snapshot() inlines it from now on
+        _inlined_cupy = type(x)
     return walker
 
 
@@ -193,14 +194,13 @@ def _walk(x, depth, state):
 
 
 def snapshot(values: tuple) -> tuple[tuple, dict]:
-    """(snapshot of ``values``, {id(DLPack-only producer): its view} for those among them, empty
-    when there is none); may raise Uncacheable."""
-    state, out, _cupy_t = [{}], [], _cupy_array_type()
+    """(snapshot of ``values``, {id(DLPack-only producer): its view}, empty if none); may raise Uncacheable."""
+    state, out, cupy_t = [{}], [], _inlined_cupy
     for v in values:  # a loop, with top-level NumPy arrays and None inlined: this runs on every call
         kind = type(v)
         if kind is np.ndarray:
             out.append((v.shape, v.strides, v.dtype, v.flags.writeable))  # _numpy at depth 0
-        elif kind is _cupy_t:
+        elif kind is cupy_t:
             out.append((v.data.ptr, v.shape, v.strides, v.dtype))  # _cupy
         elif kind in _SCALARS:
             out.append((kind, v))

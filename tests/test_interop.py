@@ -198,7 +198,10 @@ _FakeCupyArray.__module__ = "cupy"
 def _cupy_snapshots(monkeypatch, imported: bool):
     # A dataclass type of its own per call: walkers are generated (and cached) per type.
     holder = dataclasses.make_dataclass("Holder", ["array", "count"], frozen=True)
-    if imported:  # the walkers inline cupy.ndarray once CuPy is imported
+    # The type is seen anew: registered by the first snapshot, inlined from then on once CuPy is imported.
+    monkeypatch.delitem(_memo._WALKERS, _FakeCupyArray, raising=False)
+    monkeypatch.setattr(_memo, "_inlined_cupy", _memo._ABSENT)
+    if imported:
         monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=_FakeCupyArray))
     else:
         monkeypatch.delitem(sys.modules, "cupy", raising=False)
@@ -209,7 +212,9 @@ def _cupy_snapshots(monkeypatch, imported: bool):
 
 def test_cupy_arrays_snapshot_alike_inlined_or_walked(monkeypatch):
     inlined = _cupy_snapshots(monkeypatch, imported=True)
+    assert _memo._inlined_cupy is _FakeCupyArray  # the top-level arrays after the first were inlined
     walked = _cupy_snapshots(monkeypatch, imported=False)
+    assert _memo._inlined_cupy is _memo._ABSENT
     strip = lambda key: (key[0], key[1][1:], key[2])  # noqa: E731 - the Holder types differ
     assert [strip(k) for k in inlined] == [strip(k) for k in walked]
     assert inlined[0][0] == (4096, (4,), (8,), np.dtype(np.int64))
