@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _dlpack
-from .errors import error
+from .errors import KvCanaryError, error
 
 __all__ = ["NOT_DEVICE_MEMORY", "dispatch", "dlpack_only", "native_array", "native_views", "pointer_device", "stream_handle"]
 
@@ -218,4 +218,9 @@ def dispatch(function: str, entry, op: str, stream: Any, kwargs: dict) -> None:
         return
     from .launch._kernel_launch import run_launches
 
-    run_launches(entry, run, kwargs, handle)
+    try:
+        run_launches(entry, run, kwargs, handle)
+    except KvCanaryError as exc:  # launch scratch refused during graph capture: name the public call
+        if exc.fields.get("function") != "launch scratch":  # launch.scratch.CAPTURE_FUNCTION
+            raise
+        raise error("KVC-C015", **{**exc.fields, "function": function}) from None

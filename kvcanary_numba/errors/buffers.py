@@ -106,16 +106,23 @@ define(
         "Plans, canary buffers, rings and monitor scratch are allocated once, at their capacity. A "
         "capacity inside its documented range can still ask for more host or device memory than "
         "the process can get; the allocation is refused up front with the size it needed instead of "
-        "a bare MemoryError from the array library."
+        "a bare MemoryError from the array library. The CUDA path also keeps launch scratch of its own "
+        "(a plan's look-back state, the chain a long write publishes), allocated by the first call of "
+        "each size class on each stream; while that stream captures a CUDA graph nothing can be "
+        "allocated, so such a first call is refused before the driver is asked, and the capture "
+        "stays usable."
     ),
     triggers=(
         "A capacity derived from a product of engine limits that overflowed into a huge number.",
         "ring_capacity or verify_capacity sized for a much larger pool than the device holds.",
+        "The first call of its sizes on a stream made while that stream captures a CUDA graph.",
     ),
     solutions=(
         "Size the capacity from the engine's real limits (slots, batch, tokens); see each "
         "argument's documented upper bound.",
         "Free device memory, or allocate on a device with room for the buffer.",
+        "Run each captured call once on the capturing stream, with the same sizes, before the "
+        "capture (a warm-up step, as CUDA-graph runners already do).",
     ),
     before="VerifyPlan.allocate(verify_capacity=2**31 - 1)  # 64 GiB of plan",
     after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",

@@ -11,15 +11,29 @@ the call that allocated it. Why per stream: launches on one stream use a scratch
 in stream order, so concurrent streams must not share one. Nothing is allocated when
 the array already exists, so a call can be captured into a CUDA graph after one eager
 call with the same sizes on the same stream (allocation is not allowed during capture).
+A first allocation while the stream captures is refused with KVC-C015 before the driver
+is asked (its own error would also invalidate the capture).
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
+from ..errors import error
 from . import _common as common
 
-__all__ = ["scratch_arrays", "zeros"]
+__all__ = ["CAPTURE_FUNCTION", "scratch_arrays", "stream_capturing", "zeros"]
+
+#: The ``function`` of KVC-C015 raised here; a public call's dispatch names itself instead.
+CAPTURE_FUNCTION = "launch scratch"
+_CAPTURE_REASON = (
+    "the call's stream is capturing a CUDA graph, where no memory can be allocated; run the call once "
+    "with the same sizes on this stream before the capture"
+)
+#: CUresult codes 900-908: the stream (or another in global mode) is capturing, or a capture broke.
+_CAPTURE_ERRORS = range(900, 909)
 
 #: (device id, stream handle) -> {(name, shape, dtype): zeroed array}; never shrinks.
 _scratch: dict[tuple[int, int], dict[tuple, object]] = {}
@@ -33,8 +47,7 @@ def scratch_arrays() -> dict[tuple, object]:
     else:
         from numba import cuda
 
-        stream = common.current_stream()
-        key = (cuda.get_current_device().id, int(getattr(stream, "handle", 0) or 0))
+        key = (cuda.get_current_device().id, _stream_handle())
     return _scratch.setdefault(key, {})
 
 
@@ -43,6 +56,10 @@ def zeros(scratch: dict, name: str, shape: tuple[int, ...], dtype):
     key = (name, shape, np.dtype(dtype).str)
     hit = scratch.get(key)
     if hit is None:
+        if stream_capturing():
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            raise error("KVC-C015", function=CAPTURE_FUNCTION, argument=name, got=shape,
+                        what="launch scratch array", nbytes=nbytes, reason=_CAPTURE_REASON)  # fmt: skip
         hit = np.zeros(shape, dtype=dtype)
         if not common.ON_SIMULATOR:
             from numba import cuda
@@ -52,3 +69,25 @@ def zeros(scratch: dict, name: str, shape: tuple[int, ...], dtype):
         # (a replayed call or a captured graph may name it later).
         hit = scratch.setdefault(key, hit)
     return hit
+
+
+def stream_capturing() -> bool:
+    """Whether the call's stream is capturing a CUDA graph (libcuda's ``cuStreamIsCapturing``).
+
+    False under the simulator and where libcuda cannot be asked (the allocation then meets the
+    driver's own error). Only asked before an allocation, so its cost is off the hot path.
+    """
+    if common.ON_SIMULATOR:
+        return False
+    try:
+        is_capturing = ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
+    except (OSError, AttributeError):
+        return False
+    status = ctypes.c_int(0)
+    result = is_capturing(ctypes.c_void_p(_stream_handle()), ctypes.byref(status))
+    return result in _CAPTURE_ERRORS or (result == 0 and status.value != 0)
+
+
+def _stream_handle() -> int:
+    """CUDA handle of the call's stream (0: the legacy default stream)."""
+    return int(getattr(common.current_stream(), "handle", 0) or 0)

@@ -1,0 +1,107 @@
+"""Launch scratch during CUDA-graph capture (``launch/scratch.py``): the first call of a size class
+on a capturing stream is refused with KVC-C015 naming the public call, before anything is
+allocated or written; a call whose scratch exists captures as any other. The simulator tests
+stand in for the capture with a patched ``stream_capturing``; the GPU test captures for real."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from canary_helpers import HEAD, make_context, run_write, stamp, write_plan
+from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
+
+from kvcanary_numba import KvCanaryError
+from kvcanary_numba.launch import chain as chain_glue
+from kvcanary_numba.launch import scratch
+
+LENGTHS = [40, 24]
+SEEDS = [90, -1]
+TOKENS = list(range(500, 564))
+POSITIONS = list(range(3, 43)) + list(range(24))
+SLOTS = list(range(1, 65))
+
+
+def _context():
+    ctx = make_context(128, ring_capacity=64)
+    stamp(ctx, 90, 7, 2, HEAD)
+    return ctx
+
+
+@pytest.fixture
+def long_writes_publish(monkeypatch):
+    """Fresh scratch for this test, and these writes long enough to publish their own chain."""
+    monkeypatch.setattr(scratch, "_scratch", {})
+    monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 8)
+
+
+def _kernel_write(ctx):
+    run_write(ctx, write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS, backend="cuda")
+
+
+@pytest.mark.simulator
+def test_first_allocation_while_capturing_is_coded(monkeypatch, long_writes_publish):
+    monkeypatch.setattr(scratch, "stream_capturing", lambda: True)
+    ctx = to_device(_context(), KERNEL_DEVICE)
+    before = to_host(ctx.canary_buf).copy()
+    with pytest.raises(KvCanaryError) as info:
+        _kernel_write(ctx)
+    assert info.value.code == "KVC-C015"
+    message = str(info.value)
+    assert message.startswith("launch_canary_write_kernel: published=")
+    assert "capturing a CUDA graph" in message and "before the capture" in message
+    np.testing.assert_array_equal(to_host(ctx.canary_buf), before)  # refused before any launch
+    assert int(to_host(ctx.violation_write_index)[0]) == 0
+
+
+@pytest.mark.simulator
+def test_scratch_allocated_before_the_capture_is_reused(monkeypatch, long_writes_publish):
+    # The warm-up contract: one call of the same sizes before capturing, then the call captures.
+    run_pair(_context(), "write", **_write_kwargs())
+    assert {key[0] for key in scratch.scratch_arrays()} == {"published", "published_seeds"}
+    monkeypatch.setattr(scratch, "stream_capturing", lambda: True)
+    run_pair(_context(), "write", **_write_kwargs())  # allocates nothing, records equal the reference
+
+
+@pytest.mark.simulator
+def test_allocation_outside_a_capture_asks_once(monkeypatch, long_writes_publish):
+    asked = []
+    monkeypatch.setattr(scratch, "stream_capturing", lambda: asked.append(1) or False)
+    first = scratch.zeros(scratch.scratch_arrays(), "probe", (3,), np.int64)
+    assert scratch.zeros(scratch.scratch_arrays(), "probe", (3,), np.int64) is first
+    assert asked == [1]  # the driver is asked before an allocation only, never on a hit
+
+
+def _write_kwargs() -> dict:
+    from canary_helpers import write_args
+
+    return write_args(write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS)
+
+
+@pytest.mark.gpu
+def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
+    import cupy
+
+    monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 8)
+    reference = _context()
+    for _ in range(2):
+        run_write(reference, write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS)
+    ctx = to_device(_context(), "cuda")
+    stream = cupy.cuda.Stream(non_blocking=True)  # a stream no call has used: no scratch yet
+    with stream:
+        stream.begin_capture()
+        try:
+            with pytest.raises(KvCanaryError) as info:
+                _kernel_write(ctx)
+        finally:
+            stream.end_capture()  # the refusal left the capture valid
+        assert info.value.code == "KVC-C015"
+        _kernel_write(ctx)  # warm-up: allocates this stream's scratch
+        stream.begin_capture()
+        try:
+            _kernel_write(ctx)
+        finally:
+            graph = stream.end_capture()
+        graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(to_host(ctx.canary_buf), reference.canary_buf)
+    np.testing.assert_array_equal(to_host(ctx.violation_write_index), reference.violation_write_index)
