@@ -38,7 +38,8 @@
 #              (ab_monitor_step.py under taskset -> $OUT/pinned-monitor-step.jsonl; not in the default list)
 #   graphcopy  KVCANARY_GRAPH_STATUS_COPY=1 (the status copy in the TAIL graph): GPU monitor tests with it
 #              on, then the decode step on / off pinned (-> $OUT/graph-copy-step.jsonl; not in the default list)
-#   interop    the GPU tests of every array library and of the validation memo (not in the default list)
+#   interop    the GPU tests of every array library, of the validation memo and of launch scratch during
+#              a real CUDA-graph capture (not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
 #              one-buffer parameters (benchmarks/results/probes/launch_table_cost.py ->
 #              $OUT/launch-table-cost.json; not in the default list)
@@ -197,9 +198,9 @@ for step in "${STEPS[@]}"; do
         run_step graphab 200 sh -c 'for i in 1 2; do KVCANARY_GRAPH_STATUS_COPY=0 taskset -c 3 python3 \
             benchmarks/results/probes/ab_monitor_step.py . "copy by end_step"; KVCANARY_GRAPH_STATUS_COPY=1 taskset -c 3 python3 \
             benchmarks/results/probes/ab_monitor_step.py . "copy in the TAIL graph"; done > "$0/graph-copy-step.jsonl"' "$OUT" ;;
-    interop)  # every array library through the public calls, and the validation memo, on the GPU
+    interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
-            tests/test_validation_memo.py ;;
+            tests/test_validation_memo.py tests/test_launch_scratch.py ;;
     candidate)  # CANDIDATE=benchmarks/candidates/x.patch: its GPU steps in a patched copy of the tree
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
