@@ -105,3 +105,46 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     stream.synchronize()
     np.testing.assert_array_equal(to_host(ctx.canary_buf), reference.canary_buf)
     np.testing.assert_array_equal(to_host(ctx.violation_write_index), reference.violation_write_index)
+
+
+class _FakeLibcuda:
+    """``cuStreamIsCapturing`` answering (result, capture status) for the stream it is asked about."""
+
+    def __init__(self, result: int, status: int):
+        self.asked = []
+
+        def is_capturing(stream, status_out):
+            self.asked.append(stream.value)
+            status_out._obj.value = status
+            return result
+
+        self.cuStreamIsCapturing = is_capturing
+
+
+@pytest.mark.parametrize(
+    ("result", "status", "capturing"),
+    [(0, 0, False), (0, 1, True), (0, 2, True), (906, 0, True), (900, 0, True), (201, 0, False)],
+    ids=["idle", "active", "invalidated", "implicit-global-capture", "unsupported", "no-context"],
+)
+def test_capture_status_decoding(monkeypatch, result, status, capturing):
+    # CUDA_SUCCESS with a status, or a 900-908 capture error, is a capture; any other driver error
+    # (no context, say) is not, and the allocation then meets the driver's own answer.
+    from kvcanary_numba.launch import _common
+
+    fake = _FakeLibcuda(result, status)
+    monkeypatch.setattr(_common, "ON_SIMULATOR", False)
+    monkeypatch.setattr(_common, "current_stream", lambda: type("S", (), {"handle": 0x5000})())
+    monkeypatch.setattr(scratch.ctypes, "CDLL", lambda name: fake)
+    assert scratch.stream_capturing() is capturing
+    assert fake.asked == [0x5000]  # the call's stream, not the default one
+
+
+def test_no_libcuda_means_not_capturing(monkeypatch):
+    from kvcanary_numba.launch import _common
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(_common, "ON_SIMULATOR", False)
+    monkeypatch.setattr(scratch.ctypes, "CDLL", missing)
+    assert scratch.stream_capturing() is False
