@@ -57,7 +57,7 @@ def test_first_allocation_while_capturing_is_coded(monkeypatch, long_writes_publ
 def test_scratch_allocated_before_the_capture_is_reused(monkeypatch, long_writes_publish):
     # The warm-up contract: one call of the same sizes before capturing, then the call captures.
     run_pair(_context(), "write", **_write_kwargs())
-    assert {key[0] for key in scratch.scratch_arrays()} == {"published", "published_seeds"}
+    assert {"published", "published_seeds"} <= {key[0] for key in scratch.scratch_arrays()}
     monkeypatch.setattr(scratch, "stream_capturing", lambda: True)
     run_pair(_context(), "write", **_write_kwargs())  # allocates nothing, records equal the reference
 
