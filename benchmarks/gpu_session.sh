@@ -23,7 +23,7 @@
 #              packed launches re-runs the glue and must match; not in the default list)
 #   candidate  CANDIDATE=<patch>: apply it to a copy of the tree and run its GPU steps there (write /
 #              shared-chain / tiled tests, their memcheck and racecheck, bench chain,monitor ->
-#              $OUT/candidate/; steps ctests, crace, cbench; not in the default list)
+#              $OUT/candidate/; steps ctests, crace, cbench, or CANDIDATE_STEPS; not in the default list)
 #   probe      host us per launch by driver route (benchmarks/results/probes/launch_route_cost.py ->
 #              $OUT/launch-route-cost.json; not in the default list)
 #   busyprobe  host us of the monitor decode step under the bench's protocol, one ingredient at a time
@@ -205,7 +205,7 @@ for step in "${STEPS[@]}"; do
         rm -rf /tmp/candidate && cp -r "$PWD" /tmp/candidate && (cd /tmp/candidate && git apply "$CANDIDATE") &&
         (cd /tmp/candidate && PACK= OUT="$OUT/candidate" MEMCHECK_FILES="tests/test_kernels_write_tiled.py
             tests/test_kernels_write_share.py" LIMIT_tests=${LIMIT_ctests:-120} LIMIT_memcheck=${LIMIT_cmemcheck:-90} \
-            bash benchmarks/gpu_session.sh ctests memcheck crace cbench) ;;
+            bash benchmarks/gpu_session.sh ${CANDIDATE_STEPS:-ctests memcheck crace cbench}) ;;
     ctests)
         run_step tests 180 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider tests/test_kernels_write.py \
             tests/test_kernels_write_scenarios.py tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py \
