@@ -221,6 +221,8 @@ def dispatch(function: str, entry, op: str, stream: Any, kwargs: dict) -> None:
     try:
         run_launches(entry, run, kwargs, handle)
     except KvCanaryError as exc:  # launch scratch refused during graph capture: name the public call
-        if exc.fields.get("function") != "launch scratch":  # launch.scratch.CAPTURE_FUNCTION
+        from .launch.scratch import CAPTURE_FUNCTION
+
+        if exc.fields.get("function") != CAPTURE_FUNCTION:
             raise
         raise error("KVC-C015", **{**exc.fields, "function": function}) from None
