@@ -86,15 +86,21 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     for _ in range(2):
         run_write(reference, write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS)
     ctx = to_device(_context(), "cuda")
+    marker = cupy.zeros(1, dtype=cupy.int64)
+    marker += 1  # its kernel is loaded before any capture
     stream = cupy.cuda.Stream(non_blocking=True)  # a stream no call has used: no scratch yet
     with stream:
         stream.begin_capture()
         try:
+            marker += 1  # one node whatever the refused call does (an empty graph is not the point)
             with pytest.raises(KvCanaryError) as info:
                 _kernel_write(ctx)
         finally:
-            stream.end_capture()  # the refusal left the capture valid
-        assert info.value.code == "KVC-C015"
+            stream.end_capture().launch(stream)  # the refusal left the capture valid: it instantiates and runs
+    stream.synchronize()
+    assert int(marker[0]) == 2
+    assert info.value.code == "KVC-C015"
+    with stream:
         _kernel_write(ctx)  # warm-up: allocates this stream's scratch
         stream.begin_capture()
         try:
