@@ -146,6 +146,7 @@ def check_array(
     dtype: np.dtype | type,
     ndim: int,
     shape: tuple[int | None, ...] | None = None,
+    shape_of: str | None = None,
     min_len: int | None = None,
     writeable: bool = False,
     contiguous: bool = True,
@@ -164,6 +165,9 @@ def check_array(
         Required number of dimensions (KVC-C003).
     shape : tuple of int or None, optional
         Required extents; ``None`` entries are free (KVC-C004).
+    shape_of : str, optional
+        The argument ``shape`` was read from, named in the message (a length mismatch may be
+        either array's fault).
     min_len : int, optional
         Minimum extent of axis 0 (KVC-C005).
     writeable : bool
@@ -181,6 +185,8 @@ def check_array(
         raise error("KVC-C003", function=function, argument=argument, expected=ndim, got=info.shape)
     if shape is not None and any(w is not None and w != g for w, g in zip(shape, info.shape)):
         expected = tuple("*" if w is None else w for w in shape)
+        if shape_of is not None:
+            expected = f"{expected} (that of {shape_of})"
         raise error("KVC-C004", function=function, argument=argument, expected=expected, got=info.shape)
     if min_len is not None and info.shape[0] < min_len:
         raise error("KVC-C005", function=function, argument=argument, expected=min_len, got=info.shape[0])

@@ -42,6 +42,19 @@ def test_batch_larger_than_the_capacities_is_rejected():
         d.monitor.pre_forward({"input_ids": None})
 
 
+@pytest.mark.parametrize(("field", "source_field"), [("positions", "input_ids"), ("out_cache_loc", "input_ids"),
+                                                     ("prefix_lens", "req_pool_indices")])
+def test_a_length_mismatch_names_both_arrays(field, source_field):
+    # A shorter input_ids makes positions "wrong" too: the message names the array its length came from.
+    d = Driver()
+    batch = d.batch(PREFILL)
+    setattr(batch, field, getattr(batch, field)[1:])
+    with raises_code("KVC-C004") as info:
+        d.monitor.pre_forward(batch)
+    n = getattr(batch, source_field).shape[0]
+    assert f"batch.{field} must have shape ({n},) (that of batch.{source_field}), got ({n - 1},)" in str(info.value)
+
+
 def test_token_check_needs_pool_sizes_and_snapshots():
     with raises_code("KVC-M008"):
         Driver(check_verify_expected_token=True, max_requests=4)

@@ -137,19 +137,20 @@ class _Placement:
 
 def _check_fields(function: str, batch: StepBatch) -> list:
     """[(name, ArrayInfo)] of every present field, each checked against the others' lengths."""
-    def one(name, dtype, ndim=1, shape=None):
-        info = check_array(function, f"batch.{name}", getattr(batch, name), dtype=dtype, ndim=ndim, shape=shape)
+    def one(name, dtype, ndim=1, shape=None, shape_of=None):
+        info = check_array(function, f"batch.{name}", getattr(batch, name), dtype=dtype, ndim=ndim, shape=shape,
+                           shape_of=shape_of)  # fmt: skip
         infos.append((f"batch.{name}", info))
         return info.shape
 
     infos: list = []
     (bs,) = one("req_pool_indices", np.int64)
-    one("prefix_lens", np.int64, shape=(bs,))
-    one("extend_seq_lens", np.int64, shape=(bs,))
+    one("prefix_lens", np.int64, shape=(bs,), shape_of="batch.req_pool_indices")
+    one("extend_seq_lens", np.int64, shape=(bs,), shape_of="batch.req_pool_indices")
     one("req_to_token", np.int32, ndim=2)
     (n,) = one("input_ids", np.int64)
-    one("positions", np.int64, shape=(n,))
-    one("out_cache_loc", np.int64, shape=(n,))
+    one("positions", np.int64, shape=(n,), shape_of="batch.input_ids")
+    one("out_cache_loc", np.int64, shape=(n,), shape_of="batch.input_ids")
     pair = ("expected_input_tokens", "expected_input_positions")
     given = [getattr(batch, name) is not None for name in pair]
     if given[0] != given[1]:
@@ -157,7 +158,7 @@ def _check_fields(function: str, batch: StepBatch) -> list:
         raise error("KVC-M011", function=function, argument=f"batch.{missing}", other=f"batch.{other}")
     if given[0]:
         for name in pair:
-            one(name, np.int64, shape=(n,))
+            one(name, np.int64, shape=(n,), shape_of="batch.input_ids")
     if batch.token_ids_flat is not None:
         one("token_ids_flat", np.int64)
     if batch.token_offsets is not None:
