@@ -191,7 +191,7 @@ class CanaryContext:
         num_slots = check_int(function, "num_slots", num_slots, low=1, high=INT32_MAX)
         stride = check_int(function, "slot_stride_bytes", slot_stride_bytes, high=MAX_SLOT_STRIDE_BYTES)
         if stride < CANARY_SLOT_BYTES or stride % 8:
-            raise error("KVC-C012", function=function, argument="canary_buf", got=stride)
+            raise error("KVC-C012", function=function, argument="canary_buf (slot_stride_bytes)", got=stride)
         ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
         kind = check_int(function, "kernel_kind", kernel_kind, low=0, high=len(CanaryLaunchTag) - 1)
         from .fingerprint import check_real_kv_sources  # imports this module

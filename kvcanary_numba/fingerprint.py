@@ -18,7 +18,8 @@ _FUNCTION = "compute_real_kv_hash"
 
 
 def check_real_kv_sources(
-    function: str, real_kv_sources: Any, real_kv_hash_mode: Any, *, num_slots: int | None = None
+    function: str, real_kv_sources: Any, real_kv_hash_mode: Any, *, num_slots: int | None = None,
+    slots_of: str = "num_slots",
 ) -> tuple[RealKvHashMode, list[tuple[str, ArrayInfo]]]:
     """Launch-time checks of a source tuple and its mode (shared by verify, write and fingerprint).
 
@@ -36,6 +37,8 @@ def check_real_kv_sources(
     num_slots : int, optional
         Canary slots the launch may fingerprint; every source must cover them
         (``rows * page_size >= num_slots``, KVC-R007).
+    slots_of : str
+        What ``num_slots`` was read from, as the KVC-R007 message names it.
 
     Returns
     -------
@@ -67,6 +70,7 @@ def check_real_kv_sources(
                 page_size=source.page_size,
                 got=source.slots_covered,
                 needed=num_slots,
+                slots_of=slots_of,
             )
         arrays.append((f"{name}.tensor", inspect_array(function, f"{name}.tensor", source.tensor)))
     mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)

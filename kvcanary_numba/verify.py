@@ -87,7 +87,8 @@ def check_context(function: str, context: Any, *, writes_buffer: bool, needs_cha
         )  # fmt: skip
         arrays.append((f"context.{field}", info))
     _, source_arrays = check_real_kv_sources(
-        function, context.real_kv_sources, context.real_kv_hash_mode, num_slots=buf.shape[0]
+        function, context.real_kv_sources, context.real_kv_hash_mode, num_slots=buf.shape[0],
+        slots_of="context.canary_buf.shape[0]",
     )
     return arrays + source_arrays
 

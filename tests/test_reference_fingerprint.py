@@ -214,12 +214,14 @@ def test_context_sources_must_cover_every_slot():
     with raises_code("KVC-R007") as excinfo:  # refused when the context is allocated ...
         make_context(16, sources=(known_source(rows=15),), mode=PARTIAL)
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
+    assert "fewer than num_slots = 16" in str(excinfo.value)  # allocate has no canary_buf yet
     # ... and by verify, for a context whose sources were swapped after allocation
     ctx = dataclasses.replace(make_context(16, sources=(known_source(rows=16),), mode=PARTIAL),
                               real_kv_sources=(known_source(rows=15),))
     with raises_code("KVC-R007") as excinfo:
         run_verify(ctx, verify_plan([1], [0], [-1]))
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
+    assert "fewer than context.canary_buf.shape[0] = 16" in str(excinfo.value)
 
 
 # --- RealKvSource construction (geometry checked once, when the source is built) ------------

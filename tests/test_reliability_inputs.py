@@ -89,10 +89,12 @@ def test_an_empty_tensor_is_accepted_whatever_its_strides():
 def test_group_with_a_source_that_covers_too_few_slots_is_rejected_at_construction():
     # Accepted before, it made post_forward raise KVC-R007 and every later call KVC-M005.
     short = _source(np.zeros((15, 32), np.uint8))
-    with raises_code("KVC-R007"):
+    with raises_code("KVC-R007") as excinfo:
         KvGroup(kind="full", num_slots=16, k_sources=(short,))
-    with raises_code("KVC-R007"):
+    assert "k_sources" in str(excinfo.value) and "fewer than num_slots = 16" in str(excinfo.value)
+    with raises_code("KVC-R007") as excinfo:
         KvGroup(kind="full", num_slots=16, k_sources=(_source(np.zeros((16, 32), np.uint8)),), v_sources=(short,))
+    assert "v_sources" in str(excinfo.value)
 
 
 @pytest.mark.parametrize("sources, code", [(None, "KVC-R009"), ("kv", "KVC-R009"), ((np.zeros((16, 32)),), "KVC-R009"),
@@ -211,3 +213,11 @@ def test_context_sources_must_cover_its_slots_at_allocation():
         CanaryContext.allocate(num_slots=4, real_kv_sources=(_source(np.zeros((8, 32), np.uint8)),) * 5)
     ctx = CanaryContext.allocate(num_slots=8, real_kv_sources=[_source(np.zeros((8, 32), np.uint8))])
     assert isinstance(ctx.real_kv_sources, tuple) and ctx.real_kv_hash_mode == RealKvHashMode.NONE
+
+
+@pytest.mark.parametrize("stride", [0, 16, 36])
+def test_allocate_names_slot_stride_bytes_for_a_bad_stride(stride):
+    # The buffer does not exist yet: the message must name the argument the caller passed.
+    with raises_code("KVC-C012") as excinfo:
+        CanaryContext.allocate(num_slots=4, slot_stride_bytes=stride)
+    assert "slot_stride_bytes" in str(excinfo.value) and f"got {stride} bytes" in str(excinfo.value)

@@ -177,7 +177,7 @@ define(
     title="Sources do not cover every canary slot",
     message=(
         "{function}: real_kv_sources[{index}] has {rows} rows x page_size={page_size} = {got} slots, "
-        "but canary_buf has {needed} slots"
+        "fewer than {slots_of} = {needed}"
     ),
     meaning=(
         f"{_LAYOUT} Verify and write fingerprint any in-range canary slot, so every source must hold "
