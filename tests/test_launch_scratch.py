@@ -113,6 +113,14 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     np.testing.assert_array_equal(to_host(ctx.violation_write_index), reference.violation_write_index)
 
 
+@pytest.fixture
+def fresh_lookup():
+    """libcuda's function is looked up once per process: forget it around a test that fakes libcuda."""
+    scratch._is_capturing_function.cache_clear()
+    yield
+    scratch._is_capturing_function.cache_clear()
+
+
 class _FakeLibcuda:
     """``cuStreamIsCapturing`` answering (result, capture status) for the stream it is asked about."""
 
@@ -132,7 +140,7 @@ class _FakeLibcuda:
     [(0, 0, False), (0, 1, True), (0, 2, True), (906, 0, True), (900, 0, True), (201, 0, False)],
     ids=["idle", "active", "invalidated", "implicit-global-capture", "unsupported", "no-context"],
 )
-def test_capture_status_decoding(monkeypatch, result, status, capturing):
+def test_capture_status_decoding(monkeypatch, fresh_lookup, result, status, capturing):
     # CUDA_SUCCESS with a status, or a 900-908 capture error, is a capture; any other driver error
     # (no context, say) is not, and the allocation then meets the driver's own answer.
     from kvcanary_numba.launch import _common
@@ -142,10 +150,12 @@ def test_capture_status_decoding(monkeypatch, result, status, capturing):
     monkeypatch.setattr(_common, "current_stream", lambda: type("S", (), {"handle": 0x5000})())
     monkeypatch.setattr(scratch.ctypes, "CDLL", lambda name: fake)
     assert scratch.stream_capturing() is capturing
-    assert fake.asked == [0x5000]  # the call's stream, not the default one
+    assert scratch.stream_capturing() is capturing
+    assert fake.asked == [0x5000] * 2  # the call's stream, not the default one
+    assert scratch._is_capturing_function.cache_info().misses == 1  # libcuda opened once
 
 
-def test_no_libcuda_means_not_capturing(monkeypatch):
+def test_no_libcuda_means_not_capturing(monkeypatch, fresh_lookup):
     from kvcanary_numba.launch import _common
 
     def missing(name):

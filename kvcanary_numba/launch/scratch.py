@@ -18,6 +18,7 @@ is asked (its own error would also invalidate the capture).
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
@@ -79,13 +80,21 @@ def stream_capturing() -> bool:
     """
     if common.ON_SIMULATOR:
         return False
-    try:
-        is_capturing = ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
-    except (OSError, AttributeError):
+    is_capturing = _is_capturing_function()
+    if is_capturing is None:
         return False
     status = ctypes.c_int(0)
     result = is_capturing(ctypes.c_void_p(_stream_handle()), ctypes.byref(status))
     return result in _CAPTURE_ERRORS or (result == 0 and status.value != 0)
+
+
+@functools.cache
+def _is_capturing_function():
+    """libcuda's ``cuStreamIsCapturing`` (looked up once), or None where libcuda cannot be loaded."""
+    try:
+        return ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
+    except (OSError, AttributeError):
+        return None
 
 
 def _stream_handle() -> int:
