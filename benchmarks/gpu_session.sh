@@ -48,6 +48,9 @@ set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+# A hung step leaves a stack in its log: SIGABRT at its limit makes Python's faulthandler dump every
+# thread (the step still reads rc=124), and a pytest test running longer than HANG_DUMP_S dumps too.
+export PYTHONFAULTHANDLER=1 PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} -o faulthandler_timeout=${HANG_DUMP_S:-120}"
 STEPS=("$@")
 [ ${#STEPS[@]} -eq 0 ] && STEPS=(tests vectors bench sanitizer)
 SUMMARY="$OUT/summary.txt"
@@ -59,7 +62,7 @@ run_step() {  # name, limit in seconds, command...
     shift 2
     echo "=== $name (limit ${limit}s): $*"
     start=$(date +%s)
-    timeout --kill-after=15 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    timeout --signal=ABRT --kill-after=15 "$limit" "$@" >"$OUT/$name.log" 2>&1
     rc=$?
     [ $rc -eq 124 ] && echo "(timed out after ${limit}s)" >>"$OUT/$name.log"
     printf '%-10s rc=%-4s %4ss\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$SUMMARY"
