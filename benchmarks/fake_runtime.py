@@ -119,9 +119,10 @@ class NullRuntime:
         pass
 
 
-def fake_cuda_readback(block, runtime, functions=None):
+def fake_cuda_readback(block, runtime, functions=None, on_compute=None):
     """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory);
-    ``functions``: addresses for its compiled calls (:class:`CompiledFunctions`), None for none."""
+    ``functions``: addresses for its compiled calls (:class:`CompiledFunctions`), None for none;
+    ``on_compute``: the copy's stream (None: the readback's default)."""
     compute = types.SimpleNamespace(ptr=7)
 
     class Event:
@@ -139,7 +140,8 @@ def fake_cuda_readback(block, runtime, functions=None):
                                  Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
     cupy = types.SimpleNamespace(cuda=cuda)
     pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
-    extra = {} if functions is None else {"functions": functions}  # older trees take no functions
+    extra = {} if functions is None else {"functions": functions}  # older trees take neither
+    extra.update({} if on_compute is None else {"on_compute": on_compute})
     return readback_module.CudaReadback(block, modules=(cupy, pinned), **extra)
 
 

@@ -36,8 +36,10 @@
 #              (benchmarks/results/probes/ab_public_calls.py -> $OUT/ab-public-calls.jsonl; not in the default list)
 #   pinned     the monitor decode step of this tree with the process pinned to one core and not, alternately
 #              (ab_monitor_step.py under taskset -> $OUT/pinned-monitor-step.jsonl; not in the default list)
-#   graphcopy  KVCANARY_GRAPH_STATUS_COPY=1 (the status copy in the TAIL graph): GPU monitor tests with it
-#              on, then the decode step on / off pinned (-> $OUT/graph-copy-step.jsonl; not in the default list)
+#   graphcopy  KVCANARY_GRAPH_STATUS_COPY=1 (the status copy in the TAIL graph) and
+#              KVCANARY_STATUS_COPY_ON_COMPUTE=1 (end_step's copy on the compute stream): GPU monitor tests
+#              with both on, then the decode step with neither / compute / both, pinned (->
+#              $OUT/graph-copy-step.jsonl; not in the default list)
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during
 #              a real CUDA-graph capture (not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
@@ -194,13 +196,15 @@ for step in "${STEPS[@]}"; do
         run_step pinned 200 sh -c 'for i in 1 2; do
             python3 benchmarks/results/probes/ab_monitor_step.py . unpinned; taskset -c 3 python3 \
             benchmarks/results/probes/ab_monitor_step.py . "pinned to core 3"; done > "$0/pinned-monitor-step.jsonl"' "$OUT" ;;
-    graphcopy)  # the status copy inside the TAIL graph (KVCANARY_GRAPH_STATUS_COPY=1, off by default):
-        # the GPU monitor tests with it on, then the monitor decode step on and off, pinned, alternately twice
-        run_step graphtests 300 env KVCANARY_GRAPH_STATUS_COPY=1 python3 -m pytest -m gpu -q -p no:cacheprovider \
-            tests/test_monitor_*.py tests/test_prepared*.py tests/test_launch_driver.py
-        run_step graphab 200 sh -c 'for i in 1 2; do KVCANARY_GRAPH_STATUS_COPY=0 taskset -c 3 python3 \
-            benchmarks/results/probes/ab_monitor_step.py . "copy by end_step"; KVCANARY_GRAPH_STATUS_COPY=1 taskset -c 3 python3 \
-            benchmarks/results/probes/ab_monitor_step.py . "copy in the TAIL graph"; done > "$0/graph-copy-step.jsonl"' "$OUT" ;;
+    graphcopy)  # the status copy inside the TAIL graph (KVCANARY_GRAPH_STATUS_COPY=1) and on the compute stream
+        # (KVCANARY_STATUS_COPY_ON_COMPUTE=1), both off by default: the GPU monitor tests with both on, then the
+        # decode step with neither, the compute-stream copy, and both, pinned, alternately twice
+        run_step graphtests 300 env KVCANARY_GRAPH_STATUS_COPY=1 KVCANARY_STATUS_COPY_ON_COMPUTE=1 python3 -m pytest \
+            -m gpu -q -p no:cacheprovider tests/test_monitor_*.py tests/test_prepared*.py tests/test_launch_driver.py
+        run_step graphab 200 sh -c 'for i in 1 2; do for arms in "0 0 side stream" "0 1 compute stream" \
+            "1 1 TAIL graph + compute stream"; do set -- $arms; g=$1 c=$2; shift 2; KVCANARY_GRAPH_STATUS_COPY=$g \
+            KVCANARY_STATUS_COPY_ON_COMPUTE=$c taskset -c 3 python3 benchmarks/results/probes/ab_monitor_step.py . \
+            "copy: $*"; done; done > "$0/graph-copy-step.jsonl"' "$OUT" ;;
     interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;

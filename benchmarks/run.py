@@ -126,6 +126,7 @@ def _meta(args, gpu: bool) -> dict:
     from kvcanary_numba.monitor import readback
 
     meta["graph_status_copy"] = readback.GRAPH_STATUS_COPY  # which end_step path the monitor rows measured
+    meta["status_copy_on_compute"] = readback.STATUS_COPY_ON_COMPUTE
     for module in ("numba", "numba_cuda", "cupy"):
         try:
             meta[module] = __import__(module).__version__

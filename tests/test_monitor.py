@@ -16,7 +16,7 @@ from monitor_helpers import DECODE, NUM_SLOTS, PREFILL, Driver, flip_and_step, m
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, CanaryLaunchTag
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 from kvcanary_numba.monitor import CanaryMonitor, CanaryStalledError, CanaryViolationError, KvGroup, SlotChain
-from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
+from kvcanary_numba.monitor.status import Snapshot, StatusBlock
 
 T = CanaryLaunchTag
 LOGGER = "kvcanary_numba.monitor"

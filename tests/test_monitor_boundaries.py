@@ -15,7 +15,7 @@ from monitor_helpers import DECODE, PREFILL, Driver, flip_and_step
 from kvcanary_numba.constants import NUM_LAUNCH_TAGS, CanaryLaunchTag
 from kvcanary_numba.monitor import SlotChain
 from kvcanary_numba.monitor.health import HealthChecker
-from kvcanary_numba.monitor.readback import Snapshot, StatusBlock
+from kvcanary_numba.monitor.status import Snapshot, StatusBlock
 
 TAIL_K = int(CanaryLaunchTag.TAIL_K_FULL)
 

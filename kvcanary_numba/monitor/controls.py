@@ -16,7 +16,7 @@ from .batch import StepBatch
 from .capture import capture_step
 from .groups import check_type
 from .launches import StepLaunches
-from .readback import Snapshot
+from .status import Snapshot
 from .report import Violation
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import NUM_LAUNCH_TAGS, CanaryLaunchTag
-from .readback import Snapshot
+from .status import Snapshot
 
 __all__ = ["CanaryStalledError", "HealthChecker", "HealthReport"]
 

@@ -37,7 +37,8 @@ from .fastpath import FastPath, run_pre
 from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
-from .readback import CudaReadback, HostReadback, StatusBlock
+from .readback import CudaReadback, HostReadback
+from .status import StatusBlock
 from .sweep import SlotChain
 from .triage import warn_blind_spot
 

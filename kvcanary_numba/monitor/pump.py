@@ -6,7 +6,7 @@ import logging
 from typing import Sequence
 
 from .health import CanaryStalledError, HealthChecker
-from .readback import Snapshot
+from .status import Snapshot
 from .report import Violation, decode_rows
 
 __all__ = ["CanaryViolationError", "ViolationPump", "logger"]

@@ -1,24 +1,11 @@
-"""The monitor's status block and its one-step-delayed readback.
+"""The monitor's one-step-delayed readback of the status block (:mod:`.status`).
 
-Everything the host needs per step (violation write index, the 12 kernel and
-12 slot run counters, each group's plan flags) lives in ONE contiguous int64
-device array, the status block; the launch contexts and plans hold views into
-it. One small copy of the block per step therefore carries every signal, and
-on a GPU that copy goes to pinned host memory on a side stream, ordered after
-the step's launches by an event. The host reads an earlier step's copy once its
-event says it is done (normally the previous step's), so it never stalls the GPU
-(SGLang pumps its ``write_index > 0`` flag the same way). On the CPU the block
-is host memory and is read immediately.
-
-Layout (int64 words):
-
-====================  =====================================================
-word 0                int32 lanes: [violation_write_index, unused]
-words 1 .. 12         kernel_run_counter per CanaryLaunchTag
-words 13 .. 24        slot_run_counter per CanaryLaunchTag
-words 25 + 2g, +1     group g, int32 lanes: [enable, verify_num_valid,
-                      write_num_valid_reqs, unused]
-====================  =====================================================
+One small copy of the status block per step carries every signal; on a GPU that
+copy goes to pinned host memory, ordered after the step's launches (by an event
+and a side stream, or by the compute stream itself), and the host reads an
+earlier step's copy once its event says it is done (normally the previous
+step's), so it never stalls the GPU (SGLang pumps its ``write_index > 0`` flag
+the same way). On the CPU the block is host memory and is read immediately.
 """
 
 from __future__ import annotations
@@ -26,81 +13,23 @@ from __future__ import annotations
 import ctypes
 import os
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..constants import NUM_LAUNCH_TAGS
 from ..launch import _driver, _native
+from .status import Snapshot, StatusBlock, _newest, _snapshot
 
-__all__ = ["GRAPH_STATUS_COPY", "StatusBlock", "Snapshot", "HostReadback", "CudaReadback"]
+__all__ = ["GRAPH_STATUS_COPY", "STATUS_COPY_ON_COMPUTE", "HostReadback", "CudaReadback"]
 
 #: A captured step copies the status block inside its TAIL graph, so a replayed ``end_step`` only
 #: queries an event (env ``KVCANARY_GRAPH_STATUS_COPY=1``; off until measured on a GPU).
 GRAPH_STATUS_COPY = os.environ.get("KVCANARY_GRAPH_STATUS_COPY") == "1"
 
-_KRC = 1
-_SLOT = _KRC + NUM_LAUNCH_TAGS
-_GROUPS = _SLOT + NUM_LAUNCH_TAGS
-_WORDS_PER_GROUP = 2
-
-
-class StatusBlock:
-    """The status block of one monitor and the views the launches use."""
-
-    def __init__(self, xp, num_groups: int):
-        self.words = xp.zeros(_GROUPS + _WORDS_PER_GROUP * num_groups, dtype=np.int64)
-        lanes = self.words.view(np.int32)  # little-endian: lane 2w is the low half of word w
-        self.violation_write_index = lanes[0:1]
-        self.kernel_run_counters = self.words[_KRC:_SLOT]
-        self.slot_run_counters = self.words[_SLOT:_GROUPS]
-        self.plan_lanes = [lanes[2 * (_GROUPS + 2 * g) : 2 * (_GROUPS + 2 * g) + 4] for g in range(num_groups)]
-
-    def launch_views(self, group: int) -> dict:
-        """The views one group's contexts and plans write into (write index, counters, plan lanes)."""
-        return dict(
-            violation_write_index=self.violation_write_index,
-            kernel_run_counters=self.kernel_run_counters,
-            slot_run_counters=self.slot_run_counters,
-            plan_lanes=self.plan_lanes[group],
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """Host copy of the status block as of the end of ``step``."""
-
-    step: int
-    words: np.ndarray
-
-    @property
-    def write_index(self) -> int:
-        """Violation rows ever recorded (keeps counting past the ring capacity)."""
-        return _low_lane(self.words[0])
-
-    @property
-    def kernel_run_counters(self) -> np.ndarray:
-        return self.words[_KRC:_SLOT]
-
-    @property
-    def slot_run_counters(self) -> np.ndarray:
-        return self.words[_SLOT:_GROUPS]
-
-    def plan_enable(self, group: int) -> int:
-        """The plan's ``enable`` flag of group ``group`` (0 = verify skipped: overflow)."""
-        return _low_lane(self.words[_GROUPS + 2 * group])
-
-
-_new, _set_step, _set_words = object.__new__, Snapshot.step.__set__, Snapshot.words.__set__
-
-
-def _snapshot(step: int, words: np.ndarray) -> Snapshot:
-    """``Snapshot(step, words)`` through the slots' descriptors: the frozen dataclass's __init__
-    costs twice as much, and every step builds one."""
-    snapshot = _new(Snapshot)
-    _set_step(snapshot, step)
-    _set_words(snapshot, words)
-    return snapshot
+#: ``end_step`` copies the status block on the compute stream, which orders it after the step's
+#: launches by itself: three driver calls instead of five (no event on the compute stream, no side
+#: stream waiting for it), for a ~2 us copy in the engine's stream (env
+#: ``KVCANARY_STATUS_COPY_ON_COMPUTE=1``; off until measured on a GPU).
+STATUS_COPY_ON_COMPUTE = os.environ.get("KVCANARY_STATUS_COPY_ON_COMPUTE") == "1"
 
 
 def external_record():
@@ -112,16 +41,6 @@ def external_record():
         return None
     fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint), ctypes.c_int
     return fn
-
-
-def _newest(a: Snapshot | None, b: Snapshot | None) -> Snapshot | None:
-    return a if b is None or (a is not None and a.step > b.step) else b
-
-
-def _low_lane(word) -> int:
-    """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
-    value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 class HostReadback:
@@ -154,7 +73,8 @@ class CudaReadback:
     In the usual state (the previous step's copy is the only one in flight) a step's
     five driver calls -- query that copy's event, record the step's end on the compute
     stream, make the side stream wait for it, copy, record the copy -- are one call
-    into compiled code (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
+    into compiled code (three calls with ``on_compute``: query, copy, record, both on
+    the compute stream) (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
     functions); any other state, or no compiled calls, takes CuPy's runtime calls one by one.
 
     Parameters
@@ -166,9 +86,12 @@ class CudaReadback:
         Addresses of :data:`~kvcanary_numba.launch._native.READBACK_FUNCTIONS` for the
         compiled calls (default: libcuda's, unless ``modules`` are given; None in the
         sequence: CuPy's runtime calls only).
+    on_compute : bool, optional
+        Copy on the compute stream instead of the side stream (default:
+        :data:`STATUS_COPY_ON_COMPUTE`).
     """
 
-    def __init__(self, block: StatusBlock, *, modules=None, functions=None):
+    def __init__(self, block: StatusBlock, *, modules=None, functions=None, on_compute: bool | None = None):
         if modules is None:
             import cupy
             import cupyx
@@ -187,6 +110,7 @@ class CudaReadback:
         self._early: Snapshot | None = None  # collected before a TAIL graph's copy, returned by push
         self._graph_step: int | None = None  # the step whose TAIL graph issued its copy
         self._recorded_in_graph = False  # the TAIL graphs record their copy's event themselves
+        self.on_compute = STATUS_COPY_ON_COMPUTE if on_compute is None else bool(on_compute)
         self._side = self._stream.ptr
         data = self._words.data
         device_ptr = data.ptr if hasattr(data, "ptr") else self._words.ctypes.data  # NumPy: a stand-in
@@ -204,12 +128,14 @@ class CudaReadback:
     def _issue(self, step: int) -> None:
         i = step & 1
         launched, copied, host = self._buffers[i]
-        record, side = self._record, self._side
-        record(launched, self._current_stream().ptr)  # after the step's launches on the compute stream
-        self._wait(side, launched)  # the side stream waits, the compute stream never does
+        record, stream = self._record, self._current_stream().ptr
+        if not self.on_compute:  # on the compute stream the copy follows the step's launches by itself
+            record(launched, stream)  # after the step's launches on the compute stream
+            self._wait(self._side, launched)  # the side stream waits, the compute stream never does
+            stream = self._side
         memcpy, device, nbytes, kind, _ = self._copy
-        memcpy(host, device, nbytes, kind, side)
-        record(copied, side)
+        memcpy(host, device, nbytes, kind, stream)
+        record(copied, stream)
         self._queue.append((step, i))
 
     def _collect(self, wait_before: float) -> Snapshot | None:
@@ -274,7 +200,9 @@ class CudaReadback:
         run, functions = self.native
         _, device, nbytes, _, side = self._copy
         query = 0 if previous is None else self._buffers[previous[1]][1]
-        status = run(functions, query, launched, copied, self._current_stream().ptr, side, host, device, nbytes)
+        compute = self._current_stream().ptr
+        side = compute if self.on_compute else side  # the compiled step skips the record and the wait
+        status = run(functions, query, launched, copied, compute, side, host, device, nbytes)
         if status >> 32:
             call, err = _native.decode_status(status)
             name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
