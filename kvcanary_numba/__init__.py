@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._arrays import gpu_available, simulator_enabled
+from ._backend import gpu_available, simulator_enabled
 from .constants import (
     CANARY_CHAIN_ANCHOR,
     CANARY_CHAIN_HEAD,

@@ -1,4 +1,4 @@
-"""Array introspection, argument validation and backend selection.
+"""Array introspection and argument validation (the backend of a call: :mod:`._backend`).
 
 Works on NumPy arrays, on any object exposing ``__cuda_array_interface__``
 (CuPy, Numba device arrays, PyTorch tensors, JAX arrays: v2 and v3) and on
@@ -10,17 +10,13 @@ Every check raises a registered :class:`~kvcanary_numba.errors.KvCanaryError`.
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable, Literal
+from typing import Any
 
 import numpy as np
 
 from . import _interop, _overlap
+from ._backend import Backend
 from .errors import error
-
-Backend = Literal["numpy", "cuda"]
-BACKEND_NAMES = ("auto", "numpy", "cuda")
-DEVICE_NAMES = ("cpu", "cuda")
 
 
 class ArrayInfo:
@@ -229,78 +225,3 @@ def check_int(
             expected = f"an int <= {high}" if high is not None else "an int"
         raise error("KVC-C011", function=function, argument=argument, expected=expected, got=value)
     return value
-
-
-def simulator_enabled() -> bool:
-    """True when Numba's CUDA simulator is switched on for this process."""
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-
-
-def resolve_backend(
-    function: str, backend: str, arrays: Iterable[tuple[str, ArrayInfo]]
-) -> Backend:
-    """Pick the backend of one call from its arrays and the ``backend`` argument.
-
-    All arrays must be of one kind (and, for CUDA, one device): KVC-C007.
-    ``backend`` is ``"auto"`` (follow the arrays), ``"numpy"`` (NumPy
-    references) or ``"cuda"`` (Numba-CUDA kernels; NumPy arrays only under the
-    simulator): KVC-C009 / KVC-C008.
-    """
-    if backend not in BACKEND_NAMES:
-        raise error("KVC-C009", function=function, argument="backend", expected=BACKEND_NAMES, got=backend)
-    first_name, first, device_name, device = None, None, None, None
-    for name, info in arrays:
-        if first is None:
-            first_name, first = name, info
-        elif info.kind != first.kind:
-            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=first_name,
-                        expected=_where(first))  # fmt: skip
-        if info.device is None:  # NumPy, or a CUDA array whose device is unknown (empty): fits any
-            continue
-        if device is None:
-            device_name, device = name, info
-        elif info.device != device.device:
-            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=device_name,
-                        expected=_where(device))  # fmt: skip
-    kind: Backend = "numpy" if first is None else first.kind
-    if backend == "auto":
-        return kind
-    if backend == "numpy" and kind == "cuda":
-        raise error("KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays")
-    if backend == "cuda" and kind == "numpy" and not simulator_enabled():
-        reason = "NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1"
-        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=reason)
-    return backend  # type: ignore[return-value]
-
-
-def _where(info: ArrayInfo) -> str:
-    return info.kind if info.device is None else f"{info.kind}:{info.device}"
-
-
-def array_module(function: str, device: str):
-    """NumPy for ``device="cpu"``, CuPy for ``device="cuda"`` (KVC-C009 / KVC-C008)."""
-    if device not in DEVICE_NAMES:
-        raise error("KVC-C009", function=function, argument="device", expected=DEVICE_NAMES, got=device)
-    if device == "cpu":
-        return np
-    try:
-        import cupy
-    except ImportError as exc:
-        raise error(
-            "KVC-C008", function=function, argument="device", got=device, reason=f"CuPy is not installed ({exc})"
-        ) from None
-    if not gpu_available():
-        raise error("KVC-C008", function=function, argument="device", got=device, reason="no CUDA GPU is visible")
-    return cupy
-
-
-def gpu_available() -> bool:
-    """True when CuPy imports and sees at least one CUDA device."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
-        return False

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from . import _interop
-from ._arrays import array_module, check_int, inspect_array
+from ._arrays import check_int, inspect_array
+from ._backend import array_module
 from ._limits import INT32_MAX, MAX_SLOT_STRIDE_BYTES, coded_allocation
 from .constants import (
     CANARY_SLOT_BYTES,

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from . import _memo, _overlap
-from ._arrays import ArrayInfo, check_array, check_int, inspect_array, resolve_backend
+from ._arrays import ArrayInfo, check_array, check_int, inspect_array
+from ._backend import resolve_backend
 from .constants import MAX_REAL_KV_SOURCES, RealKvHashMode
 from .context import RealKvSource
 from .errors import error

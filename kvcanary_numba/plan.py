@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import _memo, _overlap
-from ._arrays import check_array, check_int, resolve_backend
+from ._arrays import check_array, check_int
+from ._backend import resolve_backend
 from .errors import error
 from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan, entry_length
 

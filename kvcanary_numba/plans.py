@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import array_module, check_int
+from ._arrays import check_int
+from ._backend import array_module
 from ._limits import INT32_MAX, coded_allocation
 from .constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR
 from .errors import error

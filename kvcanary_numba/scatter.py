@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _memo, _overlap
-from ._arrays import check_array, resolve_backend
+from ._arrays import check_array
+from ._backend import resolve_backend
 from .errors import error
 
 __all__ = ["scatter_req_token_ids"]

@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from . import _memo, _overlap
-from ._arrays import ArrayInfo, check_array, check_bool, check_int, resolve_backend
+from ._arrays import ArrayInfo, check_array, check_bool, check_int
+from ._backend import resolve_backend
 from .constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, VIOLATION_FIELDS
 from .context import CanaryContext
 from .errors import error

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _memo, _overlap
-from ._arrays import check_array, check_bool, resolve_backend
+from ._arrays import check_array, check_bool
+from ._backend import resolve_backend
 from .errors import error
 from .plans import WritePlan
 from .verify import check_bundle, check_context, check_plan_type

@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from .._arrays import array_module, check_bool, check_int
+from .._arrays import check_bool, check_int
+from .._backend import array_module
 from .._limits import coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error

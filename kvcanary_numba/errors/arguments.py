@@ -47,6 +47,9 @@ define(
         "backend='cuda' with NumPy arrays on a machine without the simulator enabled.",
         "backend='numpy' with CuPy arrays.",
         "Allocating with device='cuda' where CuPy is not installed or no GPU is visible.",
+        "Running the kernels (CUDA arrays, backend='cuda' or device='cuda') where the numba-cuda package "
+        "is not installed: numba's own numba.cuda target is not supported (its simulator restores the "
+        "real module under running simulated threads).",
     ),
     solutions=(
         "Leave backend='auto': it follows the array type.",

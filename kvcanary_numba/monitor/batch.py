@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_array, check_int, resolve_backend
+from .._arrays import check_array, check_int
+from .._backend import resolve_backend
 from .._limits import INT32_MAX, coded_allocation
 from ..errors import error
 

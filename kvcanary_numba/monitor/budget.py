@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._arrays import inspect_array, resolve_backend
+from .._arrays import inspect_array
+from .._backend import resolve_backend
 from ..constants import CANARY_SLOT_BYTES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
 from ..hashing import splitmix64

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_array, check_bool, check_int, inspect_array, resolve_backend
+from .._arrays import check_array, check_bool, check_int, inspect_array
+from .._backend import resolve_backend
 from .._limits import INT32_MAX
 from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from ..context import CanaryContext, RealKvSource

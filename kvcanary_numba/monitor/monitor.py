@@ -25,7 +25,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .._arrays import array_module, check_bool, check_int
+from .._arrays import check_bool, check_int
+from .._backend import array_module
 from .._limits import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error

@@ -1,0 +1,68 @@
+"""Which backend runs a call, and the kernels' refusal to run without numba-cuda (KVC-C008).
+
+Without numba-cuda, ``numba.cuda`` is numba's own CUDA target. Its simulator swaps a module's
+``cuda`` global per call, not per module: a simulated thread leaving a device function puts the
+real module back under the threads still inside it (the fuzz harness's case 142 in CI, which ran
+the simulator before numba-cuda was installed). The kernel path refuses that setup up front.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+
+import numpy as np
+import pytest
+from canary_helpers import FakeCudaArray, counters, make_context, run_verify, verify_plan, write_index
+from helpers import raises_code
+
+from kvcanary_numba import VerifyPlan, _backend
+
+
+@pytest.fixture
+def no_numba_cuda(monkeypatch):
+    monkeypatch.setattr(_backend, "kernels_available", lambda: False)
+
+
+def test_the_kernels_are_found_where_numba_cuda_provides_numba_cuda():
+    import numba.cuda
+
+    from_numba_cuda = "numba_cuda" in numba.cuda.__file__
+    assert _backend.kernels_available() is from_numba_cuda is (importlib.util.find_spec("numba_cuda") is not None)
+
+
+def test_backend_cuda_without_numba_cuda_is_refused_before_anything_runs(no_numba_cuda, monkeypatch):
+    monkeypatch.setattr(_backend, "simulator_enabled", lambda: True)  # NumPy arrays could reach the kernels
+    ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
+    with raises_code("KVC-C008") as excinfo:
+        run_verify(ctx, plan, backend="cuda")
+    assert "backend='cuda'" in str(excinfo.value) and "numba-cuda" in str(excinfo.value)
+    assert counters(ctx) == (0, 0) and write_index(ctx) == 0
+
+
+def test_cuda_arrays_without_numba_cuda_are_refused_under_auto(no_numba_cuda):
+    ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
+    fake_ctx = ctx.replace(**{f: FakeCudaArray(getattr(ctx, f)) for f in (
+        "canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter",
+        "enable_chain_position_assert")})  # fmt: skip
+    fake_plan = VerifyPlan(**{name: FakeCudaArray(a) for name, a in plan.arrays().items()})
+    with raises_code("KVC-C008") as excinfo:
+        run_verify(fake_ctx, fake_plan, backend="auto")
+    assert "numba-cuda" in str(excinfo.value)
+    assert counters(ctx) == (0, 0) and write_index(ctx) == 0
+
+
+def test_numpy_calls_need_no_numba_cuda(no_numba_cuda):
+    ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
+    run_verify(ctx, plan, backend="auto")
+    assert counters(ctx) == (1, 1)
+
+
+def test_device_cuda_without_numba_cuda_is_refused(no_numba_cuda, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # CuPy importable ...
+    monkeypatch.setattr(_backend, "gpu_available", lambda: True)  # ... and a GPU visible
+    with raises_code("KVC-C008") as excinfo:
+        _backend.array_module("CanaryMonitor", "cuda")
+    assert "device='cuda'" in str(excinfo.value) and "numba-cuda" in str(excinfo.value)
+    assert _backend.array_module("CanaryMonitor", "cpu") is np
