@@ -36,7 +36,10 @@ NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary
 @functools.cache
 def kernels_available() -> bool:
     """True when the numba-cuda package is installed (it provides ``numba.cuda`` for the kernels)."""
-    return importlib.util.find_spec("numba_cuda") is not None
+    try:
+        return importlib.util.find_spec("numba_cuda") is not None
+    except ImportError:  # a finder that refuses the name outright
+        return False
 
 
 def simulator_enabled() -> bool:

@@ -141,6 +141,16 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _gpu_path(sim: bool) -> str:
+    from ._backend import kernels_available
+
+    if not kernels_available():
+        return "unavailable: the kernels need numba-cuda (pip install 'kvcanary_numba[gpu]')"
+    if gpu_available():
+        return "Numba-CUDA kernels on CuPy arrays"
+    return "unavailable" + (" (kernels run on NumPy arrays under the simulator)" if sim else "")
+
+
 def _doctor(args) -> int:
     from ._backend import simulator_enabled
 
@@ -164,8 +174,7 @@ def _doctor(args) -> int:
         ("GPU", gpu),
         ("CUDA simulator", f"{'on' if sim else 'off'} (NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})"),
         ("CPU path", "NumPy references (device='cpu', backend='numpy')"),
-        ("GPU path", "Numba-CUDA kernels on CuPy arrays" if gpu_available() else
-         "unavailable" + (" (kernels run on NumPy arrays under the simulator)" if sim else "")),
+        ("GPU path", _gpu_path(sim)),
         ("demo default", "cuda" if gpu_available() else "cpu"),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)

@@ -55,6 +55,15 @@ def test_doctor_reports_versions_and_backends(capsys):
     assert "0.30.4" in out  # numba-cuda is pinned
 
 
+def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
+    from kvcanary_numba import _backend
+
+    monkeypatch.setattr(_backend, "kernels_available", lambda: False)
+    assert cli.main(["doctor"]) == 0
+    gpu_path = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU path"))
+    assert "the kernels need numba-cuda" in gpu_path
+
+
 def test_bench_without_the_script_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "_BENCH", tmp_path / "missing" / "run.py")
     assert cli.main(["bench"]) == 1
@@ -180,6 +189,8 @@ def test_cpu_path_works_without_numba_cuda():
                  ["kvcanary", "demo", "--steps", "12", "--device", "cpu", "--faults", "token_flip", "--no-progress"]):
         proc = _without_cuda(*argv)
         assert proc.returncode == 0, (argv, proc.stderr[-3000:])
+        if argv[1] == "doctor":
+            assert "GPU path        unavailable: the kernels need numba-cuda" in proc.stdout
     assert "summary: 1/1 fault classes caught" in proc.stdout
 
 
