@@ -180,9 +180,9 @@ def compiled_readback() -> Callable | None:
     unless ``query`` is 0, ``cuEventRecord(launched, compute)`` and
     ``cuStreamWaitEvent(side, launched, 0)`` unless ``side == compute``,
     ``cuMemcpyDtoHAsync_v2(host, device, nbytes, side)``, ``cuEventRecord(copied, side)``; it
-    stops at the first error. ``status``: the
-    query's CUresult (0 done, 600 not ready; 0 without a query) when every call succeeded,
-    else ``call << 32 | CUresult`` with ``call`` 1-5 in that order (:func:`decode_status`).
+    stops at the first error. ``status``: the query's CUresult (0 done, 600 not ready; 0
+    without a query) when every call succeeded, else ``call << 32 | CUresult`` with ``call``
+    1-5 in that order (:func:`decode_status`).
     """
     return _compile("readback step", _readback_step, "int64(int64[::1], int64, int64, int64, int64, int64, int64, "
                                                      "int64, int64)")  # fmt: skip

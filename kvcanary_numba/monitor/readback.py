@@ -73,9 +73,10 @@ class CudaReadback:
     In the usual state (the previous step's copy is the only one in flight) a step's
     five driver calls -- query that copy's event, record the step's end on the compute
     stream, make the side stream wait for it, copy, record the copy -- are one call
-    into compiled code (three calls with ``on_compute``: query, copy, record, both on
-    the compute stream) (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
+    into compiled code (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
     functions); any other state, or no compiled calls, takes CuPy's runtime calls one by one.
+    With ``on_compute`` the copy and its event go on the compute stream, which orders
+    them after the step's launches by itself: three calls (query, copy, record).
 
     Parameters
     ----------
