@@ -142,10 +142,10 @@ def _version(dist: str) -> str:
 
 
 def _gpu_path(sim: bool) -> str:
-    from ._backend import kernels_available
+    from ._backend import NO_NUMBA_CUDA, kernels_available
 
     if not kernels_available():
-        return "unavailable: the kernels need numba-cuda (pip install 'kvcanary_numba[gpu]')"
+        return f"unavailable: {NO_NUMBA_CUDA}"
     if gpu_available():
         return "Numba-CUDA kernels on CuPy arrays"
     return "unavailable" + (" (kernels run on NumPy arrays under the simulator)" if sim else "")

@@ -72,14 +72,21 @@ class AbiMismatch(RuntimeError):
     """The packed parameters do not match the compiled kernel's (a raw launch would be wrong)."""
 
 
+def libcuda_function(name: str):
+    """libcuda's function ``name`` as a ctypes function, or None where libcuda does not load
+    through ctypes or lacks it."""
+    try:
+        return getattr(ctypes.CDLL("libcuda.so.1"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def load_libcuda_launch() -> Callable | None:
     """libcuda's ``cuLaunchKernel`` as a ctypes function (int result, no ``argtypes``), or None
     when it does not load."""
-    try:
-        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-    except (OSError, AttributeError):
-        return None
-    fn.restype = ctypes.c_int
+    fn = libcuda_function("cuLaunchKernel")
+    if fn is not None:
+        fn.restype = ctypes.c_int
     return fn
 
 

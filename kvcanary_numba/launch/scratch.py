@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import error
 from . import _common as common
+from . import _driver
 
 __all__ = ["CAPTURE_FUNCTION", "scratch_arrays", "stream_capturing", "zeros"]
 
@@ -91,10 +92,7 @@ def stream_capturing() -> bool:
 @functools.cache
 def _is_capturing_function():
     """libcuda's ``cuStreamIsCapturing`` (looked up once), or None where libcuda cannot be loaded."""
-    try:
-        return ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
-    except (OSError, AttributeError):
-        return None
+    return _driver.libcuda_function("cuStreamIsCapturing")
 
 
 def _stream_handle() -> int:

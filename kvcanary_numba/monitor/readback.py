@@ -35,9 +35,8 @@ STATUS_COPY_ON_COMPUTE = os.environ.get("KVCANARY_STATUS_COPY_ON_COMPUTE") == "1
 def external_record():
     """libcuda's ``cuEventRecordWithFlags`` (event, stream, flags; 1 = CU_EVENT_RECORD_EXTERNAL) as a
     ctypes function, or None where libcuda does not load or lacks it (called at capture only)."""
-    try:
-        fn = ctypes.CDLL("libcuda.so.1").cuEventRecordWithFlags
-    except (OSError, AttributeError):
+    fn = _driver.libcuda_function("cuEventRecordWithFlags")
+    if fn is None:
         return None
     fn.argtypes, fn.restype = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint), ctypes.c_int
     return fn
