@@ -48,6 +48,7 @@
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
+export OUT
 mkdir -p "$OUT"
 export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
 # A hung step leaves a stack in its log: SIGABRT at its limit makes Python's faulthandler dump every
@@ -72,6 +73,18 @@ run_step() {  # name, limit in seconds, command...
     # Packed after every step: a call cut by the device tool's limit still brings back what ran.
     [ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" . 2>/dev/null
     return 0
+}
+
+graph_ab_rounds() {  # the decode step with each status-copy arm, pinned; each round starts one arm later
+    local arms=("0 0 side stream" "0 1 compute stream" "1 1 TAIL graph + compute stream") round k
+    for ((round = 0; round < ${GRAPHAB_ROUNDS:-2}; round++)); do
+        for ((k = 0; k < 3; k++)); do
+            # shellcheck disable=SC2086
+            set -- ${arms[(round + k) % 3]}
+            KVCANARY_GRAPH_STATUS_COPY=$1 KVCANARY_STATUS_COPY_ON_COMPUTE=$2 taskset -c 3 python3 \
+                benchmarks/results/probes/ab_monitor_step.py . "copy: ${*:3} (round $((round + 1)))"
+        done
+    done >"$OUT/graph-copy-step.jsonl"
 }
 
 find_vectors() {
@@ -199,12 +212,13 @@ for step in "${STEPS[@]}"; do
     graphcopy)  # the status copy inside the TAIL graph (KVCANARY_GRAPH_STATUS_COPY=1) and on the compute stream
         # (KVCANARY_STATUS_COPY_ON_COMPUTE=1), both off by default: the GPU monitor tests with both on, then the
         # decode step with neither, the compute-stream copy, and both, pinned, alternately twice
+        # (GRAPHTEST_FILES: a subset; GRAPHAB_ROUNDS rounds, each starting one arm later, default 2)
+        # shellcheck disable=SC2086
         run_step graphtests 300 env KVCANARY_GRAPH_STATUS_COPY=1 KVCANARY_STATUS_COPY_ON_COMPUTE=1 python3 -m pytest \
-            -m gpu -q -p no:cacheprovider tests/test_monitor_*.py tests/test_prepared*.py tests/test_launch_driver.py
-        run_step graphab 200 sh -c 'for i in 1 2; do for arms in "0 0 side stream" "0 1 compute stream" \
-            "1 1 TAIL graph + compute stream"; do set -- $arms; g=$1 c=$2; shift 2; KVCANARY_GRAPH_STATUS_COPY=$g \
-            KVCANARY_STATUS_COPY_ON_COMPUTE=$c taskset -c 3 python3 benchmarks/results/probes/ab_monitor_step.py . \
-            "copy: $*"; done; done > "$0/graph-copy-step.jsonl"' "$OUT" ;;
+            -m gpu -q -p no:cacheprovider ${GRAPHTEST_FILES:-tests/test_monitor_*.py tests/test_prepared*.py \
+            tests/test_launch_driver.py}
+        export -f graph_ab_rounds
+        run_step graphab 200 bash -c graph_ab_rounds ;;
     interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;

@@ -10,7 +10,7 @@ import pytest
 from canary_helpers import HEAD, make_context, run_write, stamp, write_plan
 from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
 
-from kvcanary_numba import KvCanaryError
+from kvcanary_numba import KvCanaryError, launch_canary_write_kernel
 from kvcanary_numba.launch import chain as chain_glue
 from kvcanary_numba.launch import scratch
 
@@ -34,8 +34,10 @@ def long_writes_publish(monkeypatch):
     monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 8)
 
 
-def _kernel_write(ctx):
-    run_write(ctx, write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS, backend="cuda")
+def _kernel_write(ctx, args: dict | None = None):
+    """The write on the kernels; ``args`` (from :func:`_write_kwargs` on the context's device) default
+    to NumPy arrays, which only the simulator takes with a kernel context."""
+    launch_canary_write_kernel(context=ctx, backend="cuda", **(_write_kwargs() if args is None else args))
 
 
 @pytest.mark.simulator
@@ -86,6 +88,8 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     for _ in range(2):
         run_write(reference, write_plan(LENGTHS, SEEDS), TOKENS, POSITIONS, SLOTS)
     ctx = to_device(_context(), "cuda")
+    # Copied to the GPU before any capture: a host-to-device copy inside one would end it.
+    args = {name: to_device(value, "cuda") for name, value in _write_kwargs().items()}
     marker = cupy.zeros(1, dtype=cupy.int64)
     marker += 1  # its kernel is loaded before any capture
     stream = cupy.cuda.Stream(non_blocking=True)  # a stream no call has used: no scratch yet
@@ -94,17 +98,17 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
         try:
             marker += 1  # one node whatever the refused call does (an empty graph is not the point)
             with pytest.raises(KvCanaryError) as info:
-                _kernel_write(ctx)
+                _kernel_write(ctx, args)
         finally:
             stream.end_capture().launch(stream)  # the refusal left the capture valid: it instantiates and runs
     stream.synchronize()
     assert int(marker[0]) == 2
     assert info.value.code == "KVC-C015"
     with stream:
-        _kernel_write(ctx)  # warm-up: allocates this stream's scratch
+        _kernel_write(ctx, args)  # warm-up: allocates this stream's scratch
         stream.begin_capture()
         try:
-            _kernel_write(ctx)
+            _kernel_write(ctx, args)
         finally:
             graph = stream.end_capture()
         graph.launch(stream)
