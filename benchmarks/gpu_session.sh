@@ -75,14 +75,19 @@ run_step() {  # name, limit in seconds, command...
     return 0
 }
 
-graph_ab_rounds() {  # the decode step with each status-copy arm, pinned; each round starts one arm later
-    local arms=("0 0 side stream" "0 1 compute stream" "1 1 TAIL graph + compute stream") round k
+graph_ab_rounds() {  # the decode step with each status readback arm, pinned; each round starts one arm later
+    # Arms "G C M label": KVCANARY_GRAPH_STATUS_COPY=G, KVCANARY_STATUS_COPY_ON_COMPUTE=C, mapped readback if
+    # M=1; GRAPHAB_ARMS="arm;arm;..." replaces the default three.
+    local arms round k n
+    IFS=';' read -r -a arms <<<"${GRAPHAB_ARMS:-0 0 0 side stream;0 1 0 compute stream;1 1 0 TAIL graph + compute stream}"
+    n=${#arms[@]}
     for ((round = 0; round < ${GRAPHAB_ROUNDS:-2}; round++)); do
-        for ((k = 0; k < 3; k++)); do
+        for ((k = 0; k < n; k++)); do
             # shellcheck disable=SC2086
-            set -- ${arms[(round + k) % 3]}
-            KVCANARY_GRAPH_STATUS_COPY=$1 KVCANARY_STATUS_COPY_ON_COMPUTE=$2 taskset -c 3 python3 \
-                benchmarks/results/probes/ab_monitor_step.py . "copy: ${*:3} (round $((round + 1)))"
+            set -- ${arms[(round + k) % n]}
+            KVCANARY_GRAPH_STATUS_COPY=$1 KVCANARY_STATUS_COPY_ON_COMPUTE=$2 \
+                KVCANARY_STATUS_READBACK=$([ "$3" = 1 ] && echo mapped || echo copy) taskset -c 3 python3 \
+                benchmarks/results/probes/ab_monitor_step.py . "${*:4} (round $((round + 1)))"
         done
     done >"$OUT/graph-copy-step.jsonl"
 }

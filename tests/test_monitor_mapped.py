@@ -1,0 +1,196 @@
+"""The mapped readback (``monitor/mapped.py``): the publish kernel writes the status block into host
+memory behind a sequence number; the host reads the newest complete publish, never a torn one,
+and waits only for a publish two steps old.
+
+The kernel and the readback run under the simulator (and the GPU); the host logic also runs against
+a stand-in publisher that holds publishes back like a device running behind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_monitor
+from monitor_helpers import DECODE, PREFILL, Driver
+
+from kvcanary_numba.launch.publish import StatusPublisher
+from kvcanary_numba.monitor import mapped
+from kvcanary_numba.monitor import monitor as monitor_module
+from kvcanary_numba.monitor.mapped import MappedReadback
+from kvcanary_numba.monitor.status import StatusBlock
+
+
+def _read(snapshot):
+    return None if snapshot is None else (snapshot.step, snapshot.write_index)
+
+
+class _LaggingPublisher:
+    """Publishes queue up as a busy device's would; ``run(n)`` executes the oldest ``n`` of them,
+    each copying the words as they were when its launch was issued (as the kernel, queued after
+    the step's launches, sees them)."""
+
+    def __init__(self, block: StatusBlock):
+        self.words, self.host = block.words, np.zeros(block.words.shape[0] + 1, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
+        self.sequence = 0
+
+    def launch(self, stream=None):
+        self.pending.append(self.words.copy())
+
+    def run(self, n: int = 1):
+        for words in self.pending[:n]:
+            self.sequence += 1
+            self.host[0] = -self.sequence
+            self.host[1:] = words
+            self.host[0] = self.sequence
+        del self.pending[:n]
+
+
+def _lagging(monkeypatch, spin_s: float = 0.0):
+    block = StatusBlock(np, 1)
+    publisher = _LaggingPublisher(block)
+    synced = []
+    monkeypatch.setattr(mapped, "SPIN_S", spin_s)
+    rb = MappedReadback(block, publisher=publisher, synchronize=lambda: (synced.append(1), publisher.run(99)))
+    return block, publisher, rb, synced
+
+
+def _push(block, rb, step: int):
+    block.words[0] = 100 + step  # the write index of this step
+    return _read(rb.push(step))
+
+
+def test_one_step_behind_each_push_returns_the_previous_step_and_never_waits(monkeypatch):
+    block, publisher, rb, synced = _lagging(monkeypatch)
+    assert _push(block, rb, 0) is None  # step 0's publish has not run
+    for step in range(1, 5):
+        publisher.run()  # the previous step's publish runs while the host issues this one
+        assert _push(block, rb, step) == (step - 1, 100 + step - 1)
+    publisher.run()
+    assert _read(rb.flush()) == (4, 104) and synced == []
+    assert rb.flush() is None  # nothing new
+
+
+def test_a_device_two_steps_behind_is_waited_for(monkeypatch):
+    block, publisher, rb, synced = _lagging(monkeypatch)
+    assert _push(block, rb, 0) is None
+    assert _push(block, rb, 1) is None  # step 0's publish may still run: one step of lag is free
+    assert _push(block, rb, 2) == (2, 102)  # step 0's is two steps old: waited for (here: every one ran)
+    assert synced == [1]
+
+
+def test_the_newest_complete_publish_supersedes_older_ones(monkeypatch):
+    block, publisher, rb, _ = _lagging(monkeypatch)
+    _push(block, rb, 0)
+    _push(block, rb, 1)
+    publisher.run(2)
+    assert _push(block, rb, 2) == (1, 101)  # step 0's snapshot is older: skipped, not returned later
+    publisher.run()
+    assert _read(rb.flush()) == (2, 102)
+
+
+def test_a_publish_being_written_is_not_read(monkeypatch):
+    block, publisher, rb, _ = _lagging(monkeypatch)
+    _push(block, rb, 0)
+    publisher.run()
+    publisher.host[0] = -2  # publish 2 started: the words may be half old, half new
+    assert _push(block, rb, 1) is None
+    publisher.run()  # publish 2 completes
+    assert _read(rb.flush()) == (1, 101)
+
+
+class _RewrittenWhileRead(np.ndarray):
+    """A buffer whose sequence word changes between the two reads of one ``_try_read``."""
+
+    reads = 0
+
+    def __getitem__(self, key):
+        if key == 0:
+            type(self).reads += 1
+            return np.int64(1 if type(self).reads == 1 else 2)
+        return super().__getitem__(key)
+
+
+def test_a_copy_rewritten_while_read_is_dropped(monkeypatch):
+    block = StatusBlock(np, 1)
+    publisher = _LaggingPublisher(block)
+    publisher.host = np.zeros(block.words.shape[0] + 1, dtype=np.int64).view(_RewrittenWhileRead)
+    rb = MappedReadback(block, publisher=publisher, synchronize=lambda: None)
+    assert rb._try_read() is None  # sequence 1 when the copy began, 2 after it: torn
+
+
+def test_a_publish_that_never_runs_raises_after_the_stream_sync(monkeypatch):
+    block = StatusBlock(np, 1)
+    publisher = _LaggingPublisher(block)
+    monkeypatch.setattr(mapped, "SPIN_S", 0.0)
+    rb = MappedReadback(block, publisher=publisher, synchronize=lambda: None)  # the publishes are lost
+    for step in range(2):
+        _push(block, rb, step)
+    with pytest.raises(RuntimeError, match="publish 1 had not run"):
+        _push(block, rb, 2)
+
+
+# --- the kernel (simulator, GPU) ----------------------------------------------------------------
+
+
+@pytest.mark.simulator
+def test_publish_kernel_writes_the_words_then_the_next_sequence_number():
+    from kernel_pairs import KERNEL_DEVICE, to_device, to_host
+
+    words = to_device(np.arange(7, 14, dtype=np.int64), KERNEL_DEVICE)
+    publisher = StatusPublisher(words)
+    for sequence in (1, 2):
+        publisher.launch()
+        _synchronize(KERNEL_DEVICE)
+        np.testing.assert_array_equal(np.asarray(publisher.host), [sequence, *to_host(words)])
+        words[0] = 100  # the next publish copies the block as it is then
+    assert int(to_host(publisher.published)[0]) == 2
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+
+
+@pytest.mark.simulator
+def test_monitor_on_the_mapped_readback_reports_a_kv_flip(monkeypatch):
+    """The whole monitor with its readback replaced (the simulator runs the publish kernel on the
+    NumPy status block): the same rows as the host readback."""
+    from kernel_pairs import KERNEL_DEVICE
+
+    if KERNEL_DEVICE == "cuda":
+        pytest.skip("a NumPy monitor: its publishes run only under the simulator")
+    monkeypatch.setattr(monitor_module, "HostReadback", MappedReadback)
+    d = Driver()
+    assert isinstance(d.monitor.readback, MappedReadback)
+    d.step(PREFILL)
+    d.k[4, 5] ^= 0x10
+    d.step(DECODE)
+    assert d.rows() == [("TAIL_K_FULL", 4, 1, ("verify_real_kv_hash",))]
+    assert d.monitor.stats()["kernel_runs"] == 16
+
+
+@pytest.mark.gpu
+def test_gpu_each_publish_reads_the_block_after_its_step_s_launches():
+    import cupy
+    from test_monitor_host_step import _LATE_WRITE
+
+    block = StatusBlock(cupy, 1)
+    rb = MappedReadback(block)
+    late_write = cupy.RawKernel(_LATE_WRITE, "late_write")
+    seen = []
+    for step in range(6):
+        late_write((1,), (1,), (block.words, np.int64(100 + step), np.int64(2_000_000)))  # ~1 ms
+        snapshot = rb.push(step)
+        seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
+    last = rb.flush()
+    seen.append((last.step, last.write_index))
+    assert seen[-1][0] == 5 and [index for _, index in seen] == [100 + step for step, _ in seen]
+
+
+@pytest.mark.gpu
+def test_gpu_monitor_on_the_mapped_readback_is_one_step_late_and_flush_catches_up(monkeypatch):
+    monkeypatch.setattr(mapped, "MAPPED_STATUS", True)
+    test_monitor.test_gpu_readback_is_one_step_late_and_flush_catches_up()
