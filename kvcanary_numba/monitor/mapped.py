@@ -21,7 +21,6 @@ from collections import deque
 
 import numpy as np
 
-from ..launch.publish import StatusPublisher
 from .readback import CudaReadback
 from .status import Snapshot, StatusBlock, _snapshot
 
@@ -60,7 +59,11 @@ class MappedReadback:
     """
 
     def __init__(self, block: StatusBlock, *, publisher=None, synchronize=None):
-        self._publisher = StatusPublisher(block.words) if publisher is None else publisher
+        if publisher is None:
+            from ..launch.publish import StatusPublisher  # the kernels: imported only by a GPU monitor
+
+            publisher = StatusPublisher(block.words)
+        self._publisher = publisher
         self._buffer = self._publisher.host
         self._synchronize = synchronize
         self._issued: deque[tuple[int, int]] = deque()  # (sequence number, step) not yet read, oldest first
