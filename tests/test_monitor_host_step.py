@@ -14,6 +14,7 @@ import types
 import numpy as np
 import pytest
 from helpers import raises_code
+from monitor_helpers import late_write_readback
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
@@ -381,15 +382,6 @@ def test_gpu_a_resliced_cupy_view_is_not_rebound_and_gives_the_same_records(monk
         np.testing.assert_array_equal(resliced[name], array, err_msg=name)
 
 
-_LATE_WRITE = r"""
-extern "C" __global__ void late_write(long long* words, long long value, long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) {}
-    words[0] = value;  // after ~cycles: a copy not ordered after this kernel reads the old value
-}
-"""
-
-
 @pytest.mark.gpu
 @both_streams
 def test_gpu_each_copy_reads_the_block_after_its_step_s_launches(on_compute):
@@ -398,15 +390,7 @@ def test_gpu_each_copy_reads_the_block_after_its_step_s_launches(on_compute):
     from kvcanary_numba.monitor.readback import CudaReadback
 
     block = StatusBlock(cupy, 1)
-    rb = CudaReadback(block, on_compute=on_compute)
-    late_write = cupy.RawKernel(_LATE_WRITE, "late_write")
-    seen = []
-    for step in range(6):
-        late_write((1,), (1,), (block.words, np.int64(100 + step), np.int64(2_000_000)))  # ~1 ms
-        snapshot = rb.push(step)
-        seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
-    last = rb.flush()
-    seen.append((last.step, last.write_index))
+    seen = late_write_readback(CudaReadback(block, on_compute=on_compute), block)
     assert seen[-1][0] == 5 and [index for _, index in seen] == [100 + step for step, _ in seen]
 
 def test_bound_arrays_without_a_shape_are_never_reused():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import test_monitor
-from monitor_helpers import DECODE, PREFILL, Driver
+from monitor_helpers import DECODE, PREFILL, Driver, late_write_readback
 
 from kvcanary_numba.launch.publish import StatusPublisher
 from kvcanary_numba.monitor import mapped
@@ -175,18 +175,9 @@ def test_monitor_on_the_mapped_readback_reports_a_kv_flip(monkeypatch):
 @pytest.mark.gpu
 def test_gpu_each_publish_reads_the_block_after_its_step_s_launches():
     import cupy
-    from test_monitor_host_step import _LATE_WRITE
 
     block = StatusBlock(cupy, 1)
-    rb = MappedReadback(block)
-    late_write = cupy.RawKernel(_LATE_WRITE, "late_write")
-    seen = []
-    for step in range(6):
-        late_write((1,), (1,), (block.words, np.int64(100 + step), np.int64(2_000_000)))  # ~1 ms
-        snapshot = rb.push(step)
-        seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
-    last = rb.flush()
-    seen.append((last.step, last.write_index))
+    seen = late_write_readback(MappedReadback(block), block)
     assert seen[-1][0] == 5 and [index for _, index in seen] == [100 + step for step, _ in seen]
 
 
