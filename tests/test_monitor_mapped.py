@@ -185,3 +185,15 @@ def test_gpu_each_publish_reads_the_block_after_its_step_s_launches():
 def test_gpu_monitor_on_the_mapped_readback_is_one_step_late_and_flush_catches_up(monkeypatch):
     monkeypatch.setattr(mapped, "MAPPED_STATUS", True)
     test_monitor.test_gpu_readback_is_one_step_late_and_flush_catches_up()
+
+
+@pytest.mark.parametrize("switch", [False, True])
+@pytest.mark.parametrize("in_order", [False, True], ids=["aarch64", "x86-64"])
+def test_the_mapped_readback_is_chosen_only_when_switched_on_for_an_x86_host(monkeypatch, switch, in_order):
+    chosen = []
+    monkeypatch.setattr(mapped, "MAPPED_STATUS", switch)
+    monkeypatch.setattr(mapped, "IN_ORDER_LOADS", in_order)
+    monkeypatch.setattr(mapped, "MappedReadback", lambda block: chosen.append("mapped"))
+    monkeypatch.setattr(mapped, "CudaReadback", lambda block: chosen.append("copy"))
+    mapped.gpu_readback(StatusBlock(np, 1))
+    assert chosen == ["mapped" if switch and in_order else "copy"]

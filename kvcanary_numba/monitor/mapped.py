@@ -10,12 +10,14 @@ between a busy mark and a sequence number; the host reads the newest complete pu
 without any driver call, and drops a copy whose sequence number changed while it read.
 
 Reads rely on the host loading words in program order (x86-64's memory model; the
-kernel orders its side with system-scope fences).
+kernel orders its side with system-scope fences), so other hosts (aarch64: Grace) keep
+:class:`~.readback.CudaReadback` whatever the switch says.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import time
 from collections import deque
 
@@ -30,15 +32,18 @@ __all__ = ["MAPPED_STATUS", "MappedReadback", "gpu_readback"]
 #: ``KVCANARY_STATUS_READBACK=mapped``; off until measured on a GPU).
 MAPPED_STATUS = os.environ.get("KVCANARY_STATUS_READBACK") == "mapped"
 
+#: Hosts whose loads are not reordered with other loads, which the reads here rely on.
+IN_ORDER_LOADS = platform.machine().lower() in ("x86_64", "amd64")
+
 #: Seconds a wait spins on the host buffer before it synchronizes the stream instead (which
 #: raises when the device failed, where a spin would never end).
 SPIN_S = 1.0
 
 
 def gpu_readback(block: StatusBlock):
-    """The readback of a GPU monitor: :class:`MappedReadback` with :data:`MAPPED_STATUS`, else
-    :class:`~.readback.CudaReadback`."""
-    return MappedReadback(block) if MAPPED_STATUS else CudaReadback(block)
+    """The readback of a GPU monitor: :class:`MappedReadback` with :data:`MAPPED_STATUS` on an
+    x86-64 host (:data:`IN_ORDER_LOADS`), else :class:`~.readback.CudaReadback`."""
+    return MappedReadback(block) if MAPPED_STATUS and IN_ORDER_LOADS else CudaReadback(block)
 
 
 class MappedReadback:
