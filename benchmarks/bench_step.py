@@ -233,8 +233,8 @@ def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
     original, original_table = PreparedLaunch.launch, LaunchTable.launch
     rb, graph = m.readback, m.graph
     publisher = getattr(rb, "_publisher", None)  # the mapped readback: one publish launch, no runtime calls
-    saved = {} if publisher is not None else {name: getattr(rb, name) for name in ("_record", "_wait", "_query",
-                                                                                  "_copy", "native")}  # fmt: skip
+    names = () if publisher is not None else ("_record", "_wait", "_query", "_copy", "native")
+    saved = {name: getattr(rb, name) for name in names}
     try:
         PreparedLaunch.launch = launches.wrap(original)
         LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
@@ -242,12 +242,11 @@ def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
             graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
         if publisher is not None:
             publisher.launch = runtime.wrap(publisher.launch)  # an instance attribute, dropped below
-            yield
-            return
-        for name in ("_record", "_wait", "_query"):
-            setattr(rb, name, runtime.wrap(saved[name]))
-        rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
-        if rb.native is not None:
+        else:
+            for name in ("_record", "_wait", "_query"):
+                setattr(rb, name, runtime.wrap(saved[name]))
+            rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
+        if publisher is None and rb.native is not None:
             # (functions, query, launched, copied, compute, side, ...): the query only if one is in
             # flight, the compute stream's event and the side stream's wait only on a side stream
             count = lambda args: (args[1] != 0) + (2 if args[4] == args[5] else 4)  # noqa: E731

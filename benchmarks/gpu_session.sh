@@ -216,8 +216,8 @@ for step in "${STEPS[@]}"; do
             benchmarks/results/probes/ab_monitor_step.py . "pinned to core 3"; done > "$0/pinned-monitor-step.jsonl"' "$OUT" ;;
     graphcopy)  # the status copy inside the TAIL graph (KVCANARY_GRAPH_STATUS_COPY=1) and on the compute stream
         # (KVCANARY_STATUS_COPY_ON_COMPUTE=1), both off by default: the GPU monitor tests with both on, then the
-        # decode step with neither, the compute-stream copy, and both, pinned, alternately twice
-        # (GRAPHTEST_FILES: a subset; GRAPHAB_ROUNDS rounds, each starting one arm later, default 2)
+        # decode step with neither, the compute-stream copy, and both (or GRAPHAB_ARMS, e.g. the mapped
+        # readback), pinned, GRAPHAB_ROUNDS rounds (default 2) each starting one arm later; GRAPHTEST_FILES: a subset
         # shellcheck disable=SC2086
         run_step graphtests 300 env KVCANARY_GRAPH_STATUS_COPY=1 KVCANARY_STATUS_COPY_ON_COMPUTE=1 python3 -m pytest \
             -m gpu -q -p no:cacheprovider ${GRAPHTEST_FILES:-tests/test_monitor_*.py tests/test_prepared*.py \

@@ -37,28 +37,26 @@ class StatusPublisher:
     ----------
     words : int64[n] CUDA array (NumPy under the simulator)
         The status block (:class:`~kvcanary_numba.monitor.status.StatusBlock` ``.words``).
-    modules : (cupy, cupyx), optional
-        On a GPU, the modules that allocate the counter and the pinned buffer (default: the real ones).
 
     Attributes
     ----------
     host : numpy.ndarray, int64[n + 1]
         What the kernel writes: ``host[0]`` the sequence number of the newest publish
         (negative while it is written), ``host[1:]`` the words (pinned host memory on a GPU).
+    published : int64[1] CUDA array (NumPy under the simulator)
+        How many publishes have run; the kernel numbers the next one from it.
     """
 
-    def __init__(self, words, *, modules=None):
+    def __init__(self, words):
         n = int(words.shape[0])
         if common.ON_SIMULATOR:  # simulated threads write the NumPy buffer itself
             self.host = np.zeros(n + 1, dtype=np.int64)
             self.published = np.zeros(1, dtype=np.int64)
             device_side = self.host
         else:
-            if modules is None:
-                import cupy
-                import cupyx
-            else:
-                cupy, cupyx = modules
+            import cupy
+            import cupyx
+
             self.host = cupyx.zeros_pinned(n + 1, dtype=np.int64)
             self.published = cupy.zeros(1, dtype=np.int64)
             device_side = _DeviceSide(self.host)
