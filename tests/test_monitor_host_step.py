@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import late_write_readback
+from monitor_helpers import LaggingPublisher, late_write_readback
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
@@ -343,18 +343,14 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
         m.post_forward()  # the monitor is idle again: the split ran whole steps
 
 
-class _PublishAtOnce:
+class _PublishAtOnce(LaggingPublisher):
     """A mapped readback's publisher on a device that keeps up. Its launch goes through
     ``PreparedLaunch.launch``, as the real one's launch table does."""
 
-    def __init__(self, words):
-        self.words, self.host, self.sequence = words, np.zeros(words.shape[0] + 1, dtype=np.int64), 0
-
     def launch(self, stream=None):
         PreparedLaunch.launch(None)
-        self.sequence += 1
-        self.host[1:] = self.words
-        self.host[0] = self.sequence
+        super().launch(stream)
+        self.run()
 
 
 @pytest.mark.simulator

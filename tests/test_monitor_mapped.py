@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import test_monitor
-from monitor_helpers import DECODE, PREFILL, Driver, late_write_readback
+from monitor_helpers import DECODE, PREFILL, Driver, LaggingPublisher, late_write_readback
 
 from kvcanary_numba.launch.publish import StatusPublisher
 from kvcanary_numba.monitor import mapped
@@ -24,33 +24,11 @@ def _read(snapshot):
     return None if snapshot is None else (snapshot.step, snapshot.write_index)
 
 
-class _LaggingPublisher:
-    """Publishes queue up as a busy device's would; ``run(n)`` executes the oldest ``n`` of them,
-    each copying the words as they were when its launch was issued (as the kernel, queued after
-    the step's launches, sees them)."""
-
-    def __init__(self, block: StatusBlock):
-        self.words, self.host = block.words, np.zeros(block.words.shape[0] + 1, dtype=np.int64)
-        self.pending: list[np.ndarray] = []
-        self.sequence = 0
-
-    def launch(self, stream=None):
-        self.pending.append(self.words.copy())
-
-    def run(self, n: int = 1):
-        for words in self.pending[:n]:
-            self.sequence += 1
-            self.host[0] = -self.sequence
-            self.host[1:] = words
-            self.host[0] = self.sequence
-        del self.pending[:n]
-
-
-def _lagging(monkeypatch, spin_s: float = 0.0):
+def _lagging(monkeypatch):
     block = StatusBlock(np, 1)
-    publisher = _LaggingPublisher(block)
+    publisher = LaggingPublisher(block.words)
     synced = []
-    monkeypatch.setattr(mapped, "SPIN_S", spin_s)
+    monkeypatch.setattr(mapped, "SPIN_S", 0.0)
     rb = MappedReadback(block, publisher=publisher, synchronize=lambda: (synced.append(1), publisher.run(99)))
     return block, publisher, rb, synced
 
@@ -113,7 +91,7 @@ class _RewrittenWhileRead(np.ndarray):
 
 def test_a_copy_rewritten_while_read_is_dropped(monkeypatch):
     block = StatusBlock(np, 1)
-    publisher = _LaggingPublisher(block)
+    publisher = LaggingPublisher(block.words)
     publisher.host = np.zeros(block.words.shape[0] + 1, dtype=np.int64).view(_RewrittenWhileRead)
     rb = MappedReadback(block, publisher=publisher, synchronize=lambda: None)
     assert rb._try_read() is None  # sequence 1 when the copy began, 2 after it: torn
@@ -121,7 +99,7 @@ def test_a_copy_rewritten_while_read_is_dropped(monkeypatch):
 
 def test_a_publish_that_never_runs_raises_after_the_stream_sync(monkeypatch):
     block = StatusBlock(np, 1)
-    publisher = _LaggingPublisher(block)
+    publisher = LaggingPublisher(block.words)
     monkeypatch.setattr(mapped, "SPIN_S", 0.0)
     rb = MappedReadback(block, publisher=publisher, synchronize=lambda: None)  # the publishes are lost
     for step in range(2):
