@@ -40,6 +40,9 @@
 #              KVCANARY_STATUS_COPY_ON_COMPUTE=1 (end_step's copy on the compute stream): GPU monitor tests
 #              with both on, then the decode step with neither / compute / both, pinned (->
 #              $OUT/graph-copy-step.jsonl; not in the default list)
+#   endsplit   end_step's host time split into readback, aftercare and health, copy and mapped readback
+#              alternately, pinned (benchmarks/results/probes/end_step_split.py -> $OUT/end-step-split.jsonl;
+#              not in the default list)
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during
 #              a real CUDA-graph capture (not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
@@ -224,6 +227,10 @@ for step in "${STEPS[@]}"; do
             tests/test_launch_driver.py}
         export -f graph_ab_rounds
         run_step graphab 200 bash -c graph_ab_rounds ;;
+    endsplit)  # end_step's parts, the copy readback and the mapped one alternately, ENDSPLIT_ROUNDS rounds
+        run_step endsplit 200 bash -c 'for r in $(seq "${ENDSPLIT_ROUNDS:-2}"); do for mode in copy mapped; do
+            KVCANARY_STATUS_READBACK=$mode taskset -c 3 python3 benchmarks/results/probes/end_step_split.py \
+                "$mode (round $r)"; done; done >"$OUT/end-step-split.jsonl"' ;;
     interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;
