@@ -160,9 +160,14 @@ def test_gpu_each_publish_reads_the_block_after_its_step_s_launches():
 
 
 @pytest.mark.gpu
-def test_gpu_monitor_on_the_mapped_readback_is_one_step_late_and_flush_catches_up(monkeypatch):
+def test_gpu_monitor_on_the_mapped_readback_is_at_most_one_step_late_and_flush_catches_up(monkeypatch):
     monkeypatch.setattr(mapped, "MAPPED_STATUS", True)
-    test_monitor.test_gpu_readback_is_one_step_late_and_flush_catches_up()
+    d = test_monitor.gpu_flip_between_two_steps()
+    flip = [("SWEEP_K_FULL", 4, 1, ("verify_real_kv_hash",))]
+    # Unlike the copy readback, step 1's end_step reads step 1's own publish when it has already run.
+    assert d.rows() in ([], flip)
+    d.monitor.flush()
+    assert d.rows() == flip and d.monitor.violations[0].step == 1
 
 
 @pytest.mark.parametrize("switch", [False, True])

@@ -61,7 +61,7 @@ class StatusPublisher:
             self.published = cupy.zeros(1, dtype=np.int64)
             device_side = _DeviceSide(self.host)
         args = common.persistent_views(words, device_side, self.published)
-        self._table = LaunchTable([PreparedLaunch(kernels.publish_status, _SIG, 1, 1, args)])
+        self._table = LaunchTable([PreparedLaunch(kernels.publish_status, _SIG, 1, kernels.PUBLISH_THREADS, args)])
 
     def launch(self, stream: int | None = None) -> None:
         """Queue one publish on ``stream`` (a handle; default: CuPy's current stream)."""
