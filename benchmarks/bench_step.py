@@ -228,8 +228,8 @@ class _TimedGraph:
 def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
     """Within the block, monitor ``m``'s launch calls (launch tables, prepared launches, its
     graph's two launches) run under ``launches`` and its readback's runtime calls (CuPy's, or
-    the compiled call standing for the usual step's five, or three with the copy on the compute
-    stream, one fewer without a copy in flight; a mapped readback's publish launch) under ``runtime``."""
+    the compiled call standing for the usual step's five, four without a copy in flight; a mapped
+    readback's publish launch) under ``runtime``."""
     original, original_table = PreparedLaunch.launch, LaunchTable.launch
     rb, graph = m.readback, m.graph
     publisher = getattr(rb, "_publisher", None)  # the mapped readback: one publish launch, no runtime calls
@@ -247,10 +247,8 @@ def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
                 setattr(rb, name, runtime.wrap(saved[name]))
             rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
         if publisher is None and rb.native is not None:
-            # (functions, query, launched, copied, compute, side, ...): the query only if one is in
-            # flight, the compute stream's event and the side stream's wait only on a side stream
-            count = lambda args: (args[1] != 0) + (2 if args[4] == args[5] else 4)  # noqa: E731
-            rb.native = (runtime.wrap(rb.native[0], count=count), rb.native[1])
+            # (functions, query, ...): the query only if a copy is in flight
+            rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
         yield
     finally:
         PreparedLaunch.launch, LaunchTable.launch = original, original_table

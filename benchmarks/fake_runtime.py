@@ -119,10 +119,9 @@ class NullRuntime:
         pass
 
 
-def fake_cuda_readback(block, runtime, functions=None, on_compute=None):
+def fake_cuda_readback(block, runtime, functions=None):
     """A :class:`CudaReadback` of a NumPy status block on ``runtime`` (the device pointer is host memory);
-    ``functions``: addresses for its compiled calls (:class:`CompiledFunctions`), None for none;
-    ``on_compute``: the copy's stream (None: the readback's default)."""
+    ``functions``: addresses for its compiled calls (:class:`CompiledFunctions`), None for none."""
     compute = types.SimpleNamespace(ptr=7)
 
     class Event:
@@ -140,8 +139,7 @@ def fake_cuda_readback(block, runtime, functions=None, on_compute=None):
                                  Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
     cupy = types.SimpleNamespace(cuda=cuda)
     pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
-    extra = {} if functions is None else {"functions": functions}  # older trees take neither
-    extra.update({} if on_compute is None else {"on_compute": on_compute})
+    extra = {} if functions is None else {"functions": functions}  # older trees take no functions
     return readback_module.CudaReadback(block, modules=(cupy, pinned), **extra)
 
 

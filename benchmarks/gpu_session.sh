@@ -36,10 +36,9 @@
 #              (benchmarks/results/probes/ab_public_calls.py -> $OUT/ab-public-calls.jsonl; not in the default list)
 #   pinned     the monitor decode step of this tree with the process pinned to one core and not, alternately
 #              (ab_monitor_step.py under taskset -> $OUT/pinned-monitor-step.jsonl; not in the default list)
-#   graphcopy  KVCANARY_GRAPH_STATUS_COPY=1 (the status copy in the TAIL graph) and
-#              KVCANARY_STATUS_COPY_ON_COMPUTE=1 (end_step's copy on the compute stream): GPU monitor tests
-#              with both on, then the decode step with neither / compute / both, pinned (->
-#              $OUT/graph-copy-step.jsonl; not in the default list)
+#   readbackab the GPU monitor tests, then the decode step with the copy readback and the mapped one
+#              alternately, pinned (READBACKAB_ARMS, READBACKAB_ROUNDS, READBACKAB_TEST_FILES ->
+#              $OUT/readback-step.jsonl; not in the default list)
 #   endsplit   end_step's host time split into readback, aftercare and health, copy and mapped readback
 #              alternately, pinned (benchmarks/results/probes/end_step_split.py -> $OUT/end-step-split.jsonl;
 #              not in the default list)
@@ -78,21 +77,20 @@ run_step() {  # name, limit in seconds, command...
     return 0
 }
 
-graph_ab_rounds() {  # the decode step with each status readback arm, pinned; each round starts one arm later
-    # Arms "G C M label": KVCANARY_GRAPH_STATUS_COPY=G, KVCANARY_STATUS_COPY_ON_COMPUTE=C, mapped readback if
-    # M=1; GRAPHAB_ARMS="arm;arm;..." replaces the default three.
+readback_ab_rounds() {  # the decode step with each status readback arm, pinned; each round starts one arm later
+    # Arms "M label": KVCANARY_STATUS_READBACK=mapped if M=1, else copy; READBACKAB_ARMS="arm;arm;..." replaces
+    # the default two.
     local arms round k n
-    IFS=';' read -r -a arms <<<"${GRAPHAB_ARMS:-0 0 0 side stream;0 1 0 compute stream;1 1 0 TAIL graph + compute stream}"
+    IFS=';' read -r -a arms <<<"${READBACKAB_ARMS:-0 copy readback;1 mapped readback}"
     n=${#arms[@]}
-    for ((round = 0; round < ${GRAPHAB_ROUNDS:-2}; round++)); do
+    for ((round = 0; round < ${READBACKAB_ROUNDS:-2}; round++)); do
         for ((k = 0; k < n; k++)); do
             # shellcheck disable=SC2086
             set -- ${arms[(round + k) % n]}
-            KVCANARY_GRAPH_STATUS_COPY=$1 KVCANARY_STATUS_COPY_ON_COMPUTE=$2 \
-                KVCANARY_STATUS_READBACK=$([ "$3" = 1 ] && echo mapped || echo copy) taskset -c 3 python3 \
-                benchmarks/results/probes/ab_monitor_step.py . "${*:4} (round $((round + 1)))"
+            KVCANARY_STATUS_READBACK=$([ "$1" = 1 ] && echo mapped || echo copy) taskset -c 3 python3 \
+                benchmarks/results/probes/ab_monitor_step.py . "${*:2} (round $((round + 1)))"
         done
-    done >"$OUT/graph-copy-step.jsonl"
+    done >"$OUT/readback-step.jsonl"
 }
 
 find_vectors() {
@@ -217,16 +215,14 @@ for step in "${STEPS[@]}"; do
         run_step pinned 200 sh -c 'for i in 1 2; do
             python3 benchmarks/results/probes/ab_monitor_step.py . unpinned; taskset -c 3 python3 \
             benchmarks/results/probes/ab_monitor_step.py . "pinned to core 3"; done > "$0/pinned-monitor-step.jsonl"' "$OUT" ;;
-    graphcopy)  # the status copy inside the TAIL graph (KVCANARY_GRAPH_STATUS_COPY=1) and on the compute stream
-        # (KVCANARY_STATUS_COPY_ON_COMPUTE=1), both off by default: the GPU monitor tests with both on, then the
-        # decode step with neither, the compute-stream copy, and both (or GRAPHAB_ARMS, e.g. the mapped
-        # readback), pinned, GRAPHAB_ROUNDS rounds (default 2) each starting one arm later; GRAPHTEST_FILES: a subset
+    readbackab)  # the status readbacks, copy (the default) and mapped: the GPU monitor tests, then the decode
+        # step with each arm of READBACKAB_ARMS (default: copy, mapped), pinned, READBACKAB_ROUNDS rounds
+        # (default 2) each starting one arm later; READBACKAB_TEST_FILES: a subset of the tests
         # shellcheck disable=SC2086
-        run_step graphtests 300 env KVCANARY_GRAPH_STATUS_COPY=1 KVCANARY_STATUS_COPY_ON_COMPUTE=1 python3 -m pytest \
-            -m gpu -q -p no:cacheprovider ${GRAPHTEST_FILES:-tests/test_monitor_*.py tests/test_prepared*.py \
-            tests/test_launch_driver.py}
-        export -f graph_ab_rounds
-        run_step graphab 200 bash -c graph_ab_rounds ;;
+        run_step readbacktests 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
+            ${READBACKAB_TEST_FILES:-tests/test_monitor_*.py tests/test_prepared*.py tests/test_launch_driver.py}
+        export -f readback_ab_rounds
+        run_step readbackab 200 bash -c readback_ab_rounds ;;
     endsplit)  # end_step's parts, the copy readback and the mapped one alternately, ENDSPLIT_ROUNDS rounds
         run_step endsplit 200 bash -c 'for r in $(seq "${ENDSPLIT_ROUNDS:-2}"); do for mode in copy mapped; do
             KVCANARY_STATUS_READBACK=$mode taskset -c 3 python3 benchmarks/results/probes/end_step_split.py \
@@ -253,7 +249,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, candidate)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, readbackab, candidate)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

@@ -192,9 +192,6 @@ def main(argv=None) -> None:
         graph.head = graph.tail = types.SimpleNamespace(launch=lambda: None)
         m.graph = graph
         results["graph replay"] = time_steps(m, w.batch, args.steps)
-        # The same with the status copy inside the TAIL graphs (readback.GRAPH_STATUS_COPY).
-        graph.monitor, graph.tails = m, [types.SimpleNamespace(launch=lambda: None)] * 2
-        results["graph+copy"] = time_steps(m, w.batch, args.steps)
         m.graph = None
     finally:
         restore()

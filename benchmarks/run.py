@@ -123,10 +123,6 @@ def _meta(args, gpu: bool) -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     meta["source_sha1"] = source_sha1()
-    from kvcanary_numba.monitor import readback
-
-    meta["graph_status_copy"] = readback.GRAPH_STATUS_COPY  # which end_step path the monitor rows measured
-    meta["status_copy_on_compute"] = readback.STATUS_COPY_ON_COMPUTE
     for module in ("numba", "numba_cuda", "cupy"):
         try:
             meta[module] = __import__(module).__version__

@@ -21,8 +21,7 @@ from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch
 from kvcanary_numba.launch.table import LaunchTable
 from kvcanary_numba.monitor import StepBatch, fastpath
-from kvcanary_numba.monitor import readback as readback_module
-from kvcanary_numba.monitor.fastpath import FastPath, PreparedPhase
+from kvcanary_numba.monitor.fastpath import PreparedPhase
 from kvcanary_numba.monitor.status import Snapshot, StatusBlock
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -154,39 +153,28 @@ def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
 # --- the GPU readback against a fake runtime -----------------------------------------------------------
 
 
-def _readback(deferred: bool, compiled: bool = False, block: StatusBlock | None = None, on_compute: bool = False,
+def _readback(deferred: bool, compiled: bool = False, block: StatusBlock | None = None,
               runtime: FakeRuntime | None = None):
     """A CUDA readback of ``block`` (default: a new one) on a fake runtime; ``compiled``: its usual
-    step goes through the compiled readback calls (ctypes callbacks into the same fake runtime);
-    ``on_compute``: the copy goes on the compute stream (``readback.STATUS_COPY_ON_COMPUTE``)."""
+    step goes through the compiled readback calls (ctypes callbacks into the same fake runtime)."""
     block = StatusBlock(np, 1) if block is None else block
     runtime = FakeRuntime(deferred=deferred) if runtime is None else runtime
     functions = CompiledFunctions(runtime) if compiled else None
-    rb = fake_cuda_readback(block, runtime, functions=None if functions is None else functions.addresses,
-                            on_compute=on_compute)  # fmt: skip
+    rb = fake_cuda_readback(block, runtime, functions=None if functions is None else functions.addresses)
     rb.functions = functions  # kept alive with the readback
-    assert (rb.native is not None) == compiled and rb.on_compute == on_compute
+    assert (rb.native is not None) == compiled
     return block, runtime, rb
 
 
 both_paths = pytest.mark.parametrize("compiled", [False, True], ids=["runtime calls", "compiled calls"])
-both_streams = pytest.mark.parametrize("on_compute", [False, True], ids=["side stream", "compute stream"])
 
-#: Calls per step: the compute-stream event and the side stream's wait (side stream only), the copy, its event.
-CALLS_PER_STEP = {False: {"eventRecord": 2, "streamWaitEvent": 1, "memcpyAsync": 1}, True: {"eventRecord": 1, "memcpyAsync": 1}}
-
-
-def test_the_copy_stream_defaults_to_the_module_switch(monkeypatch):
-    assert _readback(deferred=False)[2].on_compute is False
-    monkeypatch.setattr(readback_module, "STATUS_COPY_ON_COMPUTE", True)
-    block = StatusBlock(np, 1)
-    assert fake_cuda_readback(block, FakeRuntime()).on_compute is True
+#: Calls per step: the compute-stream event, the side stream's wait, the copy, its event.
+CALLS_PER_STEP = {"eventRecord": 2, "streamWaitEvent": 1, "memcpyAsync": 1}
 
 
-@both_streams
 @both_paths
-def test_readback_in_step_returns_the_previous_step_and_never_waits(compiled, on_compute, monkeypatch):
-    block, runtime, rb = _readback(deferred=False, compiled=compiled, on_compute=on_compute)
+def test_readback_in_step_returns_the_previous_step_and_never_waits(compiled, monkeypatch):
+    block, runtime, rb = _readback(deferred=False, compiled=compiled)
     if compiled:  # the usual state takes the compiled calls only
         monkeypatch.setattr(rb, "_issue", None)
         monkeypatch.setattr(rb, "_collect", None)
@@ -198,13 +186,12 @@ def test_readback_in_step_returns_the_previous_step_and_never_waits(compiled, on
     assert got == [None, (0, 10), (1, 11), (2, 12)]
     assert runtime.synchronized == [] and "eventSynchronize" not in runtime.calls
     # Four steps' calls, and one query of the previous copy's event from step 1 on.
-    assert runtime.calls == {**{name: 4 * n for name, n in CALLS_PER_STEP[on_compute].items()}, "eventQuery": 3}
+    assert runtime.calls == {**{name: 4 * n for name, n in CALLS_PER_STEP.items()}, "eventQuery": 3}
 
 
-@both_streams
 @both_paths
-def test_readback_behind_waits_only_for_the_copy_two_steps_old(compiled, on_compute):
-    block, runtime, rb = _readback(deferred=True, compiled=compiled, on_compute=on_compute)
+def test_readback_behind_waits_only_for_the_copy_two_steps_old(compiled):
+    block, runtime, rb = _readback(deferred=True, compiled=compiled)
     block.words[0] = 5
     assert rb.push(0) is None
     block.words[0] = 6
@@ -234,9 +221,8 @@ def test_a_failed_compiled_readback_call_raises_with_its_name(call, code, name):
         rb.push(1)
 
 
-@both_streams
 @both_paths
-def test_the_readback_calls_in_order_on_the_right_streams(compiled, on_compute):
+def test_the_readback_calls_in_order_on_the_right_streams(compiled):
     runtime, calls = FakeRuntime(deferred=True), []
 
     def recorded(name, method):
@@ -248,19 +234,12 @@ def test_the_readback_calls_in_order_on_the_right_streams(compiled, on_compute):
 
     for name in ("eventQuery", "eventRecord", "streamWaitEvent", "memcpyAsync"):
         setattr(runtime, name, recorded(name, getattr(runtime, name)))
-    block, runtime, rb = _readback(deferred=True, compiled=compiled, on_compute=on_compute, runtime=runtime)
+    block, runtime, rb = _readback(deferred=True, compiled=compiled, runtime=runtime)
     rb.push(0)
     runtime.finish()
     rb.push(1)
     (l0, c0, h0), (l1, c1, h1) = rb._buffers
     side, compute, device, nbytes = rb._copy[4], 7, block.words.ctypes.data, block.words.nbytes
-    if on_compute:  # the compute stream orders the copy after the step's launches: no event, no wait
-        assert calls == [
-            ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, compute), ("eventRecord", c0, compute),
-            ("eventQuery", c0),
-            ("memcpyAsync", h1, device, nbytes, runtime.memcpyDeviceToHost, compute), ("eventRecord", c1, compute),
-        ]  # fmt: skip
-        return
     assert calls == [
         ("eventRecord", l0, compute), ("streamWaitEvent", side, l0),
         ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c0, side),
@@ -313,11 +292,10 @@ class _FakeGraph:
 @pytest.mark.simulator
 @on_simulator
 @pytest.mark.parametrize("graph", [False, True], ids=["prepared", "graph replay"])
-@both_streams
 @both_paths
-def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph, compiled, on_compute):
+def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch, graph, compiled):
     w, _ = stubbed
-    _, _, rb = _readback(deferred=False, compiled=compiled, block=w.monitor.status, on_compute=on_compute)
+    _, _, rb = _readback(deferred=False, compiled=compiled, block=w.monitor.status)
     w.monitor.readback = w.monitor.pump.readback = rb
     monkeypatch.setattr(bench_step, "synchronize", lambda: None)
     # The spin before each step is a launch of its own: it must not count as one of the step's.
@@ -333,7 +311,7 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
                          "end_step: everything else"}  # fmt: skip
     assert rows["pre+post: launch calls"]["launches"] == (2 if graph else 6)  # 2 plan, HEAD and TAIL: verify + write
-    assert rows["end_step: runtime calls"]["launches"] == (3 if on_compute else 5)
+    assert rows["end_step: runtime calls"]["launches"] == 5
     assert all(r["iters"] == bench_step._host_iters(run) == 9 for r in run.records)
     # Everything the split wrapped is back as it was.
     assert PreparedLaunch.launch is launch and LaunchTable.launch is table_launch and vars(m.readback) == saved
@@ -413,15 +391,15 @@ def test_gpu_a_resliced_cupy_view_is_not_rebound_and_gives_the_same_records(monk
 
 
 @pytest.mark.gpu
-@both_streams
-def test_gpu_each_copy_reads_the_block_after_its_step_s_launches(on_compute):
+def test_gpu_each_copy_reads_the_block_after_its_step_s_launches():
     import cupy
 
     from kvcanary_numba.monitor.readback import CudaReadback
 
     block = StatusBlock(cupy, 1)
-    seen = late_write_readback(CudaReadback(block, on_compute=on_compute), block)
+    seen = late_write_readback(CudaReadback(block), block)
     assert seen[-1][0] == 5 and [index for _, index in seen] == [100 + step for step, _ in seen]
+
 
 def test_bound_arrays_without_a_shape_are_never_reused():
     from kvcanary_numba.monitor.bound import BoundArrays

@@ -125,13 +125,12 @@ def _readback_step(fns, query, launched, copied, compute, side, host, device, nb
         status = _call_1(fns[0], query)
         if status != 0 and status != _NOT_READY:
             return (1 << 32) | (status & 0xFFFFFFFF)
-    if side != compute:  # a copy on the compute stream follows the step's launches without an event
-        err = _call_2(fns[1], launched, compute)
-        if err != 0:
-            return (2 << 32) | (err & 0xFFFFFFFF)
-        err = _call_wait(fns[2], side, launched)
-        if err != 0:
-            return (3 << 32) | (err & 0xFFFFFFFF)
+    err = _call_2(fns[1], launched, compute)
+    if err != 0:
+        return (2 << 32) | (err & 0xFFFFFFFF)
+    err = _call_wait(fns[2], side, launched)
+    if err != 0:
+        return (3 << 32) | (err & 0xFFFFFFFF)
     err = _call_4(fns[3], host, device, nbytes, side)
     if err != 0:
         return (4 << 32) | (err & 0xFFFFFFFF)
@@ -177,12 +176,11 @@ def compiled_readback() -> Callable | None:
     (compiled on first use), or None (logged once).
 
     ``fns``: int64 addresses of :data:`READBACK_FUNCTIONS`. In order: ``cuEventQuery(query)``
-    unless ``query`` is 0, ``cuEventRecord(launched, compute)`` and
-    ``cuStreamWaitEvent(side, launched, 0)`` unless ``side == compute``,
-    ``cuMemcpyDtoHAsync_v2(host, device, nbytes, side)``, ``cuEventRecord(copied, side)``; it
-    stops at the first error. ``status``: the query's CUresult (0 done, 600 not ready; 0
-    without a query) when every call succeeded, else ``call << 32 | CUresult`` with ``call``
-    1-5 in that order (:func:`decode_status`).
+    unless ``query`` is 0, ``cuEventRecord(launched, compute)``,
+    ``cuStreamWaitEvent(side, launched, 0)``, ``cuMemcpyDtoHAsync_v2(host, device, nbytes,
+    side)``, ``cuEventRecord(copied, side)``; it stops at the first error. ``status``: the
+    query's CUresult (0 done, 600 not ready; 0 without a query) when every call succeeded,
+    else ``call << 32 | CUresult`` with ``call`` 1-5 in that order (:func:`decode_status`).
     """
     return _compile("readback step", _readback_step, "int64(int64[::1], int64, int64, int64, int64, int64, int64, "
                                                      "int64, int64)")  # fmt: skip

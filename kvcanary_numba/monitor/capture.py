@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import error
-from . import readback as readback_module
 from .batch import StepBatch
 from .fastpath import _ROLE_FIELDS, _same_arrays, _same_layout
 from .groups import check_type
@@ -26,16 +25,11 @@ class CapturedStep:
     batch arrays *in place* (same objects, same shapes: pad batches to a fixed
     size with padding rows, ``req_pool_indices == 0``); the canary's own state
     (plans, buffers, ring, counters, scratch) is fixed at construction; the
-    graphs contain no host reads, so readback stays in ``end_step``. With
-    :data:`~.readback.GRAPH_STATUS_COPY` the status block's copy to the host is
-    captured too, at the end of two TAIL graphs (one per host buffer, taken by
-    the step's parity), and a replayed ``end_step`` only queries its event. A batch
+    graphs contain no host reads, so readback stays in ``end_step``. A batch
     field reassigned to another array after capture would be a stale pointer in
     the graph unless it has the captured layout: :meth:`matches` tells, and
     :func:`run_pre` then takes the prepared path (which rebinds by role).
     """
-
-    tails = None  #: the two TAIL graphs that copy the status block (GRAPH_STATUS_COPY), else None
 
     def __init__(self, monitor, batch):
         import cupy
@@ -50,14 +44,8 @@ class CapturedStep:
             fast.phases(batch, pool, lens, fast.roles(batch, lens))
             stream.synchronize()
             self.head = capture_graph(stream, lambda: fast.pre(batch))
-            readback = monitor.readback
-            if readback_module.GRAPH_STATUS_COPY and isinstance(readback, readback_module.CudaReadback):
-                # One TAIL graph per host buffer of the readback, each ending with its copy.
-                self.tails = [capture_graph(stream, lambda i=i: (fast.post(), readback.capture_copy(stream.ptr, i)))
-                              for i in (0, 1)]  # fmt: skip
-            else:
-                self.tail = capture_graph(stream, fast.post)
-        self.monitor, self.replays = monitor, 0
+            self.tail = capture_graph(stream, fast.post)
+        self.replays = 0
 
     def matches(self, batch) -> bool:
         """Whether ``batch`` is the captured batch and each role's array is the captured object
@@ -71,13 +59,7 @@ class CapturedStep:
         self.replays += 1
 
     def post(self) -> None:
-        if self.tails is None:
-            self.tail.launch()
-            return
-        step, readback = self.monitor.step, self.monitor.readback
-        readback.free_for_graph(step)
-        self.tails[step & 1].launch()
-        readback.graph_copied(step)
+        self.tail.launch()
 
 
 def capture_graph(stream, body: Callable[[], None]):

@@ -75,7 +75,7 @@ class MappedReadback:
         self._sequence = 0  # publishes issued
         self._seen = 0  # the newest sequence number read
 
-    def push(self, step: int, swept: bool = False) -> Snapshot | None:
+    def push(self, step: int) -> Snapshot | None:
         """Publish this step's block (after any sweep's launches); return the newest complete
         publish of an earlier or this step, waiting only for one two steps old."""
         self._publisher.launch()

@@ -266,7 +266,7 @@ class CanaryMonitor(MonitorControls):
             self.finish_warmup()
         if self.budget is not None:
             self.budget.advance(self.xp)
-        snapshot = self.readback.push(step, swept=sweep is not None)
+        snapshot = self.readback.push(step)
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
         self.aftercare.process(self, snapshot, step)
 

@@ -90,10 +90,6 @@ def _snapshot(step: int, words: np.ndarray) -> Snapshot:
     return snapshot
 
 
-def _newest(a: Snapshot | None, b: Snapshot | None) -> Snapshot | None:
-    return a if b is None or (a is not None and a.step > b.step) else b
-
-
 def _low_lane(word) -> int:
     """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
     value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
