@@ -228,25 +228,20 @@ class _TimedGraph:
 def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
     """Within the block, monitor ``m``'s launch calls (launch tables, prepared launches, its
     graph's two launches) run under ``launches`` and its readback's runtime calls (CuPy's, or
-    the compiled call standing for the usual step's five, four without a copy in flight; a mapped
-    readback's publish launch) under ``runtime``."""
+    the compiled call standing for the usual step's five, four without a copy in flight) under
+    ``runtime``."""
     original, original_table = PreparedLaunch.launch, LaunchTable.launch
     rb, graph = m.readback, m.graph
-    publisher = getattr(rb, "_publisher", None)  # the mapped readback: one publish launch, no runtime calls
-    names = () if publisher is not None else ("_record", "_wait", "_query", "_copy", "native")
-    saved = {name: getattr(rb, name) for name in names}
+    saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
     try:
         PreparedLaunch.launch = launches.wrap(original)
         LaunchTable.launch = launches.wrap(original_table, count=lambda args: len(args[0]))
         if graph is not None:
             graph.head, graph.tail = _TimedGraph(graph.head, launches), _TimedGraph(graph.tail, launches)
-        if publisher is not None:
-            publisher.launch = runtime.wrap(publisher.launch)  # an instance attribute, dropped below
-        else:
-            for name in ("_record", "_wait", "_query"):
-                setattr(rb, name, runtime.wrap(saved[name]))
-            rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
-        if publisher is None and rb.native is not None:
+        for name in ("_record", "_wait", "_query"):
+            setattr(rb, name, runtime.wrap(saved[name]))
+        rb._copy = (runtime.wrap(saved["_copy"][0]), *saved["_copy"][1:])
+        if rb.native is not None:
             # (functions, query, ...): the query only if a copy is in flight
             rb.native = (runtime.wrap(rb.native[0], count=lambda args: 5 if args[1] else 4), rb.native[1])
         yield
@@ -256,8 +251,6 @@ def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
             graph.head, graph.tail = graph.head.graph, graph.tail.graph
         for name, value in saved.items():
             setattr(rb, name, value)
-        if publisher is not None:
-            vars(publisher).pop("launch", None)
 
 
 def _host_split(run, w, variant: str) -> None:
@@ -287,8 +280,8 @@ def _host_split(run, w, variant: str) -> None:
             t2 = time.perf_counter()
             m.post_forward()
             t3 = time.perf_counter()
-            launch_us, launch_calls = launches.take()  # before end_step: a mapped readback's publish
-            m.end_step()  # counts under end_step's runtime calls (the next spin's take drops it here)
+            launch_us, launch_calls = launches.take()
+            m.end_step()
             t4 = time.perf_counter()
             runtime_us, runtime_calls = runtime.take()
             if i >= 3:

@@ -36,11 +36,8 @@
 #              (benchmarks/results/probes/ab_public_calls.py -> $OUT/ab-public-calls.jsonl; not in the default list)
 #   pinned     the monitor decode step of this tree with the process pinned to one core and not, alternately
 #              (ab_monitor_step.py under taskset -> $OUT/pinned-monitor-step.jsonl; not in the default list)
-#   readbackab the GPU monitor tests, then the decode step with the copy readback and the mapped one
-#              alternately, pinned (READBACKAB_ARMS, READBACKAB_ROUNDS, READBACKAB_TEST_FILES ->
-#              $OUT/readback-step.jsonl; not in the default list)
-#   endsplit   end_step's host time split into readback, aftercare and health, copy and mapped readback
-#              alternately, pinned (benchmarks/results/probes/end_step_split.py -> $OUT/end-step-split.jsonl;
+#   endsplit   end_step's host time split into readback, aftercare and health, pinned, ENDSPLIT_ROUNDS
+#              processes (benchmarks/results/probes/end_step_split.py -> $OUT/end-step-split.jsonl;
 #              not in the default list)
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during
 #              a real CUDA-graph capture (not in the default list)
@@ -75,22 +72,6 @@ run_step() {  # name, limit in seconds, command...
     # Packed after every step: a call cut by the device tool's limit still brings back what ran.
     [ -n "${PACK:-}" ] && tar czf "$PACK" -C "$OUT" . 2>/dev/null
     return 0
-}
-
-readback_ab_rounds() {  # the decode step with each status readback arm, pinned; each round starts one arm later
-    # Arms "M label": KVCANARY_STATUS_READBACK=mapped if M=1, else copy; READBACKAB_ARMS="arm;arm;..." replaces
-    # the default two.
-    local arms round k n
-    IFS=';' read -r -a arms <<<"${READBACKAB_ARMS:-0 copy readback;1 mapped readback}"
-    n=${#arms[@]}
-    for ((round = 0; round < ${READBACKAB_ROUNDS:-2}; round++)); do
-        for ((k = 0; k < n; k++)); do
-            # shellcheck disable=SC2086
-            set -- ${arms[(round + k) % n]}
-            KVCANARY_STATUS_READBACK=$([ "$1" = 1 ] && echo mapped || echo copy) taskset -c 3 python3 \
-                benchmarks/results/probes/ab_monitor_step.py . "${*:2} (round $((round + 1)))"
-        done
-    done >"$OUT/readback-step.jsonl"
 }
 
 find_vectors() {
@@ -215,18 +196,9 @@ for step in "${STEPS[@]}"; do
         run_step pinned 200 sh -c 'for i in 1 2; do
             python3 benchmarks/results/probes/ab_monitor_step.py . unpinned; taskset -c 3 python3 \
             benchmarks/results/probes/ab_monitor_step.py . "pinned to core 3"; done > "$0/pinned-monitor-step.jsonl"' "$OUT" ;;
-    readbackab)  # the status readbacks, copy (the default) and mapped: the GPU monitor tests, then the decode
-        # step with each arm of READBACKAB_ARMS (default: copy, mapped), pinned, READBACKAB_ROUNDS rounds
-        # (default 2) each starting one arm later; READBACKAB_TEST_FILES: a subset of the tests
-        # shellcheck disable=SC2086
-        run_step readbacktests 300 python3 -m pytest -m gpu -q -p no:cacheprovider \
-            ${READBACKAB_TEST_FILES:-tests/test_monitor_*.py tests/test_prepared*.py tests/test_launch_driver.py}
-        export -f readback_ab_rounds
-        run_step readbackab 200 bash -c readback_ab_rounds ;;
-    endsplit)  # end_step's parts, the copy readback and the mapped one alternately, ENDSPLIT_ROUNDS rounds
-        run_step endsplit 200 bash -c 'for r in $(seq "${ENDSPLIT_ROUNDS:-2}"); do for mode in copy mapped; do
-            KVCANARY_STATUS_READBACK=$mode taskset -c 3 python3 benchmarks/results/probes/end_step_split.py \
-                "$mode (round $r)"; done; done >"$OUT/end-step-split.jsonl"' ;;
+    endsplit)  # end_step's parts, ENDSPLIT_ROUNDS processes one after another
+        run_step endsplit 200 bash -c 'for r in $(seq "${ENDSPLIT_ROUNDS:-2}"); do taskset -c 3 python3 \
+            benchmarks/results/probes/end_step_split.py "round $r"; done >"$OUT/end-step-split.jsonl"' ;;
     interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;
@@ -249,7 +221,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, readbackab, candidate)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, abpublic, pinned, endsplit, interop, candidate)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

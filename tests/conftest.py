@@ -50,17 +50,6 @@ HAS_GPU = _cupy_gpu()
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-def pytest_configure(config):
-    # KVCANARY_TEST_HOST_READBACK=mapped (with the simulator): every NumPy monitor reads its status
-    # block through the mapped readback, its publish kernel simulated, so the monitor and engine
-    # suites check that readback's semantics too (sweeps, health, reports, bundles).
-    if os.environ.get("KVCANARY_TEST_HOST_READBACK") == "mapped" and SIMULATOR:
-        from kvcanary_numba.monitor import monitor
-        from kvcanary_numba.monitor.mapped import MappedReadback
-
-        monitor.HostReadback = MappedReadback
-
-
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU with CuPy (not simulated)")
     skip_kernels = pytest.mark.skip(reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")

@@ -193,26 +193,3 @@ def late_write_readback(readback, block, steps: int = 6) -> list[tuple[int, int]
         seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
     last = readback.flush()
     return seen + [(last.step, last.write_index)]
-
-
-class LaggingPublisher:
-    """A stand-in for the mapped readback's publish launch: publishes queue up as a busy device's
-    would; ``run(n)`` executes the oldest ``n`` of them, each writing the words as they were when
-    its launch was issued (as the kernel, queued after the step's launches, sees them) between
-    the busy mark and its sequence number."""
-
-    def __init__(self, words: np.ndarray):
-        self.words, self.host = words, np.zeros(words.shape[0] + 1, dtype=np.int64)
-        self.pending: list[np.ndarray] = []
-        self.sequence = 0
-
-    def launch(self, stream=None):
-        self.pending.append(self.words.copy())
-
-    def run(self, n: int = 1):
-        for words in self.pending[:n]:
-            self.sequence += 1
-            self.host[0] = -self.sequence
-            self.host[1:] = words
-            self.host[0] = self.sequence
-        del self.pending[:n]

@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import LaggingPublisher, late_write_readback
+from monitor_helpers import late_write_readback
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
@@ -319,36 +319,6 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
         assert isinstance(m.graph.head, types.SimpleNamespace)
     with raises_code("KVC-M005"):
         m.post_forward()  # the monitor is idle again: the split ran whole steps
-
-
-class _PublishAtOnce(LaggingPublisher):
-    """A mapped readback's publisher on a device that keeps up. Its launch goes through
-    ``PreparedLaunch.launch``, as the real one's launch table does."""
-
-    def launch(self, stream=None):
-        PreparedLaunch.launch(None)
-        super().launch(stream)
-        self.run()
-
-
-@pytest.mark.simulator
-@on_simulator
-def test_host_split_counts_a_mapped_readback_s_publish_once_under_end_step(stubbed, monkeypatch):
-    from kvcanary_numba.monitor.mapped import MappedReadback
-
-    w, _ = stubbed
-    m = w.monitor
-    publisher = _PublishAtOnce(m.status.words)
-    m.readback = m.pump.readback = MappedReadback(m.status, publisher=publisher)
-    monkeypatch.setattr(bench_step, "synchronize", lambda: None)
-    monkeypatch.setattr(bench_step, "_spin", lambda us: PreparedLaunch.launch(None))
-    _step(w)
-    run = _Run()
-    bench_step._host_split(run, w, "decode")
-    rows = {r["variant"].split(", ")[1]: r for r in run.records}
-    assert rows["pre+post: launch calls"]["launches"] == 6  # the publish is not one of the phases' launches
-    assert rows["end_step: runtime calls"]["launches"] == 1
-    assert publisher.sequence == 1 + 3 + 9 and "launch" not in vars(publisher)  # one per step; unwrapped after
 
 
 # --- GPU: CuPy views and the raw readback calls ---------------------------------------------------------

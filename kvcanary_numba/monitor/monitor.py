@@ -38,8 +38,7 @@ from .fastpath import FastPath, run_pre
 from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
-from .mapped import gpu_readback
-from .readback import HostReadback
+from .readback import CudaReadback, HostReadback
 from .status import StatusBlock
 from .sweep import SlotChain
 from .triage import warn_blind_spot
@@ -151,7 +150,7 @@ class CanaryMonitor(MonitorControls):
                 _FN, xp, max_requests=max_requests, max_context_len=max_context_len,
                 write_req_capacity=self.write_req_capacity,
             )  # fmt: skip
-        self.readback = HostReadback(self.status) if xp is np else gpu_readback(self.status)
+        self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
         self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
         self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
         self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps,

@@ -5,7 +5,7 @@ the copy readback's five driver calls): ``end_step`` stayed at 31-35 us in the b
 against 27-55 us for the copy readback, so the driver calls are not most of it. This probe
 times the parts of ``end_step`` one by one, by wrapping the monitor's collaborators:
 
-``push``      the readback (the copy readback's five driver calls, or the publish launch)
+``push``      the readback (its five driver calls, in one compiled call)
 ``process``   the aftercare: re-checks, the pump's decode, the health check
 ``health``    the host launch counts kept for the next health check
 ``rest``      ``end_step`` minus the three (phase bookkeeping, the wrappers' own calls)
@@ -18,6 +18,8 @@ per path (prepared, graph replay), 300 steps after 20 of warm-up:
                  on its own (``touch``): is the first driver call after the host's work the cold one?
 
     python3 benchmarks/results/probes/end_step_split.py LABEL   # one JSON line
+
+(Session 15's run 2 also ran it on the mapped readback, since removed: its last tree is ``9e4874e``.)
 """
 
 import json
