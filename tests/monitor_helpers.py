@@ -168,28 +168,3 @@ def monitor_run(xp, kind: str, *, requests: int, prefix: int, bytes_per_token: i
     out["status"] = host(m.status.words).copy()
     out["violations"] = np.array(sorted(map(tuple, host(m.ring)[:stored].tolist())))
     return out, m
-
-
-_LATE_WRITE = r"""
-extern "C" __global__ void late_write(long long* words, long long value, long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) {}
-    words[0] = value;  // after ~cycles: a copy not ordered after this kernel reads the old value
-}
-"""
-
-
-def late_write_readback(readback, block, steps: int = 6) -> list[tuple[int, int]]:
-    """(step, write index) of every snapshot a GPU readback returns when a ~1 ms kernel sets the
-    block's write index to 100 + step before each push, then of its flush; each snapshot must
-    show its own step's value (the copy is ordered after the step's launches)."""
-    import cupy
-
-    late_write = cupy.RawKernel(_LATE_WRITE, "late_write")
-    seen = []
-    for step in range(steps):
-        late_write((1,), (1,), (block.words, np.int64(100 + step), np.int64(2_000_000)))  # ~1 ms
-        snapshot = readback.push(step)
-        seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
-    last = readback.flush()
-    return seen + [(last.step, last.write_index)]

@@ -14,7 +14,6 @@ import types
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import late_write_readback
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
 from kvcanary_numba.launch import _common
@@ -360,6 +359,15 @@ def test_gpu_a_resliced_cupy_view_is_not_rebound_and_gives_the_same_records(monk
         np.testing.assert_array_equal(resliced[name], array, err_msg=name)
 
 
+_LATE_WRITE = r"""
+extern "C" __global__ void late_write(long long* words, long long value, long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+    words[0] = value;  // after ~cycles: a copy not ordered after this kernel reads the old value
+}
+"""
+
+
 @pytest.mark.gpu
 def test_gpu_each_copy_reads_the_block_after_its_step_s_launches():
     import cupy
@@ -367,7 +375,15 @@ def test_gpu_each_copy_reads_the_block_after_its_step_s_launches():
     from kvcanary_numba.monitor.readback import CudaReadback
 
     block = StatusBlock(cupy, 1)
-    seen = late_write_readback(CudaReadback(block), block)
+    rb = CudaReadback(block)
+    late_write = cupy.RawKernel(_LATE_WRITE, "late_write")
+    seen = []
+    for step in range(6):
+        late_write((1,), (1,), (block.words, np.int64(100 + step), np.int64(2_000_000)))  # ~1 ms
+        snapshot = rb.push(step)
+        seen += [] if snapshot is None else [(snapshot.step, snapshot.write_index)]
+    last = rb.flush()
+    seen.append((last.step, last.write_index))
     assert seen[-1][0] == 5 and [index for _, index in seen] == [100 + step for step, _ in seen]
 
 
