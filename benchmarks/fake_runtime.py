@@ -137,7 +137,7 @@ def fake_cuda_readback(block, runtime, functions=None):
 
     cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
                                  Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
-    cupy = types.SimpleNamespace(cuda=cuda)
+    cupy = types.SimpleNamespace(cuda=cuda, asnumpy=np.array)  # asnumpy: the ring's copy (host memory here)
     pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
     extra = {} if functions is None else {"functions": functions}  # older trees take no functions
     return readback_module.CudaReadback(block, modules=(cupy, pinned), **extra)

@@ -41,7 +41,7 @@ from numba.extending import intrinsic
 
 from .._jit import cpu_jit
 
-__all__ = ["READBACK_FUNCTIONS", "compiled_launcher", "compiled_readback", "decode_status"]
+__all__ = ["QUIET", "READBACK_FUNCTIONS", "compiled_launcher", "compiled_readback", "decode_status"]
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
@@ -49,6 +49,11 @@ logger = logging.getLogger("kvcanary_numba.launch")
 READBACK_FUNCTIONS = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2")
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY: a query's "not yet", not an error
+
+#: :func:`compiled_readback`'s status when the queried copy is done and shows nothing new (its
+#: write index is the expected one and every plan's ``enable`` is set): no CUresult is 1 without
+#: ``call << 32`` in a failed call's status, so it cannot be mistaken for one.
+QUIET = 1
 
 
 def _c_call(bits: tuple, constants: dict | None = None):
@@ -86,6 +91,14 @@ def _cu_launch_kernel(typingctx, fn, func, grid, block, stream, params, extra):
 
 
 @intrinsic
+def _load_word(typingctx, address):  # *(int64 *) address: a word of a pinned host buffer
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
+
+    return types.int64(types.int64), codegen
+
+
+@intrinsic
 def _call_1(typingctx, fn, a):  # cuEventQuery(CUevent)
     return _int64s(1), _c_call((64,))
 
@@ -119,7 +132,20 @@ def _launch_table(fn, table, stream):
 
 
 @cpu_jit()
-def _readback_step(fns, query, launched, copied, compute, side, host, device, nbytes):
+def _quiet(words, expect, first_plan_word, nwords):
+    """Whether the status words at address ``words`` show write index ``expect`` and every plan's
+    ``enable`` set (the low int32 lanes of word 0 and of every second word from ``first_plan_word``)."""
+    if expect < 0 or _load_word(words) & 0xFFFFFFFF != expect:
+        return False
+    for w in range(first_plan_word, nwords, 2):
+        if _load_word(words + 8 * w) & 0xFFFFFFFF == 0:
+            return False
+    return True
+
+
+@cpu_jit()
+def _readback_step(fns, query, queried, expect, first_plan_word, launched, copied, compute, side, host, device,
+                   nbytes):  # fmt: skip
     status = 0
     if query != 0:
         status = _call_1(fns[0], query)
@@ -137,6 +163,8 @@ def _readback_step(fns, query, launched, copied, compute, side, host, device, nb
     err = _call_2(fns[1], copied, side)
     if err != 0:
         return (5 << 32) | (err & 0xFFFFFFFF)
+    if query != 0 and status == 0 and _quiet(queried, expect, first_plan_word, nbytes // 8):
+        return QUIET
     return status
 
 
@@ -172,18 +200,20 @@ def compiled_launcher() -> Callable | None:
 
 
 def compiled_readback() -> Callable | None:
-    """``readback_step(fns, query, launched, copied, compute, side, host, device, nbytes) -> status``
-    (compiled on first use), or None (logged once).
+    """``readback_step(fns, query, queried, expect, first_plan_word, launched, copied, compute, side,
+    host, device, nbytes) -> status`` (compiled on first use), or None (logged once).
 
     ``fns``: int64 addresses of :data:`READBACK_FUNCTIONS`. In order: ``cuEventQuery(query)``
     unless ``query`` is 0, ``cuEventRecord(launched, compute)``,
     ``cuStreamWaitEvent(side, launched, 0)``, ``cuMemcpyDtoHAsync_v2(host, device, nbytes,
     side)``, ``cuEventRecord(copied, side)``; it stops at the first error. ``status``: the
     query's CUresult (0 done, 600 not ready; 0 without a query) when every call succeeded,
-    else ``call << 32 | CUresult`` with ``call`` 1-5 in that order (:func:`decode_status`).
+    else ``call << 32 | CUresult`` with ``call`` 1-5 in that order (:func:`decode_status`);
+    :data:`QUIET` in place of 0 when the queried copy (the status block at host address
+    ``queried``, ``nbytes`` long) has write index ``expect`` (-1: never quiet) and a nonzero
+    ``enable`` lane in every second word from ``first_plan_word`` on: nothing to process.
     """
-    return _compile("readback step", _readback_step, "int64(int64[::1], int64, int64, int64, int64, int64, int64, "
-                                                     "int64, int64)")  # fmt: skip
+    return _compile("readback step", _readback_step, "int64(int64[::1], " + ", ".join(["int64"] * 11) + ")")
 
 
 def decode_status(status: int) -> tuple[int, int]:

@@ -208,6 +208,10 @@ class Aftercare:
     def __init__(self, bundle_dir: pathlib.Path | None):
         self.rechecker, self.bundle_dir, self.bundles = Rechecker(), bundle_dir, []
 
+    def quiet_index(self, pump, step: int) -> int:
+        """:meth:`ViolationPump.quiet_index`, or -1 while rows wait for their re-check."""
+        return -1 if self.rechecker.pending else pump.quiet_index(step)
+
     def process(self, monitor, snapshot, step: int) -> None:
         """Re-check the rows of the previous readback, then let the pump decode and report this one;
         the new rows are tracked for the next re-check and bundled (also when the pump raises)."""

@@ -120,10 +120,14 @@ class HealthChecker:
         """Remember the host counts as of the end of ``step`` (for the snapshot of that step)."""
         self._history[step % _HISTORY] = (self.pre, self.post, self._other)
 
+    def due(self, step: int) -> bool:
+        """Whether the snapshot of ``step`` gets a check."""
+        return 0 < self.interval <= step - self._base_step and step + 1 >= self.warmup_steps
+
     def check(self, snapshot: Snapshot) -> HealthReport | None:
         """Compare if a check is due at ``snapshot.step``; returns the report (None if not due)."""
         step = snapshot.step
-        if self.interval <= 0 or step + 1 < self.warmup_steps or step - self._base_step < self.interval:
+        if not self.due(step):
             return None
         host = self._total(*self._history[step % _HISTORY])
         device = snapshot.kernel_run_counters.copy()

@@ -265,7 +265,8 @@ class CanaryMonitor(MonitorControls):
             self.finish_warmup()
         if self.budget is not None:
             self.budget.advance(self.xp)
-        snapshot = self.readback.push(step)
+        # The readback skips a snapshot of the previous step that would change nothing (most steps).
+        snapshot = self.readback.push(step, self.aftercare.quiet_index(self.pump, step - 1))
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
         self.aftercare.process(self, snapshot, step)
 

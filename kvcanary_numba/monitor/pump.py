@@ -46,10 +46,20 @@ class ViolationPump:
         self.planned = [False] * _PLAN_HISTORY  # a list: set twice per step, read once
         self._capacity = int(ring.shape[0])
         self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
+        self._index_seen = 0  # the write index of the last snapshot processed
 
     def mark_planned(self, step: int, planned: bool = True) -> None:
         """Record whether ``step`` ran a plan (only then is ``enable == 0`` an overflow)."""
         self.planned[step % _PLAN_HISTORY] = planned
+
+    def quiet_index(self, step: int) -> int:
+        """The write index with which the snapshot of ``step`` would need no processing (-1: none).
+
+        A snapshot with the write index of the last one processed and every plan's ``enable``
+        set has no rows to decode and no overflow to warn about; unless a health check is due,
+        processing it changes nothing.
+        """
+        return -1 if self.health.due(step) else self._index_seen
 
     def process(self, snapshot: Snapshot) -> None:
         """Warn about plan overflow, decode new rows, run a due health check, then report.
@@ -68,6 +78,7 @@ class ViolationPump:
                         snapshot.step, name, capacity,
                     )  # fmt: skip
         index, capacity = snapshot.write_index, self._capacity
+        self._index_seen = index
         stored = min(index, capacity)
         new: list[Violation] = []
         if stored > self._rows_decoded:

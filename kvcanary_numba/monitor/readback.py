@@ -15,9 +15,11 @@ from collections import deque
 import numpy as np
 
 from ..launch import _driver, _native
-from .status import Snapshot, StatusBlock, _snapshot
+from .status import FIRST_PLAN_WORD, Snapshot, StatusBlock, _snapshot
 
 __all__ = ["HostReadback", "CudaReadback"]
+
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY: the previous copy is still in flight
 
 
 class HostReadback:
@@ -26,8 +28,9 @@ class HostReadback:
     def __init__(self, block: StatusBlock):
         self._words = block.words
 
-    def push(self, step: int) -> Snapshot | None:
-        """Snapshot the block after ``step``; returns the snapshot to process now."""
+    def push(self, step: int, expect: int = -1) -> Snapshot | None:
+        """Snapshot the block after ``step``; returns the snapshot to process now (``expect`` is
+        :meth:`CudaReadback.push`'s: every snapshot is processed on the CPU)."""
         return _snapshot(step, self._words.copy())
 
     def flush(self) -> Snapshot | None:
@@ -52,6 +55,8 @@ class CudaReadback:
     stream, make the side stream wait for it, copy, record the copy -- are one call
     into compiled code (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
     functions); any other state, or no compiled calls, takes CuPy's runtime calls one by one.
+    That call also reads the finished copy's write index and plan flags: when they say
+    nothing is new (``push``'s ``expect``), no snapshot is built, which is most steps.
 
     Parameters
     ----------
@@ -118,16 +123,21 @@ class CudaReadback:
             newest = (step, i)
         return None if newest is None else _snapshot(newest[0], self._host[newest[1]].copy())
 
-    def push(self, step: int) -> Snapshot | None:
-        """Copy this step's block asynchronously; return the newest finished snapshot of an earlier step."""
+    def push(self, step: int, expect: int = -1) -> Snapshot | None:
+        """Copy this step's block asynchronously; return the newest finished snapshot of an earlier step.
+
+        ``expect``: the write index with which a finished snapshot of step ``step - 1`` needs no
+        processing (-1: every snapshot is returned); such a snapshot is read where it lies and
+        None is returned, as when no copy is done yet (compiled calls only).
+        """
         queue = self._queue
         if self.native is not None and (not queue or (len(queue) == 1 and queue[0][0] == step - 1)):
-            return self._push_compiled(step)
+            return self._push_compiled(step, expect)
         snapshot = self._collect(step - 1) if queue else None  # frees this step's buffer (two steps old)
         self._issue(step)
         return snapshot
 
-    def _push_compiled(self, step: int) -> Snapshot | None:
+    def _push_compiled(self, step: int, expect: int) -> Snapshot | None:
         # What _collect(step - 1) then _issue(step) do when at most the previous step's copy is in
         # flight: its buffer is the other one, so this step's copy is issued whatever the query says.
         queue, i = self._queue, step & 1
@@ -135,17 +145,20 @@ class CudaReadback:
         launched, copied, host = self._buffers[i]
         run, functions = self.native
         _, device, nbytes, _, side = self._copy
-        query = 0 if previous is None else self._buffers[previous[1]][1]
+        query, queried = (0, 0) if previous is None else self._buffers[previous[1]][1:]
         compute = self._current_stream().ptr
-        status = run(functions, query, launched, copied, compute, side, host, device, nbytes)
+        status = run(functions, query, queried, expect, FIRST_PLAN_WORD, launched, copied, compute, side, host,
+                     device, nbytes)  # fmt: skip
         if status >> 32:
             call, err = _native.decode_status(status)
             name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
             raise RuntimeError(f"status readback: {name[call - 1]} failed: {_driver.driver._name(err)}")
         queue.append((step, i))
-        if previous is None or status != 0:  # nothing in flight, or the previous copy is not done yet
+        if previous is None or status == _NOT_READY:  # nothing in flight, or the previous copy is not done yet
             return None
         queue.popleft()
+        if status == _native.QUIET:  # done, and nothing in it to process
+            return None
         return _snapshot(previous[0], self._host[previous[1]].copy())
 
     def flush(self) -> Snapshot | None:

@@ -24,12 +24,14 @@ import numpy as np
 
 from ..constants import NUM_LAUNCH_TAGS
 
-__all__ = ["StatusBlock", "Snapshot"]
+__all__ = ["FIRST_PLAN_WORD", "StatusBlock", "Snapshot"]
 
 _KRC = 1
 _SLOT = _KRC + NUM_LAUNCH_TAGS
 _GROUPS = _SLOT + NUM_LAUNCH_TAGS
 _WORDS_PER_GROUP = 2
+#: The first group's plan word; every ``_WORDS_PER_GROUP``-th word after it is the next group's.
+FIRST_PLAN_WORD = _GROUPS
 
 
 class StatusBlock:
