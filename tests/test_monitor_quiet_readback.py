@@ -160,9 +160,10 @@ def test_gpu_monitor_reports_the_same_rows_with_quiet_steps_skipped(monkeypatch)
 
     from kvcanary_numba.monitor.bundle import Aftercare
 
+    snapshot = readback_module._snapshot
+
     def run():
         built = []
-        snapshot = readback_module._snapshot
         monkeypatch.setattr(readback_module, "_snapshot", lambda step, words: built.append(step) or snapshot(step, words))
         _, m = gpu_monitor_run("fast", requests=4, prefix=40, bytes_per_token=32, steps=10, flips=[("k", 2, 5, 0)])
         return [(v.tag, v.slot_idx, v.position, v.reasons) for v in m.violations], built

@@ -144,8 +144,8 @@ def _quiet(words, expect, first_plan_word, nwords):
 
 
 @cpu_jit()
-def _readback_step(fns, query, queried, expect, first_plan_word, launched, copied, compute, side, host, device,
-                   nbytes):  # fmt: skip
+def _readback_step(fns, query, queried, first_plan_word, launched, copied, side, host, device, nbytes, compute,
+                   expect):  # fmt: skip
     status = 0
     if query != 0:
         status = _call_1(fns[0], query)
@@ -200,8 +200,8 @@ def compiled_launcher() -> Callable | None:
 
 
 def compiled_readback() -> Callable | None:
-    """``readback_step(fns, query, queried, expect, first_plan_word, launched, copied, compute, side,
-    host, device, nbytes) -> status`` (compiled on first use), or None (logged once).
+    """``readback_step(fns, query, queried, first_plan_word, launched, copied, side, host, device,
+    nbytes, compute, expect) -> status`` (compiled on first use), or None (logged once).
 
     ``fns``: int64 addresses of :data:`READBACK_FUNCTIONS`. In order: ``cuEventQuery(query)``
     unless ``query`` is 0, ``cuEventRecord(launched, compute)``,

@@ -268,5 +268,6 @@ class CanaryMonitor(MonitorControls):
         # The readback skips a snapshot of the previous step that would change nothing (most steps).
         snapshot = self.readback.push(step, self.aftercare.quiet_index(self.pump, step - 1))
         self.pump.mark_planned(self.step, False)  # the slot the next step will use
-        self.aftercare.process(self, snapshot, step)
+        if snapshot is not None:
+            self.aftercare.process(self, snapshot, step)
 

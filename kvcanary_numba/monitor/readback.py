@@ -98,6 +98,13 @@ class CudaReadback:
         step = None if functions is None or None in functions else _native.compiled_readback()
         #: (compiled readback step, int64 function addresses), or None: CuPy's runtime calls.
         self.native = None if step is None else (step, np.array(functions, dtype=np.int64))
+        if self.native is not None:
+            # The compiled call's arguments but the compute stream and ``expect``, per buffer: with no
+            # copy in flight, and with the other buffer's copy to query.
+            fns, size = self.native[1], self._words.nbytes
+            self._fixed = [[(fns, *query, FIRST_PLAN_WORD, launched, copied, self._side, host, device_ptr, size)
+                            for query in ((0, 0), self._buffers[1 - i][1:])]
+                           for i, (launched, copied, host) in enumerate(self._buffers)]  # fmt: skip
 
     def _issue(self, step: int) -> None:
         i = step & 1
@@ -131,24 +138,15 @@ class CudaReadback:
         None is returned, as when no copy is done yet (compiled calls only).
         """
         queue = self._queue
-        if self.native is not None and (not queue or (len(queue) == 1 and queue[0][0] == step - 1)):
-            return self._push_compiled(step, expect)
-        snapshot = self._collect(step - 1) if queue else None  # frees this step's buffer (two steps old)
-        self._issue(step)
-        return snapshot
-
-    def _push_compiled(self, step: int, expect: int) -> Snapshot | None:
+        if self.native is None or not (not queue or (len(queue) == 1 and queue[0][0] == step - 1)):
+            snapshot = self._collect(step - 1) if queue else None  # frees this step's buffer (two steps old)
+            self._issue(step)
+            return snapshot
         # What _collect(step - 1) then _issue(step) do when at most the previous step's copy is in
         # flight: its buffer is the other one, so this step's copy is issued whatever the query says.
-        queue, i = self._queue, step & 1
+        i = step & 1
         previous = queue[0] if queue else None
-        launched, copied, host = self._buffers[i]
-        run, functions = self.native
-        _, device, nbytes, _, side = self._copy
-        query, queried = (0, 0) if previous is None else self._buffers[previous[1]][1:]
-        compute = self._current_stream().ptr
-        status = run(functions, query, queried, expect, FIRST_PLAN_WORD, launched, copied, compute, side, host,
-                     device, nbytes)  # fmt: skip
+        status = self.native[0](*self._fixed[i][previous is not None], self._current_stream().ptr, expect)
         if status >> 32:
             call, err = _native.decode_status(status)
             name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
