@@ -36,8 +36,10 @@ def long_writes_publish(monkeypatch):
 
 def _kernel_write(ctx, args: dict | None = None):
     """The write on the kernels; ``args`` (from :func:`_write_kwargs` on the context's device) default
-    to NumPy arrays, which only the simulator takes with a kernel context."""
-    launch_canary_write_kernel(context=ctx, backend="cuda", **(_write_kwargs() if args is None else args))
+    to :func:`_write_kwargs` copied to ``KERNEL_DEVICE`` (where :func:`to_device` put ``ctx``)."""
+    if args is None:
+        args = {name: to_device(value, KERNEL_DEVICE) for name, value in _write_kwargs().items()}
+    launch_canary_write_kernel(context=ctx, backend="cuda", **args)
 
 
 @pytest.mark.simulator
