@@ -74,12 +74,18 @@ def test_a_finished_copy_is_quiet_only_when_nothing_in_it_is_new(index, enables,
     assert [step for step, _ in rb._queue] == [1]  # quiet or not, step 0's copy was consumed
 
 
+def count_snapshots(monkeypatch, snapshot=readback_module._snapshot) -> list[int]:
+    """The steps of the snapshots the readback builds from now on (``snapshot``: the real builder,
+    bound when this module loads, so a second count does not wrap the first)."""
+    built = []
+    monkeypatch.setattr(readback_module, "_snapshot", lambda step, words: built.append(step) or snapshot(step, words))
+    return built
+
+
 def _scenario(quiet: bool, monkeypatch, caplog):
     """Steps with a violation, a plan overflow, a lost launch and clean steps, on the GPU readback;
     returns what the monitor reported and how many snapshots it built."""
-    built = []
-    snapshot = readback_module._snapshot
-    monkeypatch.setattr(readback_module, "_snapshot", lambda step, words: built.append(step) or snapshot(step, words))
+    built = count_snapshots(monkeypatch)
     monkeypatch.setattr(monitor_helpers, "NUM_SLOTS", 32)  # room for three requests' tokens
     d = Driver(health_interval=3, health_warmup_steps=0, verify_capacity=6)
     m = d.monitor
@@ -160,11 +166,8 @@ def test_gpu_monitor_reports_the_same_rows_with_quiet_steps_skipped(monkeypatch)
 
     from kvcanary_numba.monitor.bundle import Aftercare
 
-    snapshot = readback_module._snapshot
-
     def run():
-        built = []
-        monkeypatch.setattr(readback_module, "_snapshot", lambda step, words: built.append(step) or snapshot(step, words))
+        built = count_snapshots(monkeypatch)
         _, m = gpu_monitor_run("fast", requests=4, prefix=40, bytes_per_token=32, steps=10, flips=[("k", 2, 5, 0)])
         return [(v.tag, v.slot_idx, v.position, v.reasons) for v in m.violations], built
 

@@ -41,14 +41,14 @@ from numba.extending import intrinsic
 
 from .._jit import cpu_jit
 
-__all__ = ["QUIET", "READBACK_FUNCTIONS", "compiled_launcher", "compiled_readback", "decode_status"]
+__all__ = ["NOT_READY", "QUIET", "READBACK_FUNCTIONS", "compiled_launcher", "compiled_readback", "decode_status"]
 
 logger = logging.getLogger("kvcanary_numba.launch")
 
 #: libcuda functions of the readback step, in the order :func:`compiled_readback` takes their addresses.
 READBACK_FUNCTIONS = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2")
 
-_NOT_READY = 600  # CUDA_ERROR_NOT_READY: a query's "not yet", not an error
+NOT_READY = 600  #: CUDA_ERROR_NOT_READY: a query's "not yet", not an error
 
 #: :func:`compiled_readback`'s status when the queried copy is done and shows nothing new (its
 #: write index is the expected one and every plan's ``enable`` is set): no CUresult is 1 without
@@ -149,7 +149,7 @@ def _readback_step(fns, query, queried, first_plan_word, launched, copied, side,
     status = 0
     if query != 0:
         status = _call_1(fns[0], query)
-        if status != 0 and status != _NOT_READY:
+        if status != 0 and status != NOT_READY:
             return (1 << 32) | (status & 0xFFFFFFFF)
     err = _call_2(fns[1], launched, compute)
     if err != 0:

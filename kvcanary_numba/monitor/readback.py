@@ -19,8 +19,6 @@ from .status import FIRST_PLAN_WORD, Snapshot, StatusBlock, _snapshot
 
 __all__ = ["HostReadback", "CudaReadback"]
 
-_NOT_READY = 600  # CUDA_ERROR_NOT_READY: the previous copy is still in flight
-
 
 class HostReadback:
     """CPU path: the block is host memory; every step's snapshot is available at once."""
@@ -152,7 +150,7 @@ class CudaReadback:
             name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
             raise RuntimeError(f"status readback: {name[call - 1]} failed: {_driver.driver._name(err)}")
         queue.append((step, i))
-        if previous is None or status == _NOT_READY:  # nothing in flight, or the previous copy is not done yet
+        if previous is None or status == _native.NOT_READY:  # nothing in flight, or the previous copy is not done yet
             return None
         queue.popleft()
         if status == _native.QUIET:  # done, and nothing in it to process

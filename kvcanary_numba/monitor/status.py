@@ -29,7 +29,7 @@ __all__ = ["FIRST_PLAN_WORD", "StatusBlock", "Snapshot"]
 _KRC = 1
 _SLOT = _KRC + NUM_LAUNCH_TAGS
 _GROUPS = _SLOT + NUM_LAUNCH_TAGS
-_WORDS_PER_GROUP = 2
+_WORDS_PER_GROUP = 2  # launch/_native.py's quiet check steps through the plan words by 2 as well
 #: The first group's plan word; every ``_WORDS_PER_GROUP``-th word after it is the next group's.
 FIRST_PLAN_WORD = _GROUPS
 
