@@ -156,6 +156,17 @@ def test_plan_overflow_warns_and_skips_verify(caplog):
     assert any("overflowed verify_capacity=2" in r.getMessage() for r in caplog.records)
 
 
+def test_plan_overflow_warns_only_for_steps_that_planned(caplog):
+    d = Driver(verify_capacity=2)
+    d.step(PREFILL)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        d.step(DECODE)  # overflows: the plan lane's enable stays 0 after it
+        for _ in range(5):  # steps with no forward: their snapshots show the stale lane, no plan ran
+            d.monitor.end_step()
+    warned = [r.getMessage() for r in caplog.records if "overflowed" in r.getMessage()]
+    assert len(warned) == 1 and "at step 1 " in warned[0]
+
+
 def test_full_ring_keeps_the_first_rows_and_warns_once(caplog):
     d = Driver(ring_capacity=1, has_v=False)
     d.step(PREFILL)

@@ -267,7 +267,6 @@ class CanaryMonitor(MonitorControls):
             self.budget.advance(self.xp)
         # The readback skips a snapshot of the previous step that would change nothing (most steps).
         snapshot = self.readback.push(step, self.aftercare.quiet_index(self.pump, step - 1))
-        self.pump.mark_planned(self.step, False)  # the slot the next step will use
         if snapshot is not None:
             self.aftercare.process(self, snapshot, step)
 

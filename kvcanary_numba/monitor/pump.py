@@ -43,14 +43,15 @@ class ViolationPump:
         self.mode, self.ring, self.readback, self.health = mode, ring, readback, health
         self.plan_capacities = list(plan_capacities)
         self.violations: list[Violation] = []
-        self.planned = [False] * _PLAN_HISTORY  # a list: set twice per step, read once
+        self.planned = [-1] * _PLAN_HISTORY  # the step that last ran a plan, per step modulo the history
         self._capacity = int(ring.shape[0])
         self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
         self._index_seen = 0  # the write index of the last snapshot processed
 
-    def mark_planned(self, step: int, planned: bool = True) -> None:
-        """Record whether ``step`` ran a plan (only then is ``enable == 0`` an overflow)."""
-        self.planned[step % _PLAN_HISTORY] = planned
+    def mark_planned(self, step: int) -> None:
+        """Record that ``step`` ran a plan (only then is ``enable == 0`` an overflow); a step never
+        marked leaves its slot to an older step, so nothing needs unmarking."""
+        self.planned[step % _PLAN_HISTORY] = step
 
     def quiet_index(self, step: int) -> int:
         """The write index with which the snapshot of ``step`` would need no processing (-1: none).
@@ -69,7 +70,7 @@ class ViolationPump:
         CanaryViolationError, CanaryStalledError
             Mode ``raise`` only (violations: the first time rows appear).
         """
-        if self.planned[snapshot.step % _PLAN_HISTORY]:
+        if self.planned[snapshot.step % _PLAN_HISTORY] == snapshot.step:
             for lane, (name, capacity) in enumerate(self.plan_capacities):
                 if snapshot.plan_enable(lane) == 0:
                     logger.warning(
