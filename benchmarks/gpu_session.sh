@@ -30,8 +30,8 @@
 #              (spin, KV write, events, hot wait, one step ahead; benchmarks/results/probes/busy_monitor_step.py
 #              -> $OUT/busy-monitor-step.json; not in the default list)
 #   ab         the monitor decode step's host / device time, base tree in .base/ (carried) against this
-#              tree, alternately twice (benchmarks/results/probes/ab_monitor_step.py -> $OUT/ab-monitor-step.jsonl;
-#              not in the default list)
+#              tree, AB_ROUNDS (default 2) rounds in alternating order, pinned to core AB_PIN (default 3)
+#              (benchmarks/results/probes/ab_monitor_step.py -> $OUT/ab-monitor-step.jsonl; not in the default list)
 #   abpublic   the public CuPy calls' host time, base tree in .base/ against this tree, alternately twice
 #              (benchmarks/results/probes/ab_public_calls.py -> $OUT/ab-public-calls.jsonl; not in the default list)
 #   pinned     the monitor decode step of this tree with the process pinned to one core and not, alternately
@@ -39,6 +39,8 @@
 #   endsplit   end_step's host time split into readback, aftercare and health, pinned, ENDSPLIT_ROUNDS
 #              processes (benchmarks/results/probes/end_step_split.py -> $OUT/end-step-split.jsonl;
 #              not in the default list)
+#   monitortests  the GPU tests of the monitor, its fast path and graph replay, and the toy engine
+#              (not in the default list)
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during
 #              a real CUDA-graph capture (not in the default list)
 #   tableprobe host us per launch of the decode phases: per-launch loop, compiled launch table,
@@ -177,9 +179,11 @@ for step in "${STEPS[@]}"; do
         run_step busyprobe 240 python3 benchmarks/results/probes/busy_monitor_step.py "$OUT/busy-monitor-step.json" ;;
     ab)  # the monitor decode step, base tree (.base/: see the probe's docstring) against this one, alternately
         if [ -d .base/kvcanary_numba ]; then
-            run_step ab 420 sh -c 'for i in 1 2; do for t in .base .; do
-                python3 benchmarks/results/probes/ab_monitor_step.py "$t" "$t" || echo "{\"tree\": \"$t\", \"failed\": true}";
-                done; done > "$0/ab-monitor-step.jsonl"' "$OUT"
+            # AB_ROUNDS rounds, the order alternated per round, each process pinned (AB_PIN, default 3).
+            run_step ab 420 bash -c 'for r in $(seq "${AB_ROUNDS:-2}"); do order=". .base"; [ $((r % 2)) -eq 1 ] &&
+                order=".base ."; for t in $order; do taskset -c "${AB_PIN:-3}" python3 \
+                benchmarks/results/probes/ab_monitor_step.py "$t" "$t (round $r)" ||
+                echo "{\"tree\": \"$t\", \"failed\": true}"; done; done > "$0/ab-monitor-step.jsonl"' "$OUT"
         else
             echo "ab         rc=NA   no base tree in .base/ (git archive REV kvcanary_numba ':(glob)benchmarks/*.py' | tar -x -C .base)" | tee -a "$SUMMARY"
         fi ;;
@@ -199,6 +203,9 @@ for step in "${STEPS[@]}"; do
     endsplit)  # end_step's parts, ENDSPLIT_ROUNDS processes one after another
         run_step endsplit 200 bash -c 'for r in $(seq "${ENDSPLIT_ROUNDS:-2}"); do taskset -c 3 python3 \
             benchmarks/results/probes/end_step_split.py "round $r"; done >"$OUT/end-step-split.jsonl"' ;;
+    monitortests)  # the GPU tests of the monitor: hooks, prepared fast path, graph replay, readback, engine
+        run_step monitortests 300 bash -c 'python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_prepared_fastpath.py \
+            tests/test_monitor*.py tests/test_engine*.py' ;;
     interop)  # every array library through the public calls, the validation memo, launch scratch under capture
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;
@@ -221,7 +228,7 @@ for step in "${STEPS[@]}"; do
     cbench)
         run_step bench 120 python3 benchmarks/run.py --only chain,monitor --out "$OUT/bench" --budget 100 ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, abpublic, pinned, endsplit, interop, candidate)" | tee -a "$SUMMARY" ;;
+        echo "unknown step $step (tests, vectors, bench, sanitizer, memcheck, quick, racecheck, fuzz, replays, probe, tableprobe, busyprobe, ab, abpublic, pinned, endsplit, monitortests, interop, candidate)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"

@@ -55,7 +55,7 @@ from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
 from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
-from kvcanary_numba.monitor.fastpath import _ROLE_FIELDS, FastPath  # noqa: E402
+from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
 
 from .fake_runtime import FakeRuntime, NullRuntime, fake_cuda_readback  # noqa: E402
 
@@ -187,9 +187,8 @@ def main(argv=None) -> None:
                   f"{fake.readback_calls() / (args.steps + 5):.3g} readback calls per step")  # fmt: skip
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
-        graph = CapturedStep.__new__(CapturedStep)
-        graph.batch, graph._captured, graph.replays = w.batch, _ROLE_FIELDS(w.batch), 0
-        graph.head = graph.tail = types.SimpleNamespace(launch=lambda: None)
+        stand_in = types.SimpleNamespace(launch=lambda: None)
+        graph = CapturedStep.of_graphs(w.batch, stand_in, stand_in)
         m.graph = graph
         results["graph replay"] = time_steps(m, w.batch, args.steps)
         m.graph = None

@@ -20,6 +20,7 @@ from kvcanary_numba.launch import _common
 from kvcanary_numba.launch.prepared import PreparedLaunch
 from kvcanary_numba.launch.table import LaunchTable
 from kvcanary_numba.monitor import StepBatch, fastpath
+from kvcanary_numba.monitor.capture import CapturedStep
 from kvcanary_numba.monitor.fastpath import PreparedPhase
 from kvcanary_numba.monitor.status import Snapshot, StatusBlock
 
@@ -272,22 +273,6 @@ class _Run:
         self.records.append(record)
 
 
-class _FakeGraph:
-    def __init__(self, batch):
-        self.batch = batch
-        self.head = types.SimpleNamespace(launch=lambda: None)
-        self.tail = types.SimpleNamespace(launch=lambda: None)
-
-    def matches(self, batch):
-        return batch is self.batch
-
-    def pre(self):
-        self.head.launch()
-
-    def post(self):
-        self.tail.launch()
-
-
 @pytest.mark.simulator
 @on_simulator
 @pytest.mark.parametrize("graph", [False, True], ids=["prepared", "graph replay"])
@@ -303,7 +288,8 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     m, run = w.monitor, _Run()
     saved = dict(vars(m.readback))
     if graph:
-        m.graph = _FakeGraph(w.batch)
+        stand_in = types.SimpleNamespace(launch=lambda: None)
+        m.graph = CapturedStep.of_graphs(w.batch, stand_in, stand_in)
     launch, table_launch = PreparedLaunch.launch, LaunchTable.launch
     bench_step._host_split(run, w, "decode")
     rows = {r["variant"].split(", ")[1]: r for r in run.records}

@@ -250,11 +250,10 @@ def test_graph_replays_only_the_captured_batch_fields():
 
     batch = Driver().batch({1: [(11, 1)]})
     ran = []
-    graph = capture.CapturedStep.__new__(capture.CapturedStep)
-    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
-    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
+    stand_in = SimpleNamespace(launch=lambda: ran.append("graph"))
+    graph = capture.CapturedStep.of_graphs(batch, stand_in, stand_in)
     fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
-    monitor = SimpleNamespace(graph=graph, fast=fast)
+    monitor = SimpleNamespace(graph=graph, fast=fast, _checked=None)
     fastpath.run_pre(monitor, batch)
     batch.positions = batch.positions[:]  # another view of the same memory: the same argument
     fastpath.run_pre(monitor, batch)
@@ -272,10 +271,10 @@ def test_a_graph_does_not_replay_on_other_token_arrays():
 
     batch = Driver().batch({1: [(11, 1)], 2: [(21, 5)]})
     ran = []
-    graph = capture.CapturedStep.__new__(capture.CapturedStep)
-    graph.batch, graph._captured, graph.replays = batch, fastpath._ROLE_FIELDS(batch), 0
-    graph.head = graph.tail = SimpleNamespace(launch=lambda: ran.append("graph"))
-    monitor = SimpleNamespace(graph=graph, fast=SimpleNamespace(pre=lambda b: ran.append("prepared"), post=None))
+    stand_in = SimpleNamespace(launch=lambda: ran.append("graph"))
+    graph = capture.CapturedStep.of_graphs(batch, stand_in, stand_in)
+    monitor = SimpleNamespace(graph=graph, fast=SimpleNamespace(pre=lambda b: ran.append("prepared"), post=None),
+                              _checked=None)  # fmt: skip
     fastpath.run_pre(monitor, batch)
     batch.token_ids_flat = batch.token_ids_flat[:-1]  # the same memory, one token fewer
     fastpath.run_pre(monitor, batch)
@@ -283,6 +282,38 @@ def test_a_graph_does_not_replay_on_other_token_arrays():
     batch.token_offsets = batch.token_offsets.copy()
     fastpath.run_pre(monitor, batch)
     assert ran == ["graph", "prepared", "prepared"]
+
+
+def test_the_hooks_replay_a_graph_only_while_the_batch_holds_its_arrays():
+    # The monitor's hooks skip the per-field graph match for a batch whose fields are the ones
+    # last checked and matched: a field reassigned (and back) must still be seen at the next step.
+    from types import SimpleNamespace
+
+    from kvcanary_numba.monitor import capture
+
+    driver = Driver()
+    monitor = driver.monitor
+    batch = driver.batch({1: [(11, 1)]})
+    ran = []
+    graph = capture.CapturedStep.of_graphs(batch, SimpleNamespace(launch=lambda: ran.append("head")),
+                                           SimpleNamespace(launch=lambda: ran.append("tail")))  # fmt: skip
+    monitor.graph = graph
+    captured_positions = batch.positions
+
+    def step():
+        monitor.pre_forward(batch)
+        monitor.post_forward()
+        monitor.end_step()
+        return graph.replays
+
+    assert [step(), step()] == [1, 2] and ran == ["head", "tail"] * 2
+    batch.positions = captured_positions.copy()  # same values, other memory: not what the graph holds
+    assert step() == 2 and ran == ["head", "tail"] * 2
+    batch.positions = captured_positions
+    assert [step(), step()] == [3, 4] and ran == ["head", "tail"] * 4
+    batch.positions = np.zeros(3, dtype=np.int64)  # a field of another length: checked, refused
+    with raises_code("KVC-C004"):
+        monitor.pre_forward(batch)
 
 
 def test_graph_capture_needs_a_gpu_monitor():

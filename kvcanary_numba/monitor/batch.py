@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -115,7 +115,7 @@ class StepBatch:
         if self.input_ids.shape[0] > write_token_capacity:
             raise error("KVC-M003", function=function, argument="batch.input_ids", got=self.num_tokens,
                         capacity=write_token_capacity)  # fmt: skip
-        if check_tokens:
+        if check_tokens and (self.token_ids_flat is None or self.token_offsets is None):
             for name in ("token_ids_flat", "token_offsets"):
                 if getattr(self, name) is None:
                     raise error("KVC-M008", function=function, argument=f"batch.{name}")
@@ -125,6 +125,23 @@ class StepBatch:
 _FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
            "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_ids_flat", "token_offsets")
 _GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
+
+
+def identity_test(names: tuple) -> Callable[[Any, tuple], bool]:
+    """``same(obj, objects)``: whether ``getattr(obj, names[i]) is objects[i]`` for every ``i``.
+
+    Straight-line code (one ``is`` per name, built once here): a third of the cost of
+    a loop over the names or of building the tuple to compare. The hooks run it at
+    every call.
+    """
+    tests = " and ".join(f"obj.{name} is objects[{i}]" for i, name in enumerate(names))
+    scope: dict = {}
+    exec(f"def same(obj, objects):\n    return {tests}\n", scope)  # noqa: S102 - names are field names
+    return scope["same"]
+
+
+#: ``same_fields(batch, fields)``: each field of ``batch`` is the object in ``fields`` (declaration order).
+same_fields = identity_test(_FIELDS)
 
 
 class _Placement:

@@ -34,8 +34,6 @@ class CapturedStep:
     def __init__(self, monitor, batch):
         import cupy
 
-        self.batch = batch
-        self._captured = _ROLE_FIELDS(batch)
         fast = monitor.fast
         stream = cupy.cuda.Stream(non_blocking=True)  # legacy-default streams cannot capture
         with stream:
@@ -43,16 +41,38 @@ class CapturedStep:
             # Recording allocates this stream's plan scratch, outside the capture.
             fast.phases(batch, pool, lens, fast.roles(batch, lens))
             stream.synchronize()
-            self.head = capture_graph(stream, lambda: fast.pre(batch))
-            self.tail = capture_graph(stream, fast.post)
-        self.replays = 0
+            head = capture_graph(stream, lambda: fast.pre(batch))
+            tail = capture_graph(stream, fast.post)
+        self._hold(batch, head, tail)
 
-    def matches(self, batch) -> bool:
+    @classmethod
+    def of_graphs(cls, batch, head, tail) -> "CapturedStep":
+        """A step over given graphs (anything with ``launch()``): host-only tests and benchmarks."""
+        step = cls.__new__(cls)
+        step._hold(batch, head, tail)
+        return step
+
+    def _hold(self, batch, head, tail) -> None:
+        self.batch, self._captured, self.head, self.tail = batch, _ROLE_FIELDS(batch), head, tail
+        self.replays = 0
+        self._matched = None  # the monitor's checked-fields tuple this graph last matched
+
+    def matches(self, batch, checked: tuple | None = None) -> bool:
         """Whether ``batch`` is the captured batch and each role's array is the captured object
-        or has its layout (pointer, shape, strides, dtype: what the graph launches on)."""
+        or has its layout (pointer, shape, strides, dtype: what the graph launches on).
+
+        ``checked`` is the monitor's ``(batch, field objects)`` of its last array check, passed
+        only when ``batch``'s fields are those objects now: a tuple that matched once matches
+        again without the per-field tests (the monitor replaces the tuple when a field changes).
+        """
         if batch is not self.batch:
             return False
-        return _same_arrays(batch, self._captured) or all(map(_same_layout, _ROLE_FIELDS(batch), self._captured))
+        if checked is not None and checked is self._matched:
+            return True
+        same = _same_arrays(batch, self._captured) or all(map(_same_layout, _ROLE_FIELDS(batch), self._captured))
+        if same and checked is not None:
+            self._matched = checked
+        return same
 
     def pre(self) -> None:
         self.head.launch()

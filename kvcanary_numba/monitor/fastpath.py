@@ -44,6 +44,7 @@ from ..launch.prepared import PreparedLaunch
 from ..launch.recording import recording
 from ..launch.spec import LaunchSpec
 from ..launch.table import LaunchTable
+from .batch import identity_test
 from .bound import BoundArrays
 
 __all__ = ["FastPath", "PreparedPhase", "compile_monitor_kernels", "run_pre"]
@@ -60,18 +61,9 @@ _ROLE_FIELDS = attrgetter(*BATCH_ROLES)  # every role (what a captured graph hol
 _BOUND_FIELDS = attrgetter(*(r for r in BATCH_ROLES if r not in FREE_ROLES))  # what BoundArrays compares
 
 
-def _same_arrays_source() -> str:
-    # Straight-line identity tests, one per role: a third of the cost of a loop over the roles
-    # (this runs before every graph replay).
-    tests = " and ".join(f"batch.{name} is captured[{i}]" for i, name in enumerate(BATCH_ROLES))
-    return f"def same_arrays(batch, captured):\n    return {tests}\n"
-
-
-_scope: dict = {}
-exec(_same_arrays_source(), _scope)  # noqa: S102 - names from BATCH_ROLES above
-#: ``same_arrays(batch, captured)``: each role's array of ``batch`` is the one in ``captured``
+#: ``_same_arrays(batch, captured)``: each role's array of ``batch`` is the one in ``captured``
 #: (a captured graph holds their pointers).
-_same_arrays = _scope["same_arrays"]
+_same_arrays = identity_test(BATCH_ROLES)
 
 
 def _same_layout(new: Any, old: Any) -> bool:
@@ -287,7 +279,7 @@ class FastPath:
 def run_pre(monitor, batch) -> Callable[[], None]:
     """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner."""
     graph = monitor.graph
-    if graph is not None and graph.matches(batch):
+    if graph is not None and graph.matches(batch, monitor._checked):
         graph.pre()
         return graph.post
     if monitor.fast is not None:

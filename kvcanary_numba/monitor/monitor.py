@@ -20,7 +20,6 @@ Sweeps, graph capture, warm-up, flush and counters: :mod:`.controls`.
 from __future__ import annotations
 
 import contextlib
-from operator import is_
 from typing import Sequence
 
 import numpy as np
@@ -30,7 +29,7 @@ from .._backend import array_module
 from .._limits import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
-from .batch import StepBatch, allocate_token_pool
+from .batch import StepBatch, allocate_token_pool, same_fields
 from .budget import BudgetState, VerifyBudget
 from .bundle import Aftercare, check_bundle_dir
 from .controls import _IDLE, _ORDER, _POST, _PRE, MonitorControls
@@ -191,7 +190,6 @@ class CanaryMonitor(MonitorControls):
         fn = "CanaryMonitor.pre_forward"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        check_type(fn, "batch", batch, StepBatch)
         self._check_batch(fn, batch)  # all of it, before the first launch
         self._post = run_pre(self, batch)
         self._batch, self._phase = batch, _PRE
@@ -224,11 +222,14 @@ class CanaryMonitor(MonitorControls):
     def _check_batch(self, fn: str, batch: StepBatch) -> None:
         """All of the batch's checks; the array checks are skipped for the batch (and field objects)
         last checked, so a batch refilled in place costs a few identity tests per hook."""
-        fields = batch.fields()
         seen = self._checked
-        if seen is None or seen[0] is not batch or not all(map(is_, seen[1], fields)):
+        if seen is None or seen[0] is not batch or not same_fields(batch, seen[1]):
+            check_type(fn, "batch", batch, StepBatch)
+            fields = batch.fields()
             batch.check_arrays(fn, kind=self._placement.kind, device=self._placement.device)
-            self._checked = (batch, fields)  # set only on success: a rejected call changes nothing
+            # Set only on success (a rejected call changes nothing); replaced, never mutated:
+            # CapturedStep.matches keys its memo on this tuple's identity.
+            self._checked = (batch, fields)
         batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
 
     @contextlib.contextmanager
