@@ -80,6 +80,18 @@ def test_benchmarks_without_results_say_so(tmp_path):
     assert list(pages) == ["benchmarks.md"] and "No results yet" in pages["benchmarks.md"] and images == {}
 
 
+def test_benchmarks_order_runs_by_their_date(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[docs]'): no plots")
+    record = {"op": "verify", "variant": "ALL", "size": 1 << 20, "median_us": 40.0}
+    _write(tmp_path / "h100-session17.json", {"meta": {"date": "2026-12-05T21:44:20+00:00"}, "results": [record]})
+    _write(tmp_path / "h200-session10.json", {"meta": {"date": "2026-12-04T10:00:00+00:00"}, "results": [record]})
+    _write(tmp_path / "undated.json", {"results": [record]})
+    summary = docgen_bench.render(tmp_path, "img")[0]["benchmarks.md"]
+    assert "## Latest run: `h100-session17`" in summary
+    order = [summary.index(f"[`{stem}`]") for stem in ("undated", "h200-session10", "h100-session17")]
+    assert order == sorted(order)
+
+
 def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[docs]'): no plots")
     records = [

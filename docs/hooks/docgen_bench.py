@@ -204,14 +204,16 @@ def render(results_dir: pathlib.Path, image_dir: str,
     plots; ``cache_dir`` (optional) keeps rendered plots between builds.
     """
     summary = ["# Benchmarks", "", '--8<-- "benchmarks-intro.md"', ""]
-    paths = sorted(results_dir.glob("*.json"), key=lambda p: _natural(p.name)) if results_dir.is_dir() else []
-    if not paths:
+    files = [(path, *load(path)) for path in results_dir.glob("*.json")] if results_dir.is_dir() else []
+    if not files:
         return {"benchmarks.md": "\n".join(summary + [NO_RESULTS, ""])}, {}
+    # Oldest first by the run's recorded date (names mix devices: h100-... sorts before h200-...);
+    # files without one come first, in natural name order.
+    files.sort(key=lambda f: (str(f[1].get("date", "")), _natural(f[0].name)))
     pages: dict[str, str] = {}
     images: dict[str, bytes] = {}
     runs, latest = [], None
-    for path in paths:
-        meta, records, problem = load(path)
+    for path, meta, records, problem in files:
         plots = []
         for op, lines in series(records).items():
             name = f"{image_dir}/{path.stem}-{_slug(op)}.svg"
