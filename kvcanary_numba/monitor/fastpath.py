@@ -277,7 +277,11 @@ class FastPath:
 
 
 def run_pre(monitor, batch) -> Callable[[], None]:
-    """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner."""
+    """Run the HEAD phase of ``batch`` the fastest way available; returns the matching TAIL runner.
+
+    Called right after the monitor checked ``batch`` (``_check_batch``): its fields are the
+    objects in ``monitor._checked``, which the graph's match may rely on.
+    """
     graph = monitor.graph
     if graph is not None and graph.matches(batch, monitor._checked):
         graph.pre()
