@@ -176,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pin", type=int, default=None, metavar="CORE",
                         help="run on this CPU core only (host rows without the scheduler's migrations)")
     args = parser.parse_args(argv)
-    allowed = os.sched_getaffinity(0)
-    if args.pin is not None and args.pin not in allowed:
-        parser.error(f"--pin {args.pin}: this process may run on cores {sorted(allowed)} only")
+    allowed = None  # the process's own cores, read only under --pin (not every platform has affinity)
+    if args.pin is not None:
+        allowed = os.sched_getaffinity(0)
+        if args.pin not in allowed:
+            parser.error(f"--pin {args.pin}: this process may run on cores {sorted(allowed)} only")
     gpu = _gpu_available() and not args.cpu
     wanted = [s for s in args.only.split(",") if s] or list((GPU_SECTIONS if gpu else ()) + CPU_SECTIONS)
     unknown = sorted(set(wanted) - set(GPU_SECTIONS + CPU_SECTIONS))
