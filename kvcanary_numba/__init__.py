@@ -1,8 +1,15 @@
-"""kvcanary_numba: SGLang's kv-canary KV-cache corruption detector on Numba-CUDA and NumPy."""
+"""kvcanary_numba: SGLang's kv-canary KV-cache corruption detector on Numba-CUDA and NumPy.
+
+The operations exported here are the fast wing's (``kvcanary_numba/fast/calls.py``): the
+core operations (``kvcanary_numba/verify.py`` and its siblings: validate, then the NumPy
+specification or one kernel launch) wrapped with a validation memo, raw driver launches
+and the optimised CPU path. Same arguments, results and errors.
+"""
 
 from __future__ import annotations
 
-from ._backend import gpu_available, simulator_enabled
+from ._alloc import gpu_available
+from ._validate import simulator_enabled
 from .constants import (
     CANARY_CHAIN_ANCHOR,
     CANARY_CHAIN_HEAD,
@@ -15,7 +22,6 @@ from .constants import (
 )
 from .context import CanaryContext, RealKvSource
 from .errors import KvCanaryError, KvCanaryTypeError
-from .fingerprint import compute_real_kv_hash
 from .hashing import chain_head, splitmix64, splitmix64_mix3
 from .monitor import (
     CanaryMonitor,
@@ -26,11 +32,15 @@ from .monitor import (
     StepBatch,
     Violation,
 )
-from .plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from .fast.calls import (
+    compute_real_kv_hash,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    launch_plan_offsets_kernel,
+    scatter_req_token_ids,
+)
 from .plans import VerifyPlan, WritePlan
-from .scatter import scatter_req_token_ids
-from .verify import launch_canary_verify_kernel
-from .write import launch_canary_write_kernel
 
 __version__ = "0.1.0"
 

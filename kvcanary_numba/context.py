@@ -1,4 +1,4 @@
-"""RealKvSource and CanaryContext: what a verify or write launch reads and records into."""
+"""RealKvSource and CanaryContext: what a verify or write launch reads and records into, and their launch-time checks."""
 
 from __future__ import annotations
 
@@ -9,20 +9,26 @@ from typing import Any
 import numpy as np
 
 from . import _interop
-from ._arrays import check_int, inspect_array
-from ._backend import array_module
-from ._limits import INT32_MAX, MAX_SLOT_STRIDE_BYTES, coded_allocation
+from ._alloc import INT32_MAX, MAX_SLOT_STRIDE_BYTES, array_module, coded_allocation
+from ._validate import ArrayInfo, check_array, check_int, inspect_array
 from .constants import (
     CANARY_SLOT_BYTES,
     DEFAULT_RING_CAPACITY,
+    MAX_REAL_KV_SOURCES,
+    NUM_LAUNCH_TAGS,
     REAL_KV_ALIGN_BYTES,
     VIOLATION_FIELDS,
     CanaryLaunchTag,
     RealKvHashMode,
 )
 from .errors import error
+from .plans import check_plan_type
 
-__all__ = ["RealKvSource", "CanaryContext"]
+__all__ = ["CanaryContext", "RealKvSource", "check_context", "check_real_kv_sources"]
+
+Arrays = list[tuple[str, ArrayInfo]]
+#: Canary fields are 8-byte words; the GPU loads them as such.
+_FIELD_ALIGN = 8
 
 _SOURCE = "RealKvSource"
 
@@ -84,7 +90,7 @@ class RealKvSource:
         for name, value in (("page_size", page_size), ("num_bytes_per_token", nbt), ("read_bytes", rb)):
             object.__setattr__(self, name, value)
         if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
-            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor, own=True))
+            object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
         info = inspect_array(_SOURCE, "tensor", self.tensor)
         if len(info.shape) != 2:
             raise error("KVC-R004", function=_SOURCE, got=info.shape)
@@ -102,7 +108,7 @@ class RealKvSource:
             raise error(
                 "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt,
                 needed=page_size * nbt,
-            )  # fmt: skip
+            )
         if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
             raise error("KVC-C014", function=_SOURCE, argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
 
@@ -195,8 +201,6 @@ class CanaryContext:
             raise error("KVC-C012", function=function, argument="canary_buf (slot_stride_bytes)", got=stride)
         ring_capacity = check_int(function, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
         kind = check_int(function, "kernel_kind", kernel_kind, low=0, high=len(CanaryLaunchTag) - 1)
-        from .fingerprint import check_real_kv_sources  # imports this module
-
         # Sources must cover every slot (KVC-R007) here already, not at the first launch.
         mode, _ = check_real_kv_sources(function, real_kv_sources, real_kv_hash_mode, num_slots=num_slots)
         xp = array_module(function, device)
@@ -217,3 +221,111 @@ class CanaryContext:
     def replace(self, **changes: Any) -> CanaryContext:
         """A copy with some fields changed (e.g. another tag or buffer sharing this ring)."""
         return dataclasses.replace(self, **changes)
+
+
+def check_real_kv_sources(function: str, real_kv_sources: Any, real_kv_hash_mode: Any, *,
+                          num_slots: int | None = None, slots_of: str = "num_slots") -> tuple[RealKvHashMode, Arrays]:
+    """Launch-time checks of a source tuple and its mode (shared by verify, write and fingerprint).
+
+    The geometry of each source was checked when the :class:`RealKvSource`
+    was built; this adds what depends on the launch.
+
+    Parameters
+    ----------
+    function : str
+        Public function named in error messages.
+    real_kv_sources : tuple or list of RealKvSource
+        At most ``MAX_REAL_KV_SOURCES`` (KVC-R008) RealKvSource objects (KVC-R009).
+    real_kv_hash_mode : RealKvHashMode or int
+        A member of RealKvHashMode (KVC-C011).
+    num_slots : int, optional
+        Canary slots the launch may fingerprint; every source must cover them
+        (``rows * page_size >= num_slots``, KVC-R007).
+    slots_of : str
+        What ``num_slots`` was read from, as the KVC-R007 message names it.
+
+    Returns
+    -------
+    mode : RealKvHashMode
+    arrays : list of (name, ArrayInfo)
+        The source tensors, to add to the call's backend/device resolution
+        (so a source on another device raises KVC-C007).
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-R007, KVC-R008, KVC-R009, KVC-C011, KVC-C001.
+    """
+    if not isinstance(real_kv_sources, (tuple, list)):
+        raise error("KVC-R009", function=function, argument="real_kv_sources", got=type(real_kv_sources).__name__)
+    if len(real_kv_sources) > MAX_REAL_KV_SOURCES:
+        raise error("KVC-R008", function=function, expected=MAX_REAL_KV_SOURCES, got=len(real_kv_sources))
+    arrays = []
+    for index, source in enumerate(real_kv_sources):
+        name = f"real_kv_sources[{index}]"
+        if not isinstance(source, RealKvSource):
+            raise error("KVC-R009", function=function, argument=name, got=type(source).__name__)
+        if num_slots is not None and source.slots_covered < num_slots:
+            raise error("KVC-R007", function=function, index=index, rows=source.rows, page_size=source.page_size,
+                        got=source.slots_covered, needed=num_slots, slots_of=slots_of)
+        arrays.append((f"{name}.tensor", inspect_array(function, f"{name}.tensor", source.tensor)))
+    mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
+    return RealKvHashMode(mode), arrays
+
+
+def check_context(function: str, context: Any, *, writes_buffer: bool, needs_chain_flag: bool) -> Arrays:
+    """Validate a :class:`CanaryContext` for one verify or write launch.
+
+    Parameters
+    ----------
+    function : str
+        Public function named in error messages.
+    context : CanaryContext
+        ``canary_buf`` uint8 [num_slots >= 1, stride] with stride a multiple of
+        8 and >= 32, 8-byte aligned; ``violation_ring`` int64 [N >= 1, 8];
+        ``violation_write_index`` int32 [1]; ``slot_run_counter`` and
+        ``kernel_run_counter`` int64 [1]; ``enable_chain_position_assert``
+        int32 [1] (may be None when ``needs_chain_flag`` is False);
+        ``kernel_kind`` a CanaryLaunchTag value; sources and mode as
+        :func:`check_real_kv_sources` with coverage of every canary slot.
+        All C-contiguous; everything the launch writes must be writeable.
+    writes_buffer : bool
+        The launch writes ``canary_buf`` (write does, verify does not).
+    needs_chain_flag : bool
+        The launch reads ``enable_chain_position_assert``.
+
+    Returns
+    -------
+    list of (name, ArrayInfo)
+        Every array of the context, for the backend choice and the shared-memory check.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-V001, KVC-C001 … KVC-C006, KVC-C011 … KVC-C014, KVC-R007 … KVC-R009.
+    """
+    check_plan_type(function, "context", context, CanaryContext)
+    name = "context.canary_buf"
+    buf = check_array(function, name, context.canary_buf, dtype=np.uint8, ndim=2, min_len=1, writeable=writes_buffer)
+    stride = buf.shape[1]
+    if stride < CANARY_SLOT_BYTES or stride % _FIELD_ALIGN:
+        raise error("KVC-C012", function=function, argument=name, got=stride)
+    if buf.ptr % _FIELD_ALIGN:
+        raise error("KVC-C014", function=function, argument=name, expected=_FIELD_ALIGN, got=buf.ptr)
+    check_int(function, "context.kernel_kind", context.kernel_kind, low=0, high=NUM_LAUNCH_TAGS - 1)
+    arrays: Arrays = [(name, buf)]
+    specs = [
+        ("violation_ring", np.int64, (None, VIOLATION_FIELDS)),
+        ("violation_write_index", np.int32, (1,)),
+        ("slot_run_counter", np.int64, (1,)),
+        ("kernel_run_counter", np.int64, (1,)),
+    ]
+    if needs_chain_flag or context.enable_chain_position_assert is not None:
+        specs.append(("enable_chain_position_assert", np.int32, (1,)))
+    for field, dtype, shape in specs:
+        info = check_array(function, f"context.{field}", getattr(context, field), dtype=dtype, ndim=len(shape),
+                           shape=shape, min_len=1, writeable=field != "enable_chain_position_assert")
+        arrays.append((f"context.{field}", info))
+    _, source_arrays = check_real_kv_sources(function, context.real_kv_sources, context.real_kv_hash_mode,
+                                             num_slots=buf.shape[0], slots_of="context.canary_buf.shape[0]")
+    return arrays + source_arrays

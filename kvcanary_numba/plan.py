@@ -1,11 +1,16 @@
-"""Public plan launches: validate the batch metadata and plan arrays, then dispatch.
+"""The plan operations: validate the batch metadata and plan arrays, then dispatch.
 
 ``launch_canary_plan_kernels`` turns one step's batch metadata into a
 :class:`~kvcanary_numba.VerifyPlan` (the prefix slots to check) and a
 :class:`~kvcanary_numba.WritePlan` (token ranges and chain seeds of the new
 slots); ``launch_plan_offsets_kernel`` is its first step alone, on raw arrays.
-Semantics: reference notes §6 and ``docs/concepts/semantics.md``; executable
-form in :mod:`kvcanary_numba.reference.plan`.
+Semantics: ``docs/concepts/plans.md`` and ``docs/concepts/semantics.md``; executable
+form in :mod:`kvcanary_numba.reference.plan`, kernels in :mod:`kvcanary_numba.kernels.plan`.
+
+Each operation is ``validate_*`` (every check, the backend), ``run_*`` (one explicit
+``if``: the NumPy specification or the launch glue :mod:`kvcanary_numba.launch.plan`)
+and the public function, the two in a row. The package's top level exports the same
+functions wrapped by the fast wing (``kvcanary_numba/fast/calls.py``).
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from . import _memo, _overlap
-from ._arrays import check_array, check_int
-from ._backend import resolve_backend
+from . import _overlap
+from ._validate import as_native, check_array, check_int, resolve_backend, stream_handle
 from .errors import error
 from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan, entry_length
+from .reference import plan as reference
 
-__all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
+__all__ = ["OFFSETS", "PLAN", "check_values", "launch_canary_plan_kernels", "launch_plan_offsets_kernel",
+           "run_offsets", "run_plan", "validate_offsets", "validate_plan"]
+
+OFFSETS, PLAN = "launch_plan_offsets_kernel", "launch_canary_plan_kernels"
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: verify_num_valid is int32, so a capacity must fit in it.
@@ -71,8 +79,6 @@ def _check_flag(function, name, array):
     return name, check_array(function, name, array, dtype=np.int32, ndim=1, shape=(1,), writeable=True)
 
 
-#: Snapshots of plan calls that passed validation, per function (see :mod:`kvcanary_numba._memo`).
-_MEMOS = {"launch_plan_offsets_kernel": _memo.Memo(), "launch_canary_plan_kernels": _memo.Memo()}
 _SCALARS = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offset")
 
 
@@ -88,17 +94,45 @@ def _check_lut_head(function: str, lut) -> None:
 
 
 #: Per function: the scalars that reach the implementation as Python ints (validated ints, NumPy
-#: integers included) and the value check every call runs (built once, not per call).
-_NORMALIZE = {"launch_plan_offsets_kernel": {"swa_window_size": int, "verify_capacity": int},
-              "launch_canary_plan_kernels": {name: int for name in _SCALARS}}  # fmt: skip
-_RECHECK = {function: (lambda kw, _f=function: _check_lut_head(_f, kw["full_to_swa_index_mapping"]))
-            for function in _MEMOS}  # fmt: skip
+#: integers included).
+_INTS = {OFFSETS: ("swa_window_size", "verify_capacity"), PLAN: _SCALARS}
 
 
-def _run(function: str, validate, backend: str, stream, kwargs: dict) -> None:
-    """Validate ``kwargs`` (unless their snapshot passed before), then run ``function`` on ``stream``."""
-    _memo.run_validated(function, "plan", _MEMOS[function], validate, kwargs, backend, stream, _NORMALIZE[function],
-                        _RECHECK[function])
+def check_values(function: str, kwargs: dict) -> None:
+    """The checks of a call that read array contents (the LUT's head, KVC-P008): part of validation,
+    and what the fast wing's memo runs again on every call it serves (it knows layouts, not contents)."""
+    _check_lut_head(function, kwargs["full_to_swa_index_mapping"])
+
+
+def run_offsets(backend: str, *, stream=None, **kwargs) -> None:
+    """Run a validated offsets call (``kwargs``: :func:`launch_plan_offsets_kernel`'s) on ``backend``."""
+    for name in _INTS[OFFSETS]:
+        kwargs[name] = int(kwargs[name])
+    if backend == "numpy":
+        reference.launch_plan_offsets_kernel(**kwargs)
+    else:
+        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+
+        glue.launch_plan_offsets_kernel(**kwargs, stream=stream)
+
+
+def run_plan(backend: str, *, stream=None, **kwargs) -> None:
+    """Run a validated plan call (``kwargs``: :func:`launch_canary_plan_kernels`'s) on ``backend``."""
+    for name in _INTS[PLAN]:
+        kwargs[name] = int(kwargs[name])
+    if backend == "numpy":
+        reference.launch_canary_plan_kernels(**kwargs)
+    else:
+        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+
+        glue.launch_canary_plan_kernels(**kwargs, stream=stream)
+
+
+def _public(function: str, validate, run, backend: str, stream, kwargs: dict) -> None:
+    handle = stream_handle(function, stream)
+    kwargs = as_native(function, kwargs)
+    chosen, _ = validate(**kwargs, backend=backend)
+    run(chosen, **kwargs, stream=handle)
 
 
 def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
@@ -148,7 +182,7 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
         KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016;
         KVC-C017 (an output sharing memory with another array argument).
     """
-    _run("launch_plan_offsets_kernel", _validate_offsets, backend, stream, dict(
+    _public(OFFSETS, validate_offsets, run_offsets, backend, stream, dict(
         req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
         req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
         out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
@@ -158,11 +192,12 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     ))
 
 
-def _validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
-                      out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
-                      out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
-                      verify_capacity, backend) -> tuple[str, _overlap.Recheck | None]:
-    function = "launch_plan_offsets_kernel"
+def validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
+                     out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
+                     out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
+                     verify_capacity, backend: str = "auto") -> tuple[str, list]:
+    """Every check of an offsets call; returns (backend, every array as (name, ArrayInfo))."""
+    function = OFFSETS
     bs, window, infos = _check_batch(
         function, req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
         req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
@@ -178,7 +213,9 @@ def _validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_
     infos.append(_check_flag(function, "out_verify_num_valid", out_verify_num_valid))
     infos.append(_check_flag(function, "out_verify_enable", out_verify_enable))
     check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
-    return _overlap.check(function, resolve_backend(function, backend, infos), infos)
+    chosen = resolve_backend(function, backend, infos)
+    _overlap.check(function, infos)
+    return chosen, infos
 
 
 def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
@@ -227,7 +264,7 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
         KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016; KVC-C017 (a plan
         array sharing memory with another plan array or an input).
     """
-    _run("launch_canary_plan_kernels", _validate_plan, backend, stream, dict(
+    _public(PLAN, validate_plan, run_plan, backend, stream, dict(
         verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
         prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
         swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
@@ -237,11 +274,12 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     ))
 
 
-def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                   swa_window_size, full_to_swa_index_mapping, verify_capacity, req_to_verify_expected_tokens,
-                   req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
-                   backend) -> tuple[str, _overlap.Recheck | None]:
-    function = "launch_canary_plan_kernels"
+def validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
+                  swa_window_size, full_to_swa_index_mapping, verify_capacity, req_to_verify_expected_tokens,
+                  req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
+                  backend: str = "auto") -> tuple[str, list]:
+    """Every check of a plan call; returns (backend, every array as (name, ArrayInfo))."""
+    function = PLAN
     for argument, value, cls in (("verify_plan_out", verify_plan_out, VerifyPlan),
                                  ("write_plan_out", write_plan_out, WritePlan)):
         if not isinstance(value, cls):
@@ -286,4 +324,6 @@ def _validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_
             infos.append((name, check_array(function, name, array, dtype=dtype, ndim=ndim, shape=shape)))
     check_int(function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset,
               low=_INT64_MIN, high=_INT64_MAX)
-    return _overlap.check(function, resolve_backend(function, backend, infos), infos)
+    chosen = resolve_backend(function, backend, infos)
+    _overlap.check(function, infos)
+    return chosen, infos

@@ -1,21 +1,69 @@
-"""Public write launch: validate, then run the NumPy reference or the CUDA kernel."""
+"""The write operation: stamp the canary records of the slots a forward pass writes.
+
+:func:`validate` checks every argument and picks the backend, :func:`run` dispatches with
+one explicit ``if`` to the NumPy specification (:mod:`kvcanary_numba.reference.write`) or
+to the launch glue (:mod:`kvcanary_numba.launch.write`, which launches
+:mod:`kvcanary_numba.kernels.write`), and :func:`launch_canary_write_kernel` is the two
+in a row. The package's top level exports the same function wrapped by the fast wing
+(``kvcanary_numba/fast/calls.py``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _memo, _overlap
-from ._arrays import check_array, check_bool
-from ._backend import resolve_backend
+from . import _overlap
+from ._validate import as_native, check_array, check_bool, resolve_backend, stream_handle
+from .context import check_context
 from .errors import error
-from .plans import WritePlan
-from .verify import check_bundle, check_context, check_plan_type
+from .plans import WritePlan, check_bundle, check_plan_type
+from .reference import write as reference
 
-__all__ = ["launch_canary_write_kernel"]
+__all__ = ["launch_canary_write_kernel", "run", "validate"]
 
-_FUNCTION = "launch_canary_write_kernel"
-#: Snapshots of write calls that passed validation (see :mod:`kvcanary_numba._memo`).
-_MEMO = _memo.Memo()
+FUNCTION = "launch_canary_write_kernel"
+_EXPECTED = ("expected_input_tokens", "expected_input_positions")
+
+
+def validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
+             expected_input_tokens, expected_input_positions, backend: str = "auto") -> tuple[str, list]:
+    """Every check of a write call; returns (backend, every array of the call as (name, ArrayInfo))."""
+    arrays = check_context(FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
+    check_plan_type(FUNCTION, "plan", plan, WritePlan)
+    seeds = check_array(FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
+    offsets = check_array(FUNCTION, "plan.write_offsets", plan.write_offsets, dtype=np.int64, ndim=1)
+    if offsets.shape[0] != seeds.shape[0] + 1:
+        raise error("KVC-W001", function=FUNCTION, argument="plan.write_offsets", expected=seeds.shape[0] + 1,
+                    got=offsets.shape[0])
+    arrays += [("plan.write_seed_slot_indices", seeds), ("plan.write_offsets", offsets)]
+    arrays += check_bundle(FUNCTION, "plan", plan, [("write_num_valid_reqs", np.int32, (1,))])
+    tokens = check_array(FUNCTION, "input_ids", input_ids, dtype=np.int64, ndim=1)
+    arrays.append(("input_ids", tokens))
+    for name, array in (("positions", positions), ("out_cache_loc", out_cache_loc)):
+        arrays.append((name, check_array(FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
+    asserted = check_bool(FUNCTION, "enable_write_input_assert", enable_write_input_assert)
+    for name, array in zip(_EXPECTED, (expected_input_tokens, expected_input_positions)):
+        if asserted and array is None:
+            raise error("KVC-W002", function=FUNCTION, argument=name)
+        if not asserted and array is not None:
+            raise error("KVC-W003", function=FUNCTION, argument=name)
+        if array is not None:
+            arrays.append((name, check_array(FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
+    chosen = resolve_backend(FUNCTION, backend, arrays)
+    _overlap.check(FUNCTION, arrays)
+    return chosen, arrays
+
+
+def run(backend: str, *, stream=None, **kwargs) -> None:
+    """Run a validated write call on ``backend`` (``kwargs``: :func:`launch_canary_write_kernel`'s
+    arguments); ``stream`` is a CUDA stream handle or None."""
+    kwargs["enable_write_input_assert"] = bool(kwargs["enable_write_input_assert"])
+    if backend == "numpy":
+        reference.launch_canary_write_kernel(**kwargs)
+    else:
+        from .launch import write as glue  # needs numba-cuda: imported on the kernel path only
+
+        glue.launch_canary_write_kernel(**kwargs, stream=stream)
 
 
 def launch_canary_write_kernel(
@@ -79,16 +127,14 @@ def launch_canary_write_kernel(
 
     Notes
     -----
-    Validation is skipped for arguments whose snapshot passed before
-    (:mod:`kvcanary_numba._memo`).
-
-    On a GPU, a long write (``num_tokens >= 256 * write_req_capacity``) runs in
-    two launches: the chain alone into launch scratch (40 bytes per token,
-    allocated by the first such call of each power-of-two size on each stream,
-    then kept), then a parallel stamp, a block per request; shorter writes run
-    one warp per request. Both stamp the same records and report the same rows.
-    Capture a long write into a CUDA graph only after one eager call of its
-    size on that stream (allocation is not allowed during capture).
+    On a GPU one warp walks each request. The package's top-level function (the
+    fast wing's) runs a long write (``num_tokens >= 256 * write_req_capacity``)
+    in two launches instead: the chain alone into launch scratch (40 bytes per
+    token, allocated by the first such call of each power-of-two size on each
+    stream, then kept), then a parallel stamp, a block per request. Both stamp
+    the same records and report the same rows. Capture such a long write into a
+    CUDA graph only after one eager call of its size on that stream
+    (allocation is not allowed during capture).
 
     Raises
     ------
@@ -98,43 +144,11 @@ def launch_canary_write_kernel(
         backend and the stream, KVC-R007 … KVC-R009 for real-KV sources,
         KVC-C017 (a written context array sharing memory with another array).
     """
-    kwargs = dict(
-        context=context,
-        plan=plan,
-        input_ids=input_ids,
-        positions=positions,
-        out_cache_loc=out_cache_loc,
-        enable_write_input_assert=enable_write_input_assert,
-        expected_input_tokens=expected_input_tokens,
+    handle = stream_handle(FUNCTION, stream)
+    kwargs = as_native(FUNCTION, dict(
+        context=context, plan=plan, input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert, expected_input_tokens=expected_input_tokens,
         expected_input_positions=expected_input_positions,
-    )
-    _memo.run_validated(_FUNCTION, "write", _MEMO, _validate, kwargs, backend, stream, {"enable_write_input_assert": bool})
-
-
-def _validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
-              expected_input_tokens, expected_input_positions, backend) -> tuple[str, _overlap.Recheck | None]:
-    """Every check of a write call; returns the backend it runs on and the memo's overlap re-test."""
-    arrays = check_context(_FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
-    check_plan_type(_FUNCTION, "plan", plan, WritePlan)
-    seeds = check_array(_FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
-    offsets = check_array(_FUNCTION, "plan.write_offsets", plan.write_offsets, dtype=np.int64, ndim=1)
-    if offsets.shape[0] != seeds.shape[0] + 1:
-        raise error(
-            "KVC-W001", function=_FUNCTION, argument="plan.write_offsets", expected=seeds.shape[0] + 1, got=offsets.shape[0]
-        )
-    arrays += [("plan.write_seed_slot_indices", seeds), ("plan.write_offsets", offsets)]
-    arrays += check_bundle(_FUNCTION, "plan", plan, [("write_num_valid_reqs", np.int32, (1,))])
-    tokens = check_array(_FUNCTION, "input_ids", input_ids, dtype=np.int64, ndim=1)
-    arrays.append(("input_ids", tokens))
-    for name, array in (("positions", positions), ("out_cache_loc", out_cache_loc)):
-        arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
-    asserted = check_bool(_FUNCTION, "enable_write_input_assert", enable_write_input_assert)
-    expected = (("expected_input_tokens", expected_input_tokens), ("expected_input_positions", expected_input_positions))
-    for name, array in expected:
-        if asserted and array is None:
-            raise error("KVC-W002", function=_FUNCTION, argument=name)
-        if not asserted and array is not None:
-            raise error("KVC-W003", function=_FUNCTION, argument=name)
-        if array is not None:
-            arrays.append((name, check_array(_FUNCTION, name, array, dtype=np.int64, ndim=1, shape=tokens.shape)))
-    return _overlap.check(_FUNCTION, resolve_backend(_FUNCTION, backend, arrays), arrays)
+    ))
+    chosen, _ = validate(**kwargs, backend=backend)
+    run(chosen, **kwargs, stream=handle)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._arrays import check_int
+from .._validate import check_int
 from ..constants import REAL_KV_ALIGN_BYTES
 from ..errors import error
 

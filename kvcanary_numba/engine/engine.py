@@ -14,9 +14,9 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from .._arrays import check_bool, check_int
-from .._backend import array_module
-from .._limits import coded_allocation
+from .._validate import check_bool, check_int
+from .._alloc import array_module
+from .._alloc import coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch

@@ -14,7 +14,6 @@ from numba import cuda, int32, int64
 #: Explicit signatures (eager compilation and the sm_90 PTX test).
 SIGNATURES = {
     "scatter": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64)",),
-    "scatter_lens": ("void(int64[::1], int64[::1], int64[::1], int32[:, ::1], int64, int64[::1])",),
 }
 
 
@@ -51,19 +50,4 @@ def scatter_kernel(flat_in, offsets, req_pool_indices, pool_out, col_tiles):
         scatter_column(r, col, flat_in, offsets, req_pool_indices, pool_out)
 
 
-@cuda.jit
-def scatter_lens_kernel(flat_in, offsets, req_pool_indices, pool_out, col_tiles, lens_out):
-    """:func:`scatter_kernel`, and ``lens_out[r] = offsets[r + 1] - offsets[r]`` for every request
-    (int64, wrapping; whatever its row or length): the monitor's expected-token scatter and the
-    valid lengths its plans read, in one launch. ``col_tiles >= 1``, so every request has an item."""
-    bs = int64(req_pool_indices.shape[0])
-    tile_width = int64(cuda.blockDim.x)
-    for item in range(int64(cuda.blockIdx.x), bs * col_tiles, int64(cuda.gridDim.x)):
-        r = item // col_tiles
-        tile = item - r * col_tiles
-        if tile == 0 and cuda.threadIdx.x == 0:
-            lens_out[r] = int64(offsets[r + 1]) - int64(offsets[r])
-        scatter_column(r, tile * tile_width + int64(cuda.threadIdx.x), flat_in, offsets, req_pool_indices, pool_out)
-
-
-KERNELS = {"scatter": scatter_kernel, "scatter_lens": scatter_lens_kernel}
+KERNELS = {"scatter": scatter_kernel}

@@ -36,10 +36,10 @@ recurrence serially.
 The loop above is :func:`make_write_body`, a device function: ``write`` runs it on
 its whole grid, ``kernels/endpoints.py`` on one part of a launch per endpoint.
 
-``write_baseline`` is SGLang's design (one thread per request, everything
-serial, runtime flags) with the same semantics; benchmarks compare against it.
-Requests run concurrently in both, so two requests of one launch writing the
-same slot race (as in SGLang).
+Requests run concurrently, so two requests of one launch writing the same slot
+race (as in SGLang). ``benchmarks/baseline_kernels.py`` holds SGLang's design (one
+thread per request, everything serial) with the same semantics, which the
+benchmarks compare against.
 
 Variants of ``write``: ``input_assert`` (compare with the expected inputs) x
 ``nsrc`` (real-KV sources folded), named ``write_assert{0|1}_src{0..4}``.
@@ -140,47 +140,6 @@ def _make_write(input_assert: bool, nsrc: int):
     return single_write_kernel(make_write_body(input_assert, nsrc), kernel_name(input_assert, nsrc))
 
 
-def _write_baseline(
-    buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-    expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-    w0, w1, w2, w3, params, input_assert, nsrc,
-):  # fmt: skip
-    # One thread walks one request, everything in order (SGLang's layout).
-    r = int64(cuda.grid(1))
-    if r == ZERO:
-        cuda.atomic.add(kernel_counter, 0, ONE)
-    num_reqs = min(max(int64(num_valid_reqs[0]), ZERO), int64(seeds.shape[0]))
-    if r >= num_reqs:
-        return
-    num_slots = int64(buf.shape[0])
-    lo, hi = request_range(offsets, r, int64(input_ids.shape[0]), ring, write_index, kind, True)
-    if hi <= lo:
-        return
-    seed = seeds[r]
-    track = chain_flag[0] != 0 and seed >= ZERO and seed < num_slots
-    running, prev_position = seed_state(buf, seed, num_slots, ring, write_index, kind, True)
-    stored = ZERO
-    for i in range(lo, hi):
-        slot = out_cache_loc[i]
-        if slot < ZERO:
-            continue
-        token = input_ids[i]
-        position = positions[i]
-        chain_hash = int64(running)
-        expected_token = expected_tokens[i] if input_assert != ZERO else ZERO
-        expected_position = expected_positions[i] if input_assert != ZERO else ZERO
-        if entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != ZERO,
-                        expected_token, expected_position, track, prev_position + ONE, num_slots):  # fmt: skip
-            real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
-            store_record(buf, slot, token, position, chain_hash, real)
-            stored += ONE
-        if track:
-            prev_position = position
-        running = mix3(running, uint64(token), uint64(position))
-    if stored > ZERO:
-        cuda.atomic.add(slot_counter, 0, stored)
-
-
 def kernel_name(input_assert: bool, nsrc: int) -> str:
     """Name of the ``write`` variant in :data:`KERNELS`."""
     return f"write_assert{int(bool(input_assert))}_src{int(nsrc)}"
@@ -189,11 +148,9 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
 KERNELS = {
     kernel_name(flag, n): _make_write(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
 }
-KERNELS["write_baseline"] = write_baseline = cuda.jit(_write_baseline)
 
 SIGNATURE = (
     "void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], int64[::1], "
     f"int64[::1], int32[::1], int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE}"
 )
 SIGNATURES = {name: (SIGNATURE + ", int64, int64[:, ::1], int64[:, ::1])",) for name in KERNELS}
-SIGNATURES["write_baseline"] = (SIGNATURE + ", int64, int64)",)

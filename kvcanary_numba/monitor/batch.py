@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._arrays import check_array, check_int
-from .._backend import resolve_backend
-from .._limits import INT32_MAX, coded_allocation
+from .._validate import check_array, check_int
+from .._validate import resolve_backend
+from .._alloc import INT32_MAX, coded_allocation
 from ..errors import error
 
 __all__ = ["StepBatch", "allocate_token_pool"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import attrgetter, is_
 from typing import Any, Callable
 
-from ..launch._common import array_layout
+from ..launch._launch import array_layout
 
 __all__ = ["BoundArrays"]
 

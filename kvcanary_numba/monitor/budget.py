@@ -26,12 +26,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._arrays import inspect_array
-from .._backend import resolve_backend
+from .._validate import inspect_array
+from .._validate import resolve_backend
 from ..constants import CANARY_SLOT_BYTES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
 from ..hashing import splitmix64
 from ..plans import VerifyPlan
+from ..reference import budget as reference_budget
 from .groups import check_type
 
 __all__ = ["VerifyBudget", "BudgetState", "select_verify_entries", "seeded_affine", "verify_entry_bytes"]
@@ -123,16 +124,18 @@ def seeded_affine(period: int, seed: int) -> tuple[int, int]:
 
 
 def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multiplier: int, offset: int,
-                          backend: str = "auto") -> None:  # fmt: skip
+                          backend: str = "auto") -> None:
     """Compact the entries of ``plan`` due at ``step[0]`` into ``out_plan`` (NumPy reference or kernel)."""
     fn = "select_verify_entries"
     arrays = [(name, inspect_array(fn, name, a)) for name, a in (("plan", plan.verify_slot_indices), ("step", step))]
+    kwargs = dict(plan=plan, out_plan=out_plan, step=step, scratch=scratch, period=period, multiplier=multiplier,
+                  offset=offset)
     if resolve_backend(fn, backend, arrays) == "numpy":
-        from ..reference import budget as impl
+        reference_budget.select_verify_entries(**kwargs)
     else:
-        from ..launch import budget as impl
-    impl.select_verify_entries(plan=plan, out_plan=out_plan, step=step, scratch=scratch, period=period,
-                               multiplier=multiplier, offset=offset)  # fmt: skip
+        from ..launch import budget as glue  # needs numba-cuda: imported on the kernel path only
+
+        glue.select_verify_entries(**kwargs)
 
 
 class BudgetState:

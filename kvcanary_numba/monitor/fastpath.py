@@ -37,13 +37,12 @@ from collections import OrderedDict
 from operator import attrgetter
 from typing import Any, Callable
 
-from .._arrays import inspect_array
-from ..launch import _common, _native
-from ..launch._common import array_layout
-from ..launch.prepared import PreparedLaunch
-from ..launch.recording import recording
-from ..launch.spec import LaunchSpec
-from ..launch.table import LaunchTable
+from .._validate import inspect_array
+from ..fast import native as _native
+from ..fast.prepared import PreparedLaunch
+from ..fast.recording import recording
+from ..fast.table import LaunchTable
+from ..launch._launch import LaunchSpec, View, array_layout, current_stream
 from .batch import identity_test
 from .bound import BoundArrays
 
@@ -108,12 +107,13 @@ class PreparedPhase:
                 owner.setdefault(id(array), name)  # aliased roles: the key keeps the aliasing fixed
         self.bindings: dict[str, list] = {}
         for launch, record in zip(self.launches, records):
-            for index, origin in enumerate(record.origins):
+            for index, arg in enumerate(record.args):
+                origin = arg if isinstance(arg, View) else None
                 name = None if origin is None else owner.get(id(origin.source))
                 if name is not None:
                     self.bindings.setdefault(name, []).append((launch, index, origin))
             for index in record.transient_arguments():
-                if owner.get(id(record.origins[index].source)) is None:
+                if owner.get(id(record.args[index].source)) is None:
                     raise RuntimeError(f"prepared phase: argument {index} of {record.signature} views a per-call "
                                        "array that is not a role: every step would reuse its first pointer")
         self._bound = {name: roles[name] for name in self.bindings}
@@ -159,9 +159,18 @@ def compile_monitor_kernels(monitor) -> int:
     launches the endpoint kernels, any other the plain ones; long (prefill-shaped) steps
     run ``chain_publish`` and one tiled write per phase (fused) or per endpoint (plain).
     """
-    from ..launch import _common
-    from ..launch.endpoints import fused_count, source_count
-    from ..kernels import chain, endpoints, plan, scatter, tiled_endpoints, translate, verify, write, write_tiled
+    from ..fast.driver import bound_kernel
+    from ..fast.endpoints import fused_count, source_count
+    from ..fast.kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_tiled
+    from ..kernels import plan, verify, write
+
+    def compile_eagerly(module, names=None) -> int:
+        count = 0
+        for name in module.KERNELS if names is None else names:
+            for signature in module.SIGNATURES[name]:
+                bound_kernel(module.KERNELS[name], signature)
+                count += 1
+        return count
 
     plain, fused = set(), set()  # real-KV source counts (variants) of plain and of fused launches
     for g in monitor.groups:
@@ -169,18 +178,18 @@ def compile_monitor_kernels(monitor) -> int:
             contexts = [endpoint.context for endpoint in phase]
             (fused if fused_count(contexts) else plain).update(source_count(c) for c in contexts)
     check = monitor.check_tokens
-    count = _common.compile_eagerly(plan)
-    count += _common.compile_eagerly(verify, [verify.kernel_name(check, n) for n in sorted(plain)])
-    count += _common.compile_eagerly(write, [write.kernel_name(False, n) for n in sorted(plain)])
-    count += _common.compile_eagerly(endpoints, [name for n in sorted(fused) for name in
+    count = compile_eagerly(plan)
+    count += compile_eagerly(verify, [verify.kernel_name(check, n) for n in sorted(plain)])
+    count += compile_eagerly(write, [write.kernel_name(False, n) for n in sorted(plain)])
+    count += compile_eagerly(endpoints, [name for n in sorted(fused) for name in
                                                  (endpoints.verify_name(check, n), endpoints.write_name(False, n))])
-    count += _common.compile_eagerly(chain, ["chain_publish"])
+    count += compile_eagerly(chain, ["chain_publish"])
     if monitor.check_tokens:  # the HEAD phase's token scatter and valid lengths
-        count += _common.compile_eagerly(scatter, ["scatter_lens"])
+        count += compile_eagerly(scatter_lens)
     if any(g.lut is not None for g in monitor.groups):  # and its SWA slot translation
-        count += _common.compile_eagerly(translate)
-    count += _common.compile_eagerly(tiled_endpoints, [tiled_endpoints.kernel_name(False, n) for n in sorted(fused)])
-    return count + _common.compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in sorted(plain)])
+        count += compile_eagerly(translate)
+    count += compile_eagerly(tiled_endpoints, [tiled_endpoints.kernel_name(False, n) for n in sorted(fused)])
+    return count + compile_eagerly(write_tiled, [write_tiled.kernel_name(False, n) for n in sorted(plain)])
 
 
 class FastPath:
@@ -257,7 +266,7 @@ class FastPath:
         if m.check_tokens and not head.bind_one("token_ids_flat", batch.token_ids_flat):  # a free role
             self._validated(batch)
             return
-        head.launch(_common._current_stream_ptr())  # one stream lookup per phase, not per launch
+        head.launch(current_stream())  # one stream lookup per phase, not per launch
         self._step = tail
 
     def _validated(self, batch) -> None:
@@ -273,7 +282,7 @@ class FastPath:
         if self._step is None:
             self.monitor._launch_post(self._planned)
             return
-        self._step.launch(_common._current_stream_ptr())
+        self._step.launch(current_stream())
 
 
 def run_pre(monitor, batch) -> Callable[[], None]:

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import check_array, check_bool, check_int, inspect_array
-from .._backend import resolve_backend
-from .._limits import INT32_MAX
+from .._validate import check_array, check_bool, check_int, inspect_array
+from .._validate import resolve_backend
+from .._alloc import INT32_MAX
 from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from ..context import CanaryContext, RealKvSource
 from ..errors import error
-from ..fingerprint import check_real_kv_sources
+from ..context import check_real_kv_sources
 from ..plans import VerifyPlan, WritePlan
 
 __all__ = ["KvGroup", "GroupState", "Endpoint", "check_group_placement", "check_groups", "check_type",

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..launch.chain import SharedChain, sharing
-from ..plan import launch_canary_plan_kernels
-from ..scatter import scatter_req_token_ids
-from ..verify import launch_canary_verify_kernel
-from ..write import launch_canary_write_kernel
+from ..fast.calls import (
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    scatter_req_token_ids,
+)
+from ..fast.chain import SharedChain, sharing
 from .batch import StepBatch
 from .groups import GroupState
 
@@ -79,8 +81,7 @@ class StepLaunches:
         lengths in one launch, one slot translation per SWA group. A prepared step then makes
         no public scatter call and no CuPy operation (~10 us of host time each on a GPU host)."""
         # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
-        from ..launch.scatter import scatter_tokens_and_lens
-        from ..launch.translate import translate_slots
+        from ..fast.inputs import scatter_tokens_and_lens, translate_slots
 
         if self.check_tokens:
             scatter_tokens_and_lens(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
@@ -127,7 +128,7 @@ class StepLaunches:
         chain = self._shared_chain(g)
         plan = g.verify_plan if self.budget is None else self.budget.plans[self.groups.index(g)]
         if self._backend == "cuda" or (self._backend == "auto" and self.xp is not np):
-            from ..launch import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
+            from ..fast import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
 
             contexts = [endpoint.context for endpoint in endpoints]
             glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)

@@ -24,9 +24,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .._arrays import check_bool, check_int
-from .._backend import array_module
-from .._limits import INT32_MAX, coded_allocation
+from .._validate import check_bool, check_int
+from .._alloc import array_module
+from .._alloc import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool, same_fields

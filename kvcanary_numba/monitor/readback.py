@@ -14,7 +14,8 @@ from collections import deque
 
 import numpy as np
 
-from ..launch import _driver, _native
+from ..fast import driver as _driver
+from ..fast import native as _native
 from .status import FIRST_PLAN_WORD, Snapshot, StatusBlock, _snapshot
 
 __all__ = ["HostReadback", "CudaReadback"]
@@ -51,7 +52,7 @@ class CudaReadback:
     In the usual state (the previous step's copy is the only one in flight) a step's
     five driver calls -- query that copy's event, record the step's end on the compute
     stream, make the side stream wait for it, copy, record the copy -- are one call
-    into compiled code (:func:`kvcanary_numba.launch._native.compiled_readback`, libcuda's
+    into compiled code (:func:`kvcanary_numba.fast.native.compiled_readback`, libcuda's
     functions); any other state, or no compiled calls, takes CuPy's runtime calls one by one.
     That call also reads the finished copy's write index and plan flags: when they say
     nothing is new (``push``'s ``expect``), no snapshot is built, which is most steps.
@@ -62,7 +63,7 @@ class CudaReadback:
     modules : (cupy, cupyx), optional
         Stand-ins for host-only tests and ``benchmarks/host_step.py`` (default: the real ones).
     functions : sequence of int, optional
-        Addresses of :data:`~kvcanary_numba.launch._native.READBACK_FUNCTIONS` for the
+        Addresses of :data:`~kvcanary_numba.fast.native.READBACK_FUNCTIONS` for the
         compiled calls (default: libcuda's, unless ``modules`` are given; None in the
         sequence: CuPy's runtime calls only).
     """

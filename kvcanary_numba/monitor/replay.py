@@ -27,7 +27,7 @@ from ..constants import (
 )
 from ..context import CanaryContext, RealKvSource
 from ..plans import VerifyPlan
-from ..verify import launch_canary_verify_kernel
+from ..fast.calls import launch_canary_verify_kernel
 from .bundle import load_bundle
 from .report import decode_rows, tag_name
 

@@ -15,10 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .._arrays import check_int
+from .._validate import check_int
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, NUM_LAUNCH_TAGS
 from ..errors import error
-from ..verify import launch_canary_verify_kernel
+from ..fast.calls import launch_canary_verify_kernel
 from .groups import translate_slots
 
 __all__ = ["SlotChain", "build_sweep_entries", "fill_sweep_plan", "launch_sweep"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..constants import EXTENSION_FAIL_REASON_MASK, FailReason, RealKvHashMode
-from ..fingerprint import compute_real_kv_hash
+from ..fast.calls import compute_real_kv_hash
 from ..hashing import to_unsigned
 
 __all__ = [

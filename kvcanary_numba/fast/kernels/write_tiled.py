@@ -50,13 +50,13 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
-from . import ON_SIMULATOR
-from .share import CONSUME, share_role, switch_state
-from .write import SIGNATURES as _WRITE_SIGNATURES
-from .write import kernel_name as _write_name
-from .write import single_write_kernel
-from .write_chunk import entry_checks, real_kv, request_range, seed_state, store_record, walk_chunks
+from ...constants import MAX_REAL_KV_SOURCES, WARP_SIZE
+from ...kernels import ON_SIMULATOR
+from ...kernels.share import CONSUME, share_role, switch_state
+from ...kernels.write import SIGNATURES as _WRITE_SIGNATURES
+from ...kernels.write import kernel_name as _write_name
+from ...kernels.write import single_write_kernel
+from ...kernels.write_chunk import entry_checks, real_kv, request_range, seed_state, store_record, walk_chunks
 
 __all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name",
            "make_tiled_body"]

@@ -1,12 +1,4 @@
-"""The bare chain recurrence: the latency limit the write chain is measured against.
-
-Each thread runs ``steps`` dependent ``mix3`` rounds in registers, one chain
-per thread, with nothing else on its critical path: tokens and positions are
-either synthesized from the step number (integer adds the GPU issues while the
-previous round's multiplies are in flight) or read from a small array every
-thread shares (L1 hits, issued before the round needs them). The kernel's time
-per step on a lightly loaded GPU is the per-token floor of any write chain:
-``benchmarks/bench_chain.py`` compares the write kernel with it.
+"""``chain_publish``: the write chain alone, for the tiled stamp of long writes.
 
 ``chain_publish`` is the write chain with nothing else on its path: one warp
 per request runs the recurrence of ``kernels/write.py`` over a request's
@@ -24,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import WARP_SIZE
-from .fingerprint import warp_sync
-from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, ZERO, mix3, slot_hash
-from .share import OWN, PUBLISH, publish, share_role
+from ...constants import WARP_SIZE
+from ...kernels.fingerprint import warp_sync
+from ...kernels.hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, ZERO, mix3, slot_hash
+from ...kernels.share import OWN, PUBLISH, publish, share_role
 
 __all__ = ["KERNELS", "PUBLISH_WARPS", "SIGNATURES"]
 
@@ -35,40 +27,6 @@ __all__ = ["KERNELS", "PUBLISH_WARPS", "SIGNATURES"]
 #: loaded scheduler is what the floor was measured with).
 PUBLISH_WARPS = 1
 _WARP = np.int64(WARP_SIZE)
-
-
-@cuda.jit
-def chain_synth(steps, out):
-    """``out[t]`` = the chain of thread ``t`` over ``steps`` synthesized (token, position) pairs.
-
-    Token of step ``i`` is ``t * 7919 + i``, position ``i`` (int64 [threads] ``out``).
-    """
-    t = int64(cuda.grid(1))
-    if t >= out.shape[0]:
-        return
-    running = CHAIN_HEAD ^ uint64(t)
-    token = t * int64(7919)
-    for i in range(steps):
-        running = mix3(running, uint64(token + i), uint64(i))
-    out[t] = int64(running)
-
-
-@cuda.jit
-def chain_streamed(steps, tokens, positions, out):
-    """Same recurrence with (token, position) of step ``i`` read from ``tokens[i % n]``,
-    ``positions[i % n]`` (int64 [n], shared by every thread); ``out`` int64 [threads]."""
-    t = int64(cuda.grid(1))
-    if t >= out.shape[0]:
-        return
-    n = int64(tokens.shape[0])
-    running = CHAIN_HEAD ^ uint64(t)
-    k = ZERO
-    for _ in range(steps):
-        running = mix3(running, uint64(tokens[k]), uint64(positions[k]))
-        k += ONE
-        if k == n:
-            k = ZERO
-    out[t] = int64(running)
 
 
 @cuda.jit(device=True)
@@ -157,10 +115,8 @@ def chain_publish(buf, offsets, seeds, num_valid_reqs, input_ids, positions, out
                 publish(published, c0 + lane, mine, expect, token, position, slot)
 
 
-KERNELS = {"chain_synth": chain_synth, "chain_streamed": chain_streamed, "chain_publish": chain_publish}
+KERNELS = {"chain_publish": chain_publish}
 SIGNATURES = {
-    "chain_synth": ("void(int64, int64[::1])",),
-    "chain_streamed": ("void(int64, int64[::1], int64[::1], int64[::1])",),
     "chain_publish": ("void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], "
                       "int64[:, ::1], int64[:, ::1])",),
 }

@@ -20,14 +20,16 @@ a fresh ``__dlpack__`` of a live producer having produced it again.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from . import _arrays  # its C-contiguous strides (read at call time: _arrays imports this module)
+from .. import _interop
+from .._validate import _c_strides
 
-__all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view"]
+__all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view", "native_array", "native_views"]
 
 #: Most interned views kept (oldest out); a view holds no memory, only numbers.
 INTERNED = 512
@@ -97,7 +99,7 @@ def capsule_fields(capsule: Any) -> tuple | None:
     if tensor.strides:  # in elements; NULL means C-contiguous
         strides = tuple(int(tensor.strides[i]) * dtype.itemsize for i in range(ndim))
     else:
-        strides = _arrays._c_strides(shape, dtype.itemsize)
+        strides = _c_strides(shape, dtype.itemsize)
     ptr = int(tensor.data or 0) + int(tensor.byte_offset)
     return ptr, shape, strides, dtype, (int(tensor.device.device_type), int(tensor.device.device_id)), read_only
 
@@ -124,7 +126,7 @@ class DlpackView:
         self.shape, self.strides, self.dtype, self.device_id = shape, strides, dtype, device_id
         self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": dtype.str,
                                          "data": (ptr, read_only), "version": 3}  # fmt: skip
-        # Read by launch._array_views.array_layout: no interface dict to parse per launch.
+        # What array_layout reads: no interface dict to parse per launch.
         self._kvcanary_layout = (ptr, shape, strides, dtype)
 
     def __repr__(self) -> str:
@@ -161,3 +163,44 @@ def cuda_view(x: Any, stream: int) -> DlpackView | None:
     else:
         _interned.move_to_end(key)
     return view
+
+
+def _consumer_stream(cupy) -> int:
+    ptr = int(cupy.cuda.get_current_stream().ptr)
+    return ptr if ptr else 1  # DLPack's name for the legacy default stream
+
+
+def native_array(function: str, argument: str, x: Any):
+    """A view of DLPack-only ``x``: NumPy for host memory; for CUDA memory a :class:`DlpackView`
+    (dtypes it does not read, bfloat16 or vector lanes, go through ``cupy.from_dlpack``)."""
+    device_type, _ = x.__dlpack_device__()
+    if int(device_type) in (_interop.KDL_CUDA, _interop.KDL_CUDA_MANAGED):
+        try:
+            import cupy
+        except ImportError:  # the core says why (KVC-C001)
+            return _interop.native_array(function, argument, x)
+        view = cuda_view(x, _consumer_stream(cupy))
+        if view is not None:
+            return view
+    return _interop.native_array(function, argument, x)
+
+
+def native_views(value: Any, function: str = "", argument: str = "", views: dict | None = None):
+    """``value`` with every DLPack-only array in it (dataclass fields, tuple items) replaced by its
+    view (:func:`native_array`); the same object when there is none. ``views`` maps id(producer)
+    to a view already read in this call (the validation memo's snapshot)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for field in dataclasses.fields(value):
+            old = getattr(value, field.name)
+            new = native_views(old, function, f"{argument}.{field.name}".lstrip("."), views)
+            if new is not old:
+                changes[field.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, (tuple, list)):
+        items = [native_views(item, function, f"{argument}[{i}]", views) for i, item in enumerate(value)]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    if isinstance(value, np.ndarray) or not _interop.dlpack_only(value):
+        return value
+    seen = None if views is None else views.get(id(value))
+    return native_array(function, argument, value) if seen is None else seen

@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from numba import cuda
 
-from ..constants import MAX_REAL_KV_SOURCES
-from . import verify as _verify
-from . import write as _write
-from .parts import MAX_ENDPOINTS, part_block
+from ...constants import MAX_REAL_KV_SOURCES
+from ...kernels import verify as _verify
+from ...kernels import write as _write
+from ...kernels.parts import MAX_ENDPOINTS, part_block
 
 __all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "endpoint_write_kernel", "verify_name", "write_name"]
 

@@ -1,4 +1,4 @@
-"""Array introspection and argument validation (the backend of a call: :mod:`._backend`).
+"""Argument validation: arrays, scalars, the backend of a call and its ``stream=``.
 
 Works on NumPy arrays, on any object exposing ``__cuda_array_interface__``
 (CuPy, Numba device arrays, PyTorch tensors, JAX arrays: v2 and v3) and on
@@ -6,17 +6,37 @@ DLPack-only objects, without importing any of those libraries. The device of
 a CUDA array comes from its pointer (:func:`._interop.pointer_device`); a
 read-only interface (``data=(ptr, True)``) makes the array an input only.
 Every check raises a registered :class:`~kvcanary_numba.errors.KvCanaryError`.
+
+The backend of a call follows its arrays: NumPy arrays run the NumPy
+reference, CUDA arrays the ``@cuda.jit`` kernels. The kernels need the
+numba-cuda package: without it ``numba.cuda`` is numba's own deprecated CUDA
+target, whose simulator swaps the module under running simulated threads, and
+which this package is not tested on (KVC-C008).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import functools
+import importlib.util
+import os
+from typing import Any, Iterable, Literal
 
 import numpy as np
 
 from . import _interop, _overlap
-from ._backend import Backend
 from .errors import error
+
+__all__ = ["ArrayInfo", "BACKEND_NAMES", "NO_NUMBA_CUDA", "as_native", "check_array", "check_bool", "check_int",
+           "dtype_label", "inspect_array", "kernels_available", "resolve_backend", "simulator_enabled",
+           "stream_handle"]
+
+Backend = Literal["numpy", "cuda"]
+BACKEND_NAMES = ("auto", "numpy", "cuda")
+
+#: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
+NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
+                 "numba.cuda target is not supported")
 
 
 class ArrayInfo:
@@ -225,3 +245,134 @@ def check_int(
             expected = f"an int <= {high}" if high is not None else "an int"
         raise error("KVC-C011", function=function, argument=argument, expected=expected, got=value)
     return value
+
+
+# --- the backend of a call -----------------------------------------------------------
+
+
+@functools.cache
+def kernels_available() -> bool:
+    """True when the numba-cuda package is installed (it provides ``numba.cuda`` for the kernels)."""
+    try:
+        return importlib.util.find_spec("numba_cuda") is not None
+    except ImportError:  # a finder that refuses the name outright
+        return False
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is switched on for this process."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def resolve_backend(function: str, backend: str, arrays: Iterable[tuple[str, ArrayInfo]]) -> Backend:
+    """Pick the backend of one call from its arrays and the ``backend`` argument.
+
+    All arrays must be of one kind (and, for CUDA, one device): KVC-C007.
+    ``backend`` is ``"auto"`` (follow the arrays), ``"numpy"`` (NumPy
+    references) or ``"cuda"`` (Numba-CUDA kernels; NumPy arrays only under the
+    simulator): KVC-C009 / KVC-C008. The kernels need numba-cuda (KVC-C008).
+    """
+    if backend not in BACKEND_NAMES:
+        raise error("KVC-C009", function=function, argument="backend", expected=BACKEND_NAMES, got=backend)
+    first_name, first, device_name, device = None, None, None, None
+    for name, info in arrays:
+        if first is None:
+            first_name, first = name, info
+        elif info.kind != first.kind:
+            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=first_name,
+                        expected=_where(first))
+        if info.device is None:  # NumPy, or a CUDA array whose device is unknown (empty): fits any
+            continue
+        if device is None:
+            device_name, device = name, info
+        elif info.device != device.device:
+            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=device_name,
+                        expected=_where(device))
+    kind: Backend = "numpy" if first is None else first.kind
+    if backend == "numpy" and kind == "cuda":
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays")
+    if backend == "cuda" and kind == "numpy" and not simulator_enabled():
+        reason = "NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1"
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=reason)
+    chosen: Backend = kind if backend == "auto" else backend  # type: ignore[assignment]
+    if chosen == "cuda" and not kernels_available():
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=NO_NUMBA_CUDA)
+    return chosen
+
+
+def _where(info: ArrayInfo) -> str:
+    return info.kind if info.device is None else f"{info.kind}:{info.device}"
+
+
+# --- streams and DLPack-only arrays --------------------------------------------------
+
+
+def _int_handle(value: Any) -> int | None:
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raw = getattr(value, "value", None)  # ctypes.c_void_p (None for the NULL stream)
+    if raw is not None or type(value).__name__ == "c_void_p":
+        return int(raw or 0)
+    try:
+        return int(value)  # cuda.bindings CUstream
+    except (TypeError, ValueError):
+        return None
+
+
+def _protocol_handle(stream: Any) -> int | None:
+    """The handle of an object speaking the CUDA stream protocol (or a CuPy / Numba / PyTorch stream)."""
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        pair = proto() if callable(proto) else proto  # a method in the protocol; early versions: a property
+        if isinstance(pair, tuple) and len(pair) == 2:
+            return _int_handle(pair[1])
+        return None
+    for attribute in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, Numba
+        if hasattr(stream, attribute):
+            return _int_handle(getattr(stream, attribute))
+    return None
+
+
+def stream_handle(function: str, stream: Any) -> int | None:
+    """CUDA stream handle of a public ``stream=`` argument (KVC-C016).
+
+    ``None`` means CuPy's current stream (the legacy default stream without CuPy)
+    and is returned as None. Accepted otherwise: an int handle >= 0 (0 = legacy
+    default stream), an object with ``__cuda_stream__`` returning ``(version,
+    handle)``, a CuPy / Numba / PyTorch stream.
+    """
+    if stream is None:
+        return None
+    handle = _int_handle(stream) if isinstance(stream, (int, np.integer)) else _protocol_handle(stream)
+    if handle is None or handle < 0:
+        raise error("KVC-C016", function=function, argument="stream", got=f"{type(stream).__name__} {stream!r}")
+    return handle
+
+
+def as_native(function: str, kwargs: dict) -> dict:
+    """``kwargs`` with every DLPack-only array in them (dataclass fields, tuple items) replaced by a
+    NumPy or CuPy view of the same memory (:func:`._interop.native_array`); the same dict when there
+    is none, so the NumPy path pays one type test per argument."""
+    changed = {name: _native(value, function, name) for name, value in kwargs.items()}
+    return kwargs if all(changed[name] is kwargs[name] for name in kwargs) else changed
+
+
+def _native(value: Any, function: str, argument: str):
+    if isinstance(value, np.ndarray) or value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for field in dataclasses.fields(value):
+            old = getattr(value, field.name)
+            new = _native(old, function, f"{argument}.{field.name}")
+            if new is not old:
+                changes[field.name] = new
+        return dataclasses.replace(value, **changes) if changes else value
+    if isinstance(value, (tuple, list)):
+        items = [_native(item, function, f"{argument}[{i}]") for i, item in enumerate(value)]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    return _interop.native_array(function, argument, value) if _interop.dlpack_only(value) else value

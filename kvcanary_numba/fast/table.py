@@ -1,12 +1,11 @@
 """Launches issued together, in order, on one stream: a prepared phase, a replayed public call.
 
 :class:`LaunchTable` is what the monitor's prepared phases
-(:class:`~kvcanary_numba.monitor.fastpath.PreparedPhase`) and the memo replay of public
-calls (``_kernel_launch.run_launches``) launch. On a GPU it hands all of its launches to
-one compiled loop (:mod:`._native`): one Python call per phase instead of one
-``PreparedLaunch.launch`` (and one cuda-bindings call) per launch. Anything else (the
-simulator, a launch that is not raw, no C ``cuLaunchKernel``, ``_driver.DRIVER_CALLS =
-"python"``, Numba unable to compile the loop) launches each one as before.
+and the memo replay of public calls (:func:`.replay.run_launches`) launch. On a GPU it
+hands all of its launches to one compiled loop (:mod:`.native`): one Python call per phase
+instead of one ``PreparedLaunch.launch`` (and one cuda-bindings call) per launch. Anything
+else (the simulator, a launch that is not raw, no C ``cuLaunchKernel``,
+``driver.DRIVER_CALLS = "python"``, Numba unable to compile the loop) launches each one as before.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ import ctypes
 
 import numpy as np
 
-from . import _common, _native
-from . import _driver as _switches  # the module: PARAM_BUFFER
-from ._driver import driver as _driver
+from ..launch._launch import current_stream
+from . import driver as _numba
+from . import native as _native
 
 __all__ = ["LaunchTable"]
 
@@ -31,11 +30,11 @@ class LaunchTable:
 
     Notes
     -----
-    When every launch is raw, the driver has a C ``cuLaunchKernel`` (``_driver.native``) and
-    the compiled loop compiles (:mod:`._native`), :meth:`launch` is one call into compiled code
+    When every launch is raw, the driver has a C ``cuLaunchKernel`` (``driver.native``) and
+    the compiled loop compiles (:mod:`.native`), :meth:`launch` is one call into compiled code
     that launches them all; else each launch's own :meth:`~.prepared.PreparedLaunch.launch`. The compiled
     table copies each launch's handle, grid, block and parameter-array address (or, with
-    ``_driver.PARAM_BUFFER``, its one-buffer ``extra`` array where it has one): rebinding
+    ``driver.PARAM_BUFFER``, its one-buffer ``extra`` array where it has one): rebinding
     arguments is seen (the array points at the packed values), a :meth:`~.prepared.PreparedLaunch.refill`
     would not be, so a tabled launch refuses it.
     """
@@ -45,12 +44,13 @@ class LaunchTable:
     def __init__(self, launches):
         self.launches = tuple(launches)
         self.table = self._run = self._fn = None
-        if not self.launches or not all(p.raw for p in self.launches) or _driver.native is None:
+        driver = _numba.driver
+        if not self.launches or not all(p.raw for p in self.launches) or driver.native is None:
             return
         run = _native.compiled_launcher()
         if run is None:
             return
-        buffers = _switches.PARAM_BUFFER
+        buffers = _numba.PARAM_BUFFER
         try:
             rows = [(int(p.handle), p.grid, p.block, 0, ctypes.addressof(p._extra)) if buffers and p._extra is not None
                     else (int(p.handle), p.grid, p.block, ctypes.addressof(p._pointers), 0) for p in self.launches]
@@ -59,7 +59,7 @@ class LaunchTable:
         self.table = np.array(rows, dtype=np.int64)
         for p in self.launches:
             p._tabled = True
-        self._run, self._fn = run, _driver.native
+        self._run, self._fn = run, driver.native
 
     def __len__(self) -> int:
         return len(self.launches)
@@ -73,14 +73,14 @@ class LaunchTable:
         return self._run is not None
 
     def launch(self, stream: int | None = None) -> None:
-        """Launch every launch, in order, on ``stream`` (a handle; default: the call's stream).
+        """Launch every launch, in order, on ``stream`` (a handle; default: CuPy's current stream).
 
         Raises
         ------
         RuntimeError
             A driver error; the launches before the failing one were issued, the rest not.
         """
-        handle = _common._current_stream_ptr() if stream is None else int(stream)
+        handle = current_stream() if stream is None else int(stream)
         if self._run is None:
             for p in self.launches:
                 p.launch(handle)
@@ -89,4 +89,4 @@ class LaunchTable:
         if status:
             row, err = _native.decode_status(status)
             p = self.launches[row]
-            raise RuntimeError(f"cuLaunchKernel failed: {_driver._name(err)} (grid {p.grid}, block {p.block})")
+            raise RuntimeError(f"cuLaunchKernel failed: {_numba.driver._name(err)} (grid {p.grid}, block {p.block})")

@@ -1,5 +1,5 @@
-"""Chain glue: the bare recurrence (``kernels/chain.py``, benchmarks) and the write
-chain shared by the launches of one step (``kernels/share.py``)."""
+"""Chain glue: the write chain shared by the launches of one monitor step (``kernels/share.py``),
+and the chain a long public write publishes for its own tiled stamp (``fast/kernels/chain.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import threading
 
 import numpy as np
 
-from . import _common, _kernel_launch
+from ..constants import WARP_SIZE
+from ..launch import _launch as _common
+from . import replay
+from .scratch import STREAM_SCRATCH
 
-__all__ = ["OWN_TILED_MIN_TOKENS", "TILED_MIN_EXTRA_TOKENS", "SharedChain", "launch_chain_limit", "long_step",
+__all__ = ["OWN_TILED_MIN_TOKENS", "TILED_MIN_EXTRA_TOKENS", "SharedChain", "launch_chain_publish", "long_step",
            "own_tiled", "replay_key", "sharing", "write_chain"]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
@@ -21,37 +24,11 @@ ENTRY_ROWS, SEED_ROWS = 5, 2
 #: request: decode-shaped steps (one token per request) keep four serial launches.
 TILED_MIN_EXTRA_TOKENS = 64
 #: A write outside a monitor step (the public path) publishes its own chain and stamps tiled
-#: when its requests average at least this many tokens. H200, session 7 run 3, no real-KV
+#: when its requests average at least this many tokens. H200 (2026-12-04), no real-KV
 #: sources: the serial kernel runs 152 ns per token of a request, chain_publish + the tiled
 #: stamp 131 (8 x 8k, 8 x 32k, 1 x 128k alike), one more launch (a few us): the tiled path
 #: wins from ~200 tokens per request.
 OWN_TILED_MIN_TOKENS = 256
-
-
-def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: int = 32) -> None:
-    """Run one chain of ``steps`` ``mix3`` rounds per element of ``out`` (int64 [threads]).
-
-    Parameters
-    ----------
-    out : int64 [threads]
-        Each thread's final chain hash (written).
-    steps : int
-        Rounds per chain.
-    tokens, positions : int64 [n] or None
-        Streamed inputs (``chain_streamed``, step ``i`` reads index ``i % n``);
-        None synthesizes them (``chain_synth``).
-    block : int
-        Threads per block (32: one warp per block keeps each SM's scheduler lightly loaded).
-    """
-    from ..kernels import chain as _kernels
-
-    grid = _common.grid_for(out.shape[0], block)
-    if tokens is None:
-        name, args = "chain_synth", (int(steps), _common.kernel_array(out))
-    else:
-        arrays = (_common.kernel_array(a) for a in (tokens, positions, out))
-        name, args = "chain_streamed", (int(steps), *arrays)
-    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block, args)
 
 
 class SharedChain:
@@ -103,10 +80,10 @@ def replay_key():
     return role, _common.array_layout(chain.published)[0], _common.array_layout(chain.published_seeds)[0]
 
 
-_kernel_launch.LAUNCH_STATE.append(replay_key)
+replay.LAUNCH_STATE.append(replay_key)
 
 
-def write_chain(num_tokens: int, capacity: int, fallback) -> tuple[str | None, tuple]:
+def write_chain(num_tokens: int, capacity: int, fallback, stream: int) -> tuple[str | None, tuple]:
     """How this thread's write launch of ``num_tokens`` entries and plan ``capacity`` gets its chain.
 
     Returns (the tiled role, ``"PUBLISH"`` / ``"CONSUME"``, or None for the serial kernel;
@@ -123,7 +100,7 @@ def write_chain(num_tokens: int, capacity: int, fallback) -> tuple[str | None, t
     if state is None:
         if not own_tiled(num_tokens, capacity):
             return None, (int(_share.OWN), fallback, fallback)
-        return "PUBLISH", (int(_share.PUBLISH), *own_scratch(num_tokens, capacity))
+        return "PUBLISH", (int(_share.PUBLISH), *own_scratch(num_tokens, capacity, stream))
     role, chain = state
     name, _, requests = role.partition("/")
     args = (int(getattr(_share, name)), *_common.persistent_views(chain.published, chain.published_seeds))
@@ -141,17 +118,14 @@ def own_tiled(num_tokens: int, capacity: int) -> bool:
     return num_tokens > 0 and num_tokens >= max(int(capacity), 1) * per_request
 
 
-def own_scratch(num_tokens: int, capacity: int) -> tuple:
+def own_scratch(num_tokens: int, capacity: int, stream: int) -> tuple:
     """``published`` int64 [5, >= num_tokens] and ``published_seeds`` int64 [2, >= capacity] kernel
     arrays of a write that publishes its own chain: launch scratch of this device and stream
-    (``launch/scratch.py``), one array per power-of-two size class, never freed (a replayed
+    (``fast/scratch.py``), one array per power-of-two size class, never freed (a replayed
     call or a captured graph keeps its pointers)."""
-    from . import scratch as cache
-
-    pool = cache.scratch_arrays()
     width, seeds = 1 << (int(num_tokens) - 1).bit_length(), 1 << (max(int(capacity), 1) - 1).bit_length()
-    return (cache.zeros(pool, "published", (ENTRY_ROWS, width), np.int64),
-            cache.zeros(pool, "published_seeds", (SEED_ROWS, seeds), np.int64))  # fmt: skip
+    return (STREAM_SCRATCH.zeros("published", (ENTRY_ROWS, width), np.int64, stream),
+            STREAM_SCRATCH.zeros("published_seeds", (SEED_ROWS, seeds), np.int64, stream))
 
 
 def long_step(num_tokens: int, requests: int) -> bool:
@@ -159,14 +133,13 @@ def long_step(num_tokens: int, requests: int) -> bool:
     return num_tokens >= requests + TILED_MIN_EXTRA_TOKENS
 
 
-def launch_chain_publish(args: tuple, capacity: int) -> None:
+def launch_chain_publish(args: tuple, capacity: int, stream: int) -> None:
     """``chain_publish`` over the write kernel's arguments ``args`` (with the chain arguments)."""
-    from ..constants import WARP_SIZE
-    from ..kernels import chain as _kernels
+    from .kernels import chain as _kernels  # numba.cuda: the monitor imports this module on the CPU path too
 
     buf, offsets, seeds, nvr, tokens, positions, locs = args[:7]
     block = _kernels.PUBLISH_WARPS * WARP_SIZE
     grid = _common.persistent_grid(capacity, _kernels.PUBLISH_WARPS, blocks_per_sm=_common.THREADS_PER_SM // block)
     name = "chain_publish"
     _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block,
-                   (buf, offsets, seeds, nvr, tokens, positions, locs, args[-2], args[-1]))  # fmt: skip
+                   (buf, offsets, seeds, nvr, tokens, positions, locs, args[-2], args[-1]), stream)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from numba import cuda, int64
 
-from ..constants import OUT_OF_RANGE_SLOT
+from ...constants import OUT_OF_RANGE_SLOT
 
 #: Explicit signatures (eager compilation and the sm_90 PTX test).
 SIGNATURES = {"translate": ("void(int64[::1], int64[::1], int64[::1])",)}

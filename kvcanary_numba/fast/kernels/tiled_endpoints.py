@@ -31,7 +31,7 @@ Variants: ``tiled_endpoints_assert{0|1}_src{0..4}``, as ``write_tiled``'s.
 
 from __future__ import annotations
 
-from ..constants import MAX_REAL_KV_SOURCES
+from ...constants import MAX_REAL_KV_SOURCES
 from .endpoints import WRITE_SIGNATURE, endpoint_write_kernel
 from .write_tiled import make_tiled_body
 

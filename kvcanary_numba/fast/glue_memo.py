@@ -1,43 +1,43 @@
 """Replay of repeated internal glue calls, as repeated public calls are replayed.
 
-The monitor's eager GPU path (no prepared phases: ``monitor.fast`` is None, e.g. when
-they cannot bind) calls the endpoint glue (``launch/endpoints.py``) four times per
-decode step. Run every time, that glue re-derives each argument view, the kernel
-variant and the grid, and each eager launch re-packs every parameter of the kernel
-(211-259 for the endpoint kernels, their per-endpoint tuples item by item): about
-1.3 ms of host time per decode step on the H200 host of session 7 run 3, against
-0.36 ms when those launches were memoised public calls. :func:`run_memoised` gives
+The monitor's validated GPU path (a step whose arrays its prepared phases cannot bind)
+calls the endpoint glue (``fast/endpoints.py``) four times per decode step. Run every
+time, that glue re-derives the kernel variant and the grid, and each eager launch
+re-packs every parameter of the kernel (211-259 for the endpoint kernels, their
+per-endpoint tuples item by item): about 1.3 ms of host time per decode step on an H200
+host (2026-12-04), against 0.36 ms when those launches were memoised public calls. :func:`run_memoised` gives
 the glue the public calls' memo without their validation (the monitor validated the
 batch; the contexts and plans are its own):
 
-- the key of a call is a ``_memo.snapshot`` of its arguments, each walked as held
+- the key of a call is a ``memo.snapshot`` of its arguments, each walked as held
   (depth 1, so every NumPy, Numba or CAI array gets its per-object token, CuPy and
   PyTorch arrays their pointer, all their shape, strides and dtype; scalars their
   value), as the public calls' memo keys them: a per-step CuPy array allocated anew
   at the same address with the same layout replays (its launch would pack the same
   parameters), one at another address or of another layout takes the full path;
-- the key's :class:`~kvcanary_numba._memo.Entry` runs through
-  ``_kernel_launch.run_launches``: the glue the first time, the glue with its launches
+- the key's :class:`~.memo.Entry` runs through
+  ``replay.run_launches``: the glue the first time, the glue with its launches
   packed the second time, then a replay of those launches (one launch table, no
   glue) wherever ``entry.where`` (stream, device, glue launch state) is unchanged.
 
 Nothing kept here holds a user object: snapshots hold layouts, tokens and scalars,
-packed launches pointers (``_memo``, ``PreparedLaunch.release``), and a token's
+packed launches pointers (``memo``, ``PreparedLaunch.release``), and a token's
 entry goes when its object dies. A per-call array freed and replaced at its address
 is a new object, hence a new token, hence the full path; a CuPy array is keyed by
 its pointer, as in the public memo (equal pointers and layouts pack to equal
 launches). Under
 the simulator, while a recording is active, or when a key cannot be taken (an
-object that cannot be weakly referenced: ``_memo.Uncacheable``) the glue runs.
+object that cannot be weakly referenced: ``Uncacheable``) the glue runs.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._memo import Entry, Memo, Uncacheable, snapshot
-from . import _kernel_launch
+from . import replay
 from .chain import SharedChain
+from .memo import Entry, Memo, snapshot
+from .tokens import Uncacheable
 
 __all__ = ["MEMO", "clear", "key", "run_memoised"]
 
@@ -63,7 +63,7 @@ def key(name: str, kwargs: dict) -> tuple:
     return snapshot((name, tuple(map(_held, kwargs.values()))))[0]
 
 
-def run_memoised(name: str, run: Callable[..., None], kwargs: dict) -> None:
+def run_memoised(name: str, run: Callable[..., None], kwargs: dict, stream: int | None = None) -> None:
     """``run(**kwargs)``, or the replay of its launches (see the module docstring).
 
     Parameters
@@ -72,18 +72,18 @@ def run_memoised(name: str, run: Callable[..., None], kwargs: dict) -> None:
         The glue function (part of the key).
     run : callable
         The glue: it must read nothing but ``kwargs`` and the launch state the
-        launch layer knows of (``_kernel_launch.LAUNCH_STATE``), and do nothing but
+        launch layer knows of (``replay.LAUNCH_STATE``), and do nothing but
         launch.
     kwargs : dict
         Its keyword arguments.
     """
-    if not _kernel_launch.replayable():  # nothing would be packed or replayed: no key to take
-        run(**kwargs)
+    if not replay.replayable():  # nothing would be packed or replayed: no key to take
+        run(**kwargs, stream=stream)
         return
     try:
         found = key(name, kwargs)
     except Uncacheable:
-        run(**kwargs)
+        run(**kwargs, stream=stream)
         return
     entry = MEMO.get(found)
     if entry is None:
@@ -91,7 +91,7 @@ def run_memoised(name: str, run: Callable[..., None], kwargs: dict) -> None:
         MEMO.put(found, entry)
     else:
         entry.hits += 1
-    _kernel_launch.run_launches(entry, run, kwargs, None)
+    replay.run_launches(entry, run, kwargs, stream)
 
 
 def clear() -> None:

@@ -1,10 +1,10 @@
-"""Packed launches: a :class:`~.spec.LaunchSpec` reduced to one ``cuLaunchKernel`` call.
+"""Packed launches: a :class:`~kvcanary_numba.launch._launch.LaunchSpec` reduced to one ``cuLaunchKernel`` call.
 
 A Numba launch re-derives the kernel ABI from the Python arguments on every
 call (type checks, device-array wrapping, ctypes conversion): 25-170 us of host
 time per launch on an H200 host. :class:`PreparedLaunch` does that work once: it
 packs the parameter buffer (Numba's kernel ABI, below) from a launch
-description and then launches with a single driver call (:mod:`._driver`). It
+description and then launches with a single driver call (:mod:`.driver`). It
 remembers what it packed for each argument (an array's layout: pointer, shape,
 strides, dtype; a scalar's value), so a consumer can re-point one argument
 (:meth:`PreparedLaunch.rebind`: only the slots of an array whose layout changed
@@ -21,10 +21,10 @@ Numba's kernel ABI, one entry per flattened parameter, in signature order:
 - tuple: its members, flattened in order.
 
 Under Numba's CUDA simulator there is no driver: a prepared launch keeps its
-arguments and runs the ordinary launch (:func:`._common.launch`), so the
+arguments and runs the core's launch (:func:`kvcanary_numba.launch._launch.run`), so the
 rebinding logic is tested on a CPU with the same results as the normal path.
 Who consumes packed launches, and the rule that keeps their pointers current:
-:mod:`._common`.
+:mod:`.replay`.
 """
 
 from __future__ import annotations
@@ -35,20 +35,19 @@ from typing import Any, Sequence
 
 from numba.core import types  # once here: the packers below run per argument of every eager launch
 
-from . import _common
-from ._driver import AbiMismatch
-from ._driver import driver as _driver
-from .spec import LaunchSpec, Origin
+from ..launch._launch import ON_SIMULATOR, LaunchSpec, View, array_layout, current_stream, kernel_array, run
+from . import driver as _numba
+from .driver import AbiMismatch
 
-__all__ = ["PreparedLaunch", "pack_arguments", "pack_buffer"]
+__all__ = ["PreparedLaunch", "pack_buffer"]
 
 _INTP = ctypes.c_ssize_t
 _VOIDP = ctypes.c_void_p
-logger = logging.getLogger("kvcanary_numba.launch")
+logger = logging.getLogger("kvcanary_numba.fast")
 
 
 # --- packing --------------------------------------------------------------------
-# An array's layout is ``_common.array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
+# An array's layout is ``array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
 
 def _array_values(layout: tuple) -> list[int]:
     ptr, shape, strides, dtype = layout
@@ -75,7 +74,7 @@ def _slot_types(ty) -> list:
 
 def _slot_values(ty, value) -> list:
     if isinstance(ty, types.Array):
-        return _array_values(_common.array_layout(value))
+        return _array_values(array_layout(value))
     if isinstance(ty, types.BaseTuple):
         return [v for member, item in zip(ty, value) for v in _slot_values(member, item)]
     return [value]
@@ -118,18 +117,11 @@ def pack_buffer(argument_types: Sequence, args: Sequence) -> tuple:
     return buffer, end, offsets, slots, starts
 
 
-def pack_arguments(argument_types: Sequence, args: Sequence) -> tuple[list, list[int]]:
-    """The ctypes objects of Numba's kernel ABI for ``args``, and where each argument starts
-    (``pack_buffer``'s ``slots`` and ``starts``)."""
-    _, _, _, slots, starts = pack_buffer(argument_types, args)
-    return slots, starts
-
-
 def _packed(ty, value):
     """What is packed for one argument of Numba type ``ty``: an array's layout, a scalar's value,
     a tuple's items packed alike (so that nothing packed holds an array)."""
     if isinstance(ty, types.Array):
-        return _common.array_layout(value)
+        return array_layout(value)
     if isinstance(ty, types.BaseTuple):
         return tuple(_packed(member, item) for member, item in zip(ty, value))
     return value
@@ -143,7 +135,7 @@ class PreparedLaunch:
     Parameters
     ----------
     kernel, signature, grid, block, args
-        The fields of a :class:`~.spec.LaunchSpec` (:meth:`from_spec` takes one).
+        The fields of a :class:`~kvcanary_numba.launch._launch.LaunchSpec` (:meth:`from_spec` takes one).
         Array memory must outlive the launch object or be rebound before it is freed.
 
     Attributes
@@ -151,19 +143,18 @@ class PreparedLaunch:
     raw : bool
         True when launches go straight to ``cuLaunchKernel``; False under the
         simulator, or when preparing failed (``fallback_reason`` says why, a
-        warning is logged): then the ordinary launch path runs.
+        warning is logged): then the core's launch runs.
     packed : list
         Per argument, what the parameter buffer holds: an array's layout
         (pointer, shape, strides, dtype), a scalar's value, a tuple's items as such.
     handle : object or None
-        The kernel's driver handle (``CUfunction``, else ``CUkernel``; :func:`._compile.function_handle`).
-        ``_func`` and ``_params`` are what the chosen driver route takes for it and for
-        the parameter array (``c_void_p`` objects on ctypes, handle and int on bindings).
+        The kernel's driver handle (``CUfunction``, else ``CUkernel``; :func:`.driver.function_handle`).
+        ``_func`` and ``_params`` are what the driver takes for it and for the parameter array.
     """
 
     __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
                  "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays", "_tabled", "_buffer",
-                 "_size", "_extra")  # fmt: skip
+                 "_size", "_extra")
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
@@ -172,21 +163,21 @@ class PreparedLaunch:
         self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
         self._tabled = False  # a LaunchTable copied its handle, grid, block and parameter array
         self._extra = None  # cuLaunchKernel's ``extra`` for the one-buffer form, when the driver's layout is ours
-        if _common.ON_SIMULATOR:
+        if ON_SIMULATOR:
             return
-        _common.check_signature(signature, self.args, kernel)  # the glue's types, once
-        self.handle = _common.function_handle(kernel, signature)
+        _numba.check_types(kernel, signature, self.args)  # the glue's types, once
+        self.handle = _numba.function_handle(kernel, signature)
         if self.handle is None:  # logged once by function_handle
             self.fallback_reason = "no driver handle for the compiled kernel"
             return
-        self._types = _common.compile_kernel(kernel, signature).argument_types
+        self._types = _numba.argument_types(kernel, signature)
         self._arrays = [hasattr(ty, "ndim") for ty in self._types]
         try:
             self._buffer, size, offsets, self._slots, self._starts = pack_buffer(self._types, self.args)
-            reported = _driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
+            reported = _numba.driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
         except (NotImplementedError, AbiMismatch) as exc:  # never worse than Numba's launch
             self.fallback_reason = f"{type(exc).__name__}: {exc}"
-            logger.warning("prepared launch of %s falls back to Numba's launch: %s", signature, exc)
+            logger.warning("prepared launch of %s falls back to the core's launch: %s", signature, exc)
             return
         self.packed = [_packed(ty, v) for ty, v in zip(self._types, self.args)]
         self._pointers = (_VOIDP * max(len(self._slots), 1))(*(ctypes.addressof(s) for s in self._slots))
@@ -194,9 +185,9 @@ class PreparedLaunch:
             self._size = ctypes.c_size_t(size)
             # CU_LAUNCH_PARAM_BUFFER_POINTER (1), the block, CU_LAUNCH_PARAM_BUFFER_SIZE (2), its size, END (0)
             self._extra = (_VOIDP * 5)(1, ctypes.addressof(self._buffer), 2, ctypes.addressof(self._size), 0)
-        _driver.select(self.handle)
-        self._func = _driver.func_arg(self.handle)
-        self._params = _driver.params_arg(ctypes.addressof(self._pointers))
+        _numba.driver.select(self.handle)
+        self._func = _numba.driver.func_arg(self.handle)
+        self._params = _numba.driver.params_arg(ctypes.addressof(self._pointers))
         self.raw = True
 
     @classmethod
@@ -204,23 +195,22 @@ class PreparedLaunch:
         """The packed launch of ``spec`` (its arguments' types checked against its signature)."""
         return cls(spec.kernel, spec.signature, spec.grid, spec.block, spec.args)
 
-    from_record = from_spec  # a recorded launch is a LaunchSpec
-
-    def rebind(self, index: int, source: Any, origin: Origin | None = None, layout: tuple | None = None) -> None:
+    def rebind(self, index: int, source: Any, origin: View | None = None, layout: tuple | None = None) -> None:
         """Point array argument ``index`` at ``source`` (same dtype and ndim as before).
 
-        ``origin`` says how the glue derived the argument from its source (None:
-        the array itself); ``layout`` is ``_common.array_layout(source)`` when the
-        caller has it. On a GPU only the slots of this argument are re-packed, and only
-        when the pointer or shape changed.
+        ``origin`` is the :class:`View` the glue built the argument as (None: the array
+        itself); ``layout`` is ``array_layout(source)`` when the caller has it (used for
+        views of the whole array). On a GPU only the slots of this argument are re-packed,
+        and only when the pointer or shape changed.
         """
+        view = kernel_array(source) if origin is None else origin.on(source)
         if not self.raw:
-            self.args[index] = origin.rebuild(source) if origin is not None else _common.kernel_array(source)
+            self.args[index] = view
             return
-        source_layout = _common.array_layout(source) if layout is None else layout
-        view_layout = source_layout if origin is None else origin.layout(source_layout)
-        if view_layout is None:  # rare: shaped views; build one to read its layout
-            view_layout = _common.array_layout(origin.rebuild(source))
+        if layout is not None and view.builder == "array":
+            view_layout = layout
+        else:
+            view_layout = view.layout()
         self.args[index] = source  # keeps the memory alive while the launch may use it
         self._pack_array(index, view_layout)
 
@@ -247,7 +237,7 @@ class PreparedLaunch:
         self.args = list(spec.args)
         for index, (is_array, value) in enumerate(zip(self._arrays, spec.args)):
             if is_array:
-                self._pack_array(index, _common.array_layout(value))
+                self._pack_array(index, array_layout(value))
             else:
                 self.packed[index] = _packed(self._types[index], value)
                 start = self._starts[index]
@@ -264,7 +254,7 @@ class PreparedLaunch:
         if (spec.kernel, spec.signature) != (self.kernel, self.signature):
             return [f"kernel {spec.signature} instead of {self.signature}"]
         out = [f"{name} {new} instead of {old}" for name, new, old in
-               (("grid", spec.grid, self.grid), ("block", spec.block, self.block)) if new != old]  # fmt: skip
+               (("grid", spec.grid, self.grid), ("block", spec.block, self.block)) if new != old]
         for index, (ty, value) in enumerate(zip(self._types, spec.args)):
             now = _packed(ty, value)
             if now != self.packed[index]:
@@ -276,10 +266,10 @@ class PreparedLaunch:
         self.args = []
 
     def launch(self, stream: int | None = None) -> None:
-        """Launch on ``stream`` (a CUDA stream handle; default: the call's stream, see ``_common``)."""
+        """Launch on ``stream`` (a CUDA stream handle; default: CuPy's current stream)."""
+        handle = current_stream() if stream is None else int(stream)
         if not self.raw:
-            _common.run_spec(LaunchSpec(self.kernel, self.signature, self.grid, self.block, tuple(self.args)))
+            run(LaunchSpec(self.kernel, self.signature, self.grid, self.block, tuple(self.args), handle))
             return
-        handle = _common._current_stream_ptr() if stream is None else int(stream)
-        _driver.launch(self._func, self.grid, self.block, handle, self._params)
+        _numba.driver.launch(self._func, self.grid, self.block, handle, self._params)
 

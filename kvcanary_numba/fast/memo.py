@@ -13,7 +13,7 @@ and nothing that keeps a user object alive:
 
 Two calls with equal snapshots pass or fail validation alike, so :class:`Memo` stores the snapshots (and a
 small result) of calls that passed; the one exception is whether top-level NumPy arrays share memory (their
-addresses are not in the snapshot), which :mod:`._overlap` re-tests on every hit. Anything the walk does not
+addresses are not in the snapshot), which :mod:`.overlap` re-tests on every hit. Anything the walk does not
 know raises :class:`Uncacheable`: the call is validated in full. Array-like objects that cannot be weakly
 referenced are never cached at depth.
 """
@@ -21,40 +21,16 @@ referenced are never cached at depth.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import sys
-import weakref
 from typing import Any, Callable
 
 import numpy as np
 
-from . import _interop
+from .dlpack import native_array, native_views
+from .overlap import recheck_for
+from .tokens import Uncacheable, TOKENS, token
 
-__all__ = ["Entry", "Memo", "Uncacheable", "run_validated", "snapshot", "token"]
-
-
-class Uncacheable(Exception):
-    """The arguments hold something the snapshot cannot describe: validate in full."""
-
-
-_next = itertools.count(1)
-#: id(object) -> (weak reference, token); the callback drops the entry when the object dies.
-_tokens: dict[int, tuple[weakref.ref, int]] = {}
-
-
-def token(x: Any) -> int:
-    """A number for live object ``x``, never reused for another object."""
-    key = id(x)
-    hit = _tokens.get(key)
-    if hit is not None and hit[0]() is x:
-        return hit[1]
-    try:
-        ref = weakref.ref(x, lambda _, key=key: _tokens.pop(key, None))
-    except TypeError:
-        raise Uncacheable(type(x).__name__) from None
-    value = next(_next)
-    _tokens[key] = (ref, value)
-    return value
+__all__ = ["Entry", "Memo", "Uncacheable", "checked", "snapshot", "token"]
 
 
 # --- per-type walkers: (value, depth, state) -> hashable ---------------------------
@@ -64,9 +40,9 @@ def token(x: Any) -> int:
 def _numpy(x, depth, state):
     if depth == 0:
         return (x.shape, x.strides, x.dtype, x.flags.writeable)
-    hit = _tokens.get(id(x))  # token(x), inlined: this is the hot path
+    hit = TOKENS.get(id(x))  # token(x), inlined: this is the hot path
     return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype,
-            x.flags.writeable)  # fmt: skip
+            x.flags.writeable)
 
 
 def _cupy(x, depth, state):
@@ -103,7 +79,7 @@ def _cai(x, depth, state):
 
 
 def _dlpack(x, depth, state):
-    view = state[0][id(x)] = _interop.native_array("snapshot", "array", x)
+    view = state[0][id(x)] = native_array("snapshot", "array", x)
     # The producer's token stands for its identity (NumPy / CuPy views are new objects every call).
     return (token(x) if depth else None, _walk(view, 0, state))
 
@@ -130,7 +106,7 @@ for _t in _SCALARS:
 #: Straight-line snapshot of a NumPy array held at depth > 0 (what :func:`_numpy` returns there),
 #: inlined into generated walkers: NumPy arrays are most of what a call holds.
 _NUMPY_AT_DEPTH = ("(h[1] if (h := _tget(id(v))) is not None and h[0]() is v else _token(v), "
-                   "v.shape, v.strides, v.dtype, v.flags.writeable)")  # fmt: skip
+                   "v.shape, v.strides, v.dtype, v.flags.writeable)")
 _CUPY_INLINE = "(v.data.ptr, v.shape, v.strides, v.dtype)"  #: _cupy's snapshot, inlined in the same way
 
 
@@ -142,10 +118,10 @@ def _dataclass_walker(cls: type) -> Callable:
     for i, name in enumerate(names):
         lines += [f"    v = x.{name}", "    t = type(v)",
                   f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else {_CUPY_INLINE} if t is _cupy_t else (t, v) "
-                  f"if t in _scalars else None if v is None else (_get(t) or _walker(v))(v, d, state)"]  # fmt: skip
+                  f"if t in _scalars else None if v is None else (_get(t) or _walker(v))(v, d, state)"]
     lines.append(f"    return (cls, {''.join(f's{i}, ' for i in range(len(names)))})")
-    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register, "_ndarray": np.ndarray, "_tget": _tokens.get,
-             "_token": token, "_scalars": _SCALARS, "_cupy_t": _cupy_array_type()}  # fmt: skip
+    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register, "_ndarray": np.ndarray, "_tget": TOKENS.get,
+             "_token": token, "_scalars": _SCALARS, "_cupy_t": _cupy_array_type()}
     exec("\n".join(lines) + "\n", scope)  # noqa: S102 - field names come from the dataclass definition
     return scope["walk"]
 
@@ -213,9 +189,9 @@ def snapshot(values: tuple) -> tuple[tuple, dict]:
 
 class Entry:
     """What a memo remembers of a call that passed: its backend, how often the snapshot came back,
-    the shared-memory test a hit still owes (``overlap``: a :class:`._overlap.Recheck` or None) and,
-    on a GPU, the call's launches packed for replay (a tuple of PreparedLaunch) with ``where`` they
-    are valid: (stream, device, glue launch state); see :func:`.launch._kernel_launch.run_launches`."""
+    the shared-memory test a hit still owes (``overlap``: a :class:`.overlap.Recheck` or None) and,
+    on a GPU, the call's launches packed for replay (a LaunchTable) with ``where`` they are valid:
+    (stream, device, glue launch state); see :func:`.replay.run_launches`."""
 
     __slots__ = ("kind", "hits", "launches", "where", "overlap")
 
@@ -263,38 +239,33 @@ class Memo:
         self._last_key = self._last = None
 
 
-def run_validated(function: str, op: str, memo: Memo, validate: Callable[..., str], kwargs: dict, backend: str,
-                  stream: Any, normalize: dict[str, Callable] | None = None,
-                  recheck: Callable[[dict], None] | None = None) -> None:
-    """The body of every public launch: validate ``kwargs`` unless their snapshot passed before,
-    hand DLPack-only arrays on as NumPy / CuPy views, normalize scalars, run on ``stream``.
+def checked(function: str, memo: Memo, validate: Callable[..., tuple], kwargs: dict, backend: str,
+            value_checks: Callable[[dict], None] | None = None) -> tuple[Entry, dict]:
+    """Validate ``kwargs`` unless their snapshot passed before; returns the snapshot's :class:`Entry`
+    and the arguments to run with (DLPack-only arrays as NumPy views or :class:`.dlpack.DlpackView`).
 
-    ``validate(backend=..., **kwargs)`` raises the call's coded errors or returns the backend and
-    the shared-memory test a memo hit still owes (:func:`._overlap.check`: top-level NumPy arrays,
-    whose addresses the snapshot does not hold; it runs on every hit, after DLPack views are made).
-    ``recheck(kwargs)`` holds the value checks of ``validate`` (a snapshot knows layouts, not
-    contents): it runs on a memo hit, so those checks run on every call.
+    ``validate(backend=..., **kwargs)`` is the core operation's: it raises the call's coded
+    errors or returns the backend and every array of the call. On a memo hit two checks still
+    run: ``value_checks(kwargs)``, the checks of ``validate`` that read array contents (a
+    snapshot knows layouts, not contents), and the shared-memory test of the arrays whose
+    addresses the snapshot does not hold (:mod:`.overlap`).
     """
     try:
         key, views = snapshot((*kwargs.values(), backend))
         dlpack = bool(views)
     except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
         key, views, dlpack = None, None, True
+    if dlpack:
+        kwargs = {name: native_views(value, function, name, views) for name, value in kwargs.items()}
     entry = memo.get(key)
     if entry is None:
-        entry = Entry(*validate(backend=backend, **kwargs))
+        kind, arrays = validate(backend=backend, **kwargs)
+        entry = Entry(kind, recheck_for(function, arrays))
         memo.put(key, entry)
-        overlap = None  # validation compared every array
-    else:
-        entry.hits += 1
-        overlap = entry.overlap
-        if recheck is not None:
-            recheck(kwargs)
-    if dlpack:
-        kwargs = {name: _interop.native_views(value, function, name, views) for name, value in kwargs.items()}
-    if overlap is not None:
-        overlap(kwargs)
-    if normalize:
-        for name, cast in normalize.items():
-            kwargs[name] = cast(kwargs[name])
-    _interop.dispatch(function, entry, op, stream, kwargs)
+        return entry, kwargs
+    entry.hits += 1
+    if value_checks is not None:
+        value_checks(kwargs)
+    if entry.overlap is not None:
+        entry.overlap(kwargs)
+    return entry, kwargs

@@ -1,8 +1,7 @@
 """Launch glue of ``kvcanary_numba.kernels.endpoints``: the verify, and the write, of every
 endpoint of one monitor phase in one launch each.
 
-Internal host entry of the monitor (``monitor/launches.py``, which imports it on the kernel
-path only: it needs numba.cuda), not a public function:
+Internal host entry of the monitor's steps (it needs numba.cuda), not a public function:
 its callers pass their own contexts and plans and a batch they have validated
 (``StepBatch.check_arrays`` and the monitor's construction checks cover what
 the public wrappers would check), CUDA arrays on a GPU, NumPy arrays under the
@@ -20,15 +19,15 @@ What is fused, and what is not:
   entry), or all consume the published one (TAIL);
 - write, long (prefill-shaped) step with a shared chain: when ``publish`` (HEAD)
   ``chain_publish`` first runs the chain alone on the first endpoint's buffer (as
-  the plain path's publisher does, ``launch/chain.py``), then one tiled launch
-  (``kernels/tiled_endpoints.py``) stamps every endpoint from it (role CONSUME);
+  the plain path's publisher does, ``fast/chain.py``), then one tiled launch
+  (``fast/kernels/tiled_endpoints.py``) stamps every endpoint from it (role CONSUME);
   TAIL is the tiled launch alone. Two launches per long step fewer than one
   ``write_tiled`` per endpoint;
 - one endpoint: the plain launches (nothing to save).
 
 Records, rows, counters and write indices are those of the plain launches, one
 per endpoint (``kernels/endpoints.py``). Every array in a tuple argument is a
-persistent view (contexts, plans), as prepared phases require (``launch/recording.py``);
+persistent view (contexts, plans), as prepared phases require (``fast/recording.py``);
 the per-step arrays (token arrays, slots, expected inputs) are top-level arguments
 viewed from the batch, which prepared phases rebind by role. The chain role is an
 argument, not thread state (``chain.sharing`` is entered here only around the plain
@@ -36,8 +35,8 @@ launches), so the glue reads nothing besides its arguments: no replay key to reg
 
 Repeated calls replay: the monitor's eager path (no prepared phases) calls both entries
 every step with the same contexts, plans and (refilled in place) batch arrays, and
-re-deriving the views and re-packing each launch's 211-259 parameters cost ~1.3 ms of
-host time per decode step on the H200. Both go through :func:`.glue_memo.run_memoised`:
+re-deriving the launches and re-packing each launch's 211-259 parameters cost ~1.3 ms of
+host time per decode step on an H200. Both go through :func:`.glue_memo.run_memoised`:
 the first call runs the glue, the second packs its launches, later ones replay them.
 """
 
@@ -48,20 +47,20 @@ from typing import Sequence
 
 import numpy as np
 
-from .._interop import native_views
 from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..context import CanaryContext
-from ..kernels import endpoints as _kernels
 from ..kernels import share as _share
-from ..kernels import tiled_endpoints as _tiled_endpoints
 from ..kernels.verify import VERIFY_THREADS
+from ..launch import _launch as _common
+from ..launch import verify as _verify
+from ..launch.context import context_args
 from ..plans import VerifyPlan, WritePlan
-from . import _common
-from . import verify as _verify
 from . import write as _write
 from .chain import SharedChain, launch_chain_publish, long_step, sharing
+from .dlpack import native_views
 from .glue_memo import run_memoised
-from .verify import context_args
+from .kernels import endpoints as _kernels
+from .kernels import tiled_endpoints as _tiled_endpoints
 
 __all__ = ["fused_count", "launch_endpoint_verifies", "launch_endpoint_writes", "source_count"]
 
@@ -98,7 +97,7 @@ def _contexts(contexts: Sequence[CanaryContext], fallback) -> tuple[int, tuple]:
 
 
 def launch_endpoint_verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan,
-                             check_verify_expected_token: bool) -> None:  # fmt: skip
+                             check_verify_expected_token: bool, stream: int | None = None) -> None:
     """Verify ``plan`` against every context in ``contexts``: one launch when they fuse
     (:func:`fused_count`), else the plain verify per context, in order.
 
@@ -106,13 +105,13 @@ def launch_endpoint_verifies(*, contexts: Sequence[CanaryContext], plan: VerifyP
     (:func:`.glue_memo.run_memoised`): the monitor's eager path makes it every step.
     """
     run_memoised("verifies", _verifies, dict(contexts=contexts, plan=plan,
-                                             check_verify_expected_token=check_verify_expected_token))  # fmt: skip
+                                             check_verify_expected_token=check_verify_expected_token), stream)
 
 
 def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, positions,
                            out_cache_loc, enable_write_input_assert: bool, expected_input_tokens,
                            expected_input_positions, chain: SharedChain | None = None, publish: bool = False,
-                           requests: int | None = None) -> None:  # fmt: skip
+                           requests: int | None = None, stream: int | None = None) -> None:
     """Stamp the step's entries into every context in ``contexts`` (see the module docstring).
 
     ``chain``: the step's shared chain (None: every endpoint runs its own);
@@ -123,8 +122,8 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     kwargs = dict(contexts=contexts, plan=plan, input_ids=input_ids, positions=positions,
                   out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
                   expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions,
-                  chain=chain, publish=publish, requests=requests)  # fmt: skip
-    run_memoised("writes", _writes, kwargs)
+                  chain=chain, publish=publish, requests=requests)
+    run_memoised("writes", _writes, kwargs, stream)
 
 
 def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool) -> None:
@@ -132,7 +131,7 @@ def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_veri
     if not count:
         for context in contexts:
             _verify.launch_canary_verify_kernel(context=context, plan=plan,
-                                                check_verify_expected_token=check_verify_expected_token)  # fmt: skip
+                                                check_verify_expected_token=check_verify_expected_token)
         return
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
     nsrc, (bufs, *per_endpoint) = _contexts(contexts, fallback)
@@ -145,16 +144,16 @@ def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_veri
         *_common.persistent_views(
             plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
             plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable,
-        ),  # fmt: skip
+        ),
         *per_endpoint,
         per,
     )
-    _common.launch(kernel, signature, per * count, block, args)
+    _common.launch(kernel, signature, per * count, block, args, stream)
 
 
 def _writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, positions, out_cache_loc,
             enable_write_input_assert: bool, expected_input_tokens, expected_input_positions,
-            chain: SharedChain | None, publish: bool, requests: int | None) -> None:  # fmt: skip
+            chain: SharedChain | None, publish: bool, requests: int | None, stream: int) -> None:
     kwargs = dict(input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
                   expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions)
     kwargs = {name: native_views(value) for name, value in kwargs.items()}  # DLPack-only: as the public path
@@ -164,9 +163,9 @@ def _writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, po
     if not count:
         for i, context in enumerate(contexts):
             shared = contextlib.nullcontext() if chain is None else sharing(chain, publish=publish and i == 0,
-                                                                             requests=requests)  # fmt: skip
+                                                                             requests=requests)
             with shared:
-                _write.launch_canary_write_kernel(context=context, plan=plan,
+                _write.launch_canary_write_kernel(context=context, plan=plan, stream=stream,
                                                   enable_write_input_assert=enable_write_input_assert, **kwargs)
         return
     tokens = _common.kernel_array(kwargs["input_ids"])
@@ -199,25 +198,25 @@ def _writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, po
         rings, indices, slot_counters, kernel_counters, kinds, spans, params,
         _each(roles),
         *scratch,
-    )  # fmt: skip
+    )
     if tiled:
         if publish:  # the first endpoint's buffer holds the seed states the chain starts from
-            launch_chain_publish((bufs[0], *head, *scratch), capacity)
-        _launch_tiled(args, capacity, count, enable_write_input_assert, nsrc)
+            launch_chain_publish((bufs[0], *head, *scratch), capacity, stream)
+        _launch_tiled(args, capacity, count, enable_write_input_assert, nsrc, stream)
         return
     name = _kernels.write_name(enable_write_input_assert, nsrc)
     kernel, signature = _kernels.KERNELS[name], _kernels.SIGNATURES[name][0]
     block, per_sm = _write.write_shape()
     # Blocks of each endpoint's part (requests spread over blocks first, as the plain write).
     per = _common.persistent_grid(capacity, 1, blocks_per_sm=per_sm, parts=count)
-    _common.launch(kernel, signature, per * count, block, (*args, per))
+    _common.launch(kernel, signature, per * count, block, (*args, per), stream)
 
 
-def _launch_tiled(args: tuple, capacity: int, count: int, input_assert: bool, nsrc: int) -> None:
-    """The tiled stamps of ``count`` endpoints in one launch (``kernels/tiled_endpoints.py``): a
+def _launch_tiled(args: tuple, capacity: int, count: int, input_assert: bool, nsrc: int, stream: int) -> None:
+    """The tiled stamps of ``count`` endpoints in one launch (``fast/kernels/tiled_endpoints.py``): a
     block per request and endpoint, up to what stays resident (as ``launch/write.py``'s)."""
     block = _write.tiled_block()
     name = _tiled_endpoints.kernel_name(input_assert, nsrc)
     kernel, signature = _tiled_endpoints.KERNELS[name], _tiled_endpoints.SIGNATURES[name][0]
     per = _common.resident_grid(kernel, signature, capacity * block, block, parts=count)
-    _common.launch(kernel, signature, per * count, block, (*args, per))
+    _common.launch(kernel, signature, per * count, block, (*args, per), stream)

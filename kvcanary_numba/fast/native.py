@@ -24,7 +24,7 @@ Pointer and ``size_t`` arguments travel as 64-bit integers, ``unsigned int`` as
 Launch table: int64 ``[n, 5]``, one row per launch: the ``CUfunction`` handle,
 grid (blocks), block (threads), and the addresses of ``kernelParams`` and ``extra``
 (one of them 0): the :class:`~.prepared.PreparedLaunch`'s pointer array, or its
-``extra`` array naming its one-buffer parameter block (``_driver.PARAM_BUFFER``).
+``extra`` array naming its one-buffer parameter block (``driver.PARAM_BUFFER``).
 Both are stable for the launch's life: rebinding rewrites the parameter values
 they lead to, never the arrays.
 """

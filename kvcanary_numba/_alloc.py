@@ -1,0 +1,80 @@
+"""Where the package's buffers come from: the array module of a device, documented upper bounds of
+sizes, and allocation that fails with a coded error.
+
+Counters and plan lengths are int32 on the device (as in SGLang), so every
+capacity is at most ``INT32_MAX``; slots are int32 in ``req_to_token``, so a
+pool holds at most ``INT32_MAX`` slots. A size inside its bound may still not
+fit in memory: :func:`coded_allocation` turns the array library's
+``MemoryError`` (CuPy's ``OutOfMemoryError`` is one) into KVC-C015.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import numpy as np
+
+from ._validate import NO_NUMBA_CUDA, kernels_available
+from .errors import error
+
+__all__ = ["DEVICE_NAMES", "INT32_MAX", "MAX_SLOT_STRIDE_BYTES", "array_module", "coded_allocation", "gpu_available"]
+
+DEVICE_NAMES = ("cpu", "cuda")
+
+#: Largest capacity, slot count or slot index (int32 device counters and tables).
+INT32_MAX = 2**31 - 1
+#: Largest canary record stride (a record uses 32 bytes; the rest is padding).
+MAX_SLOT_STRIDE_BYTES = 4096
+
+
+@contextlib.contextmanager
+def coded_allocation(function: str, argument: str, got: int, *, what: str, nbytes: int) -> Iterator[None]:
+    """Run the allocations of ``argument``'s buffers; ``MemoryError`` becomes KVC-C015.
+
+    Parameters
+    ----------
+    function, argument : str
+        Named in the message.
+    got : int
+        The size asked for.
+    what : str
+        What is allocated ("verify plan", "violation ring", ...).
+    nbytes : int
+        Bytes the allocation needs (for the message).
+    """
+    try:
+        yield
+    except MemoryError as exc:
+        reason = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {str(exc)[:80]}"
+        raise error("KVC-C015", function=function, argument=argument, got=got, what=what, nbytes=nbytes,
+                    reason=reason) from None
+
+
+def array_module(function: str, device: str):
+    """NumPy for ``device="cpu"``, CuPy for ``device="cuda"`` (KVC-C009 / KVC-C008)."""
+    if device not in DEVICE_NAMES:
+        raise error("KVC-C009", function=function, argument="device", expected=DEVICE_NAMES, got=device)
+    if device == "cpu":
+        return np
+    try:
+        import cupy
+    except ImportError as exc:
+        raise error(
+            "KVC-C008", function=function, argument="device", got=device, reason=f"CuPy is not installed ({exc})"
+        ) from None
+    if not gpu_available():
+        raise error("KVC-C008", function=function, argument="device", got=device, reason="no CUDA GPU is visible")
+    if not kernels_available():  # CUDA buffers are only ever used by the kernels
+        raise error("KVC-C008", function=function, argument="device", got=device, reason=NO_NUMBA_CUDA)
+    return cupy
+
+
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
+        return False

@@ -1,0 +1,191 @@
+"""The public operations as the package's top level exports them: each core operation, wrapped.
+
+Every function here takes the core operation's arguments and gives its results; what it
+adds is host time saved (the core validates and launches through numba-cuda's dispatcher
+on every call: about 850 us of host time for a plan + verify + write step on a GPU host):
+
+- a validation memo (:mod:`.memo`): a call whose argument snapshot passed before skips
+  the checks (the value checks and the shared-memory test of top-level NumPy arrays still
+  run);
+- on CUDA arrays, raw launches (:mod:`.replay`): the first call of a snapshot runs the
+  core's launch glue with each launch packed and launched by one driver call, the second
+  keeps the packed launches, later ones replay them (no glue, one compiled call);
+- on NumPy arrays, the optimised CPU path (:mod:`.cpu`) instead of the plain NumPy
+  specification (:mod:`kvcanary_numba.reference`), which tests compare it with;
+- for a long write, the tiled path (``fast/write.py``); for the plan, launch scratch kept
+  per stream (``fast/scratch.py``).
+
+Docstrings, signatures and errors are the core's (``functools.wraps``): read those in
+``kvcanary_numba/verify.py`` and its siblings.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from .. import fingerprint as _fingerprint
+from .. import plan as _plan
+from .. import scatter as _scatter
+from .. import verify as _verify
+from .. import write as _write
+from .._validate import stream_handle
+from ..constants import RealKvHashMode
+from ..errors import KvCanaryError, error
+from ..reference import scatter as reference_scatter
+from . import replay
+from .cpu import fingerprint as cpu_fingerprint
+from .cpu import plan as cpu_plan
+from .cpu import verify as cpu_verify
+from .cpu import write as cpu_write
+from .memo import Memo, checked
+from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
+
+__all__ = ["compute_real_kv_hash", "launch_canary_plan_kernels", "launch_canary_verify_kernel",
+           "launch_canary_write_kernel", "launch_plan_offsets_kernel", "scatter_req_token_ids"]
+
+
+class _Operation:
+    """One public operation: the core's ``validate``, where it runs (the optimised CPU function or
+    the launch glue), scalar normalisation and the value checks a memo hit still owes."""
+
+    def __init__(self, function: str, validate: Callable, cpu_run: Callable, glue: Callable[[], Callable], *,
+                 normalize: dict[str, Callable] | None = None, value_checks: Callable[[dict], None] | None = None):
+        self.function, self.validate, self.cpu_run, self._load_glue = function, validate, cpu_run, glue
+        self.normalize, self.value_checks = normalize or {}, value_checks
+        self.memo = Memo()
+        self._glue: Callable | None = None
+
+    def glue(self) -> Callable:
+        if self._glue is None:  # the launch glue needs numba-cuda: imported on the kernel path only
+            self._glue = self._load_glue()
+        return self._glue
+
+    def __call__(self, kwargs: dict, backend: str, stream: Any) -> None:
+        handle = stream_handle(self.function, stream)
+        entry, kwargs = checked(self.function, self.memo, self.validate, kwargs, backend, self.value_checks)
+        for name, cast in self.normalize.items():
+            kwargs[name] = cast(kwargs[name])
+        if entry.kind == "numpy":
+            self.cpu_run(**kwargs)
+            return
+        try:
+            replay.run_launches(entry, self.glue(), kwargs, handle)
+        except KvCanaryError as exc:  # launch scratch refused during graph capture: name the public call
+            if exc.fields.get("function") != CAPTURE_FUNCTION:
+                raise
+            raise error("KVC-C015", **{**exc.fields, "function": self.function}) from None
+
+
+def _offsets_glue() -> Callable:
+    from ..launch import plan as glue
+
+    return functools.partial(glue.launch_plan_offsets_kernel, scratch=STREAM_SCRATCH)
+
+
+def _plan_glue() -> Callable:
+    from ..launch import plan as glue
+
+    return functools.partial(glue.launch_canary_plan_kernels, scratch=STREAM_SCRATCH)
+
+
+def _verify_glue() -> Callable:
+    from ..launch import verify as glue
+
+    return glue.launch_canary_verify_kernel
+
+
+def _write_glue() -> Callable:
+    from . import write as glue  # the tiled path for long writes, the shared chain of a monitor step
+
+    return glue.launch_canary_write_kernel
+
+
+def _scatter_glue() -> Callable:
+    from ..launch import scatter as glue
+
+    return glue.scatter_req_token_ids
+
+
+def _fingerprint_glue() -> Callable:
+    from ..launch import fingerprint as glue
+
+    return glue.compute_real_kv_hash
+
+
+_OFFSETS = _Operation(_plan.OFFSETS, _plan.validate_offsets, cpu_plan.launch_plan_offsets_kernel, _offsets_glue,
+                      normalize={"swa_window_size": int, "verify_capacity": int},
+                      value_checks=functools.partial(_plan.check_values, _plan.OFFSETS))
+_PLAN = _Operation(_plan.PLAN, _plan.validate_plan, cpu_plan.launch_canary_plan_kernels, _plan_glue,
+                   normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
+                   value_checks=functools.partial(_plan.check_values, _plan.PLAN))
+_VERIFY = _Operation(_verify.FUNCTION, _verify.validate, cpu_verify.launch_canary_verify_kernel, _verify_glue,
+                     normalize={"check_verify_expected_token": bool})
+_WRITE = _Operation(_write.FUNCTION, _write.validate, cpu_write.launch_canary_write_kernel, _write_glue,
+                    normalize={"enable_write_input_assert": bool})
+_SCATTER = _Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
+_FINGERPRINT = _Operation(_fingerprint.FUNCTION, _fingerprint.validate, cpu_fingerprint.compute_real_kv_hash,
+                          _fingerprint_glue, normalize={"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
+
+
+@functools.wraps(_plan.launch_plan_offsets_kernel)
+def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
+                               full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
+                               out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
+                               out_write_num_valid_reqs, swa_window_size, verify_capacity, backend: str = "auto",
+                               stream=None) -> None:
+    _OFFSETS(dict(
+        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
+        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
+        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
+        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
+    ), backend, stream)
+
+
+@functools.wraps(_plan.launch_canary_plan_kernels)
+def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens,
+                               req_to_token, swa_window_size, full_to_swa_index_mapping, verify_capacity,
+                               req_to_verify_expected_tokens, req_to_verify_expected_tokens_valid_lens,
+                               kv_token_id_vs_position_offset, backend: str = "auto", stream=None) -> None:
+    _PLAN(dict(
+        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
+        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+    ), backend, stream)
+
+
+@functools.wraps(_verify.launch_canary_verify_kernel)
+def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, backend: str = "auto",
+                                stream=None) -> None:
+    _VERIFY(dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token), backend,
+            stream)
+
+
+@functools.wraps(_write.launch_canary_write_kernel)
+def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
+                               expected_input_tokens, expected_input_positions, backend: str = "auto",
+                               stream=None) -> None:
+    _WRITE(dict(
+        context=context, plan=plan, input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert, expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    ), backend, stream)
+
+
+@functools.wraps(_scatter.scatter_req_token_ids)
+def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto",
+                          stream=None) -> None:
+    _SCATTER(dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out), backend,
+             stream)
+
+
+@functools.wraps(_fingerprint.compute_real_kv_hash)
+def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto",
+                         stream=None) -> None:
+    _FINGERPRINT(dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode,
+                      slot_indices=slot_indices, out=out), backend, stream)
