@@ -1,10 +1,11 @@
 """SplitMix64 on whole NumPy arrays, in plain NumPy.
 
 :func:`kvcanary_numba.hashing.splitmix64` is the scalar definition on Python
-ints; these is the same arithmetic element-wise on ``uint64`` arrays, for the
-vectorised parts of the specification (the real-KV fold). The package's own
-array versions in ``hashing.py`` run compiled loops with Numba for the CPU path; the
-specification stays free of compiled code, so it spells the finalizer out here.
+ints; :func:`splitmix64_words` is the same arithmetic element-wise on
+``uint64`` arrays, for the vectorised part of the specification (the real-KV
+fold). ``hashing.splitmix64_array`` runs a Numba-compiled loop (it serves the
+CPU path); the specification stays free of compiled code, so it spells the
+finalizer out here.
 
 ``uint64`` array arithmetic wraps modulo 2**64, which is the arithmetic we want.
 """
