@@ -134,8 +134,9 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     bump(context.slot_run_counter, active)  # every submitted entry counts, padding included
     records = canary_fields(context.canary_buf)
     slots = plan.verify_slot_indices[:active]
-    # The fingerprints of all entries at once (the kernel folds a warp's 32 slots together);
-    # 0 in NONE mode and for slots no source covers, which are never compared.
+    # The fingerprints of all entries at once (the kernel folds a warp's 32 slots together).
+    # 0 in NONE mode. A slot no source covers also gets 0: through the public launch
+    # that is only a slot outside the buffer (KVC-R007), whose fingerprint is never compared.
     real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view("i8")
     for i in range(active):
         slot = int(slots[i])
