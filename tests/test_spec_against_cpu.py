@@ -56,7 +56,7 @@ MODES = list(RealKvHashMode)
 #: Sizes around a warp (31, 32, 33), the CPU path's chunk of 2048 entries and its
 #: serial-fold threshold of 1024 slots, and several chunks.
 EDGE_SIZES = [0, 1, 31, 32, 33, 1025, 2048, 2049, 5000]
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # --- byte comparison -------------------------------------------------------------
@@ -437,9 +437,9 @@ def make_write_case(rng, num_tokens: int, num_reqs: int, mode, nsrc: int):
     if plan.write_seed_slot_indices.shape[0] == 0:  # a plan holds at least one request
         plan = WritePlan(write_offsets=np.zeros(2, np.int64), write_seed_slot_indices=np.full(1, -1, np.int64),
                          write_num_valid_reqs=plan.write_num_valid_reqs)  # fmt: skip
-    kwargs = dict(plan=plan, input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
-                  enable_write_input_assert=assert_inputs, expected_input_tokens=expected_tokens,
-                  expected_input_positions=expected_positions)  # fmt: skip
+    kwargs = {"plan": plan, "input_ids": input_ids, "positions": positions, "out_cache_loc": out_cache_loc,
+                  "enable_write_input_assert": assert_inputs, "expected_input_tokens": expected_tokens,
+                  "expected_input_positions": expected_positions}  # fmt: skip
     return ctx, kwargs
 
 
@@ -507,12 +507,12 @@ def make_plan_case(rng, bs: int):
     if rng.random() < 0.6:
         pool = rng.integers(-2, 1000, (int(rng.integers(1, rows + 3)), int(rng.integers(1, cols + 4)))).astype(np.int32)
         lens = rng.integers(-2, cols + 6, bs)
-    return dict(
-        req_pool_indices=rpi, prefix_lens=prefix, extend_seq_lens=extend, req_to_token=req_to_token,
-        swa_window_size=window, full_to_swa_index_mapping=lut, req_to_verify_expected_tokens=pool,
-        req_to_verify_expected_tokens_valid_lens=lens,
-        kv_token_id_vs_position_offset=int(rng.choice([0, 0, 1, -1, 3, INT64_MAX, INT64_MIN])),
-    )  # fmt: skip
+    return {
+        "req_pool_indices": rpi, "prefix_lens": prefix, "extend_seq_lens": extend, "req_to_token": req_to_token,
+        "swa_window_size": window, "full_to_swa_index_mapping": lut, "req_to_verify_expected_tokens": pool,
+        "req_to_verify_expected_tokens_valid_lens": lens,
+        "kv_token_id_vs_position_offset": int(rng.choice([0, 0, 1, -1, 3, INT64_MAX, INT64_MIN])),
+    }  # fmt: skip
 
 
 def stale_plans(rng, bs: int, verify_capacity: int) -> tuple[VerifyPlan, WritePlan]:
@@ -573,12 +573,12 @@ def test_plan_offsets_matches(seed, bs, tail):
     case = make_plan_case(rng, bs)
     verify_capacity = int(rng.choice([0, 1, 5, 40, INT32_MAX]))
     _, wplan = stale_plans(rng, bs, 1)
-    outputs = dict(
-        out_verify_offsets_scratch=rng.integers(-7777, 7777, bs + 1 + tail),
-        out_write_offsets=wplan.write_offsets, out_write_seed_slot_indices=wplan.write_seed_slot_indices,
-        out_verify_num_valid=np.array([-5], np.int32), out_verify_enable=np.array([9], np.int32),
-        out_write_num_valid_reqs=np.array([-5], np.int32),
-    )  # fmt: skip
+    outputs = {
+        "out_verify_offsets_scratch": rng.integers(-7777, 7777, bs + 1 + tail),
+        "out_write_offsets": wplan.write_offsets, "out_write_seed_slot_indices": wplan.write_seed_slot_indices,
+        "out_verify_num_valid": np.array([-5], np.int32), "out_verify_enable": np.array([9], np.int32),
+        "out_write_num_valid_reqs": np.array([-5], np.int32),
+    }  # fmt: skip
     inputs = {name: case[name] for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token",
                                             "full_to_swa_index_mapping", "swa_window_size")}  # fmt: skip
     results = []

@@ -2,9 +2,9 @@
 
 The specification functions take the public launches' keyword arguments minus
 ``backend`` and do no validation; the vectors are well-formed, so :class:`Ops`
-calls them directly. Both the specification and the replay are sequential, so
-ring rows compare in order-free form only where SGLang's own ring is racy
-(see ``tests/vectors.py``).
+calls them directly. The replay compares ring rows as multisets
+(``tests/vectors.py``); ``tests/test_spec_against_cpu.py`` compares them in
+order with the CPU path.
 """
 
 from __future__ import annotations

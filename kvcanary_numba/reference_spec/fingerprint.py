@@ -27,7 +27,7 @@ Exact semantics: ``docs/concepts/semantics.md`` ("Real-KV fingerprint").
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -58,7 +58,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, OUT_OF_RANGE_SLOT, REQ_POOL_IDX_PADDING
+from ..constants import (
+    EXPECTED_TOKEN_UNCHECKED,
+    NO_PREDECESSOR,
+    OUT_OF_RANGE_SLOT,
+    REQ_POOL_IDX_PADDING,
+)
 
 __all__ = ["launch_canary_plan_kernels", "launch_plan_offsets_kernel"]
 
