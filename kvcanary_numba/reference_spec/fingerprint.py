@@ -35,7 +35,7 @@ from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource
 from ._hash import splitmix64_words
 
-__all__ = ["compute_real_kv_hash", "fold_slots", "slots_covered"]
+__all__ = ["compute_real_kv_hash", "fold_slots", "fold_source", "slots_covered"]
 
 
 def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
