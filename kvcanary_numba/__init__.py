@@ -8,8 +8,7 @@ and the optimised CPU path. Same arguments, results and errors.
 
 from __future__ import annotations
 
-from ._alloc import gpu_available
-from ._validate import simulator_enabled
+from ._runtime import gpu_available, simulator_enabled
 from .constants import (
     CANARY_CHAIN_ANCHOR,
     CANARY_CHAIN_HEAD,

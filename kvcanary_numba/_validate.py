@@ -8,35 +8,27 @@ read-only interface (``data=(ptr, True)``) makes the array an input only.
 Every check raises a registered :class:`~kvcanary_numba.errors.KvCanaryError`.
 
 The backend of a call follows its arrays: NumPy arrays run the NumPy
-reference, CUDA arrays the ``@cuda.jit`` kernels. The kernels need the
-numba-cuda package: without it ``numba.cuda`` is numba's own deprecated CUDA
-target, whose simulator swaps the module under running simulated threads, and
-which this package is not tested on (KVC-C008).
+reference, CUDA arrays the ``@cuda.jit`` kernels (which need numba-cuda:
+:mod:`._runtime`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib.util
-import os
 from typing import Any, Iterable, Literal
 
 import numpy as np
 
 from . import _interop, _overlap
+from ._runtime import NO_NUMBA_CUDA, kernels_available, simulator_enabled
 from .errors import error
 
-__all__ = ["ArrayInfo", "BACKEND_NAMES", "NO_NUMBA_CUDA", "as_native", "check_array", "check_bool", "check_int",
-           "dtype_label", "inspect_array", "kernels_available", "resolve_backend", "simulator_enabled",
-           "stream_handle"]
+__all__ = ["ArrayInfo", "BACKEND_NAMES", "as_native", "check_array", "check_bool", "check_bundle", "check_int",
+           "check_type", "dtype_label", "entry_length", "inspect_array", "resolve_backend", "stream_handle"]
 
 Backend = Literal["numpy", "cuda"]
 BACKEND_NAMES = ("auto", "numpy", "cuda")
 
-#: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
-NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
-                 "numba.cuda target is not supported")
 
 
 class ArrayInfo:
@@ -247,23 +239,37 @@ def check_int(
     return value
 
 
+def check_type(function: str, argument: str, value: Any, cls: type) -> None:
+    """Require ``value`` (a context, plan or other bundle argument) to be a ``cls`` (KVC-V001)."""
+    if not isinstance(value, cls):
+        raise error("KVC-V001", function=function, argument=argument, expected=cls.__name__, got=type(value).__name__)
+
+
+def check_bundle(function: str, prefix: str, bundle: Any, specs: list[tuple[str, Any, tuple | None]]
+                 ) -> list[tuple[str, ArrayInfo]]:
+    """Check the named 1-D arrays of a bundle: ``specs`` = [(field, dtype, shape)], all C-contiguous."""
+    arrays = []
+    for field, dtype, shape in specs:
+        name = f"{prefix}.{field}"
+        arrays.append((name, check_array(function, name, getattr(bundle, field), dtype=dtype, ndim=1, shape=shape)))
+    return arrays
+
+
+def entry_length(function: str, argument: str, lengths: dict[str, int], capacity: int | None = None) -> int:
+    """The one length of a bundle's entry arrays (``lengths``: field -> length, in field order).
+
+    Raises KVC-C004 naming the array that differs: from ``capacity`` where some array has that
+    length, else from the most common length, so that one emptied array is the one named.
+    """
+    values = list(lengths.values())
+    if len(set(values)) == 1:
+        return values[0]
+    want = capacity if capacity in values else max(values, key=values.count)
+    odd = next(field for field, length in lengths.items() if length != want)
+    raise error("KVC-C004", function=function, argument=f"{argument}.{odd}", expected=(want,), got=(lengths[odd],))
+
+
 # --- the backend of a call -----------------------------------------------------------
-
-
-@functools.cache
-def kernels_available() -> bool:
-    """True when the numba-cuda package is installed (it provides ``numba.cuda`` for the kernels)."""
-    try:
-        return importlib.util.find_spec("numba_cuda") is not None
-    except ImportError:  # a finder that refuses the name outright
-        return False
-
-
-def simulator_enabled() -> bool:
-    """True when Numba's CUDA simulator is switched on for this process."""
-    from numba import config
-
-    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def resolve_backend(function: str, backend: str, arrays: Iterable[tuple[str, ArrayInfo]]) -> Backend:

@@ -22,7 +22,7 @@ import textwrap
 from importlib import metadata
 
 from . import __version__
-from ._alloc import gpu_available
+from ._runtime import gpu_available
 from .errors import REGISTRY, ErrorEntry, KvCanaryError
 
 __all__ = ["main"]
@@ -142,7 +142,7 @@ def _version(dist: str) -> str:
 
 
 def _gpu_path(sim: bool) -> str:
-    from ._validate import NO_NUMBA_CUDA, kernels_available
+    from ._runtime import NO_NUMBA_CUDA, kernels_available
 
     if not kernels_available():
         return f"unavailable: {NO_NUMBA_CUDA}"
@@ -152,7 +152,7 @@ def _gpu_path(sim: bool) -> str:
 
 
 def _doctor(args) -> int:
-    from ._validate import simulator_enabled
+    from ._runtime import simulator_enabled
 
     cupy = next((v for d in ("cupy-cuda13x", "cupy-cuda12x", "cupy") if (v := _version(d)) != "not installed"), None)
     gpu = "none visible"

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from . import _interop
-from ._alloc import INT32_MAX, MAX_SLOT_STRIDE_BYTES, array_module, coded_allocation
-from ._validate import ArrayInfo, check_array, check_int, inspect_array
+from ._runtime import INT32_MAX, MAX_SLOT_STRIDE_BYTES, array_module, coded_allocation
+from ._validate import ArrayInfo, check_array, check_int, check_type, inspect_array
 from .constants import (
     CANARY_SLOT_BYTES,
     DEFAULT_RING_CAPACITY,
@@ -22,7 +22,6 @@ from .constants import (
     RealKvHashMode,
 )
 from .errors import error
-from .plans import check_plan_type
 
 __all__ = ["CanaryContext", "RealKvSource", "check_context", "check_real_kv_sources"]
 
@@ -304,7 +303,7 @@ def check_context(function: str, context: Any, *, writes_buffer: bool, needs_cha
     KvCanaryError
         KVC-V001, KVC-C001 … KVC-C006, KVC-C011 … KVC-C014, KVC-R007 … KVC-R009.
     """
-    check_plan_type(function, "context", context, CanaryContext)
+    check_type(function, "context", context, CanaryContext)
     name = "context.canary_buf"
     buf = check_array(function, name, context.canary_buf, dtype=np.uint8, ndim=2, min_len=1, writeable=writes_buffer)
     stride = buf.shape[1]

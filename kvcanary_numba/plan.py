@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from . import _overlap
-from ._validate import as_native, check_array, check_int, resolve_backend, stream_handle
+from ._validate import as_native, check_array, check_int, entry_length, resolve_backend, stream_handle
 from .errors import error
-from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan, entry_length
+from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan
 from .reference import plan as reference
 
 __all__ = ["OFFSETS", "PLAN", "check_values", "launch_canary_plan_kernels", "launch_plan_offsets_kernel",

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from ._alloc import INT32_MAX, array_module, coded_allocation
-from ._validate import ArrayInfo, check_array, check_int
+from ._runtime import INT32_MAX, array_module, coded_allocation
+from ._validate import check_int
 from .constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR
 from .errors import error
 
-__all__ = ["ENTRY_FIELDS", "VerifyPlan", "WritePlan", "check_bundle", "check_plan_type", "check_verify_plan", "entry_length"]
+__all__ = ["ENTRY_FIELDS", "VerifyPlan", "WritePlan"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,42 +158,3 @@ class WritePlan:
 #: A verify plan's per-entry arrays: one length each, the plan's capacity.
 ENTRY_FIELDS = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
                 "verify_prev_slot_indices")
-
-
-def entry_length(function: str, argument: str, lengths: dict[str, int], capacity: int | None = None) -> int:
-    """The one length of the verify plan ``argument``'s entry arrays (``lengths``: field -> length).
-
-    Raises KVC-C004 naming the array that differs: from ``capacity`` where some array has that
-    length, else from the most common length, so that one emptied array is the one named.
-    """
-    values = list(lengths.values())
-    if len(set(values)) == 1:
-        return values[0]
-    want = capacity if capacity in values else max(values, key=values.count)
-    odd = next(field for field in ENTRY_FIELDS if lengths[field] != want)
-    raise error("KVC-C004", function=function, argument=f"{argument}.{odd}", expected=(want,), got=(lengths[odd],))
-
-
-def check_plan_type(function: str, argument: str, plan: Any, cls: type) -> None:
-    """Require ``plan`` (or any bundle argument) to be an instance of ``cls`` (KVC-V001)."""
-    if not isinstance(plan, cls):
-        raise error("KVC-V001", function=function, argument=argument, expected=cls.__name__, got=type(plan).__name__)
-
-
-def check_bundle(function: str, prefix: str, bundle: Any, specs: list[tuple[str, Any, tuple | None]]
-                 ) -> list[tuple[str, ArrayInfo]]:
-    """Check the named 1-D arrays of a plan: ``specs`` = [(field, dtype, shape)], all C-contiguous."""
-    arrays = []
-    for field, dtype, shape in specs:
-        name = f"{prefix}.{field}"
-        arrays.append((name, check_array(function, name, getattr(bundle, field), dtype=dtype, ndim=1, shape=shape)))
-    return arrays
-
-
-def check_verify_plan(function: str, plan: Any) -> list[tuple[str, ArrayInfo]]:
-    """A :class:`VerifyPlan` read by a launch: int64 entry arrays of one length, int32 [1] lanes."""
-    check_plan_type(function, "plan", plan, VerifyPlan)
-    entries = check_bundle(function, "plan", plan, [(field, np.int64, None) for field in ENTRY_FIELDS])
-    entry_length(function, "plan", {field: info.shape[0] for field, (_, info) in zip(ENTRY_FIELDS, entries)})
-    return entries + check_bundle(function, "plan", plan, [("verify_num_valid", np.int32, (1,)),
-                                                           ("enable", np.int32, (1,))])

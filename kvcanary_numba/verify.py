@@ -13,15 +13,25 @@ path); this one validates and launches on every call.
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _overlap
-from ._validate import as_native, check_bool, resolve_backend, stream_handle
+from ._validate import as_native, check_bool, check_bundle, check_type, entry_length, resolve_backend, stream_handle
 from .context import check_context
-from .plans import check_verify_plan
+from .plans import ENTRY_FIELDS, VerifyPlan
 from .reference import verify as reference
 
-__all__ = ["launch_canary_verify_kernel", "run", "validate"]
+__all__ = ["check_verify_plan", "launch_canary_verify_kernel", "run", "validate"]
 
 FUNCTION = "launch_canary_verify_kernel"
+
+
+def check_verify_plan(function: str, plan) -> list:
+    """A :class:`~kvcanary_numba.VerifyPlan` a launch reads: int64 entry arrays of one length, int32 [1] lanes."""
+    check_type(function, "plan", plan, VerifyPlan)
+    entries = check_bundle(function, "plan", plan, [(field, np.int64, None) for field in ENTRY_FIELDS])
+    entry_length(function, "plan", {field: info.shape[0] for field, (_, info) in zip(ENTRY_FIELDS, entries)})
+    return entries + check_bundle(function, "plan", plan, [("verify_num_valid", np.int32, (1,)), ("enable", np.int32, (1,))])
 
 
 def validate(*, context, plan, check_verify_expected_token, backend: str = "auto") -> tuple[str, list]:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
-from ._validate import as_native, check_array, check_bool, resolve_backend, stream_handle
+from ._validate import as_native, check_array, check_bool, check_bundle, check_type, resolve_backend, stream_handle
 from .context import check_context
 from .errors import error
-from .plans import WritePlan, check_bundle, check_plan_type
+from .plans import WritePlan
 from .reference import write as reference
 
 __all__ = ["launch_canary_write_kernel", "run", "validate"]
@@ -29,7 +29,7 @@ def validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write
              expected_input_tokens, expected_input_positions, backend: str = "auto") -> tuple[str, list]:
     """Every check of a write call; returns (backend, every array of the call as (name, ArrayInfo))."""
     arrays = check_context(FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
-    check_plan_type(FUNCTION, "plan", plan, WritePlan)
+    check_type(FUNCTION, "plan", plan, WritePlan)
     seeds = check_array(FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
     offsets = check_array(FUNCTION, "plan.write_offsets", plan.write_offsets, dtype=np.int64, ndim=1)
     if offsets.shape[0] != seeds.shape[0] + 1:

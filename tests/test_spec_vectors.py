@@ -1,4 +1,4 @@
-"""SGLang's golden vectors replayed through the specification (``kvcanary_numba.reference_spec``).
+"""SGLang's golden vectors replayed through the specification (``kvcanary_numba.reference``).
 
 The specification functions take the public launches' keyword arguments minus
 ``backend`` and do no validation; the vectors are well-formed, so :class:`Ops`
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from vectors import Ops, replay, scenario_paths, vectors_folder
 
-from kvcanary_numba.reference_spec import plan, verify, write
+from kvcanary_numba.reference import plan, verify, write
 
 SCENARIOS = [path.name for path in scenario_paths(vectors_folder())]
 

@@ -15,8 +15,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from .._validate import check_bool, check_int
-from .._alloc import array_module
-from .._alloc import coded_allocation
+from .._runtime import array_module
+from .._runtime import coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch

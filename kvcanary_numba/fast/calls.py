@@ -46,20 +46,15 @@ __all__ = ["compute_real_kv_hash", "launch_canary_plan_kernels", "launch_canary_
 
 
 class _Operation:
-    """One public operation: the core's ``validate``, where it runs (the optimised CPU function or
-    the launch glue), scalar normalisation and the value checks a memo hit still owes."""
+    """One public operation: the core's ``validate``, where it runs (the optimised CPU function, or
+    ``glue()``: the launch glue, imported on the kernel path only since it needs numba-cuda),
+    scalar normalisation and the value checks a memo hit still owes."""
 
     def __init__(self, function: str, validate: Callable, cpu_run: Callable, glue: Callable[[], Callable], *,
                  normalize: dict[str, Callable] | None = None, value_checks: Callable[[dict], None] | None = None):
-        self.function, self.validate, self.cpu_run, self._load_glue = function, validate, cpu_run, glue
+        self.function, self.validate, self.cpu_run, self.glue = function, validate, cpu_run, glue
         self.normalize, self.value_checks = normalize or {}, value_checks
         self.memo = Memo()
-        self._glue: Callable | None = None
-
-    def glue(self) -> Callable:
-        if self._glue is None:  # the launch glue needs numba-cuda: imported on the kernel path only
-            self._glue = self._load_glue()
-        return self._glue
 
     def __call__(self, kwargs: dict, backend: str, stream: Any) -> None:
         handle = stream_handle(self.function, stream)

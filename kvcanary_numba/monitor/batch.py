@@ -10,7 +10,7 @@ import numpy as np
 
 from .._validate import check_array, check_int
 from .._validate import resolve_backend
-from .._alloc import INT32_MAX, coded_allocation
+from .._runtime import INT32_MAX, coded_allocation
 from ..errors import error
 
 __all__ = ["StepBatch", "allocate_token_pool"]

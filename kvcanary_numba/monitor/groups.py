@@ -17,7 +17,7 @@ import numpy as np
 
 from .._validate import check_array, check_bool, check_int, inspect_array
 from .._validate import resolve_backend
-from .._alloc import INT32_MAX
+from .._runtime import INT32_MAX
 from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from ..context import CanaryContext, RealKvSource
 from ..errors import error

@@ -25,8 +25,8 @@ from typing import Sequence
 import numpy as np
 
 from .._validate import check_bool, check_int
-from .._alloc import array_module
-from .._alloc import INT32_MAX, coded_allocation
+from .._runtime import array_module
+from .._runtime import INT32_MAX, coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
 from .batch import StepBatch, allocate_token_pool, same_fields

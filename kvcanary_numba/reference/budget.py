@@ -1,12 +1,17 @@
-"""NumPy reference of the budget selection: the entries of a verify plan due at this step.
+"""Specification of the budget selection (``kernels/budget.py``): the verify entries due this step.
 
-Entry ``i`` (expected position ``p``) of an enabled plan is due at step ``t`` when
-``(multiplier * (p mod K) + offset + (t mod K)) mod K == 0`` (``mod`` is the
-non-negative remainder, ``K = period``; ``multiplier`` is coprime to ``K``). The
-due entries are copied, in plan order, to the front of ``out_plan``;
+A monitor with a verify budget checks only a share of a plan's entries each
+step, so that every position comes round once every ``K = period`` steps.
+Entry ``i`` (expected position ``p``) of an enabled plan is due at step ``t``
+when ``(multiplier * (p mod K) + offset + (t mod K)) mod K == 0``, where
+``mod`` is the non-negative remainder and ``multiplier`` is coprime to ``K``
+(so each step picks a different residue class of positions).
+
+The due entries are copied, in plan order, to the front of ``out_plan``;
 ``out_plan.verify_num_valid`` receives their count and ``out_plan.enable`` the
 plan's flag. A disabled plan (overflow: its entries are stale) selects nothing.
-The CUDA kernel selects the same set in any order (docs/concepts/reading-a-violation.md).
+The CUDA kernel selects the same set in the order its blocks reserve their
+output ranges (``docs/concepts/reading-a-violation.md``).
 """
 
 from __future__ import annotations
@@ -35,11 +40,11 @@ def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multipl
     step : int64 [1]
         The monitor's budget step counter.
     scratch : int64 [2]
-        The kernel's completion counters; left zero (untouched here).
+        The kernel's completion counters; left as they are (zero) here.
     period, multiplier, offset : int
         ``K`` >= 1, ``multiplier`` coprime to ``K``, ``0 <= offset < K``.
     """
-    del scratch
+    del scratch  # the kernel's cross-block bookkeeping; a sequential selection needs none
     capacity = plan.verify_slot_indices.shape[0]
     n = min(max(int(plan.verify_num_valid[0]), 0), capacity) if int(plan.enable[0]) else 0
     due = np.flatnonzero(due_mask(plan.verify_expected_positions[:n], int(step[0]), period, multiplier, offset))

@@ -1,193 +1,154 @@
-"""NumPy reference of the verify kernel (reference notes §5, docs/concepts/semantics.md).
+"""Specification of the verify kernel (``kernels/verify.py``).
 
-One compiled pass over the plan's entries computes each entry's fail bits
-(this is the CPU production path, not only the specification); the few rows
-are then built with NumPy and appended in entry order (the GPU appends them in
-atomic order; compare rings as multisets).
+Verify reads the canary records of the slots a step's forward pass is about to
+attend to (the verify plan's entries) and checks each against what the plan
+expects. Nothing in the canary buffer is written; failing entries become
+violation rows and two health counters move:
+
+- ``kernel_run_counter`` grows by 1 per launch, even a disabled one;
+- when ``plan.enable[0] != 0``, the first ``clamp(verify_num_valid, 0, capacity)``
+  entries are checked and ``slot_run_counter`` grows by that count.
+
+Per entry, in the kernel's order (``_check_entry``), with ``slot`` the entry's
+slot and ``prev`` its predecessor:
+
+1. ``slot == 0`` is the padding slot: skipped, no row.
+2. ``slot`` negative or ``>= num_slots``: nothing is loaded; one row with
+   ``fail_reason = 64`` (SLOT_OUT_OF_RANGE), ``expected_aux = num_slots``.
+3. The chain: ``prev < 0`` means the slot heads its chain and its prev_hash
+   must be ``CANARY_CHAIN_HEAD``; ``prev >= num_slots`` cannot be loaded
+   (bit 128, PREV_SLOT_OUT_OF_RANGE, ``expected_aux = prev``); ``prev == 0``
+   means the predecessor is unreachable and the chain is not checked;
+   otherwise the prev_hash must be the chain step (``splitmix64_mix3``) of
+   the predecessor's record (bit 1).
+4. The token (bit 32), only when asked for and the expected token is not -1.
+5. The position (bit 2).
+6. The real-KV fingerprint of the slot's live bytes (bit 4; 0 in NONE mode).
+
+An entry with any bit set records one row with all its bits OR-ed. Rows are
+recorded in entry order here and in atomic order on the GPU (compare rings as
+multisets). Row fields and the extension bits: ``docs/concepts/semantics.md``
+("Verify"); the chain: ``docs/concepts/record-and-chain.md``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import prange
 
 from ..constants import (
     CANARY_CHAIN_HEAD,
-    CANARY_FIELDS_PER_SLOT,
     EXPECTED_TOKEN_UNCHECKED,
     FIELD_POSITION,
     FIELD_PREV_HASH,
     FIELD_REAL_KV_HASH,
     FIELD_TOKEN,
     TOKEN_TO_KV_SLOT_PADDING,
-    VIOLATION_FIELDS,
+    FailReason,
+    RealKvHashMode,
 )
-from ..constants import (  # fail bits as int64 scalars, under this module's short names
-    FAIL_CHAIN as _CHAIN,
-    FAIL_POSITION as _POSITION,
-    FAIL_REAL_KV as _REAL_KV,
-    FAIL_TOKEN as _TOKEN,
-    FAIL_SLOT_RANGE as _SLOT_RANGE,
-    FAIL_PREV_RANGE as _PREV_RANGE,
-)
-from .._jit import cpu_jit, twin
-from ..hashing import splitmix64_mix3_u64
+from ..hashing import splitmix64_mix3, to_signed
 from .fingerprint import fold_slots
+from .ring import bump, canary_fields, record_violation
 
-__all__ = ["launch_canary_verify_kernel", "append_violation_rows", "canary_fields", "bump"]
+__all__ = ["launch_canary_verify_kernel", "slot_hash"]
 
-_HEAD = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
-_PADDING = np.int64(TOKEN_TO_KV_SLOT_PADDING)
-
-
-def canary_fields(canary_buf: np.ndarray) -> np.ndarray:
-    """The canary buffer as int64 [num_slots, stride // 8], sharing memory (field k = column k)."""
-    return canary_buf.view(np.int64)
+#: The prev_hash a chain's first slot holds, as the int64 stored in the record.
+_CHAIN_HEAD = to_signed(CANARY_CHAIN_HEAD)
 
 
-def bump(counter: np.ndarray, amount: int) -> None:
-    """``counter[0] += amount`` with the device's wrap-around (no NumPy overflow warning).
+def slot_hash(records, slot: int) -> int:
+    """Chain hash of the record at in-range ``slot``: ``mix3(prev_hash, token, position)``.
 
-    Python-int arithmetic on the one element: NumPy casts and in-place adds cost microseconds.
+    ``records`` is :func:`~.ring.canary_fields` of the buffer. Returns the hash
+    as an unsigned Python int in ``[0, 2**64)`` (``to_signed`` gives the int64
+    a record stores).
     """
-    half = 1 << (8 * counter.dtype.itemsize - 1)  # two's complement of the counter's width
-    counter[0] = (int(counter[0]) + int(amount) + half) % (2 * half) - half
+    record = records[slot]
+    return splitmix64_mix3(int(record[FIELD_PREV_HASH]), int(record[FIELD_TOKEN]), int(record[FIELD_POSITION]))
 
 
-def append_violation_rows(context, rows: np.ndarray) -> None:
-    """Record ``rows`` (int64 [k, 8]) fill-once into the context's ring, in order.
-
-    Row ``j`` takes ticket ``seq = write_index + j`` (int32 wrap-around, as the
-    GPU's atomicAdd) and lands only when ``0 <= seq < ring_capacity``; the
-    index advances by ``k`` whether or not the rows fit.
-    """
-    if rows.shape[0] == 0:
-        return
-    ring, index = context.violation_ring, context.violation_write_index
-    tickets = (np.arange(rows.shape[0], dtype=np.int64) + np.int64(index[0])).astype(np.int32)
-    fits = (tickets >= 0) & (tickets < ring.shape[0])
-    ring[tickets[fits]] = rows[fits]
-    bump(index, rows.shape[0])
-
-
-#: Entries per chunk of the compiled pass (its gathered records stay in cache).
-_CHUNK = 2048
-
-
-def _check_entries_loop(records, slots, positions, prevs, tokens, check_token, expected_real, bits, aux):
-    """Per entry: fail bits and ``expected_aux`` (the CPU path's hot loop).
-
-    ``records`` is the canary buffer as int64 [num_slots, stride // 8] (fields 0-3 are
-    read); slot 0 is padding (bits 0), a slot outside the buffer gets only the out-of-range bit. Each
-    chunk first gathers its records (independent loads, many cache misses in
-    flight), then checks them; a chain's predecessor is then mostly in cache.
-    """
-    num_slots = records.shape[0]
-    for chunk in prange((slots.shape[0] + _CHUNK - 1) // _CHUNK):  # chunks are independent: one per core
-        c0 = chunk * _CHUNK
-        c1 = min(c0 + _CHUNK, slots.shape[0])
-        own = np.empty((_CHUNK, CANARY_FIELDS_PER_SLOT), dtype=np.int64)
-        for i in range(c0, c1):
-            slot = slots[i]
-            if slot > 0 and slot < num_slots:
-                for f in range(CANARY_FIELDS_PER_SLOT):
-                    own[i - c0, f] = records[slot, f]
-        for i in range(c0, c1):
-            slot = slots[i]
-            bits[i] = 0
-            if slot == _PADDING:
-                continue
-            if slot < 0 or slot >= num_slots:
-                bits[i] = _SLOT_RANGE
-                aux[i] = num_slots
-                continue
-            stored_hash = own[i - c0, FIELD_PREV_HASH]
-            prev = prevs[i]
-            b = 0
-            expected = stored_hash  # prev == 0: predecessor unreachable, chain not checked
-            if prev < 0:
-                expected = _HEAD
-                if stored_hash != expected:
-                    b |= _CHAIN
-            elif prev >= num_slots:
-                expected = prev
-                b |= _PREV_RANGE
-            elif prev != 0:
-                expected = np.int64(
-                    splitmix64_mix3_u64(
-                        np.uint64(records[prev, FIELD_PREV_HASH]),
-                        np.uint64(records[prev, FIELD_TOKEN]),
-                        np.uint64(records[prev, FIELD_POSITION]),
-                    )
-                )
-                if stored_hash != expected:
-                    b |= _CHAIN
-            if own[i - c0, FIELD_POSITION] != positions[i]:
-                b |= _POSITION
-            if own[i - c0, FIELD_REAL_KV_HASH] != expected_real[i]:
-                b |= _REAL_KV
-            if check_token and tokens[i] != EXPECTED_TOKEN_UNCHECKED and own[i - c0, FIELD_TOKEN] != tokens[i]:
-                b |= _TOKEN
-            bits[i] = b
-            aux[i] = expected
-
-
-#: The same loop compiled twice: one chunk per core, and on one thread for a single chunk
-#: (where starting the parallel loop would cost more than the check).
-_check_entries = cpu_jit(nogil=True, parallel=True)(_check_entries_loop)
-_check_entries_serial = cpu_jit(nogil=True)(twin(_check_entries_loop, "_serial"))
-
-
-def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
-    """Check the plan's prefix slots against the canary buffer; record mismatches.
+def check_entry(context, records, slot: int, token: int, position: int, prev: int, real: int) -> None:
+    """The checks of one entry with a non-padding ``slot``; records its row if any check fails.
 
     Parameters
     ----------
     context : CanaryContext
-        NumPy arrays. ``canary_buf`` is only read; the ring, write index and
-        counters are updated in place.
+        Receives the row.
+    records : int64 [num_slots, stride // 8]
+        The canary buffer's fields (only read).
+    slot, token, position, prev : int
+        The entry: its slot, expected token (-1 when unchecked), expected
+        position and chain predecessor.
+    real : int
+        The live fingerprint of ``slot`` (signed int64; 0 in NONE mode).
+    """
+    num_slots = records.shape[0]
+    if not 0 <= slot < num_slots:  # negative or past the buffer: no load
+        record_violation(context, slot, position, -1, token, 0, num_slots, int(FailReason.SLOT_OUT_OF_RANGE))
+        return
+    stored_token = int(records[slot, FIELD_TOKEN])
+    stored_position = int(records[slot, FIELD_POSITION])
+    stored_hash = int(records[slot, FIELD_PREV_HASH])
+    stored_real = int(records[slot, FIELD_REAL_KV_HASH])
+    bits = 0
+    aux = stored_hash  # prev == 0: predecessor unreachable, chain not checked
+    if prev < 0:
+        aux = _CHAIN_HEAD
+        if stored_hash != aux:
+            bits |= FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    elif prev >= num_slots:
+        aux = prev
+        bits |= FailReason.PREV_SLOT_OUT_OF_RANGE
+    elif prev != 0:
+        aux = to_signed(slot_hash(records, prev))
+        if stored_hash != aux:
+            bits |= FailReason.VERIFY_CHAIN_HASH_MISMATCH
+    if token != EXPECTED_TOKEN_UNCHECKED and stored_token != token:
+        bits |= FailReason.VERIFY_TOKEN_MISMATCH
+    if stored_position != position:
+        bits |= FailReason.VERIFY_POSITION_MISMATCH
+    if stored_real != real:
+        bits |= FailReason.VERIFY_REAL_KV_HASH_MISMATCH
+    if bits:
+        record_violation(context, slot, stored_position, stored_token, token, stored_hash, aux, int(bits))
+
+
+def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -> None:
+    """Check the plan's entries against the canary buffer; record the failing ones.
+
+    Parameters
+    ----------
+    context : CanaryContext
+        NumPy arrays. ``canary_buf`` (uint8 [num_slots, stride]) is only read;
+        ``violation_ring``, ``violation_write_index``, ``slot_run_counter`` and
+        ``kernel_run_counter`` are updated in place.
     plan : VerifyPlan
-        NumPy arrays; entries ``[0, clamp(verify_num_valid, 0, capacity))`` are
-        checked when ``enable[0] != 0``.
+        NumPy arrays: four int64 [capacity] entry arrays, ``verify_num_valid``
+        and ``enable`` int32 [1].
     check_verify_expected_token : bool
-        Compare stored tokens with ``verify_expected_tokens`` (-1 = unchecked);
-        when False that array is never read.
+        Compare stored tokens with ``verify_expected_tokens``; when False that
+        array is never read and rows carry -1 as the expected token.
     """
     bump(context.kernel_run_counter, 1)
-    if int(plan.enable[0]) == 0:
+    if int(plan.enable[0]) == 0:  # the plan overflowed: its entries are stale
         return
     capacity = plan.verify_slot_indices.shape[0]
     active = min(max(int(plan.verify_num_valid[0]), 0), capacity)
-    bump(context.slot_run_counter, active)
-
+    bump(context.slot_run_counter, active)  # every submitted entry counts, padding included
+    records = canary_fields(context.canary_buf)
     slots = plan.verify_slot_indices[:active]
-    positions = plan.verify_expected_positions[:active]
-    prevs = plan.verify_prev_slot_indices[:active]
-    check = bool(check_verify_expected_token)
-    tokens = plan.verify_expected_tokens[:active] if check else positions  # not read when unchecked
-    records = canary_fields(context.canary_buf)  # fields past the record's four are never read
-    # Fingerprint of each slot's live KV bytes (0 in NONE mode, for uncovered or padding slots).
-    expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view(np.int64)
-    bits = np.empty(active, dtype=np.int64)
-    aux = np.empty(active, dtype=np.int64)
-    check_entries = _check_entries_serial if active <= _CHUNK else _check_entries
-    check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
-
-    hit = bits.nonzero()[0]  # entry order: the order rows are appended in
-    if hit.shape[0] == 0:
-        return
-    slot, hit_bits = slots[hit], bits[hit]
-    in_range = (hit_bits & _SLOT_RANGE) == 0
-    # Out-of-range rows carry the plan's position, -1 / 0 for the record fields they have none of.
-    record = np.zeros((hit.shape[0], CANARY_FIELDS_PER_SLOT), dtype=np.int64)
-    record[in_range] = records[slot[in_range], :CANARY_FIELDS_PER_SLOT]
-    record[~in_range, FIELD_TOKEN] = -1
-    record[~in_range, FIELD_POSITION] = positions[hit][~in_range]
-    expected_token = tokens[hit] if check else np.full(hit.shape[0], EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
-    rows = np.empty((hit.shape[0], VIOLATION_FIELDS), dtype=np.int64)
-    for k, column in enumerate((
-        int(context.kernel_kind), slot, record[:, FIELD_POSITION], record[:, FIELD_TOKEN], expected_token,
-        record[:, FIELD_PREV_HASH], aux[hit], hit_bits,
-    )):  # fmt: skip
-        rows[:, k] = column
-    append_violation_rows(context, rows)
+    # The fingerprints of all entries at once (the kernel folds a warp's 32 slots together);
+    # NONE mode reads no byte: every fingerprint is 0. A slot no source covers also gets 0:
+    # through the public launch that is only a slot outside the buffer (KVC-R007), whose
+    # fingerprint is never compared.
+    if context.real_kv_hash_mode == RealKvHashMode.NONE or not context.real_kv_sources:
+        real = np.zeros(active, dtype=np.int64)
+    else:
+        real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view("i8")
+    for i in range(active):
+        slot = int(slots[i])
+        if slot == TOKEN_TO_KV_SLOT_PADDING:  # padding slot: never verified
+            continue
+        token = int(plan.verify_expected_tokens[i]) if check_verify_expected_token else EXPECTED_TOKEN_UNCHECKED
+        check_entry(context, records, slot, token, int(plan.verify_expected_positions[i]),
+                    int(plan.verify_prev_slot_indices[i]), int(real[i]))  # fmt: skip

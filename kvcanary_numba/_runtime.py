@@ -1,5 +1,10 @@
-"""Where the package's buffers come from: the array module of a device, documented upper bounds of
-sizes, and allocation that fails with a coded error.
+"""What this process can run on, and where the package's buffers come from.
+
+Whether the kernels can run (numba-cuda installed, Numba's CUDA simulator on), the array
+module of a device, documented upper bounds of sizes, and allocation that fails with a
+coded error. The kernels need the numba-cuda package: without it ``numba.cuda`` is numba's
+own deprecated CUDA target, whose simulator swaps the module under running simulated
+threads, and which this package is not tested on (KVC-C008).
 
 Counters and plan lengths are int32 on the device (as in SGLang), so every
 capacity is at most ``INT32_MAX``; slots are int32 in ``req_to_token``, so a
@@ -13,12 +18,20 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
+import functools
+import importlib.util
+import os
+
 import numpy as np
 
-from ._validate import NO_NUMBA_CUDA, kernels_available
 from .errors import error
 
-__all__ = ["DEVICE_NAMES", "INT32_MAX", "MAX_SLOT_STRIDE_BYTES", "array_module", "coded_allocation", "gpu_available"]
+__all__ = ["DEVICE_NAMES", "INT32_MAX", "MAX_SLOT_STRIDE_BYTES", "NO_NUMBA_CUDA", "array_module", "coded_allocation",
+           "gpu_available", "kernels_available", "simulator_enabled"]
+
+#: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
+NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
+                 "numba.cuda target is not supported")
 
 DEVICE_NAMES = ("cpu", "cuda")
 
@@ -78,3 +91,19 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - any failure means "no usable GPU"
         return False
+
+
+@functools.cache
+def kernels_available() -> bool:
+    """True when the numba-cuda package is installed (it provides ``numba.cuda`` for the kernels)."""
+    try:
+        return importlib.util.find_spec("numba_cuda") is not None
+    except ImportError:  # a finder that refuses the name outright
+        return False
+
+
+def simulator_enabled() -> bool:
+    """True when Numba's CUDA simulator is switched on for this process."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM) or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
