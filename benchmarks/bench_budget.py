@@ -15,7 +15,7 @@ import numpy as np
 
 from kvcanary_numba import RealKvHashMode, VerifyPlan
 from kvcanary_numba.monitor.budget import seeded_affine, select_verify_entries
-from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_verify_kernel
 
 from .bench_kernels import KV_BYTES, MODES, _free, verify_bytes
 from .timing import device_times

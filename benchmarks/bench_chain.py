@@ -32,8 +32,8 @@ import numpy as np
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.launch.chain import SharedChain, launch_chain_limit, launch_chain_publish, sharing, write_chain
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba.fast.chain import SharedChain, launch_chain_limit, launch_chain_publish, sharing, write_chain
+from kvcanary_numba import launch_canary_write_kernel
 
 from .bench_kernels import _free
 from .timing import device_times, synchronize

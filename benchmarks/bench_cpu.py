@@ -9,8 +9,8 @@ import timeit
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba._arrays import check_array
-from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba._validate import check_array
+from kvcanary_numba import launch_canary_verify_kernel
 
 from .baselines import cupy_verify, python_verify
 from .timing import host_times

@@ -11,9 +11,9 @@ import numpy as np
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.constants import PARTIAL_READ_BYTES
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 from .baselines import cupy_verify
 from .ceiling import verify_loads
@@ -73,7 +73,7 @@ def _free() -> None:
     """Drop cached device views and pooled memory between cases."""
     import cupy
 
-    from kvcanary_numba.launch import _common
+    from kvcanary_numba.launch import _launch as _common
 
     _common._views.clear()
     cupy.get_default_memory_pool().free_all_blocks()
@@ -174,7 +174,7 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
     import cupy
 
     from kvcanary_numba.launch import write as write_glue
-    from kvcanary_numba.launch.chain import own_tiled
+    from kvcanary_numba.fast.chain import own_tiled
 
     mode = MODES[name]
     nbytes = write_bytes(requests * tokens, requests, mode)

@@ -15,9 +15,9 @@ import dataclasses
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 from .timing import host_times
 from .workloads import plan_case, verify_case
@@ -107,8 +107,8 @@ def public_calls(run) -> None:
     """Host µs of each public call per array library, and of the prepared step, in one run."""
     import cupy
 
-    from kvcanary_numba.launch.prepared import PreparedLaunch
-    from kvcanary_numba.launch.recording import recording
+    from kvcanary_numba.fast.prepared import PreparedLaunch
+    from kvcanary_numba.fast.recording import recording
 
     from .timing import synchronize
 

@@ -18,13 +18,13 @@ import numpy as np
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.constants import CanaryLaunchTag
-from kvcanary_numba.launch.prepared import PreparedLaunch
-from kvcanary_numba.launch.recording import recording
-from kvcanary_numba.launch.table import LaunchTable
+from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.fast.recording import recording
+from kvcanary_numba.fast.table import LaunchTable
 from kvcanary_numba.monitor.capture import capture_graph
-from kvcanary_numba.plan import launch_canary_plan_kernels
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 from .baselines import naive_launch
 from .bench_kernels import _free

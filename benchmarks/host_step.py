@@ -9,7 +9,7 @@ before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
 (``--driver``):
 
 ``stub``
-    Every :class:`~kvcanary_numba.launch.prepared.PreparedLaunch` launch is
+    Every :class:`~kvcanary_numba.fast.prepared.PreparedLaunch` launch is
     replaced by the host work a raw launch does before its driver call (the
     stream lookup): the Python work *outside* the launch calls.
 ``fake``
@@ -53,7 +53,7 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 
 from kvcanary_numba import RealKvHashMode  # noqa: E402
 from kvcanary_numba.launch import _common  # noqa: E402
-from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
+from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
 from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
 
@@ -80,10 +80,10 @@ def raw_phases(m, *, compiled: bool) -> int:
     returns the number of launches. ``compiled``: whether the tables run the compiled loop."""
     from cuda.bindings import driver as cu
 
-    from kvcanary_numba.launch import _driver
+    from kvcanary_numba.fast import driver as _driver
 
     try:
-        from kvcanary_numba.launch.table import LaunchTable
+        from kvcanary_numba.fast.table import LaunchTable
     except ImportError:  # an older tree (no launch tables): its phases loop over their launches
         LaunchTable = None  # noqa: N806
 

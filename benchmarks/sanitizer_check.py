@@ -23,13 +23,13 @@ if str(HERE.parent) not in sys.path:
 
 from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan  # noqa: E402
 from kvcanary_numba.constants import CanaryLaunchTag  # noqa: E402
-from kvcanary_numba.fingerprint import compute_real_kv_hash  # noqa: E402
-from kvcanary_numba.launch.prepared import PreparedLaunch  # noqa: E402
-from kvcanary_numba.launch.recording import recording  # noqa: E402
-from kvcanary_numba.plan import launch_canary_plan_kernels  # noqa: E402
-from kvcanary_numba.scatter import scatter_req_token_ids  # noqa: E402
-from kvcanary_numba.verify import launch_canary_verify_kernel  # noqa: E402
-from kvcanary_numba.write import launch_canary_write_kernel  # noqa: E402
+from kvcanary_numba import compute_real_kv_hash  # noqa: E402
+from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
+from kvcanary_numba.fast.recording import recording  # noqa: E402
+from kvcanary_numba import launch_canary_plan_kernels  # noqa: E402
+from kvcanary_numba import scatter_req_token_ids  # noqa: E402
+from kvcanary_numba import launch_canary_verify_kernel  # noqa: E402
+from kvcanary_numba import launch_canary_write_kernel  # noqa: E402
 
 try:  # a GPU with CuPy; else NumPy arrays through the kernels under NUMBA_ENABLE_CUDASIM=1 (a dry run)
     import cupy as cp

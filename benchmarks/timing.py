@@ -70,7 +70,7 @@ def _spin_kernel():
 
 
 def _spin(microseconds: int) -> None:
-    from kvcanary_numba.launch import _common
+    from kvcanary_numba.launch import _launch as _common
 
     if _common.ON_SIMULATOR:  # no nanosleep there, and nothing to time
         return

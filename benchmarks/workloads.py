@@ -18,7 +18,7 @@ import numpy as np
 
 from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, CanaryLaunchTag
-from kvcanary_numba.fingerprint import compute_real_kv_hash
+from kvcanary_numba import compute_real_kv_hash
 from kvcanary_numba.hashing import splitmix64_mix3_array
 from kvcanary_numba.monitor import CanaryMonitor, KvGroup, StepBatch
 
@@ -116,7 +116,7 @@ def serial_public_writes():
     """Within the block, public writes of any length run the serial kernel (one warp per request,
     its own chain): the public path before long writes took the tiled one, for rows in the same run.
     The threshold is part of the replay key, so memoised calls take the serial path too."""
-    from kvcanary_numba.launch import chain
+    from kvcanary_numba.fast import chain
 
     saved, chain.OWN_TILED_MIN_TOKENS = chain.OWN_TILED_MIN_TOKENS, 1 << 62
     try:

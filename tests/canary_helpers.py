@@ -18,8 +18,8 @@ import kvcanary_numba.launch
 from kvcanary_numba import CANARY_CHAIN_HEAD, CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed, to_unsigned
 from kvcanary_numba.plans import VerifyPlan, WritePlan
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 HEAD = CANARY_CHAIN_HEAD
 

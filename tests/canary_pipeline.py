@@ -73,7 +73,7 @@ class Pipeline:
         ``expected`` the write-input assert's (tokens, positions); ``loc_map`` rewrites
         out_cache_loc before the write (e.g. an SWA translation to -1).
         """
-        from kvcanary_numba.plan import launch_canary_plan_kernels
+        from kvcanary_numba import launch_canary_plan_kernels
 
         rpi, prefix, extend = (np.asarray(a, dtype=np.int64) for a in (rpi, prefix, extend))
         launch_canary_plan_kernels(

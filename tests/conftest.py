@@ -87,7 +87,7 @@ def write_path(request, monkeypatch) -> str:
     ``tiled`` (``chain_publish`` then ``write_tiled``), forced through the threshold of
     ``launch.chain.own_tiled`` whatever the write's length (part of the replay key, so a
     replayed call takes it too)."""
-    from kvcanary_numba.launch import chain
+    from kvcanary_numba.fast import chain
 
     monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 1 << 62 if request.param == "serial" else 0)
     return request.param

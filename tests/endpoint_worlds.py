@@ -24,9 +24,9 @@ from kernel_pairs import KERNEL_DEVICE, to_host
 
 from kvcanary_numba import CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
 from kvcanary_numba.launch import _common, _kernel_launch
-from kvcanary_numba.launch.chain import SharedChain, sharing
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba.fast.chain import SharedChain, sharing
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 T = CanaryLaunchTag
 TAGS = (T.HEAD_K_FULL, T.HEAD_V_FULL, T.TAIL_K_FULL, T.TAIL_V_FULL)
@@ -227,7 +227,7 @@ def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE, *,
 
 
 def _phase(path, contexts, vp, wp, inputs, chain, publish, bs, check_tokens) -> None:
-    from kvcanary_numba.launch.endpoints import launch_endpoint_verifies, launch_endpoint_writes
+    from kvcanary_numba.fast.endpoints import launch_endpoint_verifies, launch_endpoint_writes
 
     if path == "fused":
         launch_endpoint_verifies(contexts=contexts, plan=vp, check_verify_expected_token=check_tokens)

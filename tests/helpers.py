@@ -9,7 +9,7 @@ import pytest
 
 from kvcanary_numba import OUT_OF_RANGE_SLOT, VerifyPlan, WritePlan
 from kvcanary_numba.errors import KvCanaryError
-from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_plan_kernels
 
 
 @contextlib.contextmanager

@@ -26,8 +26,8 @@ from kvcanary_numba import CanaryContext, RealKvSource, VerifyPlan, WritePlan
 from kvcanary_numba import plan as public
 from kvcanary_numba.launch import plan as glue
 from kvcanary_numba.reference import plan as reference
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 #: Where the kernels run: the simulator on NumPy arrays, else the GPU on CuPy arrays.
 KERNEL_DEVICE = "cpu" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else "cuda"

@@ -1,5 +1,6 @@
-"""The launch layer as on a GPU, on a CPU: fake kernel handles, a fake libcuda ``cuLaunchKernel``
-that reads back the parameter buffer it is given, fake compiled kernels (test_launch_*.py)."""
+"""The fast wing's raw launches as on a GPU, on a CPU: one fake :class:`~kvcanary_numba.fast.driver.Driver`
+(fake kernel handles, the declared signatures as argument types, device 0) whose ``cuLaunchKernel``
+reads back the parameter buffer it is given (test_launch_*.py, test_prepared.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from kvcanary_numba.launch import _common, _compile, _driver, _kernel_launch, prepared
+from kvcanary_numba.fast import driver as _driver
+from kvcanary_numba.fast import prepared
+from kvcanary_numba.launch._launch import _declared_types
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-
-from benchmarks.fake_launch import gpu_branches  # noqa: E402
 
 
 class CaiArray:
@@ -37,16 +38,6 @@ class FakeHandle:
         return self.value
 
 
-class FakeCompiled:
-    """A compiled kernel: its argument types, and Numba's launch recorded (the fallback path)."""
-
-    def __init__(self, signature: str, log: list):
-        self.argument_types, self.log = _common._declared_types(signature), log
-
-    def launch(self, args, griddim, blockdim, stream, sharedmem):
-        self.log.append(("numba", tuple(args), griddim[0], blockdim[0], stream))
-
-
 class FakeLibcuda:
     """libcuda's ``cuLaunchKernel``: checks its pointer arguments are ``c_void_p`` objects and
     decodes the ``kernelParams`` it is given with ``slot_types``."""
@@ -55,10 +46,8 @@ class FakeLibcuda:
         self.log, self.slot_types, self.buffers = log, {}, 0  # buffers: launches given in the one-buffer form
 
     def __call__(self, func, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
-        # No argtypes on the real function: pointers must come as c_void_p (an int would be truncated).
-        if not all(isinstance(p, ctypes.c_void_p) for p in (func, stream, params)):
-            raise TypeError(f"pointer arguments must be c_void_p: {func!r}, {stream!r}, {params!r}")
-        func, stream = func.value, stream.value or 0
+        func, stream = int(func), int(stream or 0)
+        params = ctypes.c_void_p(params.value if isinstance(params, ctypes.c_void_p) else int(params or 0))
         types = self.slot_types[func]
         if extra is not None and extra.value:  # the one-buffer form; then kernelParams must be NULL
             assert not params.value, "kernelParams and extra both given"
@@ -114,22 +103,62 @@ class NativeLibcuda:
             return self.fail[n]
         if (gy, gz, by, bz, shmem) != (1, 1, 1, 1, 0):
             raise AssertionError(f"unexpected launch shape {(gy, gz, by, bz, shmem)}")
-        return self.lib(ctypes.c_void_p(func), gx, gy, gz, bx, by, bz, shmem, ctypes.c_void_p(stream),
-                        ctypes.c_void_p(params), ctypes.c_void_p(extra) if extra else None)  # fmt: skip
+        return self.lib(func, gx, gy, gz, bx, by, bz, shmem, stream, ctypes.c_void_p(params),
+                        ctypes.c_void_p(extra) if extra else None)  # fmt: skip
+
+
+class FakeDriver(_driver.Driver):
+    """The driver on a CPU: raw launches go to :class:`FakeLibcuda`, handles are :class:`FakeHandle`
+    objects registered with their parameter types, argument types come from the declared
+    signature, device 0. ``check_abi`` reports nothing (no one-buffer form) until
+    :meth:`Gpu.report_offsets`."""
+
+    def __init__(self, lib: FakeLibcuda):
+        super().__init__(raw=True)
+        self.lib, self.handles = lib, {}
+
+    def function_handle(self, kernel, signature):
+        key = (id(kernel), signature)
+        if key not in self.handles:
+            self.handles[key] = FakeHandle(0x100 + len(self.handles))
+            self.lib.slot_types[int(self.handles[key])] = [
+                s for t in _declared_types(signature) for s in prepared._slot_types(t)]
+        return self.handles[key]
+
+    def argument_types(self, kernel, signature):
+        return _declared_types(signature)
+
+    def check_types(self, kernel, signature, args):
+        return None
+
+    def current_device(self):
+        return 0
+
+    def select(self, handle=None, load=None):
+        self.ready = True
+
+    def launch(self, func, grid, block, stream, params):
+        err = self.lib(func, grid, 1, 1, block, 1, 1, 0, stream, params, None)
+        if err:
+            raise RuntimeError(f"cuLaunchKernel failed: {self._name(err)} (grid {grid}, block {block})")
+
+    def check_abi(self, handle, sizes):
+        return None
 
 
 class Gpu:
-    """What the ``gpu`` fixture set up: ``log`` of launches, kernels by name, the fake driver."""
+    """What the ``gpu`` fixture set up: ``log`` of launches and the fake driver (swapped in for the
+    process's one: every packed launch, replay and launch table uses it)."""
 
     def __init__(self, monkeypatch):
         self.log: list = []
         self.lib = FakeLibcuda(self.log)
-        self.handles: dict[tuple, FakeHandle] = {}
-        self.compiled: dict[tuple, FakeCompiled] = {}
-        self.driver = _driver._Driver()
-        self.driver.check_abi = lambda handle, sizes: None
-        self.driver.select(FakeHandle(0), "auto", load=lambda: self.lib)
+        self.driver = FakeDriver(self.lib)
         self.monkeypatch = monkeypatch
+
+    @property
+    def handles(self) -> dict:
+        return self.driver.handles
 
     def native(self) -> NativeLibcuda:
         """Give the driver a C ``cuLaunchKernel`` (a callback logging like :attr:`lib`): launch tables
@@ -144,29 +173,14 @@ class Gpu:
         self.driver.check_abi = lambda handle, sizes: natural_offsets(self.lib.slot_types[int(handle)])
 
     def handle(self, kernel, signature):
-        key = (id(kernel), signature)
-        if key not in self.handles:
-            self.handles[key] = FakeHandle(0x100 + len(self.handles))
-            self.lib.slot_types[int(self.handles[key])] = [
-                s for t in _common._declared_types(signature) for s in prepared._slot_types(t)]
-        return self.handles[key]
-
-    def compile(self, kernel, signature):
-        key = (id(kernel), signature)
-        if key not in self.compiled:
-            self.compiled[key] = FakeCompiled(signature, self.log)
-        return self.compiled[key]
+        return self.driver.function_handle(kernel, signature)
 
 
 @pytest.fixture
 def gpu(monkeypatch) -> Gpu:
-    """The launch layer as on a GPU (device 0, CuPy absent: stream 0 unless ``on_stream``)."""
+    """The fast wing's raw launches as on a GPU (device 0; stream 0 unless a call names one)."""
     fake = Gpu(monkeypatch)
-    for module, name, value in gpu_branches(fake.handle, fake.compile, fake.driver):
-        monkeypatch.setattr(module, name, value)
-    monkeypatch.setattr(_common, "check_signature", lambda signature, args, kernel=None: None)
-    monkeypatch.setattr(_kernel_launch, "_stream_pair", lambda ptr: (ptr, f"core:{ptr}"))
-    monkeypatch.setattr(_compile, "_handle_failure", [])
+    monkeypatch.setattr(_driver, "driver", fake.driver)
     return fake
 
 
@@ -181,8 +195,8 @@ def args_for(ptr: int, n: int = 5, scalar: int = -5) -> tuple:
 
 def expected_values(args: tuple) -> list[int]:
     """The flattened parameters a launch of :data:`SIG` with ``args`` must carry."""
-    values, _ = prepared.pack_arguments(_common._declared_types(SIG), args)
-    return [s.value or 0 for s in values]
+    _, _, _, slots, _ = prepared.pack_buffer(_declared_types(SIG), args)
+    return [s.value or 0 for s in slots]
 
 
 # --- raw launches run on the simulator, from their parameter slots ---------------------------------
@@ -215,7 +229,7 @@ def _decoded(ty, slots: list, i: int) -> tuple:
 
 
 def run_packed(launch, stream=None) -> None:
-    """A raw :class:`~kvcanary_numba.launch.prepared.PreparedLaunch`'s launch, run by Numba's
+    """A raw :class:`~kvcanary_numba.fast.prepared.PreparedLaunch`'s launch, run by Numba's
     simulator from what its parameter slots hold (pointers, shapes, scalars), as a GPU would
     run it: a stale pointer reads or writes the memory it names. ``launched`` lists
     (signature, array pointers) of each launch."""

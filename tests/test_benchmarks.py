@@ -24,8 +24,8 @@ from benchmarks.report import SCHEMA_VERSION, evaluate_targets  # noqa: E402
 from benchmarks.workloads import MonitorWorkload, verify_case, write_case  # noqa: E402
 
 from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba.verify import launch_canary_verify_kernel  # noqa: E402
-from kvcanary_numba.write import launch_canary_write_kernel  # noqa: E402
+from kvcanary_numba import launch_canary_verify_kernel  # noqa: E402
+from kvcanary_numba import launch_canary_write_kernel  # noqa: E402
 
 NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -233,7 +233,7 @@ def test_targets_read_the_records_they_name():
 def test_naive_dispatcher_launch_runs_the_recorded_kernel_on_the_callers_arrays():
     from benchmarks.baselines import naive_launch
 
-    from kvcanary_numba.launch.recording import recording
+    from kvcanary_numba.fast.recording import recording
 
     ctx, plan, _ = verify_case(np, entries=64, mode=ALL, bytes_per_token=32, chain_len=32)
     words = ctx.canary_buf.view(np.int64)

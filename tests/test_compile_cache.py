@@ -16,7 +16,7 @@ from numba.core.registry import CPUDispatcher
 
 from kvcanary_numba import _overlap, hashing
 from kvcanary_numba._jit import cpu_jit
-from kvcanary_numba.launch import _native
+from kvcanary_numba.fast import native as _native
 from kvcanary_numba.reference import fingerprint, plan_loop, verify, write
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

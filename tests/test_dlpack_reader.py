@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
-from kvcanary_numba import _dlpack
+from kvcanary_numba.fast import dlpack as _dlpack
 
 
 class Producer:

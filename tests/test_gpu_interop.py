@@ -114,7 +114,7 @@ def test_freed_cupy_pool_returns_its_memory_after_calls():
     import cupy
 
     from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan
-    from kvcanary_numba.verify import launch_canary_verify_kernel
+    from kvcanary_numba import launch_canary_verify_kernel
 
     pool = cupy.get_default_memory_pool()
     _sync()
@@ -139,7 +139,7 @@ def test_dlpack_only_cuda_arrays_are_read_without_a_view_and_interned():
     import cupy
 
     from kvcanary_numba import _interop
-    from kvcanary_numba._dlpack import DlpackView
+    from kvcanary_numba.fast.dlpack import DlpackView
 
     dev = cupy.arange(12, dtype=cupy.int64).reshape(3, 4)[:, 1:]
     first = _interop.native_array("test", "x", DlpackOnly(dev))
@@ -152,7 +152,7 @@ def test_freed_dlpack_producer_returns_its_memory_after_calls():
     import cupy
 
     from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan
-    from kvcanary_numba.verify import launch_canary_verify_kernel
+    from kvcanary_numba import launch_canary_verify_kernel
 
     pool = cupy.get_default_memory_pool()
     _sync()
@@ -176,7 +176,7 @@ def test_freed_dlpack_producer_returns_its_memory_after_calls():
 def test_numba_device_arrays_are_snapshotted_from_their_attributes():
     from numba import cuda
 
-    from kvcanary_numba import _memo
+    from kvcanary_numba.fast import memo as _memo
 
     a = cuda.to_device(np.arange(8, dtype=np.int64))
     b = cuda.to_device(np.arange(8, dtype=np.int64))

@@ -16,7 +16,7 @@ from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 from helpers import raises_code
 
 from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _memo
-from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_verify_kernel
 
 
 class DlpackOnly(interop_helpers.DlpackOnly):
@@ -155,7 +155,7 @@ def test_a_bad_stream_is_refused_with_a_code(stream):
 
 
 def test_the_launches_of_a_call_run_on_its_stream(driver, monkeypatch):
-    from kvcanary_numba.launch import _kernel_launch
+    from kvcanary_numba.fast import replay as _kernel_launch
 
     seen = []
     fake_launch_module(monkeypatch, "verify", "launch_canary_verify_kernel")
@@ -261,7 +261,7 @@ def test_driver_ordinal_tells_device_memory_from_host_memory(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
 def test_a_misaligned_cuda_array_is_refused(dtype):
     """A CUDA int64 array at an odd address faulted the plan kernel on the H200 (CUDA fuzz run)."""
-    from kvcanary_numba._arrays import check_array
+    from kvcanary_numba._validate import check_array
 
     raw = np.zeros(64, dtype=np.uint8)
     start = (-raw.ctypes.data) % 16  # an aligned base, then one byte past it

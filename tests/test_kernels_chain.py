@@ -7,7 +7,7 @@ import pytest
 
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 from kvcanary_numba.hashing import chain_head, splitmix64_mix3, to_signed
-from kvcanary_numba.launch.chain import launch_chain_limit
+from kvcanary_numba.fast.chain import launch_chain_limit
 
 pytestmark = pytest.mark.simulator
 

@@ -10,7 +10,7 @@ import pytest
 from endpoint_worlds import PATHS, TAGS, random_world, run_step
 
 from kvcanary_numba import FailReason, RealKvHashMode
-from kvcanary_numba.launch import _common
+from kvcanary_numba.launch import _launch as _common
 
 pytestmark = pytest.mark.simulator
 F = FailReason

@@ -13,9 +13,9 @@ from canary_oracles import KNOWN_REAL_KV_HASH, known_source, random_source, scal
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba.fingerprint import compute_real_kv_hash
+from kvcanary_numba import compute_real_kv_hash
 from kvcanary_numba.hashing import to_unsigned
-from kvcanary_numba.launch._common import SIM_BLOCK, SIM_MAX_BLOCKS
+from kvcanary_numba.launch._launch import SIM_BLOCK, SIM_MAX_BLOCKS
 
 pytestmark = pytest.mark.simulator
 

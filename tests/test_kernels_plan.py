@@ -17,7 +17,7 @@ from helpers import FILL, OOR, PLAN_WIDTH, linear_rtt, padded_lut
 from kernel_pairs import KERNEL_DEVICE, case, fresh_plans, garbage_batch, random_batch, run_both, token_pool
 
 from kvcanary_numba.kernels import plan as kernels
-from kvcanary_numba.launch._common import SIM_BLOCK, SIM_MAX_BLOCKS
+from kvcanary_numba.launch._launch import SIM_BLOCK, SIM_MAX_BLOCKS
 
 WIDTH = PLAN_WIDTH
 #: Threads of a simulated persistent grid (two blocks).

@@ -13,7 +13,7 @@ import pytest
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import scatter as public
-from kvcanary_numba.launch import _common
+from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.launch import scatter as glue
 from kvcanary_numba.reference import scatter as reference
 

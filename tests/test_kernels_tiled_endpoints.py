@@ -14,9 +14,9 @@ from kernel_pairs import KERNEL_DEVICE, to_host
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch import _common
-from kvcanary_numba.launch.chain import SharedChain, long_step
-from kvcanary_numba.launch.endpoints import launch_endpoint_writes
+from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast.chain import SharedChain, long_step
+from kvcanary_numba.fast.endpoints import launch_endpoint_writes
 
 pytestmark = pytest.mark.simulator
 

@@ -31,7 +31,7 @@ from kernel_pairs import run_pair, verify
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch._common import SIM_BLOCK, SIM_MAX_BLOCKS
+from kvcanary_numba.launch._launch import SIM_BLOCK, SIM_MAX_BLOCKS
 
 pytestmark = pytest.mark.simulator
 

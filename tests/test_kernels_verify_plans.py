@@ -20,7 +20,7 @@ from kernel_pairs import verify
 
 from kvcanary_numba import OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch._common import SIM_BLOCK, SIM_MAX_BLOCKS
+from kvcanary_numba.launch._launch import SIM_BLOCK, SIM_MAX_BLOCKS
 
 pytestmark = pytest.mark.simulator
 

@@ -13,7 +13,7 @@ from kernel_pairs import KERNEL_DEVICE, to_device, to_host, write
 
 from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.launch.chain import SharedChain, sharing
+from kvcanary_numba.fast.chain import SharedChain, sharing
 
 pytestmark = pytest.mark.simulator
 

@@ -13,10 +13,10 @@ from kernel_pairs import KERNEL_DEVICE, _rows, to_device, to_host, write
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch import _common
-from kvcanary_numba.launch import chain as chain_glue
+from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast import chain as chain_glue
 from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.launch.chain import SharedChain, own_tiled, sharing
+from kvcanary_numba.fast.chain import SharedChain, own_tiled, sharing
 
 pytestmark = pytest.mark.simulator
 
@@ -125,7 +125,7 @@ def test_own_scratch_is_cached_per_power_of_two_class():
 
 
 def test_the_threshold_is_part_of_the_replay_key(monkeypatch):
-    from kvcanary_numba.launch import _kernel_launch
+    from kvcanary_numba.fast import replay as _kernel_launch
 
     before = _kernel_launch.launch_state()
     monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 7)

@@ -1,4 +1,4 @@
-"""Launch utilities (kvcanary_numba.launch._common) that run without a GPU."""
+"""Launch utilities (kvcanary_numba.launch._launch) that run without a GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from canary_helpers import FakeCudaArray
 
 from kvcanary_numba.kernels import fingerprint, is_kernel
 from kvcanary_numba.kernels import verify as verify_kernels
-from kvcanary_numba.launch import _common
+from kvcanary_numba.launch import _launch as _common
 
 
 def test_array_layout_of_numpy_and_cuda_array_interface():

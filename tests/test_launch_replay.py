@@ -1,5 +1,5 @@
-"""Eager launches and replay of repeated public CUDA calls (``_kernel_launch``), on the CPU with a
-fake driver that decodes the parameter buffer of every raw launch: what runs, what is packed, what
+"""Eager raw launches and replay of repeated public CUDA calls (``fast/replay.py``), on the CPU with
+a fake driver that decodes the parameter buffer of every raw launch: what runs, what is packed, what
 is replayed, and that nothing stale is launched."""
 
 from __future__ import annotations
@@ -7,18 +7,20 @@ from __future__ import annotations
 import pytest
 from launch_fakes import KERNEL_A, KERNEL_B, SIG, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba._memo import Entry
-from kvcanary_numba.launch import _common, _kernel_launch
-from kvcanary_numba.launch.recording import recording
+from kvcanary_numba.fast import prepared as prepared_module
+from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.fast.memo import Entry
+from kvcanary_numba.fast.recording import recording
+from kvcanary_numba.launch import _launch as _common
 
 
 def glue(runs: list, ptr: int = 0x10000, scalar: int = -5):
     """A launch-glue function making two launches (kernels A and B) on arrays at ``ptr``."""
 
-    def run(**kwargs):
+    def run(stream, **kwargs):
         runs.append(kwargs)
-        _common.launch(KERNEL_A, SIG, 1, 32, args_for(ptr, scalar=scalar))
-        _common.launch(KERNEL_B, SIG, 3, 64, args_for(ptr + 0x8000, scalar=scalar))
+        _common.launch(KERNEL_A, SIG, 1, 32, args_for(ptr, scalar=scalar), stream)
+        _common.launch(KERNEL_B, SIG, 3, 64, args_for(ptr + 0x8000, scalar=scalar), stream)
 
     return run
 
@@ -30,9 +32,10 @@ def raw_launches(gpu) -> list:
 def test_eager_launches_refill_one_packed_launch_per_kernel_with_every_argument(gpu):
     for ptr, scalar, grid in ((0x10000, -5, 1), (0x10000, 9, 2), (0x20000, 9, 7)):  # same arrays, then new ones
         args = args_for(ptr, scalar=scalar)
-        _common.launch(KERNEL_A, SIG, grid, 32, args)
+        with _common.sink(_kernel_launch.eager):
+            _common.launch(KERNEL_A, SIG, grid, 32, args, 0)
         assert raw_launches(gpu)[-1] == (grid, 32, 0, expected_values(args))
-    cached = list(_kernel_launch._eager.by_kernel.values())
+    cached = list(gpu.driver.eager.by_kernel.values())
     assert len(cached) == 1 and cached[0].raw and cached[0].args == []  # no array kept alive
 
 
@@ -53,14 +56,14 @@ def test_first_run_then_pack_then_replay(gpu):
 
 
 def test_another_stream_device_or_shared_chain_packs_again(gpu):
-    from kvcanary_numba.launch import chain
+    from kvcanary_numba.fast import chain
 
     entry, runs = Entry("cuda"), []
     entry.hits = 1
     _kernel_launch.run_launches(entry, glue(runs), {}, 7)
     _kernel_launch.run_launches(entry, glue(runs), {}, 9)  # another stream: packed again for it
     assert len(runs) == 2 and entry.where[:2] == (9, 0)
-    gpu.monkeypatch.setattr(_kernel_launch, "_current_device", lambda: 1)
+    gpu.monkeypatch.setattr(gpu.driver, "current_device", lambda: 1)
     _kernel_launch.run_launches(entry, glue(runs), {}, 9)  # another device: function handles differ
     assert len(runs) == 3 and entry.where[:2] == (9, 1)
     _kernel_launch.run_launches(entry, glue(runs), {}, 9)
@@ -74,13 +77,16 @@ def test_another_stream_device_or_shared_chain_packs_again(gpu):
 
 
 def test_a_launch_that_cannot_be_packed_is_never_replayed(gpu):
-    gpu.monkeypatch.setattr(_common, "function_handle", lambda kernel, signature: None)
+    gpu.monkeypatch.setattr(gpu.driver, "function_handle", lambda kernel, signature: None)
+    core: list = []
+    gpu.monkeypatch.setattr(prepared_module, "run", core.append)  # the core's launch (the public API)
+    gpu.monkeypatch.setattr(_kernel_launch, "run", core.append)
     entry, runs = Entry("cuda"), []
     entry.hits = 1
     for _ in range(2):
         _kernel_launch.run_launches(entry, glue(runs), {}, 7)
     assert entry.launches is None and len(runs) == 2
-    assert [kind for kind, *_ in gpu.log] == ["numba"] * 4  # Numba's launch, every time
+    assert gpu.log == [] and [spec.stream for spec in core] == [7] * 4  # the core's launch, every time
 
 
 def test_no_replay_while_recording(gpu):
@@ -100,9 +106,9 @@ def test_verified_replays_catch_what_the_snapshot_missed(gpu):
     state = {"ptr": 0x10000}
     runs: list = []
 
-    def run(**kwargs):
+    def run(stream, **kwargs):
         runs.append(kwargs)
-        _common.launch(KERNEL_A, SIG, 1, 32, args_for(state["ptr"]))
+        _common.launch(KERNEL_A, SIG, 1, 32, args_for(state["ptr"]), stream)
 
     entry = Entry("cuda")
     entry.hits = 1

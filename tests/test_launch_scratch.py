@@ -11,8 +11,8 @@ from canary_helpers import HEAD, make_context, run_write, stamp, write_plan
 from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
 
 from kvcanary_numba import KvCanaryError, launch_canary_write_kernel
-from kvcanary_numba.launch import chain as chain_glue
-from kvcanary_numba.launch import scratch
+from kvcanary_numba.fast import chain as chain_glue
+from kvcanary_numba.fast import scratch
 
 LENGTHS = [40, 24]
 SEEDS = [90, -1]
@@ -149,7 +149,7 @@ class _FakeLibcuda:
 def test_capture_status_decoding(monkeypatch, fresh_lookup, result, status, capturing):
     # CUDA_SUCCESS with a status, or a 900-908 capture error, is a capture; any other driver error
     # (no context, say) is not, and the allocation then meets the driver's own answer.
-    from kvcanary_numba.launch import _common
+    from kvcanary_numba.launch import _launch as _common
 
     fake = _FakeLibcuda(result, status)
     monkeypatch.setattr(_common, "ON_SIMULATOR", False)
@@ -162,7 +162,7 @@ def test_capture_status_decoding(monkeypatch, fresh_lookup, result, status, capt
 
 
 def test_no_libcuda_means_not_capturing(monkeypatch, fresh_lookup):
-    from kvcanary_numba.launch import _common
+    from kvcanary_numba.launch import _launch as _common
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")

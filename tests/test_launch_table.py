@@ -1,4 +1,4 @@
-"""Launch tables (``launch/table.py``) and the compiled launch loop (``launch/_native.py``) on the CPU:
+"""Launch tables (``fast/table.py``) and the compiled launch loop (``fast/native.py``) on the CPU:
 the compiled loop calls a ctypes callback in place of libcuda's ``cuLaunchKernel``, which decodes
 every parameter buffer it is given, so what it launches is compared with the Python loop's launches."""
 
@@ -10,16 +10,19 @@ import numpy as np
 import pytest
 from launch_fakes import CU_LAUNCH_KERNEL, KERNEL_A, KERNEL_B, SIG, CaiArray, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba._memo import Entry
-from kvcanary_numba.launch import _driver, _kernel_launch, _native
-from kvcanary_numba.launch.prepared import PreparedLaunch
-from kvcanary_numba.launch.spec import LaunchSpec
-from kvcanary_numba.launch.table import LaunchTable
+from kvcanary_numba.fast.memo import Entry
+from kvcanary_numba.fast import driver as _driver
+from kvcanary_numba.fast import native as _native
+from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.launch import _launch
+from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.launch._launch import LaunchSpec
+from kvcanary_numba.fast.table import LaunchTable
 
 
 def _two_launches():
     return [PreparedLaunch(KERNEL_A, SIG, 4, 128, args_for(0x10000)),
-            PreparedLaunch(KERNEL_B, SIG, 2, 64, args_for(0x30000, scalar=7))]  # fmt: skip
+            PreparedLaunch(KERNEL_B, SIG, 2, 64, args_for(0x30000, scalar=7))]
 
 
 def test_the_compiled_loop_launches_what_the_python_loop_launches(gpu):
@@ -73,7 +76,7 @@ def test_a_driver_error_stops_the_table_at_that_launch(gpu):
 def test_tables_that_cannot_be_compiled_loop_in_python(gpu, monkeypatch):
     gpu.native()
     fallback = PreparedLaunch(KERNEL_A, SIG, 1, 32, args_for(0x10000))
-    fallback.raw = False  # e.g. preparing failed: Numba's launch
+    fallback.raw = False  # e.g. preparing failed: the core's launch
     assert not LaunchTable([fallback, *_two_launches()]).compiled
     assert not LaunchTable([]).compiled
     monkeypatch.setattr(_native, "compiled_launcher", lambda: None)  # Numba could not compile the loop
@@ -87,10 +90,10 @@ def test_a_replayed_public_call_runs_its_launches_through_a_table(gpu):
     lib = gpu.native()
     entry, runs = Entry("cuda"), []
 
-    def run(**kwargs):
+    def run(stream, **kwargs):
         runs.append(kwargs)
-        _kernel_launch.launch(KERNEL_A, SIG, 1, 32, args_for(0x10000))
-        _kernel_launch.launch(KERNEL_B, SIG, 3, 64, args_for(0x18000))
+        _launch.launch(KERNEL_A, SIG, 1, 32, args_for(0x10000), stream)
+        _launch.launch(KERNEL_B, SIG, 3, 64, args_for(0x18000), stream)
 
     entry.hits = 1
     _kernel_launch.run_launches(entry, run, {}, 7)  # packed while launched (each launch on its own)
@@ -106,21 +109,22 @@ def test_the_loop_switch_and_the_native_address():
     lib = ctypes.CDLL(None).strlen  # any C function of the process: a foreign function with an address
     assert _driver.native_address(lib) == ctypes.cast(lib, ctypes.c_void_p).value
     assert _driver.native_address(None) is None and _driver.native_address(lambda *a: 0) is None
-    driver = _driver._Driver()
-    driver.select(object(), "bindings", load=lambda: lib)
+    driver = _driver.Driver(raw=True)
+    driver.select(object(), load=lambda: lib)
     assert driver.native == _driver.native_address(lib)
 
 
 @pytest.mark.parametrize("loop, native", [("python", False), ("sideways", None)])
 def test_the_loop_switch_is_read_at_selection(monkeypatch, loop, native):
+    pytest.importorskip("cuda.bindings.driver")
     monkeypatch.setattr(_driver, "DRIVER_CALLS", loop)
-    driver = _driver._Driver()
+    driver = _driver.Driver(raw=True)
     lib = ctypes.CDLL(None).strlen
     if native is None:
         with pytest.raises(RuntimeError, match="DRIVER_CALLS must be"):
-            driver.select(object(), "bindings", load=lambda: lib)
+            driver.select(object(), load=lambda: lib)
     else:
-        driver.select(object(), "bindings", load=lambda: lib)
+        driver.select(object(), load=lambda: lib)
         assert driver.native is None
 
 
@@ -134,11 +138,11 @@ def test_the_compiled_loop_passes_the_c_arguments_in_order():
     c_function = CU_LAUNCH_KERNEL(record)
     address = ctypes.cast(c_function, ctypes.c_void_p).value
     table = np.array([[0x7F00_0000_1000 + i, 5 + i, 96, 0x7F00_0000_9000 + 8 * i, 0x7F00_0000_7000 * (i % 2)]
-                      for i in range(4)], dtype=np.int64)  # fmt: skip
+                      for i in range(4)], dtype=np.int64)
     status = _native.compiled_launcher()(address, table, 0x7F00_DEAD_BEEF)
     assert _native.decode_status(status) == (2, 700)
     assert calls == [(0x7F00_0000_1000 + i, 5 + i, 1, 1, 96, 1, 1, 0, 0x7F00_DEAD_BEEF, 0x7F00_0000_9000 + 8 * i,
-                      0x7F00_0000_7000 * (i % 2)) for i in range(3)]  # fmt: skip
+                      0x7F00_0000_7000 * (i % 2)) for i in range(3)]
     calls.clear()
     assert _native.compiled_launcher()(address, table[:2], 1) == 0 and len(calls) == 2
     with pytest.raises(RuntimeError, match="5 columns"):
@@ -152,7 +156,7 @@ def test_the_compiled_loop_passes_the_c_arguments_in_order():
 def test_pack_buffer_lays_parameters_out_at_their_alignment():
     from numba.core import types
 
-    from kvcanary_numba.launch.prepared import pack_arguments, pack_buffer
+    from kvcanary_numba.fast.prepared import pack_buffer
 
     a1, a2 = types.Array(types.int64, 1, "C"), types.Array(types.int32, 2, "C")
     argtypes = [a1, types.int32, a2, types.boolean, types.int64, types.UniTuple(types.int32, 3)]
@@ -164,7 +168,6 @@ def test_pack_buffer_lays_parameters_out_at_their_alignment():
     raw = bytes(buffer)
     assert int.from_bytes(raw[56:60], "little", signed=True) == -7 and raw[136] == 1
     assert int.from_bytes(raw[144:152], "little") == 2**40 and int.from_bytes(raw[32:40], "little") == 0x1000
-    assert [s.value for s in slots] == [s.value for s in pack_arguments(argtypes, args)[0]]
     slots[7].value = 99  # a slot is a view of its bytes in the block
     assert int.from_bytes(bytes(buffer)[56:60], "little") == 99
 

@@ -20,10 +20,10 @@ import pytest
 from launch_fakes import KERNEL_A, SIG, args_for, gpu, launched, run_packed  # noqa: F401
 from monitor_helpers import monitor_run
 
-from kvcanary_numba._memo import Memo, Uncacheable
+from kvcanary_numba.fast.memo import Memo, Uncacheable
 from kvcanary_numba.launch import _common, _kernel_launch, endpoints, glue_memo
-from kvcanary_numba.launch.chain import SharedChain
-from kvcanary_numba.launch.prepared import PreparedLaunch
+from kvcanary_numba.fast.chain import SharedChain
+from kvcanary_numba.fast.prepared import PreparedLaunch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:

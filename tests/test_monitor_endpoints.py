@@ -12,15 +12,15 @@ from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver, gpu_monitor_ru
 
 from kvcanary_numba.engine import FAULT_CLASSES, EngineConfig, ToyEngine
 from kvcanary_numba.kernels import scatter as scatter_kernels
-from kvcanary_numba.launch import _common
-from kvcanary_numba.launch.recording import recording
+from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast.recording import recording
 from kvcanary_numba.monitor.fastpath import FastPath
 
 simulated = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
 
 
 def _names() -> dict:
-    from kvcanary_numba.kernels import chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled
+    from kvcanary_numba.fast.kernels import chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled
 
     return {id(k): name for m in (chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled)
             for name, k in m.KERNELS.items()}  # fmt: skip
@@ -91,7 +91,7 @@ def test_a_long_step_fuses_its_verifies_and_its_tiled_writes():
 def test_a_long_step_on_plain_endpoint_launches_issues_two_more_writes(monkeypatch):
     # The same step with the endpoints not fused (as a K and V folding different source counts would):
     # the per-endpoint tiled path, chain_publish and a write_tiled per endpoint and phase.
-    from kvcanary_numba.launch import endpoints
+    from kvcanary_numba.fast import endpoints
 
     w = _long_workload()
     monkeypatch.setattr(endpoints, "fused_count", lambda contexts: 0)
@@ -156,7 +156,7 @@ def test_every_fault_class_is_caught_on_the_fused_kernels_as_on_the_reference():
 def _gpu_steps(kind: str) -> dict:
     """Decode steps of 64 requests with 200 cached tokens each (``eager`` / ``fast`` / ``graph``), KV bytes
     flipped before step 3; host copies of everything the canary keeps."""
-    from kvcanary_numba.launch import glue_memo
+    from kvcanary_numba.fast import glue_memo
 
     flips = [(half, r, position, byte) for r in (2, 40) for half, position, byte in (("k", 5, 0), ("v", 7, 3))]
     # The eager path replays repeated endpoint glue calls; with CuPy's pool handing the same addresses
@@ -168,7 +168,7 @@ def _gpu_steps(kind: str) -> dict:
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["eager", "fast", "graph"])
 def test_gpu_fused_monitor_steps_equal_plain_launch_steps(kind, monkeypatch):
-    from kvcanary_numba.launch import endpoints
+    from kvcanary_numba.fast import endpoints
 
     fused = _gpu_steps(kind)
     monkeypatch.setattr(endpoints, "fused_count", lambda contexts: 0)  # one plain launch per endpoint

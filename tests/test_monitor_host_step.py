@@ -16,9 +16,9 @@ import pytest
 from helpers import raises_code
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
-from kvcanary_numba.launch import _common
-from kvcanary_numba.launch.prepared import PreparedLaunch
-from kvcanary_numba.launch.table import LaunchTable
+from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.fast.table import LaunchTable
 from kvcanary_numba.monitor import StepBatch, fastpath
 from kvcanary_numba.monitor.capture import CapturedStep
 from kvcanary_numba.monitor.fastpath import PreparedPhase

@@ -13,7 +13,7 @@ from helpers import i64, linear_rtt, raises_code
 
 from kvcanary_numba import VerifyPlan, WritePlan
 from kvcanary_numba.plans import ENTRY_FIELDS
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
 
 
 def plan_kwargs(**changes):

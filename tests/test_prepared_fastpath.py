@@ -9,8 +9,8 @@ from monitor_helpers import ROWS, WIDTH, Driver, gpu_monitor_run, monitor_record
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.kernels import scatter as kernels_scatter
-from kvcanary_numba.kernels import translate as kernels_translate
-from kvcanary_numba.launch import _common
+from kvcanary_numba.fast.kernels import translate as kernels_translate
+from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.fastpath import FastPath
 
@@ -56,7 +56,7 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only), long steps
     chain_publish and the tiled writes (fused for K and V): all of them must be compiled (and loaded) before a CUDA
     graph is captured."""
-    from kvcanary_numba.kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
+    from kvcanary_numba.fast.kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
     from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
 
     from kvcanary_numba.launch import _compile
@@ -225,8 +225,8 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
 def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
     # The glue views ``out`` from a per-call array (not persistent): without a role, every step
     # would launch on the first step's pointer. Building the phase says so instead.
-    from kvcanary_numba.fingerprint import compute_real_kv_hash
-    from kvcanary_numba.launch.recording import recording
+    from kvcanary_numba import compute_real_kv_hash
+    from kvcanary_numba.fast.recording import recording
     from kvcanary_numba.monitor.fastpath import PreparedPhase
 
     xp = np if SIMULATED else __import__("cupy")
@@ -347,7 +347,7 @@ def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
 def test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop(monkeypatch, loop):
     # The per-launch Python loop, the compiled launch loop and readback (the default), and the
     # compiled loop passing each kernel's parameters as one buffer (_driver.PARAM_BUFFER).
-    from kvcanary_numba.launch import _driver
+    from kvcanary_numba.fast import driver as _driver
 
     driver = _driver._Driver()  # a fresh driver: the loop switch is read when it is chosen
     monkeypatch.setattr(_driver, "DRIVER_CALLS", "python" if loop == "python" else "compiled")
@@ -381,7 +381,7 @@ def test_gpu_eager_steps_replay_what_the_glue_would_launch(monkeypatch):
     # Public calls and endpoint glue calls (launch/glue_memo.py) of eager monitor steps are packed,
     # then replayed; with VERIFY_REPLAYS every replay first re-derives its launches from the glue
     # and raises StaleLaunch on a difference.
-    from kvcanary_numba.launch import _kernel_launch
+    from kvcanary_numba.fast import replay as _kernel_launch
 
     verified = []
     verify = _kernel_launch._verify

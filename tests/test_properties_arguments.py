@@ -20,9 +20,9 @@ from kvcanary_numba import (
     VerifyPlan,
     WritePlan,
 )
-from kvcanary_numba.fingerprint import compute_real_kv_hash
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import compute_real_kv_hash
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 # Examples are cheap but the first one compiles the write loop: no deadline.
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,7 @@ from canary_oracles import (
 from helpers import raises_code
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba.fingerprint import compute_real_kv_hash
+from kvcanary_numba import compute_real_kv_hash
 from kvcanary_numba.hashing import splitmix64, to_unsigned
 
 NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL

@@ -8,7 +8,7 @@ from helpers import FILL, padded_lut
 
 from kvcanary_numba import VerifyPlan, WritePlan
 from kvcanary_numba.reference import plan as ref_plan
-from kvcanary_numba.reference.plan_loop import SMALL_BATCH, offsets_small_batch, plan_small_batch
+from kvcanary_numba.fast.cpu.plan_loop import SMALL_BATCH, offsets_small_batch, plan_small_batch
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
 

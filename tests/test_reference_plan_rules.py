@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import FILL, OOR, entries, i64, linear_rtt, loop_plan, padded_lut, run_plan
 
-from kvcanary_numba.plan import launch_plan_offsets_kernel
+from kvcanary_numba import launch_plan_offsets_kernel
 
 
 # --- expected-token pool (TestExpectedTokenPool) ---

@@ -7,7 +7,7 @@ import pytest
 from canary_helpers import FakeCudaArray, fake_launch_module
 from helpers import raises_code
 
-from kvcanary_numba.scatter import scatter_req_token_ids
+from kvcanary_numba import scatter_req_token_ids
 
 
 def scatter(tokens_per_request, rows, pool=None, *, width=8, pool_rows=8):

@@ -16,8 +16,8 @@ from helpers import raises_code
 import kvcanary_numba.verify as verify_module
 import kvcanary_numba.write as write_module
 from kvcanary_numba import CanaryContext, RealKvHashMode, VerifyPlan
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def _numba_like_class(module: str) -> type:
 
 @pytest.mark.parametrize("module", ["numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"])
 def test_numba_device_arrays_are_snapshotted_from_their_attributes_not_their_interface(module):
-    from kvcanary_numba import _memo
+    from kvcanary_numba.fast import memo as _memo
 
     cls = _numba_like_class(module)
     assert _memo._walker_for(cls) is _memo._numba
@@ -168,7 +168,7 @@ def test_numba_device_arrays_are_snapshotted_from_their_attributes_not_their_int
 
 
 def test_simulator_arrays_are_not_read_as_numba_device_arrays():
-    from kvcanary_numba import _memo
+    from kvcanary_numba.fast import memo as _memo
 
     cls = _numba_like_class("numba.cuda.simulator.cudadrv.devicearray")
     assert _memo._walker_for(cls) is not _memo._numba

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from vectors import Ops, replay, scenario_paths, vectors_folder
 
-from kvcanary_numba.plan import launch_canary_plan_kernels
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 #: Scenario names at collection time, from the folder the vectors_dir fixture returns too.
 SCENARIOS = [path.name for path in scenario_paths(vectors_folder())]
@@ -91,7 +91,7 @@ def test_vector_replay(vectors_dir, backend, scenario):
 def test_vector_replay_with_tiled_writes(vectors_dir, backend, scenario, monkeypatch):
     # The kernels' writes on the tiled path (chain_publish, then write_tiled), which a public
     # write of long requests takes (launch.chain.own_tiled); the vectors' writes are short.
-    from kvcanary_numba.launch import chain
+    from kvcanary_numba.fast import chain
 
     monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 0)
     ops, oracle = _backend_ops(backend)

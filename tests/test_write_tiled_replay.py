@@ -14,12 +14,14 @@ from canary_helpers import HEAD, make_context, stamp, write_args, write_plan
 from launch_fakes import launched, run_packed
 
 from kvcanary_numba import launch_canary_write_kernel
-from kvcanary_numba import write as public_write
-from kvcanary_numba._memo import Memo
-from kvcanary_numba.kernels import chain as chain_kernels
-from kvcanary_numba.kernels import write_tiled
-from kvcanary_numba.launch import _common, _kernel_launch, chain, scratch
-from kvcanary_numba.launch.prepared import PreparedLaunch
+from kvcanary_numba.fast import calls, chain
+from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.fast.kernels import chain as chain_kernels
+from kvcanary_numba.fast.kernels import write_tiled
+from kvcanary_numba.fast.memo import Memo
+from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.fast.scratch import STREAM_SCRATCH
+from kvcanary_numba.launch import _launch as _common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -53,7 +55,7 @@ def test_glue_packed_and_replayed_long_writes_equal_the_reference(monkeypatch, v
     monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", verified)
     monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 16)
     monkeypatch.setattr(PreparedLaunch, "launch", run_packed)
-    monkeypatch.setattr(public_write, "_MEMO", Memo())  # the first call runs the glue
+    monkeypatch.setattr(calls._WRITE, "memo", Memo())  # the first call runs the glue
     want, kwargs = _case()
     got = want.replace(**{name: getattr(want, name).copy() for name in (
         "canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter")})
@@ -74,7 +76,7 @@ def test_glue_packed_and_replayed_long_writes_equal_the_reference(monkeypatch, v
     # chain_publish, then the tiled stamp, each call, on the same published scratch.
     stamp_signature = write_tiled.SIGNATURES[write_tiled.kernel_name(False, 0)][0]
     assert [signature for signature, _ in launched] == [chain_kernels.SIGNATURES["chain_publish"][0],
-                                                        stamp_signature] * 3  # fmt: skip
-    published = [a for pool in scratch._scratch.values() for key, a in pool.items() if key[0] == "published"]
+                                                        stamp_signature] * 3
+    published = [a for key, a in STREAM_SCRATCH.arrays(0).items() if key[0] == "published"]
     pointers = {a.ctypes.data for a in published}
     assert all(pointers & set(ptrs) for _, ptrs in launched)

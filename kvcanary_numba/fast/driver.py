@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
+import threading
 from functools import lru_cache
 from typing import Any, Callable
 
-__all__ = ["AbiMismatch", "DRIVER_CALLS", "PARAM_BUFFER", "argument_types", "bound_kernel", "check_types",
+__all__ = ["AbiMismatch", "DRIVER_CALLS", "Driver", "PARAM_BUFFER", "argument_types", "bound_kernel", "check_types",
            "compiled_calls", "driver", "function_handle", "libcuda_function", "libcuda_functions", "native_address",
            "type_of"]
 
@@ -182,14 +184,23 @@ def check_types(kernel, signature: str, args) -> None:
             raise RuntimeError(f"kernel launch: argument {i} is {got}, signature {signature} declares {want}")
 
 
-class _Driver:
-    """Raw launches (one cuda-bindings ``cuLaunchKernel`` call each) and the ABI check.
+class Driver:
+    """What the fast wing asks of numba-cuda's internals and of the CUDA driver, in one object.
 
-    Tests replace the process's instance with a stand-in whose :meth:`launch` decodes the
-    parameters on the CPU (``tests/launch_fakes.py``).
+    Packed launches (:mod:`.prepared`), their replay (:mod:`.replay`) and launch tables
+    (:mod:`.table`) reach the GPU only through the process's instance, :data:`driver`:
+    ``raw`` (whether raw launches are possible: False under Numba's CUDA simulator), the
+    compiled kernels' handles and argument types, the current device, the per-thread cache
+    of eager packed launches and the driver calls. Tests swap that one instance for a
+    stand-in that decodes each launch's parameters on the CPU (``tests/launch_fakes.py``).
     """
 
-    def __init__(self):
+    def __init__(self, raw: bool | None = None):
+        from ..launch._launch import ON_SIMULATOR
+
+        self.raw = not ON_SIMULATOR if raw is None else raw
+        #: Per host thread: (kernel, signature, device) -> the packed launch every eager launch refills.
+        self.eager = threading.local()
         self._cu = None
         self._cu_launch: Callable | None = None
         self._success: Any = None
@@ -197,6 +208,27 @@ class _Driver:
         self.ready = False
         #: Address of a C ``cuLaunchKernel`` for compiled launch loops (set by select(); None: loop in Python).
         self.native: int | None = None
+
+    def function_handle(self, kernel, signature: str):
+        """:func:`function_handle`: the compiled kernel's driver handle, or None."""
+        return function_handle(kernel, signature)
+
+    def argument_types(self, kernel, signature: str) -> tuple:
+        """:func:`argument_types`: the compiled kernel's Numba argument types."""
+        return argument_types(kernel, signature)
+
+    def check_types(self, kernel, signature: str, args) -> None:
+        """:func:`check_types`: RuntimeError unless ``args`` have the compiled kernel's types."""
+        check_types(kernel, signature, args)
+
+    def current_device(self) -> int:
+        """The current CUDA device (CuPy's, where the caller uses CuPy)."""
+        cupy = sys.modules.get("cupy")
+        if cupy is not None:
+            return int(cupy.cuda.runtime.getDevice())
+        from numba import cuda
+
+        return int(cuda.get_current_device().id)
 
     @property
     def cu(self):
@@ -263,5 +295,5 @@ class _Driver:
         return offsets
 
 
-#: The process's driver calls (tests swap it for a stand-in).
-driver = _Driver()
+#: The process's driver (tests swap it for a stand-in).
+driver = Driver()

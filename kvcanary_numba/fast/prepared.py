@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from numba.core import types  # once here: the packers below run per argument of every eager launch
 
-from ..launch._launch import ON_SIMULATOR, LaunchSpec, View, array_layout, current_stream, kernel_array, run
+from ..launch._launch import LaunchSpec, View, array_layout, current_stream, kernel_array, run
 from . import driver as _numba
 from .driver import AbiMismatch
 
@@ -163,18 +163,19 @@ class PreparedLaunch:
         self.raw, self.fallback_reason, self.packed, self.handle = False, None, [], None
         self._tabled = False  # a LaunchTable copied its handle, grid, block and parameter array
         self._extra = None  # cuLaunchKernel's ``extra`` for the one-buffer form, when the driver's layout is ours
-        if ON_SIMULATOR:
+        driver = _numba.driver
+        if not driver.raw:  # the simulator
             return
-        _numba.check_types(kernel, signature, self.args)  # the glue's types, once
-        self.handle = _numba.function_handle(kernel, signature)
+        driver.check_types(kernel, signature, self.args)  # the glue's types, once
+        self.handle = driver.function_handle(kernel, signature)
         if self.handle is None:  # logged once by function_handle
             self.fallback_reason = "no driver handle for the compiled kernel"
             return
-        self._types = _numba.argument_types(kernel, signature)
+        self._types = driver.argument_types(kernel, signature)
         self._arrays = [hasattr(ty, "ndim") for ty in self._types]
         try:
             self._buffer, size, offsets, self._slots, self._starts = pack_buffer(self._types, self.args)
-            reported = _numba.driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
+            reported = driver.check_abi(self.handle, [ctypes.sizeof(s) for s in self._slots])
         except (NotImplementedError, AbiMismatch) as exc:  # never worse than Numba's launch
             self.fallback_reason = f"{type(exc).__name__}: {exc}"
             logger.warning("prepared launch of %s falls back to the core's launch: %s", signature, exc)
@@ -185,9 +186,9 @@ class PreparedLaunch:
             self._size = ctypes.c_size_t(size)
             # CU_LAUNCH_PARAM_BUFFER_POINTER (1), the block, CU_LAUNCH_PARAM_BUFFER_SIZE (2), its size, END (0)
             self._extra = (_VOIDP * 5)(1, ctypes.addressof(self._buffer), 2, ctypes.addressof(self._size), 0)
-        _numba.driver.select(self.handle)
-        self._func = _numba.driver.func_arg(self.handle)
-        self._params = _numba.driver.params_arg(ctypes.addressof(self._pointers))
+        driver.select(self.handle)
+        self._func = driver.func_arg(self.handle)
+        self._params = driver.params_arg(ctypes.addressof(self._pointers))
         self.raw = True
 
     @classmethod

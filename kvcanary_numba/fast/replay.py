@@ -31,16 +31,14 @@ Under the simulator nothing is packed: the glue runs every call, through the cor
 
 from __future__ import annotations
 
-import sys
-import threading
 from typing import Any, Callable
 
-from ..launch._launch import ON_SIMULATOR, LaunchSpec, current_stream, run, sink, sink_active
+from ..launch._launch import LaunchSpec, current_stream, run, sink, sink_active
+from . import driver as _numba
 from .prepared import PreparedLaunch
 from .table import LaunchTable
 
-__all__ = ["LAUNCH_STATE", "StaleLaunch", "VERIFY_REPLAYS", "current_device", "eager", "launch_state", "replayable",
-           "run_launches"]
+__all__ = ["LAUNCH_STATE", "StaleLaunch", "VERIFY_REPLAYS", "eager", "launch_state", "replayable", "run_launches"]
 
 #: Re-derive every replay's launches (the glue runs, recording) and compare them with the packed
 #: ones: :class:`StaleLaunch` on a difference. Off in production; tests turn it on.
@@ -63,33 +61,20 @@ def launch_state() -> tuple:
     return tuple(read() for read in LAUNCH_STATE)
 
 
-def current_device() -> int:
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        return int(cupy.cuda.runtime.getDevice())
-    from numba import cuda
-
-    return int(cuda.get_current_device().id)
-
-
-#: Per host thread: (kernel, signature, device) -> the PreparedLaunch every eager launch of it
-#: refills. Per thread because a refill rewrites the launch's parameter buffer in place.
-_eager = threading.local()
-
-
 def eager(spec: LaunchSpec) -> None:
     """Run one launch description now as a raw launch (the core's launch under the simulator, or
     where the kernel cannot be packed: ``PreparedLaunch.raw`` is False).
 
     The first launch of a kernel and signature per host thread checks the arguments' types.
     """
-    if ON_SIMULATOR:
+    driver = _numba.driver
+    if not driver.raw:
         run(spec)
         return
-    cache = getattr(_eager, "by_kernel", None)
+    cache = getattr(driver.eager, "by_kernel", None)
     if cache is None:
-        cache = _eager.by_kernel = {}
-    key = (id(spec.kernel), spec.signature, current_device())  # a function handle belongs to one context
+        cache = driver.eager.by_kernel = {}
+    key = (id(spec.kernel), spec.signature, driver.current_device())  # a handle belongs to one context
     packed = cache.get(key)
     if packed is None:
         packed = cache[key] = PreparedLaunch.from_spec(spec)  # checks the types
@@ -136,7 +121,7 @@ def _verify(launches, glue, kwargs: dict, stream: int) -> None:
 def replayable() -> bool:
     """Whether :func:`run_launches` may pack or replay launches on this thread now: on a GPU,
     with no sink active (a recording sees every launch of the glue)."""
-    return not ON_SIMULATOR and not sink_active()
+    return _numba.driver.raw and not sink_active()
 
 
 def run_launches(entry, glue: Callable[..., None], kwargs: dict, handle: int | None) -> None:
@@ -152,7 +137,7 @@ def run_launches(entry, glue: Callable[..., None], kwargs: dict, handle: int | N
     if not replayable():
         glue(**kwargs, stream=stream)
         return
-    where = (stream, current_device(), *launch_state())
+    where = (stream, _numba.driver.current_device(), *launch_state())
     launches = entry.launches
     if launches is not None and entry.where == where:
         if VERIFY_REPLAYS:

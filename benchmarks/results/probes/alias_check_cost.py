@@ -23,9 +23,9 @@ from kvcanary_numba import plan as plan_module
 from kvcanary_numba import scatter as scatter_module
 from kvcanary_numba import verify as verify_module
 from kvcanary_numba import write as write_module
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 
 def _us(fn, number: int = 3000, repeat: int = 7) -> float:

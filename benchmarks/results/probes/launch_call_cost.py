@@ -20,7 +20,7 @@ from numba import cuda  # noqa: E402
 
 sys.path.insert(0, ".")
 from kvcanary_numba.launch import _common  # noqa: E402
-from kvcanary_numba.launch.prepared import PreparedLaunch, _driver  # noqa: E402
+from kvcanary_numba.fast.prepared import PreparedLaunch, _driver  # noqa: E402
 
 
 @cuda.jit

@@ -3,7 +3,7 @@ import json, sys
 import numpy as np, cupy
 sys.path.insert(0, ".")
 from kvcanary_numba.launch import plan as glue
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
 from benchmarks.timing import device_times
 from benchmarks.workloads import plan_case
 

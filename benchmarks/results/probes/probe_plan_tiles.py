@@ -3,7 +3,7 @@ import json, sys, types
 import numpy as np, cupy
 sys.path.insert(0, ".")
 from kvcanary_numba.launch import plan as glue
-from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_plan_kernels
 from benchmarks.timing import device_times
 from benchmarks.workloads import plan_case
 

@@ -7,8 +7,8 @@ import cupy
 sys.path.insert(0, ".")
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.kernels import verify as K
-from kvcanary_numba.launch._common import compile_kernel
-from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba.launch._launch import compile_kernel
+from kvcanary_numba import launch_canary_verify_kernel
 from benchmarks.timing import device_times, copy_bandwidth
 from benchmarks.workloads import verify_case
 from benchmarks.bench_kernels import verify_bytes

@@ -50,8 +50,8 @@ def time_variants(variants, modes, out_path, passes=2):
     pure-load kernel of benchmarks/ceiling.py; writes JSON to ``out_path``."""
     import cupy
     from kvcanary_numba import RealKvHashMode
-    from kvcanary_numba.launch._common import compile_kernel
-    from kvcanary_numba.verify import launch_canary_verify_kernel
+    from kvcanary_numba.launch._launch import compile_kernel
+    from kvcanary_numba import launch_canary_verify_kernel
     from benchmarks import ceiling
     from benchmarks.bench_kernels import verify_bytes
     from benchmarks.timing import copy_bandwidth, device_times
