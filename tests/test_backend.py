@@ -17,23 +17,24 @@ import pytest
 from canary_helpers import FakeCudaArray, counters, make_context, run_verify, verify_plan, write_index
 from helpers import raises_code
 
-from kvcanary_numba import VerifyPlan, _backend
+from kvcanary_numba import VerifyPlan, _runtime, _validate
 
 
 @pytest.fixture
 def no_numba_cuda(monkeypatch):
-    monkeypatch.setattr(_backend, "kernels_available", lambda: False)
+    monkeypatch.setattr(_validate, "kernels_available", lambda: False)
+    monkeypatch.setattr(_runtime, "kernels_available", lambda: False)
 
 
 def test_the_kernels_are_found_where_numba_cuda_provides_numba_cuda():
     import numba.cuda
 
     from_numba_cuda = "numba_cuda" in numba.cuda.__file__
-    assert _backend.kernels_available() is from_numba_cuda is (importlib.util.find_spec("numba_cuda") is not None)
+    assert _runtime.kernels_available() is from_numba_cuda is (importlib.util.find_spec("numba_cuda") is not None)
 
 
 def test_backend_cuda_without_numba_cuda_is_refused_before_anything_runs(no_numba_cuda, monkeypatch):
-    monkeypatch.setattr(_backend, "simulator_enabled", lambda: True)  # NumPy arrays could reach the kernels
+    monkeypatch.setattr(_validate, "simulator_enabled", lambda: True)  # NumPy arrays could reach the kernels
     ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
     with raises_code("KVC-C008") as excinfo:
         run_verify(ctx, plan, backend="cuda")
@@ -61,8 +62,8 @@ def test_numpy_calls_need_no_numba_cuda(no_numba_cuda):
 
 def test_device_cuda_without_numba_cuda_is_refused(no_numba_cuda, monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", types.ModuleType("cupy"))  # CuPy importable ...
-    monkeypatch.setattr(_backend, "gpu_available", lambda: True)  # ... and a GPU visible
+    monkeypatch.setattr(_runtime, "gpu_available", lambda: True)  # ... and a GPU visible
     with raises_code("KVC-C008") as excinfo:
-        _backend.array_module("CanaryMonitor", "cuda")
+        _runtime.array_module("CanaryMonitor", "cuda")
     assert "device='cuda'" in str(excinfo.value) and "numba-cuda" in str(excinfo.value)
-    assert _backend.array_module("CanaryMonitor", "cpu") is np
+    assert _runtime.array_module("CanaryMonitor", "cpu") is np

@@ -17,7 +17,7 @@ from numba.core.registry import CPUDispatcher
 from kvcanary_numba import _overlap, hashing
 from kvcanary_numba._jit import cpu_jit
 from kvcanary_numba.fast import native as _native
-from kvcanary_numba.reference import fingerprint, plan_loop, verify, write
+from kvcanary_numba.fast.cpu import fingerprint, plan_loop, verify, write
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODULES = (hashing, _overlap, _native, plan_loop, verify, fingerprint, write)
@@ -33,7 +33,7 @@ from benchmarks.bench_public import _calls, _step
 from benchmarks.workloads import verify_case
 from kvcanary_numba import RealKvHashMode, launch_canary_verify_kernel
 from kvcanary_numba import _overlap, hashing
-from kvcanary_numba.reference import fingerprint, plan_loop, verify, write
+from kvcanary_numba.fast.cpu import fingerprint, plan_loop, verify, write
 
 for call in _calls(*_step(np, 2, 3)).values():
     call(0)
@@ -96,6 +96,6 @@ def test_a_second_process_compiles_nothing(tmp_path):
     assert first and all(misses for _, misses in first.values())  # compiled, and written to the cache
     for name in ("verify._check_entries", "verify._check_entries_serial", "fingerprint._fold_source_into",
                  "fingerprint._fold_source_serial", "plan_loop._plan"):  # fmt: skip
-        assert f"kvcanary_numba.reference.{name}" in second
+        assert f"kvcanary_numba.fast.cpu.{name}" in second
     assert {name: misses for name, (_, misses) in second.items() if misses} == {}
     assert all(hits for hits, _ in second.values())

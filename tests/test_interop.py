@@ -15,8 +15,9 @@ import interop_helpers
 from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 from helpers import raises_code
 
-from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _memo
+from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _validate
 from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba.fast import memo as _memo
 
 
 class DlpackOnly(interop_helpers.DlpackOnly):
@@ -143,7 +144,7 @@ class _Protocol:
     (type("NumbaStream", (), {"handle": ctypes.c_void_p(8)})(), 8),
 ])  # fmt: skip
 def test_stream_handles(stream, handle):
-    assert _interop.stream_handle("f", stream) == handle
+    assert _validate.stream_handle("f", stream) == handle
 
 
 @pytest.mark.parametrize("stream", ["side", -1, True, object(), _Protocol("x")])
@@ -155,13 +156,11 @@ def test_a_bad_stream_is_refused_with_a_code(stream):
 
 
 def test_the_launches_of_a_call_run_on_its_stream(driver, monkeypatch):
-    from kvcanary_numba.fast import replay as _kernel_launch
-
     seen = []
     fake_launch_module(monkeypatch, "verify", "launch_canary_verify_kernel")
     import kvcanary_numba.launch.verify as fake
 
-    monkeypatch.setattr(fake, "launch_canary_verify_kernel", lambda **_: seen.append(_kernel_launch._current_stream_ptr()))
+    monkeypatch.setattr(fake, "launch_canary_verify_kernel", lambda stream, **_: seen.append(stream))
     ctx, plan = _cuda_verify_args(OnDevice)
     launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False, stream=_Protocol(4242))
     launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)

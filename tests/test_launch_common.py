@@ -25,14 +25,15 @@ def test_array_layout_of_numpy_and_cuda_array_interface():
 
 def test_reinterpret_and_byte_span_share_memory():
     buf = np.zeros((3, 32), dtype=np.uint8)
-    words = _common.reinterpret(buf, np.int64, (3, 4))
+    words = _common.reinterpret(buf, np.int64, (3, 4)).materialize()
     words[2, 1] = -1
     assert buf[2, 8:16].tolist() == [255] * 8 and _common.reinterpret(buf, np.uint64).shape == (12,)
     rows = np.arange(4 * 48, dtype=np.uint8).reshape(4, 48)[::2, :32]  # 96-byte row stride
     span = _common.byte_span(rows, np.uint64)
-    assert span.shape == ((96 + 32) // 8,) and np.shares_memory(span, rows)
-    assert span.view(np.uint8)[96:104].tolist() == rows[1, :8].tolist()
+    assert span.shape == ((96 + 32) // 8,) and np.shares_memory(span.materialize(), rows)
+    assert span.materialize().view(np.uint8)[96:104].tolist() == rows[1, :8].tolist()
     assert _common.byte_span(rows[:0], np.uint64).shape == (0,)
+    assert _common.byte_span(rows[:0], np.uint64).materialize().shape == (0,)
 
 
 @pytest.mark.parametrize(("n", "block", "want"), [(0, 32, 1), (1, 32, 1), (32, 32, 1), (33, 32, 2), (10**6, 32, 2)])
@@ -93,18 +94,16 @@ def test_check_signature_reads_tuples_item_by_item():
 
 def test_grids_in_parts_share_what_stays_resident(monkeypatch):
     # An endpoint launch of two parts gives each half of the resident blocks (GPU arithmetic).
-    from kvcanary_numba.launch import _compile
-
-    monkeypatch.setattr(_compile, "ON_SIMULATOR", False)
-    monkeypatch.setattr(_compile, "sm_count", lambda: 132)
+    monkeypatch.setattr(_common, "ON_SIMULATOR", False)
+    monkeypatch.setattr(_common, "sm_count", lambda: 132)
     assert _common.persistent_grid(10**6, 256) == 132 * 8
     assert _common.persistent_grid(10**6, 256, parts=2) == 132 * 4
     assert _common.persistent_grid(3, 256, parts=2) == 1 and _common.persistent_grid(10**6, 32, blocks_per_sm=1,
                                                                                      parts=3) == 44  # fmt: skip
 
 
-def test_compile_eagerly_covers_every_declared_signature():
-    count = _common.compile_eagerly(fingerprint)
-    assert count == sum(len(sigs) for sigs in fingerprint.SIGNATURES.values()) == 5
+def test_every_kernel_is_declared_with_its_signatures():
+    assert sum(len(sigs) for sigs in fingerprint.SIGNATURES.values()) == 5
+    assert set(fingerprint.SIGNATURES) == set(fingerprint.KERNELS)
     assert all(is_kernel(k) for k in fingerprint.KERNELS.values())
     assert not is_kernel(fingerprint.fold_source) and not is_kernel(len)

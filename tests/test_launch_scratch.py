@@ -1,4 +1,4 @@
-"""Launch scratch during CUDA-graph capture (``launch/scratch.py``): the first call of a size class
+"""Launch scratch during CUDA-graph capture (``fast/scratch.py``): the first call of a size class
 on a capturing stream is refused with KVC-C015 naming the public call, before anything is
 allocated or written; a call whose scratch exists captures as any other. The simulator tests
 stand in for the capture with a patched ``stream_capturing``; the GPU test captures for real."""
@@ -30,7 +30,7 @@ def _context():
 @pytest.fixture
 def long_writes_publish(monkeypatch):
     """Fresh scratch for this test, and these writes long enough to publish their own chain."""
-    monkeypatch.setattr(scratch, "_scratch", {})
+    monkeypatch.setattr(scratch.STREAM_SCRATCH, "_arrays", {})
     monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 8)
 
 
@@ -44,7 +44,7 @@ def _kernel_write(ctx, args: dict | None = None):
 
 @pytest.mark.simulator
 def test_first_allocation_while_capturing_is_coded(monkeypatch, long_writes_publish):
-    monkeypatch.setattr(scratch, "stream_capturing", lambda: True)
+    monkeypatch.setattr(scratch, "stream_capturing", lambda stream: True)
     ctx = to_device(_context(), KERNEL_DEVICE)
     before = to_host(ctx.canary_buf).copy()
     with pytest.raises(KvCanaryError) as info:
@@ -61,18 +61,18 @@ def test_first_allocation_while_capturing_is_coded(monkeypatch, long_writes_publ
 def test_scratch_allocated_before_the_capture_is_reused(monkeypatch, long_writes_publish):
     # The warm-up contract: one call of the same sizes before capturing, then the call captures.
     run_pair(_context(), "write", **_write_kwargs())
-    assert {"published", "published_seeds"} <= {key[0] for key in scratch.scratch_arrays()}
-    monkeypatch.setattr(scratch, "stream_capturing", lambda: True)
+    assert {"published", "published_seeds"} <= {key[0] for key in scratch.STREAM_SCRATCH.arrays(0)}
+    monkeypatch.setattr(scratch, "stream_capturing", lambda stream: True)
     run_pair(_context(), "write", **_write_kwargs())  # allocates nothing, records equal the reference
 
 
 @pytest.mark.simulator
 def test_allocation_outside_a_capture_asks_once(monkeypatch, long_writes_publish):
     asked = []
-    monkeypatch.setattr(scratch, "stream_capturing", lambda: asked.append(1) or False)
-    first = scratch.zeros(scratch.scratch_arrays(), "probe", (3,), np.int64)
-    assert scratch.zeros(scratch.scratch_arrays(), "probe", (3,), np.int64) is first
-    assert asked == [1]  # the driver is asked before an allocation only, never on a hit
+    monkeypatch.setattr(scratch, "stream_capturing", lambda stream: asked.append(stream) or False)
+    first = scratch.STREAM_SCRATCH.zeros("probe", (3,), np.int64, 0)
+    assert scratch.STREAM_SCRATCH.zeros("probe", (3,), np.int64, 0) is first
+    assert asked == [0]  # the driver is asked before an allocation only, never on a hit
 
 
 def _write_kwargs() -> dict:
@@ -149,24 +149,21 @@ class _FakeLibcuda:
 def test_capture_status_decoding(monkeypatch, fresh_lookup, result, status, capturing):
     # CUDA_SUCCESS with a status, or a 900-908 capture error, is a capture; any other driver error
     # (no context, say) is not, and the allocation then meets the driver's own answer.
-    from kvcanary_numba.launch import _launch as _common
-
     fake = _FakeLibcuda(result, status)
-    monkeypatch.setattr(_common, "ON_SIMULATOR", False)
-    monkeypatch.setattr(_common, "current_stream", lambda: type("S", (), {"handle": 0x5000})())
-    monkeypatch.setattr(scratch.ctypes, "CDLL", lambda name: fake)
-    assert scratch.stream_capturing() is capturing
-    assert scratch.stream_capturing() is capturing
+    monkeypatch.setattr(scratch, "ON_SIMULATOR", False)
+    monkeypatch.setattr(scratch, "libcuda_function", lambda name: getattr(fake, name))
+    assert scratch.stream_capturing(0x5000) is capturing
+    assert scratch.stream_capturing(0x5000) is capturing
     assert fake.asked == [0x5000] * 2  # the call's stream, not the default one
     assert scratch._is_capturing_function.cache_info().misses == 1  # libcuda opened once
 
 
 def test_no_libcuda_means_not_capturing(monkeypatch, fresh_lookup):
-    from kvcanary_numba.launch import _launch as _common
+    from kvcanary_numba.fast import driver
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")
 
-    monkeypatch.setattr(_common, "ON_SIMULATOR", False)
-    monkeypatch.setattr(scratch.ctypes, "CDLL", missing)
-    assert scratch.stream_capturing() is False
+    monkeypatch.setattr(scratch, "ON_SIMULATOR", False)
+    monkeypatch.setattr(driver.ctypes, "CDLL", missing)
+    assert scratch.stream_capturing(0) is False

@@ -1,4 +1,4 @@
-"""The references' one-thread loops (small inputs) against their parallel twins (large inputs), on the same data."""
+"""The optimised CPU path's one-thread loops (small inputs) against their parallel twins (large inputs), on the same data."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, OUT_OF_RANGE_SLOT
-from kvcanary_numba.reference import fingerprint as ref_fp
-from kvcanary_numba.reference import verify as ref_verify
+from kvcanary_numba.fast.cpu import fingerprint as ref_fp
+from kvcanary_numba.fast.cpu import verify as ref_verify
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,4 +1,4 @@
-"""The compiled small-batch plan (reference/plan_loop.py) against the vectorised plan (the spec), byte for byte."""
+"""The compiled small-batch plan (fast/cpu/plan_loop.py) against the vectorised plan of the CPU path, byte for byte."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from helpers import FILL, padded_lut
 
 from kvcanary_numba import VerifyPlan, WritePlan
-from kvcanary_numba.reference import plan as ref_plan
+from kvcanary_numba.fast.cpu import plan as ref_plan
 from kvcanary_numba.fast.cpu.plan_loop import SMALL_BATCH, offsets_small_batch, plan_small_batch
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
