@@ -67,7 +67,7 @@ class ArrayInfo:
                 f"c_contiguous={self.c_contiguous}, device={self.device})")
 
 
-def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     strides, step = [], itemsize
     for extent in reversed(shape):
         strides.append(step)
@@ -80,7 +80,7 @@ def _is_c_contiguous(shape, strides, itemsize) -> bool:
         return True
     return all(
         extent == 1 or stride == want
-        for extent, stride, want in zip(shape, strides, _c_strides(shape, itemsize))
+        for extent, stride, want in zip(shape, strides, c_strides(shape, itemsize))
     )
 
 
@@ -122,7 +122,7 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     dtype = _dtype(cai["typestr"])
     strides = cai.get("strides")
     if strides is None:  # the interface's way of saying C-contiguous
-        strides, contiguous = _c_strides(shape, dtype.itemsize), True
+        strides, contiguous = c_strides(shape, dtype.itemsize), True
     else:
         strides = tuple(strides)
         contiguous = _is_c_contiguous(shape, strides, dtype.itemsize)

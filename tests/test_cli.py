@@ -56,12 +56,12 @@ def test_doctor_reports_versions_and_backends(capsys):
 
 
 def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
-    from kvcanary_numba import _backend
+    from kvcanary_numba import _runtime
 
-    monkeypatch.setattr(_backend, "kernels_available", lambda: False)
+    monkeypatch.setattr(_runtime, "kernels_available", lambda: False)
     assert cli.main(["doctor"]) == 0
     gpu_path = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU path"))
-    assert gpu_path.endswith("unavailable: " + _backend.NO_NUMBA_CUDA)  # the reason KVC-C008 gives
+    assert gpu_path.endswith("unavailable: " + _runtime.NO_NUMBA_CUDA)  # the reason KVC-C008 gives
 
 
 def test_bench_without_the_script_says_so(monkeypatch, tmp_path, capsys):

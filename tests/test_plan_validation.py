@@ -180,6 +180,8 @@ def test_cuda_arrays_dispatch_to_launch_glue(function, make, monkeypatch):
     name, got = calls[0]
     assert name == function.__name__
     want = {k: v for k, v in kwargs.items() if k != "backend"}
+    # The glue also gets the stream (None: CuPy's current) and, from the fast wing, its launch scratch.
+    assert got.pop("stream") == 0 and got.pop("scratch") is not None
     assert got.keys() == want.keys()
     for key, value in got.items():
         assert value is want[key] or (value == want[key] and type(value) is int), key  # ints normalised

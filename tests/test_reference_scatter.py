@@ -157,6 +157,6 @@ def test_cuda_arrays_dispatch_to_launch_glue(monkeypatch):
     calls = fake_launch_module(monkeypatch, "scatter", "scatter_req_token_ids")
     kwargs = {k: FakeCudaArray(v) if isinstance(v, np.ndarray) else v for k, v in _kwargs(backend="auto").items()}
     scatter_req_token_ids(**kwargs)
-    assert calls == [("scatter_req_token_ids", {k: v for k, v in kwargs.items() if k != "backend"})]
+    assert calls == [("scatter_req_token_ids", {**{k: v for k, v in kwargs.items() if k != "backend"}, "stream": 0})]
     with raises_code("KVC-C008"):
         scatter_req_token_ids(**{**kwargs, "backend": "numpy"})

@@ -17,11 +17,9 @@ import pytest
 from alias_calls import ARGUMENT, assert_same_result, call, carve, mirrored, place, shares, unaliased
 from helpers import raises_code
 
-from kvcanary_numba import VerifyPlan, WritePlan, _overlap, launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba import fingerprint as fingerprint_module
-from kvcanary_numba import plan as plan_module
-from kvcanary_numba import scatter as scatter_module
-from kvcanary_numba import write as write_module
+from kvcanary_numba import VerifyPlan, WritePlan, launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba.fast import overlap as _overlap
+from kvcanary_numba.fast.calls import OPERATIONS
 
 BACKENDS = ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)]
 PLAN, OFFSETS, VERIFY = "launch_canary_plan_kernels", "launch_plan_offsets_kernel", "launch_canary_verify_kernel"
@@ -102,18 +100,16 @@ def test_disjoint_views_of_one_buffer_are_separate_arrays(backend):
 def validations(monkeypatch):
     """Counts the full validations of the functions that take top-level NumPy arrays."""
     count = {"n": 0}
-    targets = ((write_module, "_validate"), (scatter_module, "_validate"), (fingerprint_module, "_validate"),
-               (plan_module, "_validate_offsets"), (plan_module, "_validate_plan"))  # fmt: skip
-    for module, attribute in targets:
-        original = getattr(module, attribute)
+    for name in ("launch_canary_write_kernel", "scatter_req_token_ids", "compute_real_kv_hash",
+                 "launch_plan_offsets_kernel", "launch_canary_plan_kernels"):
+        operation = OPERATIONS[name]
 
-        def counted(*a, _f=original, **k):
+        def counted(*a, _f=operation.validate, **k):
             count["n"] += 1
             return _f(*a, **k)
 
-        monkeypatch.setattr(module, attribute, counted)
-    for memo in (write_module._MEMO, scatter_module._MEMO, fingerprint_module._MEMO, *plan_module._MEMOS.values()):
-        memo.clear()
+        monkeypatch.setattr(operation, "validate", counted)
+        operation.memo.clear()
     return count
 
 

@@ -13,26 +13,25 @@ from canary_helpers import make_context, verify_plan, write_args, write_index, w
 from canary_pipeline import Pipeline
 from helpers import raises_code
 
-import kvcanary_numba.verify as verify_module
-import kvcanary_numba.write as write_module
 from kvcanary_numba import CanaryContext, RealKvHashMode, VerifyPlan
 from kvcanary_numba import launch_canary_verify_kernel
 from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba.fast.calls import OPERATIONS
 
 
 @pytest.fixture
 def validations(monkeypatch):
     """Counts the full validations of verify and write calls."""
     count = {"verify": 0, "write": 0}
-    for name, module in (("verify", verify_module), ("write", write_module)):
-        original = module._validate
+    for name in ("verify", "write"):
+        operation = OPERATIONS[f"launch_canary_{name}_kernel"]
 
-        def counted(*a, _name=name, _f=original, **k):
+        def counted(*a, _name=name, _f=operation.validate, **k):
             count[_name] += 1
             return _f(*a, **k)
 
-        monkeypatch.setattr(module, "_validate", counted)
-        module._MEMO.clear()
+        monkeypatch.setattr(operation, "validate", counted)
+        operation.memo.clear()
     return count
 
 

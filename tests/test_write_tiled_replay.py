@@ -55,7 +55,7 @@ def test_glue_packed_and_replayed_long_writes_equal_the_reference(monkeypatch, v
     monkeypatch.setattr(_kernel_launch, "VERIFY_REPLAYS", verified)
     monkeypatch.setattr(chain, "OWN_TILED_MIN_TOKENS", 16)
     monkeypatch.setattr(PreparedLaunch, "launch", run_packed)
-    monkeypatch.setattr(calls._WRITE, "memo", Memo())  # the first call runs the glue
+    monkeypatch.setattr(calls.OPERATIONS["launch_canary_write_kernel"], "memo", Memo())  # the first call runs the glue
     want, kwargs = _case()
     got = want.replace(**{name: getattr(want, name).copy() for name in (
         "canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter")})

@@ -7,9 +7,9 @@ Imported by the array_<library>.py snippets, which only say how their library ho
 import numpy as np
 
 from kvcanary_numba import CanaryContext, FailReason, VerifyPlan, WritePlan
-from kvcanary_numba.plan import launch_canary_plan_kernels
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 
 def canary_state(to_lib):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba.fingerprint import compute_real_kv_hash
+from kvcanary_numba import compute_real_kv_hash
 from kvcanary_numba.hashing import to_unsigned
 
 pattern = [0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x81, 0x82, 0x84, 0x88, 0x90, 0xA0, 0xC0, 0xFF]

@@ -3,7 +3,7 @@
 import numpy as np
 
 from kvcanary_numba import KvCanaryError, VerifyPlan, WritePlan
-from kvcanary_numba.plan import launch_canary_plan_kernels, launch_plan_offsets_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
 
 # --8<-- [start:batch]
 req_to_token = np.zeros((4, 16), dtype=np.int32)

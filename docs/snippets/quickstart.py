@@ -4,9 +4,9 @@
 import numpy as np
 
 from kvcanary_numba import CanaryContext, FailReason, VerifyPlan, WritePlan
-from kvcanary_numba.plan import launch_canary_plan_kernels
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 ctx = CanaryContext.allocate(num_slots=64)              # NumPy arrays: the CPU path
 vplan = VerifyPlan.allocate(verify_capacity=64)

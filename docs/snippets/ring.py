@@ -2,7 +2,7 @@
 
 from kvcanary_numba import CanaryContext, CanaryLaunchTag, FailReason, VerifyPlan
 from kvcanary_numba.constants import VIOLATION_FIELD_NAMES
-from kvcanary_numba.verify import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_verify_kernel
 
 # --8<-- [start:overflow]
 ctx = CanaryContext.allocate(num_slots=16, ring_capacity=2,

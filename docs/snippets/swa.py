@@ -3,7 +3,7 @@
 import numpy as np
 
 from kvcanary_numba import VerifyPlan, WritePlan
-from kvcanary_numba.plan import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_plan_kernels
 
 # --8<-- [start:swa]
 W = 4                                             # attention window of the SWA layers

@@ -16,9 +16,9 @@ from kvcanary_numba import (
     VerifyPlan,
     WritePlan,
 )
-from kvcanary_numba.plan import launch_canary_plan_kernels
-from kvcanary_numba.verify import launch_canary_verify_kernel
-from kvcanary_numba.write import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels
+from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import launch_canary_write_kernel
 
 NUM_SLOTS, BYTES_PER_TOKEN, MAX_REQS, MAX_LEN = 64, 32, 4, 32
 

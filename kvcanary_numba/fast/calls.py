@@ -41,11 +41,12 @@ from .cpu import write as cpu_write
 from .memo import Memo, checked
 from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
 
-__all__ = ["compute_real_kv_hash", "launch_canary_plan_kernels", "launch_canary_verify_kernel",
-           "launch_canary_write_kernel", "launch_plan_offsets_kernel", "scatter_req_token_ids"]
+__all__ = ["OPERATIONS", "Operation", "compute_real_kv_hash", "launch_canary_plan_kernels",
+           "launch_canary_verify_kernel", "launch_canary_write_kernel", "launch_plan_offsets_kernel",
+           "scatter_req_token_ids"]
 
 
-class _Operation:
+class Operation:
     """One public operation: the core's ``validate``, where it runs (the optimised CPU function, or
     ``glue()``: the launch glue, imported on the kernel path only since it needs numba-cuda),
     scalar normalisation and the value checks a memo hit still owes."""
@@ -108,19 +109,21 @@ def _fingerprint_glue() -> Callable:
     return glue.compute_real_kv_hash
 
 
-_OFFSETS = _Operation(_plan.OFFSETS, _plan.validate_offsets, cpu_plan.launch_plan_offsets_kernel, _offsets_glue,
+_OFFSETS = Operation(_plan.OFFSETS, _plan.validate_offsets, cpu_plan.launch_plan_offsets_kernel, _offsets_glue,
                       normalize={"swa_window_size": int, "verify_capacity": int},
                       value_checks=functools.partial(_plan.check_values, _plan.OFFSETS))
-_PLAN = _Operation(_plan.PLAN, _plan.validate_plan, cpu_plan.launch_canary_plan_kernels, _plan_glue,
+_PLAN = Operation(_plan.PLAN, _plan.validate_plan, cpu_plan.launch_canary_plan_kernels, _plan_glue,
                    normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
                    value_checks=functools.partial(_plan.check_values, _plan.PLAN))
-_VERIFY = _Operation(_verify.FUNCTION, _verify.validate, cpu_verify.launch_canary_verify_kernel, _verify_glue,
+_VERIFY = Operation(_verify.FUNCTION, _verify.validate, cpu_verify.launch_canary_verify_kernel, _verify_glue,
                      normalize={"check_verify_expected_token": bool})
-_WRITE = _Operation(_write.FUNCTION, _write.validate, cpu_write.launch_canary_write_kernel, _write_glue,
+_WRITE = Operation(_write.FUNCTION, _write.validate, cpu_write.launch_canary_write_kernel, _write_glue,
                     normalize={"enable_write_input_assert": bool})
-_SCATTER = _Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
-_FINGERPRINT = _Operation(_fingerprint.FUNCTION, _fingerprint.validate, cpu_fingerprint.compute_real_kv_hash,
+_SCATTER = Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
+_FINGERPRINT = Operation(_fingerprint.FUNCTION, _fingerprint.validate, cpu_fingerprint.compute_real_kv_hash,
                           _fingerprint_glue, normalize={"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
+#: Every operation by its public function's name (tests count validations, clear memos).
+OPERATIONS = {op.function: op for op in (_OFFSETS, _PLAN, _VERIFY, _WRITE, _SCATTER, _FINGERPRINT)}
 
 
 @functools.wraps(_plan.launch_plan_offsets_kernel)

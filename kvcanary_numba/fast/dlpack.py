@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import _interop
-from .._validate import _c_strides
+from .._validate import c_strides
 
 __all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view", "native_array", "native_views"]
 
@@ -99,7 +99,7 @@ def capsule_fields(capsule: Any) -> tuple | None:
     if tensor.strides:  # in elements; NULL means C-contiguous
         strides = tuple(int(tensor.strides[i]) * dtype.itemsize for i in range(ndim))
     else:
-        strides = _c_strides(shape, dtype.itemsize)
+        strides = c_strides(shape, dtype.itemsize)
     ptr = int(tensor.data or 0) + int(tensor.byte_offset)
     return ptr, shape, strides, dtype, (int(tensor.device.device_type), int(tensor.device.device_id)), read_only
 

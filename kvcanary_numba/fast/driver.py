@@ -152,23 +152,16 @@ def type_of(arg: Any):
     from numba import typeof, types
     from numba.np.numpy_support import from_dtype
 
+    from .._validate import c_strides
     from ..launch._launch import View, array_layout
 
     if isinstance(arg, tuple):
         return types.BaseTuple.from_types([type_of(item) for item in arg])
     if isinstance(arg, View) or hasattr(arg, "__cuda_array_interface__"):
         _, shape, strides, dtype = array_layout(arg)
-        contiguous = strides == _c_strides(shape, dtype.itemsize) or 0 in shape
+        contiguous = strides == c_strides(shape, dtype.itemsize) or 0 in shape
         return types.Array(from_dtype(dtype), len(shape), "C" if contiguous else "A")
     return typeof(arg)
-
-
-def _c_strides(shape: tuple, itemsize: int) -> tuple:
-    strides, step = [], itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def check_types(kernel, signature: str, args) -> None:

@@ -19,7 +19,6 @@ caller array it was made from, a packed launch can be re-pointed at next step's 
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .._validate import _c_strides
+from .._validate import c_strides
 from ..kernels import ON_SIMULATOR
 
 __all__ = ["LaunchSpec", "ON_SIMULATOR", "SIM_BLOCK", "SIM_MAX_BLOCKS", "THREADS_PER_SM", "View", "array_layout",
@@ -37,10 +36,8 @@ __all__ = ["LaunchSpec", "ON_SIMULATOR", "SIM_BLOCK", "SIM_MAX_BLOCKS", "THREADS
            "kernel_array", "launch", "persistent_grid", "persistent_views", "reinterpret", "resident_grid", "run",
            "sim_shape", "simulated_shapes", "sink", "sink_active", "sm_count"]
 
-#: Threads per block under the simulator (one warp: each simulated thread costs ~0.2 ms).
-SIM_BLOCK = 32
-#: Largest grid-stride grid under the simulator (two blocks still exercise the stride).
-SIM_MAX_BLOCKS = 2
+SIM_BLOCK = 32  # threads per block under the simulator (one warp: a simulated thread costs ~0.2 ms)
+SIM_MAX_BLOCKS = 2  # largest grid-stride grid under the simulator (two blocks still exercise the stride)
 #: Resident threads per SM aimed at by persistent grids (H100/H200: 2048).
 THREADS_PER_SM = 2048
 
@@ -60,15 +57,13 @@ def array_layout(x: Any) -> tuple[int, tuple, tuple, np.dtype]:
     cai = x.__cuda_array_interface__
     shape, dtype = tuple(int(n) for n in cai["shape"]), np.dtype(cai["typestr"])
     strides = cai.get("strides")
-    strides = _c_strides(shape, dtype.itemsize) if strides is None else tuple(int(n) for n in strides)
+    strides = c_strides(shape, dtype.itemsize) if strides is None else tuple(int(n) for n in strides)
     return int(cai["data"][0] or 0), shape, strides, dtype
 
 
 def _span_items(shape: tuple, strides: tuple, itemsize_in: int, itemsize_out: int) -> int:
     rows, cols = shape
-    if rows == 0 or cols == 0:
-        return 0
-    return ((rows - 1) * strides[0] + cols * itemsize_in) // itemsize_out
+    return 0 if rows == 0 or cols == 0 else ((rows - 1) * strides[0] + cols * itemsize_in) // itemsize_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,13 +99,13 @@ class View:
             for extent in shape:
                 nbytes *= extent
             new = (nbytes // out.itemsize,) if self.new_shape is None else self.new_shape
-            return ptr, new, _c_strides(new, out.itemsize), out
+            return ptr, new, c_strides(new, out.itemsize), out
         n = _span_items(tuple(shape), tuple(strides), dtype.itemsize, out.itemsize)
         return ptr, (n,), (out.itemsize,), out
 
     @property
     def shape(self) -> tuple:
-        return self.layout()[1]
+        return self.layout()[1]  # the glue sizes grids from its arguments' shapes
 
     def materialize(self):
         """The view itself: a NumPy array under the simulator, else a Numba device array (no copy,
@@ -192,10 +187,9 @@ class LaunchSpec(NamedTuple):
 
     Attributes
     ----------
-    kernel : numba.cuda dispatcher
-        A module-level ``@cuda.jit`` kernel (see :mod:`kvcanary_numba.kernels`).
-    signature : str
-        The declared signature it runs with (``SIGNATURES`` of its module).
+    kernel, signature : numba.cuda dispatcher, str
+        A module-level ``@cuda.jit`` kernel and the declared signature it runs with
+        (``KERNELS`` and ``SIGNATURES`` of its module, :mod:`kvcanary_numba.kernels`).
     grid, block : int
         1-D launch shape.
     args : tuple
@@ -333,7 +327,7 @@ def compile_kernel(kernel, signature: str):
 
 @lru_cache(maxsize=None)
 def _declared_types(signature: str):
-    from numba.core import sigutils
+    from numba.core import sigutils  # public: numba's signature strings
 
     return sigutils.normalize_signature(signature)[0]
 
@@ -380,17 +374,15 @@ def sim_shape(name: str, default: int) -> int:
     return int(_sim_shapes.get(name, default))
 
 
-@contextlib.contextmanager
+@contextmanager
 def simulated_shapes(**shapes: int) -> Iterator[None]:
     """Run simulated launches with other launch shapes, e.g. the GPU's (tests only).
 
     Simulated launches default to one warp per block and one request per thread (each
     simulated thread costs ~0.2 ms), so index arithmetic that only matters with several
-    warps per block or several items per thread would go untested. Inside
-    ``with simulated_shapes(offsets_items=2, write_warps=2):`` the launch modules read
-    these values (:data:`SIM_SHAPE_NAMES`) through :func:`sim_shape`. Kernels derive
-    their index arithmetic from ``blockDim``, so nothing is recompiled. On a GPU it
-    changes nothing. Not thread-safe; nests.
+    warps per block or several items per thread would go untested otherwise. The launch
+    modules read these values through :func:`sim_shape`; kernels derive their index
+    arithmetic from ``blockDim``, so nothing is recompiled. On a GPU it changes nothing.
     """
     unknown = set(shapes) - set(SIM_SHAPE_NAMES)
     if unknown:

@@ -32,18 +32,17 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
-from ..context import RealKvSource
 from ._hash import splitmix64_words
 
 __all__ = ["compute_real_kv_hash", "fold_slots", "fold_source", "slots_covered"]
 
 
-def slots_covered(real_kv_sources: Sequence[RealKvSource]) -> int:
+def slots_covered(real_kv_sources: Sequence) -> int:
     """Slots every source has bytes for: the least ``rows * page_size`` (0 without sources)."""
     return min((src.rows * src.page_size for src in real_kv_sources), default=0)
 
 
-def fold_source(src: RealKvSource, read_bytes: int, slots: np.ndarray) -> np.ndarray:
+def fold_source(src, read_bytes: int, slots: np.ndarray) -> np.ndarray:
     """The fold of one source's first ``read_bytes`` bytes of each slot.
 
     Parameters
@@ -71,7 +70,7 @@ def fold_source(src: RealKvSource, read_bytes: int, slots: np.ndarray) -> np.nda
     return h
 
 
-def fold_slots(real_kv_sources: Sequence[RealKvSource], real_kv_hash_mode, slots) -> np.ndarray:
+def fold_slots(real_kv_sources: Sequence, real_kv_hash_mode, slots) -> np.ndarray:
     """Multi-source real-KV hash of each slot.
 
     Parameters
