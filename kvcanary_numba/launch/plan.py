@@ -13,7 +13,7 @@ stay resident and than ``verify_capacity`` needs at ``ENTRIES_PER_THREAD``;
 the entry count is read on the device. Under the simulator both use
 ``SIM_BLOCK`` threads and one request per thread (``SIM_OFFSETS_*``; tests
 shrink the tile to get many tiles out of small batches, and run the GPU's
-requests per thread with ``_common.simulated_shapes``).
+requests per thread with ``_launch.simulated_shapes``).
 
 Scratch
 -------

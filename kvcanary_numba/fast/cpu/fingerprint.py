@@ -1,4 +1,4 @@
-"""NumPy reference of the real-KV fingerprint (reference notes §3).
+"""The optimised CPU fingerprint: :mod:`kvcanary_numba.reference.fingerprint` compiled for many cores.
 
 For slot ``s`` and one source the fold reads, from the source viewed as bytes,
 row ``s // page_size`` at column ``(s % page_size) * num_bytes_per_token``:

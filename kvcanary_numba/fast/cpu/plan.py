@@ -1,8 +1,8 @@
-"""NumPy reference of the plan: batch metadata -> verify entries, write ranges and seeds.
+"""The CPU plan: batch metadata -> verify entries, write ranges and seeds (vectorised, and a
+compiled loop for small batches, :mod:`.plan_loop`).
 
-This is the executable specification of the plan kernels and the CPU path. The
-semantics are SGLang's (reference notes §6) plus the rules of
-``docs/concepts/semantics.md`` for values SGLang leaves undefined:
+The specification is :mod:`kvcanary_numba.reference.plan`; the semantics are SGLang's plus
+the rules of ``docs/concepts/semantics.md`` for values SGLang leaves undefined:
 
 - request ``r`` is active iff ``rp = req_pool_indices[r] != 0`` (row 0 is padding);
 - negative ``prefix_lens`` / ``extend_seq_lens`` count as 0;

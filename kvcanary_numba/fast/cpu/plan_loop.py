@@ -5,15 +5,15 @@
 form costs some fifty NumPy calls (tens of microseconds) whatever the batch
 size. The loop walks the requests once for the offsets, seeds and totals, and
 once more for the verify entries, with the same rules (see the module
-docstring of :mod:`.plan`). ``tests/test_reference_plan_loop.py`` checks that
+docstring of :mod:`.plan`). ``tests/test_cpu_plan_loop.py`` checks that
 both give byte-equal plans on random batches.
 
 The loop writes its outputs while it reads its inputs, so it runs only when no
 output shares memory with an input or another output; otherwise
 :func:`plan_small_batch` returns False and the caller runs the vectorised
 plan, which computes every output from the inputs before it writes any. The
-public wrappers reject such calls (KVC-C017) before they get here; the test
-stays for direct callers of the reference.
+public functions reject such calls (KVC-C017) before they get here; the test
+stays for direct callers.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""NumPy reference of the verify kernel (reference notes §5, docs/concepts/semantics.md).
+"""The optimised CPU verify: :mod:`kvcanary_numba.reference.verify` compiled for many cores.
 
-One compiled pass over the plan's entries computes each entry's fail bits
-(this is the CPU production path, not only the specification); the few rows
-are then built with NumPy and appended in entry order (the GPU appends them in
-atomic order; compare rings as multisets).
+One compiled pass over the plan's entries, in chunks spread over the cores (``prange``),
+computes each entry's fail bits; the few rows are then built with NumPy and appended in
+entry order (the GPU appends them in atomic order; compare rings as multisets). Semantics:
+docs/concepts/semantics.md; ``tests/test_spec_against_cpu.py`` compares it with the
+specification byte for byte.
 """
 
 from __future__ import annotations
@@ -32,26 +33,13 @@ from ...constants import (  # fail bits as int64 scalars, under this module's sh
 )
 from ..._jit import cpu_jit, twin
 from ...hashing import splitmix64_mix3_u64
+from ...reference.ring import bump, canary_fields
 from .fingerprint import fold_slots
 
 __all__ = ["launch_canary_verify_kernel", "append_violation_rows", "canary_fields", "bump"]
 
 _HEAD = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
 _PADDING = np.int64(TOKEN_TO_KV_SLOT_PADDING)
-
-
-def canary_fields(canary_buf: np.ndarray) -> np.ndarray:
-    """The canary buffer as int64 [num_slots, stride // 8], sharing memory (field k = column k)."""
-    return canary_buf.view(np.int64)
-
-
-def bump(counter: np.ndarray, amount: int) -> None:
-    """``counter[0] += amount`` with the device's wrap-around (no NumPy overflow warning).
-
-    Python-int arithmetic on the one element: NumPy casts and in-place adds cost microseconds.
-    """
-    half = 1 << (8 * counter.dtype.itemsize - 1)  # two's complement of the counter's width
-    counter[0] = (int(counter[0]) + int(amount) + half) % (2 * half) - half
 
 
 def append_violation_rows(context, rows: np.ndarray) -> None:

@@ -1,4 +1,4 @@
-"""NumPy reference of the write kernel (reference notes §4, docs/concepts/semantics.md).
+"""The optimised CPU write: :mod:`kvcanary_numba.reference.write` with its loop compiled (docs/concepts/semantics.md).
 
 The chain is serial within a request (each slot's prev_hash is the hash of
 the slot written before it), so the per-entry loop is compiled with
