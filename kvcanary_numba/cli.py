@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime
 import difflib
+import importlib
 import json
 import os
 import pathlib
@@ -142,6 +143,10 @@ def _explain(args) -> int:
 #: which numba-cuda's array overloads name at import. The ``gpu`` extras pin ``numpy<2.5``.
 NUMBA_CUDA_NUMPY_LIMIT = (2, 5)
 
+#: numba-cuda's NumPy array overloads: loaded by the first kernel compile, not by ``import
+#: numba.cuda``, and the module that fails on NumPy 2.5. Doctor imports it to find out.
+_NUMBA_CUDA_ARRAYS = "numba.cuda.np.arrayobj"
+
 #: Kinds of reason the GPU path is unavailable, in the order doctor reports them.
 REASON_KINDS = ("no-numba-cuda", "numpy-too-new", "numba-cuda-broken", "no-cupy", "cupy-broken",
                 "no-driver", "driver-error", "no-gpu", "driver-too-old", "runtime-mismatch", "no-runtime",
@@ -203,10 +208,12 @@ def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:
     """
     from ._backend import NO_NUMBA_CUDA
 
-    install = f"pip install 'kvcanary_numba[{suggested_extra(probe)}]'"
+    extra = suggested_extra(probe)
+    install = f"pip install 'kvcanary_numba[{extra}]'"
     reasons: list[Reason] = []
     if probe.numba_cuda is None:
-        reasons.append(Reason("no-numba-cuda", NO_NUMBA_CUDA + f"; for this machine: {install}"))
+        cu12 = f"; this driver runs CUDA {probe.driver}: {install}" if extra == "gpu-cu12" else ""
+        reasons.append(Reason("no-numba-cuda", NO_NUMBA_CUDA + cu12))
     elif probe.numba_cuda_error is not None:
         if _release(probe.numpy) >= NUMBA_CUDA_NUMPY_LIMIT:
             text = (f"numba-cuda {probe.numba_cuda} does not import on NumPy {probe.numpy} (np.row_stack is gone "
@@ -316,6 +323,8 @@ def probe_cuda() -> CudaProbe:
     if numba_cuda is not None:
         try:
             from numba import cuda
+
+            importlib.import_module(_NUMBA_CUDA_ARRAYS)
         except Exception as exc:  # noqa: BLE001 - e.g. numba-cuda 0.30 on NumPy 2.5
             numba_cuda_error = _failure(exc)
         else:
@@ -416,7 +425,8 @@ def _from_checkout() -> bool:
 
 def _bench(args) -> int:
     if not _from_checkout():
-        print(f"{BENCH_FROM_CHECKOUT}\n(looked for {_BENCH} in a checkout at {_SOURCE_TREE})", file=sys.stderr)
+        print(f"{BENCH_FROM_CHECKOUT}\n(no benchmarks/run.py beside a pyproject.toml in {_SOURCE_TREE})",
+              file=sys.stderr)
         return 1
     extra = args.args[1:] if args.args[:1] == ["--"] else args.args
     if not any(a == "--out" or a.startswith("--out=") for a in extra) and not ({"-h", "--help"} & set(extra)):
