@@ -216,8 +216,8 @@ def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:
         reasons.append(Reason("no-numba-cuda", NO_NUMBA_CUDA + cu12))
     elif probe.numba_cuda_error is not None:
         if _release(probe.numpy) >= NUMBA_CUDA_NUMPY_LIMIT:
-            text = (f"numba-cuda {probe.numba_cuda} does not import on NumPy {probe.numpy} (np.row_stack is gone "
-                    f"since NumPy 2.5): the kernels need numpy<2.5, which the gpu extras pin ({install})")  # fmt: skip
+            text = (f"numba-cuda {probe.numba_cuda} does not import on NumPy {probe.numpy} ({probe.numba_cuda_error}):"
+                    f" the kernels need numpy<2.5, which the gpu extras pin ({install})")  # fmt: skip
             reasons.append(Reason("numpy-too-new", text))
         else:
             reasons.append(Reason("numba-cuda-broken", f"numba-cuda {probe.numba_cuda} fails to import: "
@@ -237,8 +237,9 @@ def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:
         newer = [(source, version) for source, version in probe.runtimes if _release(version)[0] > driver_major]
         if newer:
             found = ", ".join(f"CUDA {version} from {source}" for source, version in newer)
+            fix = f"update the driver or {install}" if extra == "gpu-cu12" else "update the driver"
             reasons.append(Reason("driver-too-old", f"the driver supports CUDA {probe.driver}, older than {found}: "
-                                  f"update the driver or {install}"))  # fmt: skip
+                                  f"{fix}"))  # fmt: skip
     if len({_release(version)[0] for _, version in probe.runtimes}) > 1:
         found = ", ".join(f"CUDA {version} from {source}" for source, version in probe.runtimes)
         reasons.append(Reason("runtime-mismatch", f"two CUDA major versions are installed ({found}): keep one "
@@ -377,8 +378,8 @@ def _doctor(args) -> int:
         ("CUDA runtime", _runtime_row(probe)),
         ("CUDA driver", _driver_row(probe)),
         ("GPU", gpu),
-        ("CUDA simulator", f"{'on' if probe.simulator else 'off'} "
-                           f"(NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})"),
+        ("CUDA simulator", (f"{'on' if probe.simulator else 'off'} "
+                            f"(NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})")),
         ("CPU path", "NumPy references (device='cpu', backend='numpy')"),
         ("GPU path", f"unavailable: {reasons[0].text}" if reasons else "Numba-CUDA kernels on CuPy arrays"),
         *(("", f"and: {reason.text}") for reason in reasons[1:]),

@@ -49,9 +49,14 @@ def test_explain_without_code_lists_the_catalogue(capsys):
     assert len(lines) == len(REGISTRY) and "KVC-E001  Unknown fault class" in lines
 
 
+def _doctor_rows(out: str) -> dict[str, str]:
+    """``kvcanary doctor``'s rows by key (keys padded to 14 characters, then two spaces)."""
+    return {line[:16].strip(): line[16:] for line in out.splitlines() if line.strip()}
+
+
 def test_doctor_reports_versions_and_backends(capsys):
     assert cli.main(["doctor"]) == 0
-    rows = dict((line[:16].strip(), line[16:]) for line in capsys.readouterr().out.splitlines() if line.strip())
+    rows = _doctor_rows(capsys.readouterr().out)
     for key in ("kvcanary_numba", "numpy", "numba", "numba-cuda", "cupy", "CUDA runtime", "CUDA driver", "GPU",
                 "CUDA simulator", "GPU path", "demo default"):  # fmt: skip
         assert key in rows
@@ -103,6 +108,7 @@ def test_doctor_reasons_are_empty_where_the_gpu_path_works():
          ["driver-error"]),
         (dict(devices=()), ["no-gpu"]),
         (dict(driver="12.8"), ["driver-too-old"]),
+        (dict(driver="11.8"), ["driver-too-old"]),
         (dict(runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "12.9"))), ["runtime-mismatch"]),
         (dict(runtimes=()), ["no-runtime"]),
         (dict(simulator=True), ["simulator"]),
@@ -141,7 +147,7 @@ def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
                                 runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0")))  # fmt: skip
     monkeypatch.setattr(cli, "probe_cuda", lambda: probe)
     assert cli.main(["doctor"]) == 0
-    rows = dict((line[:16].strip(), line[16:]) for line in capsys.readouterr().out.splitlines() if line.strip())
+    rows = _doctor_rows(capsys.readouterr().out)
     assert rows["CUDA runtime"] == "13.0 (from cuda-bindings 13.0.3, numba-cuda 0.30.4)"
     assert rows["CUDA driver"] == "supports CUDA 12.8"
     assert rows["GPU"] == "NVIDIA H100 80GB HBM3 (compute capability 9.0), 1 device(s)"
