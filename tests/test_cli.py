@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -171,6 +172,52 @@ def test_doctor_probe_reads_this_process():
     err, value = cudart.cudaRuntimeGetVersion()
     bindings = dict(probe.runtimes).get(f"cuda-bindings {metadata.version('cuda-bindings')}")
     assert bindings == f"{value // 1000}.{value % 1000 // 10}" and int(err) == 0
+
+
+#: A stand-in libcuda.so.1: driver version, cuInit's result and device count from the environment.
+FAKE_LIBCUDA = r"""
+#include <stdlib.h>
+#include <string.h>
+static int env(const char *name, int fallback) { const char *v = getenv(name); return v ? atoi(v) : fallback; }
+int cuDriverGetVersion(int *version) { *version = env("FAKE_CUDA_VERSION", 12080); return 0; }
+int cuInit(unsigned flags) { return env("FAKE_CUDA_INIT", 0); }
+int cuDeviceGetCount(int *count) { *count = env("FAKE_CUDA_DEVICES", 1); return 0; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return 0; }
+int cuDeviceGetName(char *name, int len, int device) { strncpy(name, "Fake H100", len); return 0; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) { *value = attribute == 75 ? 9 : 0; return 0; }
+"""
+
+
+FAKE_H100 = "Fake H100 (compute capability 9.0)"
+
+
+@pytest.mark.parametrize(
+    "environment, driver, error, devices, kinds",
+    [
+        # HEALTHY's runtimes are CUDA 13: a CUDA 12.8 driver is too old for them.
+        ({}, "12.8", None, (FAKE_H100,), ["driver-too-old"]),
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_DEVICES": "2"}, "13.0", None, (FAKE_H100, FAKE_H100), []),
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "100"}, "13.0", None, (), ["no-gpu"]),  # NO_DEVICE
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "999"}, "13.0", "CUresult 999", (), ["driver-error"]),
+    ],
+)  # fmt: skip
+def test_doctor_reads_the_driver_through_libcuda(tmp_path, environment, driver, error, devices, kinds):
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None or sys.platform != "linux":
+        pytest.skip("needs a C compiler on Linux to build a stand-in libcuda.so.1")
+    (tmp_path / "libcuda.c").write_text(FAKE_LIBCUDA)
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(tmp_path / "libcuda.c")], check=True, capture_output=True, timeout=120)  # fmt: skip
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(ROOT), **environment)
+    script = "import json; from kvcanary_numba import cli; print(json.dumps(cli._probe_driver()))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found_driver, found_error, found_devices = json.loads(proc.stdout)
+    assert (found_driver, tuple(found_devices)) == (driver, devices)
+    assert found_error is None if error is None else error in found_error
+    probe = dataclasses.replace(HEALTHY, driver=found_driver, driver_error=found_error, devices=tuple(found_devices))
+    assert [r.kind for r in cli.gpu_path_reasons(probe)] == kinds
 
 
 def test_bench_without_the_script_says_so(monkeypatch, tmp_path, capsys):
