@@ -10,6 +10,11 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-cu12/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD
 #
+# Size (2026-12-06): 329 MiB in 11 wheels, more than one device call carries (64 MiB); two wheels are
+# each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB). Carry them in parts over
+# successive calls to a machine kept warm (`split -b 60m`, then `cat` the parts under /tmp there and
+# install from /tmp), or install the others first and the two large ones last.
+#
 # The versions are what `pip install ".[gpu-cu12]"` resolves to for Python 3.12 (pip install
 # --dry-run --report); numba and llvmlite come from the image. NumPy 2.4 replaces the image's 2.5,
 # on which numba-cuda 0.30.4 does not import. The CUDA 12 toolkit wheels are those the
