@@ -12,8 +12,8 @@
 #
 # Size (2026-12-06): 329 MiB in 11 wheels, more than one device call carries (64 MiB); two wheels are
 # each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB). Carry them in parts over
-# successive calls to a machine kept warm (`split -b 60m`, then `cat` the parts under /tmp there and
-# install from /tmp), or install the others first and the two large ones last.
+# successive calls to a machine kept warm: `split -b 60m` each file here, carry one part per call,
+# append it to the file under /tmp there, and install from /tmp once every part has arrived.
 #
 # The versions are what `pip install ".[gpu-cu12]"` resolves to for Python 3.12 (pip install
 # --dry-run --report); numba and llvmlite come from the image. NumPy 2.4 replaces the image's 2.5,
