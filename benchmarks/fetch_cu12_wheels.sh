@@ -12,7 +12,8 @@
 #
 # Size (2026-12-06): 329 MiB in 11 wheels, more than one device call carries (64 MiB); two wheels are
 # each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB). Carry them in parts over
-# successive calls to a machine kept warm: `split -b 60m` each file here, carry one part per call,
+# successive calls to a machine kept warm: `split -b 48m` each file here (the working tree, about
+# 9 MiB, travels with every call), carry one part per call,
 # append it to the file under /tmp there, and install from /tmp once every part has arrived.
 #
 # The versions are what `pip install ".[gpu-cu12]"` resolves to for Python 3.12 (pip install
