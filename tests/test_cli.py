@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
@@ -47,12 +50,22 @@ def test_explain_without_code_lists_the_catalogue(capsys):
     assert len(lines) == len(REGISTRY) and "KVC-E001  Unknown fault class" in lines
 
 
-def test_doctor_reports_versions_and_backends(capsys):
+def _doctor_rows(out: str) -> dict[str, str]:
+    """``kvcanary doctor``'s rows by key (keys padded to 14 characters, then two spaces)."""
+    return {line[:16].strip(): line[16:] for line in out.splitlines() if line.strip()}
+
+
+def test_doctor_reports_versions_and_runtimes(capsys):
     assert cli.main(["doctor"]) == 0
-    out = capsys.readouterr().out
-    for key in ("kvcanary_numba", "numpy", "numba ", "numba-cuda", "cupy", "GPU", "CUDA simulator", "demo default"):
-        assert key in out
-    assert "0.30.4" in out  # numba-cuda is pinned
+    rows = _doctor_rows(capsys.readouterr().out)
+    for key in ("kvcanary_numba", "numpy", "numba", "numba-cuda", "cupy", "CUDA runtime", "CUDA driver", "GPU",
+                "CUDA simulator", "GPU path", "demo default"):  # fmt: skip
+        assert key in rows
+    assert rows["numpy"] == metadata.version("numpy")
+    try:
+        assert rows["numba-cuda"] == metadata.version("numba-cuda") == "0.30.4"  # the extras pin it
+    except metadata.PackageNotFoundError:  # the CPU install
+        assert rows["numba-cuda"].startswith("not installed") and "the kernels need" in rows["GPU path"]
 
 
 def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
@@ -61,13 +74,170 @@ def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
     monkeypatch.setattr(_runtime, "kernels_available", lambda: False)
     assert cli.main(["doctor"]) == 0
     gpu_path = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU path"))
-    assert gpu_path.endswith("unavailable: " + _runtime.NO_NUMBA_CUDA)  # the reason KVC-C008 gives
+    assert ("unavailable: " + _runtime.NO_NUMBA_CUDA) in gpu_path  # the reason KVC-C008 gives
+
+
+#: A machine where the GPU path works: CUDA 13 everywhere, one H100.
+HEALTHY = cli.CudaProbe(
+    numpy="2.4.6", numba_cuda="0.30.4", cupy="14.2.0",
+    runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0"), ("CuPy 14.2.0", "13.0")),
+    driver="13.0", devices=("NVIDIA H100 80GB HBM3 (compute capability 9.0)",),
+)  # fmt: skip
+
+
+def _kinds(**changes) -> list[str]:
+    return [reason.kind for reason in cli.gpu_path_reasons(dataclasses.replace(HEALTHY, **changes))]
+
+
+def test_doctor_reasons_are_empty_where_the_gpu_path_works():
+    assert _kinds() == []
+
+
+@pytest.mark.parametrize(
+    "changes, kinds",
+    [
+        (dict(numba_cuda=None, runtimes=(("CuPy 14.2.0", "13.0"),)), ["no-numba-cuda"]),
+        (dict(numpy="2.5.0", numba_cuda_error="AttributeError: module 'numpy' has no attribute 'row_stack'",
+              runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0"))), ["numpy-too-new"]),
+        (dict(numpy="2.5.0rc1", numba_cuda_error="AttributeError: row_stack"), ["numpy-too-new"]),
+        (dict(numba_cuda_error="ImportError: libnvrtc.so.13: cannot open shared object file"), ["numba-cuda-broken"]),
+        (dict(cupy=None, runtimes=HEALTHY.runtimes[:2]), ["no-cupy"]),
+        (dict(cupy_error="ImportError: CuPy failed to load libcudart.so.13"), ["cupy-broken"]),
+        (dict(driver=None, driver_error="no NVIDIA driver: libcuda.so.1 is not on the library path", devices=()),
+         ["no-driver"]),
+        (dict(driver_error="the driver (CUDA 13.0) failed to initialise: cuInit returned CUresult 999", devices=()),
+         ["driver-error"]),
+        (dict(devices=()), ["no-gpu"]),
+        (dict(driver="12.8"), ["driver-too-old"]),
+        (dict(driver="11.8"), ["driver-too-old"]),
+        (dict(runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "12.9"))), ["runtime-mismatch"]),
+        (dict(runtimes=()), ["no-runtime"]),
+        (dict(simulator=True), ["simulator"]),
+    ],
+)  # fmt: skip
+def test_doctor_names_why_the_gpu_path_is_unavailable(changes, kinds):
+    assert _kinds(**changes) == kinds
+
+
+def test_doctor_reasons_on_a_laptop_with_the_cpu_install():
+    # pip install kvcanary_numba: no numba-cuda, no CuPy, no driver; reasons come in REASON_KINDS order.
+    kinds = _kinds(numba_cuda=None, cupy=None, runtimes=(), driver=None, devices=())
+    assert kinds == ["no-numba-cuda", "no-cupy", "no-driver"]
+    assert all(kind in cli.REASON_KINDS for kind in kinds)
+
+
+def test_doctor_reasons_for_numpy_25_beside_the_cuda_13_extra():
+    # numba-cuda installed but broken by NumPy 2.5: the kernels' runtime still answers through
+    # cuda-bindings and CuPy; the only reason is NumPy, not a missing runtime.
+    probe = dataclasses.replace(HEALTHY, numpy="2.5.2", numba_cuda_error="AttributeError: row_stack",
+                                runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0")))  # fmt: skip
+    assert [r.kind for r in cli.gpu_path_reasons(probe)] == ["numpy-too-new"]
+    assert "numpy<2.5" in cli.gpu_path_reasons(probe)[0].text
+
+
+@pytest.mark.parametrize("driver, extra", [("12.8", "gpu-cu12"), ("12.0", "gpu-cu12"), ("13.0", "gpu"),
+                                           ("13.2", "gpu"), (None, "gpu")])  # fmt: skip
+def test_doctor_suggests_the_extra_the_driver_runs(driver, extra):
+    probe = dataclasses.replace(HEALTHY, numba_cuda=None, driver=driver)
+    assert cli.suggested_extra(probe) == extra
+    assert f"kvcanary_numba[{extra}]" in cli.gpu_path_reasons(probe)[0].text
+
+
+def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
+    probe = dataclasses.replace(HEALTHY, cupy=None, driver="12.8",
+                                runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0")))  # fmt: skip
+    monkeypatch.setattr(cli, "probe_cuda", lambda: probe)
+    assert cli.main(["doctor"]) == 0
+    rows = _doctor_rows(capsys.readouterr().out)
+    assert rows["CUDA runtime"] == "13.0 (from cuda-bindings 13.0.3, numba-cuda 0.30.4)"
+    assert rows["CUDA driver"] == "supports CUDA 12.8"
+    assert rows["GPU"] == "NVIDIA H100 80GB HBM3 (compute capability 9.0), 1 device(s)"
+    assert rows["GPU path"].startswith("unavailable: CuPy is not installed")
+    assert rows[""].startswith("and: the driver supports CUDA 12.8") and "gpu-cu12" in rows[""]
+
+
+def test_doctor_probe_reads_this_process():
+    import numpy as np
+
+    probe = cli.probe_cuda()
+    assert probe.numpy == np.__version__
+    assert probe.simulator == (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1")  # conftest sets it
+    if probe.driver is None:  # no driver: no device can be listed, and doctor says why
+        assert probe.driver_error and not probe.devices
+        assert "no-driver" in [r.kind for r in cli.gpu_path_reasons(probe)]
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError:
+        return
+    err, value = cudart.cudaRuntimeGetVersion()
+    bindings = dict(probe.runtimes).get(f"cuda-bindings {metadata.version('cuda-bindings')}")
+    assert bindings == f"{value // 1000}.{value % 1000 // 10}" and int(err) == 0
+
+
+#: A stand-in libcuda.so.1: driver version, cuInit's result and device count from the environment.
+FAKE_LIBCUDA = r"""
+#include <stdlib.h>
+#include <string.h>
+static int env(const char *name, int fallback) { const char *v = getenv(name); return v ? atoi(v) : fallback; }
+int cuDriverGetVersion(int *version) { *version = env("FAKE_CUDA_VERSION", 12080); return 0; }
+int cuInit(unsigned flags) { return env("FAKE_CUDA_INIT", 0); }
+int cuDeviceGetCount(int *count) { *count = env("FAKE_CUDA_DEVICES", 1); return 0; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return 0; }
+int cuDeviceGetName(char *name, int len, int device) { strncpy(name, "Fake H100", len); return 0; }
+int cuDeviceGetAttribute(int *value, int attribute, int device) { *value = attribute == 75 ? 9 : 0; return 0; }
+"""
+
+
+FAKE_H100 = "Fake H100 (compute capability 9.0)"
+
+
+@pytest.mark.parametrize(
+    "environment, driver, error, devices, kinds",
+    [
+        # HEALTHY's runtimes are CUDA 13: a CUDA 12.8 driver is too old for them.
+        ({}, "12.8", None, (FAKE_H100,), ["driver-too-old"]),
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_DEVICES": "2"}, "13.0", None, (FAKE_H100, FAKE_H100), []),
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "100"}, "13.0", None, (), ["no-gpu"]),  # NO_DEVICE
+        ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "999"}, "13.0", "CUresult 999", (), ["driver-error"]),
+    ],
+)  # fmt: skip
+def test_doctor_reads_the_driver_through_libcuda(tmp_path, environment, driver, error, devices, kinds):
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None or sys.platform != "linux":
+        pytest.skip("needs a C compiler on Linux to build a stand-in libcuda.so.1")
+    (tmp_path / "libcuda.c").write_text(FAKE_LIBCUDA)
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
+                    str(tmp_path / "libcuda.c")], check=True, capture_output=True, timeout=120)  # fmt: skip
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(ROOT), **environment)
+    script = "import json; from kvcanary_numba import cli; print(json.dumps(cli._probe_driver()))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600,
+                          cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found_driver, found_error, found_devices = json.loads(proc.stdout)
+    assert (found_driver, tuple(found_devices)) == (driver, devices)
+    assert found_error is None if error is None else error in found_error
+    probe = dataclasses.replace(HEALTHY, driver=found_driver, driver_error=found_error, devices=tuple(found_devices))
+    assert [r.kind for r in cli.gpu_path_reasons(probe)] == kinds
 
 
 def test_bench_without_the_script_says_so(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "_BENCH", tmp_path / "missing" / "run.py")
     assert cli.main(["bench"]) == 1
-    assert "not available" in capsys.readouterr().err
+    assert "python -m benchmarks.run" in capsys.readouterr().err
+
+
+def test_bench_from_a_wheel_points_at_a_checkout(monkeypatch, tmp_path, capsys):
+    # An installed wheel: site-packages has no pyproject.toml; a benchmarks/run.py there is another
+    # distribution's, never run.
+    site = tmp_path / "site-packages"
+    (site / "benchmarks").mkdir(parents=True)
+    script, ran = site / "benchmarks" / "run.py", tmp_path / "ran"
+    script.write_text(f"open({str(ran)!r}, 'w').close()\n")
+    monkeypatch.setattr(cli, "_SOURCE_TREE", site)
+    monkeypatch.setattr(cli, "_BENCH", script)
+    assert cli.main(["bench", "--", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(cli.BENCH_FROM_CHECKOUT) and not ran.exists()
 
 
 def test_bench_passes_arguments_through(monkeypatch, tmp_path):
