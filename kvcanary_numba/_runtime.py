@@ -19,6 +19,7 @@ import contextlib
 from typing import Iterator
 
 import functools
+import importlib.metadata
 import importlib.util
 import os
 
@@ -27,7 +28,7 @@ import numpy as np
 from .errors import error
 
 __all__ = ["DEVICE_NAMES", "INT32_MAX", "MAX_SLOT_STRIDE_BYTES", "NO_NUMBA_CUDA", "array_module", "coded_allocation",
-           "gpu_available", "kernels_available", "simulator_enabled"]
+           "gpu_available", "kernels_available", "kernels_unavailable", "simulator_enabled"]
 
 #: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
 NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
@@ -78,8 +79,9 @@ def array_module(function: str, device: str):
         ) from None
     if not gpu_available():
         raise error("KVC-C008", function=function, argument="device", got=device, reason="no CUDA GPU is visible")
-    if not kernels_available():  # CUDA buffers are only ever used by the kernels
-        raise error("KVC-C008", function=function, argument="device", got=device, reason=NO_NUMBA_CUDA)
+    reason = kernels_unavailable()
+    if reason is not None:  # CUDA buffers are only ever used by the kernels
+        raise error("KVC-C008", function=function, argument="device", got=device, reason=reason)
     return cupy
 
 
@@ -93,13 +95,30 @@ def gpu_available() -> bool:
         return False
 
 
+#: The first NumPy release numba-cuda 0.30 does not run on: NumPy 2.5 removed ``np.row_stack``,
+#: which numba-cuda's array overloads name when the first kernel compiles.
+NUMBA_CUDA_NUMPY_LIMIT = (2, 5)
+
+
 @functools.cache
-def kernels_available() -> bool:
-    """True when the numba-cuda package is installed (it provides ``numba.cuda`` for the kernels)."""
+def kernels_unavailable() -> str | None:
+    """Why the kernels cannot run in this process (KVC-C008's reason), or None when they can:
+    numba-cuda must be installed (it provides ``numba.cuda``), on a NumPy it runs on."""
     try:
-        return importlib.util.find_spec("numba_cuda") is not None
+        if importlib.util.find_spec("numba_cuda") is None:
+            return NO_NUMBA_CUDA
     except ImportError:  # a finder that refuses the name outright
-        return False
+        return NO_NUMBA_CUDA
+    numpy_version = tuple(int(part) for part in np.__version__.split(".")[:2])
+    if numpy_version >= NUMBA_CUDA_NUMPY_LIMIT and importlib.metadata.version("numba-cuda").startswith("0.30."):
+        return (f"numba-cuda 0.30 does not run on NumPy {np.__version__} (np.row_stack is gone); the gpu extras "
+                "pin numpy<2.5")
+    return None
+
+
+def kernels_available() -> bool:
+    """True when the kernels can run in this process (:func:`kernels_unavailable` has no reason)."""
+    return kernels_unavailable() is None
 
 
 def simulator_enabled() -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from . import _interop, _overlap
-from ._runtime import NO_NUMBA_CUDA, kernels_available, simulator_enabled
+from ._runtime import kernels_unavailable, simulator_enabled
 from .errors import error
 
 __all__ = ["ArrayInfo", "BACKEND_NAMES", "as_native", "check_array", "check_bool", "check_bundle", "check_int",
@@ -303,8 +303,9 @@ def resolve_backend(function: str, backend: str, arrays: Iterable[tuple[str, Arr
         reason = "NumPy arrays run the kernels only under NUMBA_ENABLE_CUDASIM=1"
         raise error("KVC-C008", function=function, argument="backend", got=backend, reason=reason)
     chosen: Backend = kind if backend == "auto" else backend  # type: ignore[assignment]
-    if chosen == "cuda" and not kernels_available():
-        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=NO_NUMBA_CUDA)
+    reason = kernels_unavailable() if chosen == "cuda" else None
+    if reason is not None:
+        raise error("KVC-C008", function=function, argument="backend", got=backend, reason=reason)
     return chosen
 
 

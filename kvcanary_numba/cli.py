@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import datetime
 import difflib
-import importlib
 import json
 import os
 import pathlib
@@ -27,6 +26,7 @@ import textwrap
 from importlib import metadata
 
 from . import __version__
+from ._runtime import NUMBA_CUDA_NUMPY_LIMIT as _NUMBA_CUDA_NUMPY_LIMIT
 from ._runtime import gpu_available
 from .errors import REGISTRY, ErrorEntry, KvCanaryError
 
@@ -139,13 +139,10 @@ def _explain(args) -> int:
 
 
 # --- doctor ------------------------------------------------------------------------
-#: First NumPy release numba-cuda 0.30 does not import on: NumPy 2.5 removed ``np.row_stack``,
-#: which numba-cuda's array overloads name at import. The ``gpu`` extras pin ``numpy<2.5``.
-NUMBA_CUDA_NUMPY_LIMIT = (2, 5)
-
-#: numba-cuda's NumPy array overloads: loaded by the first kernel compile, not by ``import
-#: numba.cuda``, and the module that fails on NumPy 2.5. Doctor imports it to find out.
-_NUMBA_CUDA_ARRAYS = "numba.cuda.np.arrayobj"
+#: First NumPy release numba-cuda 0.30 does not import on (``_runtime.NUMBA_CUDA_NUMPY_LIMIT``).
+#: Doctor imports numba-cuda's NumPy array overloads (``numba.cuda.np.arrayobj``: loaded by the
+#: first kernel compile, not by ``import numba.cuda``, and the module that fails there) to find out.
+NUMBA_CUDA_NUMPY_LIMIT = _NUMBA_CUDA_NUMPY_LIMIT
 
 #: Kinds of reason the GPU path is unavailable, in the order doctor reports them.
 REASON_KINDS = ("no-numba-cuda", "numpy-too-new", "numba-cuda-broken", "no-cupy", "cupy-broken",
@@ -310,10 +307,11 @@ def probe_cuda() -> CudaProbe:
     Imports numba.cuda only when numba-cuda is installed (never numba's own CUDA target) and
     asks each CUDA package for the runtime version it carries, which needs no GPU.
     """
-    from ._runtime import kernels_available, simulator_enabled
+    from ._runtime import NO_NUMBA_CUDA, kernels_unavailable, simulator_enabled
 
     simulator = simulator_enabled()
-    numba_cuda = (_version("numba-cuda") or "unknown version") if kernels_available() else None
+    # Installed (the version), whatever NumPy it would run on: the import below tells the rest.
+    numba_cuda = (_version("numba-cuda") or "unknown version") if kernels_unavailable() != NO_NUMBA_CUDA else None
     numba_cuda_error, runtimes = None, []
     with contextlib.suppress(Exception):  # not installed, or no runtime library: no answer from this source
         from cuda.bindings import runtime as cudart
@@ -323,9 +321,9 @@ def probe_cuda() -> CudaProbe:
             runtimes.append((f"cuda-bindings {_version('cuda-bindings')}", _cuda_version(value)))
     if numba_cuda is not None:
         try:
+            import numba.cuda.np.arrayobj  # noqa: F401 - what the first kernel compile loads (fails on NumPy 2.5)
             from numba import cuda
 
-            importlib.import_module(_NUMBA_CUDA_ARRAYS)
         except Exception as exc:  # noqa: BLE001 - e.g. numba-cuda 0.30 on NumPy 2.5
             numba_cuda_error = _failure(exc)
         else:

@@ -22,8 +22,8 @@ from kvcanary_numba import VerifyPlan, _runtime, _validate
 
 @pytest.fixture
 def no_numba_cuda(monkeypatch):
-    monkeypatch.setattr(_validate, "kernels_available", lambda: False)
-    monkeypatch.setattr(_runtime, "kernels_available", lambda: False)
+    monkeypatch.setattr(_validate, "kernels_unavailable", lambda: _runtime.NO_NUMBA_CUDA)
+    monkeypatch.setattr(_runtime, "kernels_unavailable", lambda: _runtime.NO_NUMBA_CUDA)
 
 
 def test_the_kernels_are_found_where_numba_cuda_provides_numba_cuda():
@@ -67,3 +67,18 @@ def test_device_cuda_without_numba_cuda_is_refused(no_numba_cuda, monkeypatch):
         _runtime.array_module("CanaryMonitor", "cuda")
     assert "device='cuda'" in str(excinfo.value) and "numba-cuda" in str(excinfo.value)
     assert _runtime.array_module("CanaryMonitor", "cpu") is np
+
+
+def test_numba_cuda_030_on_numpy_25_is_refused_with_its_reason(monkeypatch):
+    # numba-cuda 0.30 fails at its first kernel compile on NumPy 2.5 (np.row_stack is gone): the
+    # kernel path says so up front, with a coded error, instead of an AttributeError mid-launch.
+    monkeypatch.setattr(_runtime.np, "__version__", "2.5.1")
+    monkeypatch.setattr(_runtime.importlib.metadata, "version", lambda name: "0.30.4")
+    _runtime.kernels_unavailable.cache_clear()
+    try:
+        reason = _runtime.kernels_unavailable()
+        assert reason is not None and "NumPy 2.5.1" in reason and not _runtime.kernels_available()
+    finally:
+        monkeypatch.undo()
+        _runtime.kernels_unavailable.cache_clear()
+    assert _runtime.kernels_available() is (importlib.util.find_spec("numba_cuda") is not None)

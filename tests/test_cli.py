@@ -71,7 +71,7 @@ def test_doctor_reports_versions_and_runtimes(capsys):
 def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
     from kvcanary_numba import _runtime
 
-    monkeypatch.setattr(_runtime, "kernels_available", lambda: False)
+    monkeypatch.setattr(_runtime, "kernels_unavailable", lambda: _runtime.NO_NUMBA_CUDA)
     assert cli.main(["doctor"]) == 0
     gpu_path = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("GPU path"))
     assert ("unavailable: " + _runtime.NO_NUMBA_CUDA) in gpu_path  # the reason KVC-C008 gives
