@@ -213,7 +213,8 @@ def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
     # would hide an extra store in the final buffer, so the stores themselves are recorded.
     if KERNEL_DEVICE != "cpu":
         pytest.skip("records the simulated kernel's stores (simulator only)")
-    from kvcanary_numba.kernels import write as kernels  # the serial path's kernel module (its walk stores)
+    # The serial path's kernel module: its chunk walk stores.
+    from kvcanary_numba.kernels import write as kernels
 
     stores = []
     real_store = kernels.store_record

@@ -94,7 +94,8 @@ def write_chain(num_tokens: int, capacity: int, stream: int) -> tuple[str | None
     write (:func:`own_tiled`) publishes its own chain to launch scratch and stamps tiled;
     any other runs the core's plain kernel on its own chain, ``(None, None)``.
     """
-    from .kernels import share as _share  # numba.cuda: the monitor imports this module on the CPU path too
+    # numba.cuda: the monitor imports this module on the CPU path too.
+    from .kernels import share as _share
 
     state = getattr(_state, "role", None)
     if state is None:

@@ -48,7 +48,7 @@ def unshared_scratch(words):
 
 
 def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert: bool,
-                               expected_input_tokens, expected_input_positions, stream: int | None) -> None:
+                               expected_input_tokens, expected_input_positions, stream: int | None = None) -> None:
     """Queue the write of validated arguments on ``stream`` (None: the current stream; see the module docstring)."""
     stream = current_stream() if stream is None else int(stream)  # a long write's scratch is per stream
     capacity = plan.write_seed_slot_indices.shape[0]

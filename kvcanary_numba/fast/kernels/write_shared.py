@@ -34,8 +34,8 @@ from ...kernels.fingerprint import warp_sync
 from ...kernels.hashing import ONE, ZERO, mix3
 from ...kernels.write import ARGUMENTS, MAX_WRITE_WARPS
 from ...kernels.write_chunk import entry_checks, load_entry, real_kv, request_range, seed_state, store_record
-from .share import PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role
-from .share import switch_state
+from .share import (PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role,
+                    switch_state)
 
 __all__ = ["KERNELS", "SIGNATURE", "SIGNATURES", "chunk_chain_from", "kernel_name", "make_shared_body",
            "single_write_kernel", "walk_shared"]  # fmt: skip
