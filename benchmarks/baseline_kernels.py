@@ -19,7 +19,7 @@ from numba import cuda, int64, uint64
 
 from kvcanary_numba.kernels.fingerprint import SOURCE_SIGNATURE, real_kv_hash
 from kvcanary_numba.kernels.hashing import CHAIN_HEAD, ONE, ZERO, mix3
-from kvcanary_numba.kernels.write import SIGNATURE as WRITE_SIGNATURE
+from kvcanary_numba.kernels.write import ARGUMENTS as WRITE_ARGUMENTS
 from kvcanary_numba.kernels.write_chunk import entry_checks, request_range, seed_state, store_record
 from kvcanary_numba.launch import _launch
 from kvcanary_numba.launch.write import write_arguments
@@ -110,7 +110,7 @@ KERNELS = {"chain_synth": chain_synth, "chain_streamed": chain_streamed, "write_
 SIGNATURES = {
     "chain_synth": ("void(int64, int64[::1])",),
     "chain_streamed": ("void(int64, int64[::1], int64[::1], int64[::1])",),
-    "write_baseline": (WRITE_SIGNATURE + ", int64, int64)",),
+    "write_baseline": (f"void({WRITE_ARGUMENTS}, int64, int64)",),  # the write kernel's, then the two flags
 }
 
 

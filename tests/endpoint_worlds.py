@@ -23,7 +23,7 @@ from canary_helpers import i64, verify_plan, write_plan
 from kernel_pairs import KERNEL_DEVICE, to_host
 
 from kvcanary_numba import CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
-from kvcanary_numba.launch import _common, _kernel_launch
+from kvcanary_numba.launch import _launch
 from kvcanary_numba.fast.chain import SharedChain, sharing
 from kvcanary_numba import launch_canary_verify_kernel
 from kvcanary_numba import launch_canary_write_kernel
@@ -215,9 +215,9 @@ def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE, *,
 
     def take(spec):  # every launch of the glue, counted and run at once (public calls are not replayed)
         launches.append(spec)
-        _common.run_spec(spec)
+        _launch.run(spec)
 
-    with _kernel_launch.sink(take):
+    with _launch.sink(take):
         for stage, publish in (((T.HEAD_K_FULL, T.HEAD_V_FULL), True), ((T.TAIL_K_FULL, T.TAIL_V_FULL), False)):
             contexts = [state[tag] for tag in stage]
             _phase(path, contexts, vp, wp, inputs if publish else tail, chain, publish, bs, world.check_tokens)

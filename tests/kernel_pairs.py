@@ -184,8 +184,11 @@ def host_arrays(plan) -> dict:
     return {name: to_host(arr).copy() for name, arr in plan.arrays().items()}
 
 
-def run_both(inputs: dict, *, via_public: bool = False, plans=None) -> tuple[dict, dict]:
-    """Plan on the reference and the kernels, assert every array equal; return the kernels' plans."""
+def run_both(inputs: dict, *, via_public: bool = False, plans=None, scratch=None) -> tuple[dict, dict]:
+    """Plan on the reference and the kernels, assert every array equal; return the kernels' plans.
+
+    ``scratch``: the launch glue's scratch (None: the core's, fresh per call; the fast wing's
+    ``STREAM_SCRATCH`` keeps the look-back state for a test to inspect). Ignored ``via_public``."""
     kwargs = {k: v for k, v in inputs.items() if k != "wcap"}
     if plans is None:
         plans = fresh_plans(inputs, KERNEL_DEVICE)
@@ -193,7 +196,7 @@ def run_both(inputs: dict, *, via_public: bool = False, plans=None) -> tuple[dic
     reference.launch_canary_plan_kernels(verify_plan_out=ref_v, write_plan_out=ref_w, **kwargs)
     dev_kwargs = {k: to_kernel(v) for k, v in kwargs.items()}
     launch = public.launch_canary_plan_kernels if via_public else glue.launch_canary_plan_kernels
-    extra = {"backend": "cuda"} if via_public else {}
+    extra = {"backend": "cuda"} if via_public else {} if scratch is None else {"scratch": scratch}
     launch(verify_plan_out=plans[0], write_plan_out=plans[1], **dev_kwargs, **extra)
     got = host_arrays(plans[0]), host_arrays(plans[1])
     for want_plan, got_plan in zip((ref_v, ref_w), got):

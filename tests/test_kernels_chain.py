@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
-
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
+
 from kvcanary_numba.hashing import chain_head, splitmix64_mix3, to_signed
-from kvcanary_numba.fast.chain import launch_chain_limit
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks package, as tests/test_benchmarks.py imports it
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.baseline_kernels import launch_chain_limit  # noqa: E402
 
 pytestmark = pytest.mark.simulator
 

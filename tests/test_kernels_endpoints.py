@@ -1,5 +1,5 @@
-"""The verify and the write of all endpoints of a phase in one launch each (``launch/endpoints.py``,
-``kernels/endpoints.py``) against one plain launch per endpoint and the NumPy reference, byte for
+"""The verify and the write of all endpoints of a phase in one launch each (``fast/endpoints.py``,
+``fast/kernels/endpoints.py``) against one plain launch per endpoint and the NumPy reference, byte for
 byte: canary buffers, counters, write indices, ring rows (as multisets), on random decode steps
 with a fault of every class the monitor tests plant."""
 

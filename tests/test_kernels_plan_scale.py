@@ -22,7 +22,7 @@ from kvcanary_numba import plan as public
 from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.kernels import plan as kernels
 from kvcanary_numba.launch import plan as glue
-from kvcanary_numba.launch import scratch as scratch_cache
+from kvcanary_numba.fast.scratch import STREAM_SCRATCH
 from kvcanary_numba.reference import plan as reference
 
 
@@ -43,9 +43,8 @@ def small_tiles(request, monkeypatch):
 
 
 def _lookback_clear() -> bool:
-    """Every cached look-back state is back to zero (tickets, done count, tile flags)."""
-    pools = scratch_cache._scratch.values()
-    states = [to_host(arr) for pool in pools for key, arr in pool.items() if key[0] == "lookback"]
+    """Every look-back state cached for the default stream is back to zero (tickets, done count, tile flags)."""
+    states = [to_host(arr) for key, arr in STREAM_SCRATCH.arrays(0).items() if key[0] == "lookback"]
     return bool(states) and all(
         not s[:kernels.LOOKBACK_HEADER].any() and not s[kernels.LOOKBACK_HEADER::kernels.LOOKBACK_STRIDE].any()
         for s in states
@@ -59,7 +58,7 @@ def test_bs_around_tile_size_equals_reference(small_tiles, offset_from_tile):
     bs = {"zero": 0, "one": 1, "tile-1": tile - 1, "tile": tile, "tile+1": tile + 1,
           "3tiles+2": 3 * tile + 2}[offset_from_tile]
     rng = np.random.default_rng(bs)
-    run_both(random_batch(rng, bs=bs) if bs else case([], [], [], wcap=2))
+    run_both(random_batch(rng, bs=bs) if bs else case([], [], [], wcap=2), scratch=STREAM_SCRATCH)
     if bs > tile:
         assert _lookback_clear()
 
@@ -73,7 +72,7 @@ def test_lookback_state_resets_between_different_batches(monkeypatch):
     for batch in (first, random_batch(rng, bs=9, wcap=9), case([1] * 9, [1] * 9, [2] * 9, wcap=9)):
         # Stale tile sums from the previous launch would shift every offset after tile 0.
         batch["wcap"] = 9
-        run_both(dict(batch, verify_capacity=first["verify_capacity"]), plans=plans)
+        run_both(dict(batch, verify_capacity=first["verify_capacity"]), plans=plans, scratch=STREAM_SCRATCH)
         assert _lookback_clear()
 
 
@@ -158,7 +157,7 @@ def test_gpu_swa_pool_at_scale_equals_reference(bs):
 @pytest.mark.parametrize("seed", range(3))
 def test_gpu_garbage_at_scale_equals_reference(seed):
     pytest.importorskip("cupy")
-    run_both(garbage_batch(np.random.default_rng(300 + seed), bs=70000 + seed))
+    run_both(garbage_batch(np.random.default_rng(300 + seed), bs=70000 + seed), scratch=STREAM_SCRATCH)
     assert _lookback_clear()
 
 
@@ -168,11 +167,13 @@ def _captured_plan(inputs):
     stream = cupy.cuda.Stream(non_blocking=True)
     plans = fresh_plans(inputs, "cuda")
     args = {k: to_kernel(v) for k, v in inputs.items() if k != "wcap"}
-    with stream:
-        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args)
+    with stream:  # the fast wing's scratch: allocated by the eager call, none during the capture
+        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args,
+                                        scratch=STREAM_SCRATCH)
         stream.synchronize()
         stream.begin_capture()
-        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args)
+        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args,
+                                        scratch=STREAM_SCRATCH)
         graph = stream.end_capture()
     return graph, stream, plans, args
 

@@ -13,6 +13,7 @@ import pytest
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import scatter as public
+from kvcanary_numba.fast import inputs as fast_glue
 from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.launch import scatter as glue
 from kvcanary_numba.reference import scatter as reference
@@ -23,10 +24,6 @@ FILL = -5
 def to_kernel(x):
     """``x`` where the kernels run (a copy), scalars and None as they are."""
     return to_device(x, KERNEL_DEVICE)
-
-
-
-
 
 
 def run_both(flat, offsets, rows, pool, *, via_public=False, lens=False) -> np.ndarray:
@@ -41,7 +38,7 @@ def run_both(flat, offsets, rows, pool, *, via_public=False, lens=False) -> np.n
     args = dict(flat_in=to_kernel(flat), offsets=to_kernel(offsets), req_pool_indices=to_kernel(rows), pool_out=got)
     if lens:
         out = to_kernel(np.full(rows.shape[0] + 2, FILL, dtype=np.int64))  # two words past bs stay untouched
-        glue.scatter_tokens_and_lens(**args, lens_out=out[: rows.shape[0]])
+        fast_glue.scatter_tokens_and_lens(**args, lens_out=out[: rows.shape[0]])
         with np.errstate(over="ignore"):
             want_lens = np.concatenate([np.subtract(offsets[1:], offsets[:-1]), [FILL, FILL]])
         np.testing.assert_array_equal(to_host(out), want_lens)

@@ -9,7 +9,7 @@ import pytest
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba.constants import OUT_OF_RANGE_SLOT
-from kvcanary_numba.launch import translate as glue
+from kvcanary_numba.fast import inputs as glue
 from kvcanary_numba.monitor.groups import translate_slots
 
 FILL = -77

@@ -172,7 +172,7 @@ def _last_entry_probe(slots, n, num_slots, last, w):
     shared[t] = slots[t]
     zeros[t] = 0
     cuda.syncthreads()
-    out = chunk_chain(np.int64(t), n, np.int64(0), slots[t], shared, zeros, zeros, w[0], np.int64(0), num_slots)
+    out = chunk_chain(np.int64(t), n, slots[t], shared, zeros, zeros, w[0], np.int64(0), num_slots)
     last[t] = 1 if out[5] else 0
 
 
@@ -213,7 +213,8 @@ def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
     # would hide an extra store in the final buffer, so the stores themselves are recorded.
     if KERNEL_DEVICE != "cpu":
         pytest.skip("records the simulated kernel's stores (simulator only)")
-    from kvcanary_numba.kernels import write_chunk as kernels
+    # The serial path's kernel module: its chunk walk stores.
+    from kvcanary_numba.kernels import write as kernels
 
     stores = []
     real_store = kernels.store_record

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import numpy as np
 import pytest
 from canary_helpers import HEAD, counters, fields, make_context, ring_rows, stamp, write_args, write_plan
@@ -9,8 +12,13 @@ from canary_oracles import random_source
 from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host, write
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.launch.write import launch_write_baseline
 from kvcanary_numba.reference.write import launch_canary_write_kernel as reference_write
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the benchmarks package, as tests/test_benchmarks.py imports it
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.baseline_kernels import launch_write_baseline  # noqa: E402
 
 pytestmark = pytest.mark.simulator
 

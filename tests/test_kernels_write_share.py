@@ -1,4 +1,4 @@
-"""The write chain shared by one step's launches (kernels/share.py): a consumer's records
+"""The write chain shared by one step's launches (fast/kernels/share.py, write_shared.py): a consumer's records
 are byte-equal to those of a launch that runs its own chain, whatever differs from the
 publisher (seed record, tokens, positions, skipped entries); and it really reuses the chain.
 Every case runs on both paths: the serial kernel (a batch size that makes the step
@@ -12,7 +12,7 @@ from canary_helpers import HEAD, make_context, record, stamp, write_args, write_
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host, write
 
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch import write as write_glue
+from kvcanary_numba.fast import write as write_glue
 from kvcanary_numba.fast.chain import SharedChain, sharing
 
 pytestmark = pytest.mark.simulator

@@ -1,9 +1,11 @@
-"""The tiled write path of a long shared step (kernels/chain.py ``chain_publish``,
-kernels/write_tiled.py): records byte-equal to the reference and to a launch that runs its
-own chain (role OWN), whatever differs from the publisher; the reuse is real; decode-shaped
-steps keep the serial kernel."""
+"""The tiled write path of a long shared step (fast/kernels/chain.py ``chain_publish``,
+fast/kernels/write_tiled.py): records byte-equal to the reference and to the core's plain
+kernel (its own chain), whatever differs from the publisher; the reuse is real; decode-shaped
+steps keep the serial kernel (``write_shared``)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -13,10 +15,10 @@ from kernel_pairs import KERNEL_DEVICE, _rows, to_device, to_host, write
 
 from kvcanary_numba import RealKvHashMode
 from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.fast import chain as chain_glue
-from kvcanary_numba.launch import write as write_glue
+from kvcanary_numba.fast import write as write_glue
 from kvcanary_numba.fast.chain import SharedChain, own_tiled, sharing
+from kvcanary_numba.launch import _launch as _common
 
 pytestmark = pytest.mark.simulator
 
@@ -51,19 +53,21 @@ def _slots():
     return [s if s < 80 else s + 6 for s in range(1, N + 1)]
 
 
-def _launched(monkeypatch) -> list[str]:
-    names, real = [], _common.launch
+@contextlib.contextmanager
+def _launched():
+    """The names of the kernels launched inside the block (each launch runs as it would)."""
+    names = []
 
-    def spy(kernel, signature, grid, block, args):
-        names.append(getattr(kernel, "py_func", kernel).__name__)
-        real(kernel, signature, grid, block, args)
+    def take(spec):
+        names.append(getattr(spec.kernel, "py_func", spec.kernel).__name__)
+        _common.run(spec)
 
-    monkeypatch.setattr(_common, "launch", spy)
-    return names
+    with _common.sink(take):
+        yield names
 
 
 def _own_equals(ctx, chain, kwargs) -> None:
-    """The consuming launch on a copy of ``ctx`` equals a launch with no chain shared (role OWN)."""
+    """The consuming launch on a copy of ``ctx`` equals the core's plain kernel (no chain shared)."""
     shared, own = to_device(ctx, KERNEL_DEVICE), to_device(ctx, KERNEL_DEVICE)
     args = {k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()}
     with sharing(chain, publish=False):
@@ -76,31 +80,32 @@ def _own_equals(ctx, chain, kwargs) -> None:
     assert _rows(shared) == _rows(own)
 
 
-def test_paths_by_shape(monkeypatch):
-    names = _launched(monkeypatch)
+def test_paths_by_shape():
     chain = _chain()
     tokens, positions, _ = _inputs()
     plan = write_plan(LENGTHS, SEEDS)
-    with sharing(chain, publish=True):
-        write(_seeded(), plan, tokens, positions, _slots())
-    with sharing(chain, publish=False):
-        write(_seeded(), plan, tokens, positions, _slots())
-    # The batch size decides: N tokens for N requests is decode-shaped, the serial kernel.
-    with sharing(chain, publish=True, requests=N):
-        write(_seeded(), plan, tokens, positions, _slots())
-    assert names == ["chain_publish", "write_tiled_assert0_src0", "write_tiled_assert0_src0", "write_assert0_src0"]
+    with _launched() as names:
+        with sharing(chain, publish=True):
+            write(_seeded(), plan, tokens, positions, _slots())
+        with sharing(chain, publish=False):
+            write(_seeded(), plan, tokens, positions, _slots())
+        # The batch size decides: N tokens for N requests is decode-shaped, the serial kernel.
+        with sharing(chain, publish=True, requests=N):
+            write(_seeded(), plan, tokens, positions, _slots())
+    assert names == ["chain_publish", "write_tiled_assert0_src0", "write_tiled_assert0_src0",
+                     "write_shared_assert0_src0"]
 
 
 def test_public_writes_by_length(monkeypatch):
     # Outside a monitor step a write whose requests average OWN_TILED_MIN_TOKENS tokens (the
     # plan's capacity counts them) publishes its own chain and stamps tiled; records and rows
     # equal the reference either way (``write`` compares).
-    names = _launched(monkeypatch)
     tokens, positions, _ = _inputs()
     plan = write_plan(LENGTHS, SEEDS)
-    for per_request in (N // 3 + 1, N // 3):  # N = 100 tokens, capacity 3
-        monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", per_request)  # the GPU's threshold too
-        write(_seeded(), plan, tokens, positions, _slots())
+    with _launched() as names:
+        for per_request in (N // 3 + 1, N // 3):  # N = 100 tokens, capacity 3
+            monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", per_request)  # the GPU's threshold too
+            write(_seeded(), plan, tokens, positions, _slots())
     assert names == ["write_assert0_src0", "chain_publish", "write_tiled_assert0_src0"]
 
 
@@ -112,15 +117,15 @@ def test_the_own_tiled_rule():
 
 
 def test_own_scratch_is_cached_per_power_of_two_class():
-    from kvcanary_numba.launch import scratch as cache
+    from kvcanary_numba.fast.scratch import STREAM_SCRATCH
 
-    first = chain_glue.own_scratch(70, 3)
+    first = chain_glue.own_scratch(70, 3, 0)
     assert [a.shape for a in first] == [(5, 128), (2, 4)]
-    assert all(a is b for a, b in zip(first, chain_glue.own_scratch(128, 4)))  # same class: same arrays
-    bigger = chain_glue.own_scratch(129, 5)
+    assert all(a is b for a, b in zip(first, chain_glue.own_scratch(128, 4, 0)))  # same class: same arrays
+    bigger = chain_glue.own_scratch(129, 5, 0)
     assert [a.shape for a in bigger] == [(5, 256), (2, 8)]
     # The smaller class stays allocated: replayed calls and captured graphs keep its pointers.
-    kept = cache.scratch_arrays().values()
+    kept = STREAM_SCRATCH.arrays(0).values()
     assert any(a is first[0] for a in kept) and any(a is bigger[0] for a in kept)
 
 

@@ -1,4 +1,5 @@
-"""Every kernel of every ``kvcanary_numba/kernels/*.py`` module compiles for sm_90.
+"""Every kernel of every ``kvcanary_numba/kernels/*.py`` and ``kvcanary_numba/fast/kernels/*.py``
+module compiles for sm_90.
 
 The CUDA simulator runs kernels as Python and accepts code a real GPU build
 rejects (e.g. 64-bit warp shuffles, mixed-signedness promotions), so each
@@ -20,15 +21,18 @@ import sys
 
 import pytest
 
-import kvcanary_numba.kernels
+import kvcanary_numba
 
-KERNELS_DIR = pathlib.Path(kvcanary_numba.kernels.__file__).parent
-MODULES = sorted(p.stem for p in KERNELS_DIR.glob("*.py") if p.stem != "__init__")
+PACKAGE_DIR = pathlib.Path(kvcanary_numba.__file__).parent
+#: The kernel modules, as dotted names below ``kvcanary_numba``: the core's and the fast wing's.
+MODULES = sorted(f"{package}.{p.stem}" for package in ("kernels", "fast.kernels")
+                 for p in (PACKAGE_DIR / package.replace(".", "/")).glob("*.py") if p.stem != "__init__")
 #: Modules whose PTX must be call-free and stack-free, and vector-load real-KV bytes.
-CANARY_MODULES = ("endpoints", "fingerprint", "verify", "write")
+CANARY_MODULES = ("fast.kernels.endpoints", "fast.kernels.write_shared", "kernels.fingerprint", "kernels.verify",
+                  "kernels.write")
 #: Modules whose PTX must be call-free and stack-free and whose sm_90 build must not spill (the tiled writes:
 #: 16 warps x 1 entry per thread, one block per SM at their 76-112 registers).
-SPILL_FREE_MODULES = CANARY_MODULES + ("tiled_endpoints", "write_tiled")
+SPILL_FREE_MODULES = CANARY_MODULES + ("fast.kernels.tiled_endpoints", "fast.kernels.write_tiled")
 
 SCRIPT = r"""
 import importlib, json, sys
@@ -43,7 +47,7 @@ dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=(9, 0
 from numba import cuda
 from kvcanary_numba.kernels import is_kernel
 
-module = importlib.import_module("kvcanary_numba.kernels." + sys.argv[1])
+module = importlib.import_module("kvcanary_numba." + sys.argv[1])
 kernels = getattr(module, "KERNELS", {})
 signatures = getattr(module, "SIGNATURES", {})
 declared = {id(k) for k in kernels.values()}
@@ -105,12 +109,15 @@ def _start_all() -> None:
 def _report(module: str) -> dict:
     _start_all()
     out, err = _running[module].communicate(timeout=900)
-    assert _running[module].returncode == 0, f"compiling kernels.{module} failed:\n{err[-4000:]}"
+    assert _running[module].returncode == 0, f"compiling {module} failed:\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1])
 
 
 def test_every_kernels_module_is_checked():
-    assert {"fingerprint", "hashing", "verify", "write"} <= set(MODULES)
+    core = {"kernels.fingerprint", "kernels.hashing", "kernels.verify", "kernels.write", "kernels.write_chunk"}
+    fast = {"fast.kernels.endpoints", "fast.kernels.share", "fast.kernels.tiled_endpoints",
+            "fast.kernels.write_shared", "fast.kernels.write_tiled"}
+    assert core | fast <= set(MODULES)
 
 
 @pytest.mark.parametrize("module", MODULES)

@@ -1,4 +1,4 @@
-"""Chain glue: the write chain shared by the launches of one monitor step (``kernels/share.py``),
+"""Chain glue: the write chain shared by the launches of one monitor step (``fast/kernels/share.py``),
 and the chain a long public write publishes for its own tiled stamp (``fast/kernels/chain.py``)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["OWN_TILED_MIN_TOKENS", "TILED_MIN_EXTRA_TOKENS", "SharedChain", "lau
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
-#: Rows of the published scratch: kernels/share.py's ENTRY_ROWS, SEED_ROWS (tests/test_cli.py checks).
+#: Rows of the published scratch: fast/kernels/share.py's ENTRY_ROWS, SEED_ROWS (tests/test_cli.py checks).
 ENTRY_ROWS, SEED_ROWS = 5, 2
 #: A shared write takes the tiled path when it has at least this many tokens more than one per
 #: request: decode-shaped steps (one token per request) keep four serial launches.
@@ -35,7 +35,7 @@ class SharedChain:
     """Step scratch through which the write launches of one step share their chain.
 
     ``published`` int64 [5, tokens] and ``published_seeds`` int64 [2, requests]
-    (layout: :mod:`kvcanary_numba.kernels.share`), allocated once, on the
+    (layout: :mod:`kvcanary_numba.fast.kernels.share`), allocated once, on the
     arrays' device (``xp`` is NumPy or CuPy).
     """
 
@@ -83,23 +83,24 @@ def replay_key():
 replay.LAUNCH_STATE.append(replay_key)
 
 
-def write_chain(num_tokens: int, capacity: int, fallback, stream: int) -> tuple[str | None, tuple]:
+def write_chain(num_tokens: int, capacity: int, stream: int) -> tuple[str | None, tuple | None]:
     """How this thread's write launch of ``num_tokens`` entries and plan ``capacity`` gets its chain.
 
-    Returns (the tiled role, ``"PUBLISH"`` / ``"CONSUME"``, or None for the serial kernel;
-    the (role, published, published_seeds) kernel arguments). Inside a :func:`sharing`
-    block: the block's role and scratch, tiled for a long step (:func:`long_step` of the
-    block's batch size, else of ``capacity``). Outside one (the public path): a long write
-    (:func:`own_tiled`) publishes its own chain to launch scratch and stamps tiled; any
-    other runs the serial kernel on its own chain (role ``OWN``; ``fallback``, an int64
-    [:, ::1] kernel array the launch passes anyway, stands in for the unread scratch).
+    Returns (the tiled role, ``"PUBLISH"`` / ``"CONSUME"``, or None for a serial kernel;
+    the (role, published, published_seeds) arguments of the fast write kernels, or None
+    for the core's plain kernel). Inside a :func:`sharing` block: the block's role and
+    scratch, tiled for a long step (:func:`long_step` of the block's batch size, else of
+    ``capacity``), else the serial ``write_shared``. Outside one (the public path): a long
+    write (:func:`own_tiled`) publishes its own chain to launch scratch and stamps tiled;
+    any other runs the core's plain kernel on its own chain, ``(None, None)``.
     """
-    from ..kernels import share as _share
+    # numba.cuda: the monitor imports this module on the CPU path too.
+    from .kernels import share as _share
 
     state = getattr(_state, "role", None)
     if state is None:
         if not own_tiled(num_tokens, capacity):
-            return None, (int(_share.OWN), fallback, fallback)
+            return None, None
         return "PUBLISH", (int(_share.PUBLISH), *own_scratch(num_tokens, capacity, stream))
     role, chain = state
     name, _, requests = role.partition("/")

@@ -1,4 +1,4 @@
-"""Launch glue of ``kvcanary_numba.kernels.endpoints``: the verify, and the write, of every
+"""Launch glue of ``kvcanary_numba.fast.kernels.endpoints``: the verify, and the write, of every
 endpoint of one monitor phase in one launch each.
 
 Internal host entry of the monitor's steps (it needs numba.cuda), not a public function:
@@ -26,7 +26,7 @@ What is fused, and what is not:
 - one endpoint: the plain launches (nothing to save).
 
 Records, rows, counters and write indices are those of the plain launches, one
-per endpoint (``kernels/endpoints.py``). Every array in a tuple argument is a
+per endpoint (``fast/kernels/endpoints.py``). Every array in a tuple argument is a
 persistent view (contexts, plans), as prepared phases require (``fast/recording.py``);
 the per-step arrays (token arrays, slots, expected inputs) are top-level arguments
 viewed from the batch, which prepared phases rebind by role. The chain role is an
@@ -49,7 +49,6 @@ import numpy as np
 
 from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..context import CanaryContext
-from ..kernels import share as _share
 from ..kernels.verify import VERIFY_THREADS
 from ..launch import _launch as _common
 from ..launch import verify as _verify
@@ -60,6 +59,7 @@ from .chain import SharedChain, launch_chain_publish, long_step, sharing
 from .dlpack import native_views
 from .glue_memo import run_memoised
 from .kernels import endpoints as _kernels
+from .kernels import share as _share
 from .kernels import tiled_endpoints as _tiled_endpoints
 
 __all__ = ["fused_count", "launch_endpoint_verifies", "launch_endpoint_writes", "source_count"]
@@ -126,11 +126,12 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     run_memoised("writes", _writes, kwargs, stream)
 
 
-def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool) -> None:
+def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool,
+              stream: int | None) -> None:
     count = fused_count(contexts)
     if not count:
         for context in contexts:
-            _verify.launch_canary_verify_kernel(context=context, plan=plan,
+            _verify.launch_canary_verify_kernel(context=context, plan=plan, stream=stream,
                                                 check_verify_expected_token=check_verify_expected_token)
         return
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias

@@ -1,10 +1,12 @@
 """Numba-CUDA kernels: ``@cuda.jit`` kernels and device functions only.
 
-One module per operation (``verify``, ``write``, ``fingerprint``, ``plan``, ``translate``,
-``scatter``) plus ``hashing`` (device splitmix64 / mix3 / slot hash). Host code
-never lives here: argument checks are in the public wrappers
-(``kvcanary_numba/<op>.py``), grids and array wrapping in
-``kvcanary_numba/launch/<op>.py``.
+One family per operation (``verify``; ``write`` with its device helpers in
+``write_chunk``; ``fingerprint``; ``plan`` with ``lookback``; ``scatter``; ``budget``)
+plus ``hashing`` (device splitmix64 / mix3 / slot hash). Host code never lives here:
+argument checks are in the operation modules (``kvcanary_numba/<op>.py``), grids and
+argument views in ``kvcanary_numba/launch/<op>.py``. These modules import only Numba,
+NumPy, llvmlite, ``constants``, ``hashing`` and each other (``tests/test_kernels_layers.py``):
+the fast wing's kernels (``kvcanary_numba/fast/kernels/``) build on them, never the reverse.
 
 Conventions every kernels module follows
 ----------------------------------------
@@ -26,12 +28,12 @@ Every module that defines a kernel declares:
     dtype the launch glue passes (it may pass a reinterpreting view, e.g. the
     uint8 canary buffer as ``int64[:, ::1]``); Python ints are ``int64``.
 
-The launch glue compiles exactly these signatures (``launch._common.compile_kernel``)
+The launch glue compiles exactly these signatures (``launch._launch.compile_kernel``)
 and checks launch arguments against them (every launch under the simulator,
 the first one of each kernel on a GPU), so a type drift fails in CPU tests
 instead of passing a mistyped argument to a compiled kernel.
 ``tests/test_ptx.py`` compiles every declared signature for sm_90 (without the
-simulator) and fails on any kernel without one.
+simulator), here and in ``fast/kernels/``, and fails on any kernel without one.
 
 Simulator differences (``ON_SIMULATOR``): the simulator lacks warp shuffles /
 votes and inline PTX, so modules pick a shared-memory or plain-Python fallback

@@ -12,9 +12,6 @@ Nothing is written except violation rows and counters.
 before the loop (``min(verify_num_valid, capacity)``), so one thread adds it:
 no per-thread counting or reduction is needed.
 
-The kernel's body is :func:`make_verify_body`, a device function that
-``kernels/endpoints.py`` also runs, on one part of a launch per endpoint.
-
 Variants (compile-time closure constants): ``check_token`` (read the expected
 tokens or not) x ``nsrc`` (real-KV sources folded, 0 in NONE mode), named
 ``verify_tok{0|1}_src{0..4}``.
@@ -38,10 +35,8 @@ from ..hashing import to_signed
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
-from .parts import part_stride, part_thread
 
-__all__ = ["KERNELS", "SIGNATURES", "VERIFY_THREADS", "kernel_name", "launch_options", "make_verify_body",
-           "record_violation"]
+__all__ = ["KERNELS", "SIGNATURES", "VERIFY_THREADS", "kernel_name", "launch_options", "record_violation"]
 
 #: Threads per block on a GPU (SGLang uses 512; 256 packs more blocks per SM
 #: at the register counts of the fold variants).
@@ -107,24 +102,12 @@ def _check_entry(buf, num_slots, slot, token, position, prev, nsrc, real, ring, 
         record_violation(ring, write_index, kind, slot, stored_position, stored_token, token, stored_hash, aux, bits)
 
 
-def make_verify_body(check_token: bool, nsrc: int, part: bool = False):
-    """The verify of one endpoint as a device function: the body of the plain kernel, or
-    with ``part`` of ``kernels/endpoints.py``, whose launch gives each endpoint ``per``
-    blocks (the argument; ignored by the plain kernel, which runs on its whole grid).
-
-    The thread index and grid stride are read where the plain kernel always read them:
-    its verify_tok0_src0 fits 32 registers only so (tests/test_ptx.py checks for spills).
-    """
-
-    @cuda.jit(device=True)
-    def body(
-        per, buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
+def _make_verify(check_token: bool, nsrc: int):
+    def verify(
+        buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
         ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
     ):  # fmt: skip
-        if part:
-            tid = part_thread(per)
-        else:
-            tid = cuda.grid(1)
+        tid = cuda.grid(1)
         if tid == 0:
             cuda.atomic.add(kernel_counter, 0, int64(1))
         if enable[0] == 0:
@@ -134,8 +117,10 @@ def make_verify_body(check_token: bool, nsrc: int, part: bool = False):
         if tid == 0 and active > 0:
             cuda.atomic.add(slot_counter, 0, active)
         num_slots = int64(buf.shape[0])
+        # The grid size is read here, in the loop's header: verify_tok0_src0 fits 32
+        # registers only so (tests/test_ptx.py checks for spills).
         if nsrc == 0:  # thread per entry
-            for i in range(int64(tid), active, part_stride(part, per)):
+            for i in range(int64(tid), active, int64(cuda.gridsize(1))):
                 slot = slots[i]
                 if slot != ZERO:  # padding slot: never verified
                     token = expected_tokens[i] if check_token else MINUS_ONE
@@ -148,7 +133,7 @@ def make_verify_body(check_token: bool, nsrc: int, part: bool = False):
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
         bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
-        warps = part_stride(part, per) // _WARP
+        warps = int64(cuda.gridsize(1)) // _WARP
         for t in range(int64(tid // WARP_SIZE), (active + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
             slot = slots[i] if i < active else ZERO
@@ -159,29 +144,16 @@ def make_verify_body(check_token: bool, nsrc: int, part: bool = False):
                 _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, real,
                              ring, write_index, kind)  # fmt: skip
 
-    return body
+    verify.__name__ = verify.__qualname__ = kernel_name(check_token, nsrc)
+    return cuda.jit(verify, **launch_options(check_token, nsrc))
 
 
 def launch_options(check_token: bool, nsrc: int) -> dict:
-    """``cuda.jit`` options of a verify kernel variant (plain or several endpoints)."""
+    """``cuda.jit`` options of a verify kernel variant."""
     if nsrc == 0 and not check_token and not ON_SIMULATOR:
         # Fits 32 registers without spilling (checked by tests/test_ptx.py): full occupancy.
         return {"launch_bounds": (VERIFY_THREADS, 2048 // VERIFY_THREADS)}
     return {}
-
-
-def _make_verify(check_token: bool, nsrc: int):
-    body = make_verify_body(check_token, nsrc)
-
-    def verify(
-        buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
-        ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
-    ):  # fmt: skip
-        body(ZERO, buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable, ring, write_index,
-             slot_counter, kernel_counter, kind, w0, w1, w2, w3, params)  # fmt: skip
-
-    verify.__name__ = verify.__qualname__ = kernel_name(check_token, nsrc)
-    return cuda.jit(verify, **launch_options(check_token, nsrc))
 
 
 def kernel_name(check_token: bool, nsrc: int) -> str:

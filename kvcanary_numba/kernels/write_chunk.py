@@ -1,9 +1,8 @@
-"""Device helpers of the write kernels: an entry's loads, checks and store, a request's range
-and seed state, and the serial chunk walk.
+"""Device helpers of the write kernel: an entry's loads, checks and store, a request's range
+and seed state, and the chain recurrence over one chunk of 32 entries.
 
-Used by ``kernels/write.py`` (see its docstring for the loop ``walk_chunks`` makes up) and by
-``kernels/write_tiled.py`` (whose requests fall back to that walk after the first entry that
-differs from the published chain).
+``kernels/write.py`` puts them together (see its docstring for the loop they make up). The
+fast wing's write kernels (``kvcanary_numba/fast/kernels/``) are built from the same helpers.
 """
 
 from __future__ import annotations
@@ -19,13 +18,11 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
     FAIL_PREV_RANGE as _SEED_RANGE_BIT,
     FAIL_WRITE_RANGE as _RANGE_BIT,
 )
-from .fingerprint import real_kv_hash, warp_sync
+from .fingerprint import real_kv_hash
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
-from .share import first_difference, load_published, publish, same_entry, switch_state
 from .verify import record_violation
 
-__all__ = ["chunk_chain", "entry_checks", "load_entry", "real_kv", "request_range", "seed_state", "store_record",
-           "walk_chunks"]  # fmt: skip
+__all__ = ["chunk_chain", "entry_checks", "load_entry", "real_kv", "request_range", "seed_state", "store_record"]
 
 _WARP = np.int64(WARP_SIZE)
 
@@ -107,32 +104,24 @@ def load_entry(i, hi, out_cache_loc, input_ids, positions, expected_tokens, expe
 
 
 @cuda.jit(device=True)
-def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, num_slots):
-    """The recurrence over one chunk's shared rows from entry ``start`` on, run by every lane (warp-uniform).
+def chunk_chain(lane, n, slot, s_slot, s_token, s_position, running, prev_position, num_slots):
+    """The recurrence over one chunk's ``n`` shared rows, run by every lane (warp-uniform).
 
     Returns (running, prev_position, entries counted, this lane's prev_hash,
     its expected chain position, whether no later entry of the chunk has its
     slot); the prev_hash and expected position are those the chain has before
-    the lane's entry (also for a skipped entry; meaningless below ``start``).
-    The next entry's row is read before this entry's ``mix3``, so the
-    shared-memory latency overlaps the dependent math; nothing in the loop
-    stores, so the loads need no ordering.
+    the lane's entry (also for a skipped entry). The next entry's row is read
+    before this entry's ``mix3``, so the shared-memory latency overlaps the
+    dependent math; nothing in the loop stores, so the loads need no ordering.
     """
     counted = ZERO
     mine = ZERO
     expect = ZERO
     later = ZERO
-    # Entries before ``start`` keep the published chain: only their bookkeeping, no mix3.
-    for k in range(start):
-        cs = s_slot[k]
-        live = cs >= ZERO
-        later = later | (int64(live) & int64(k > lane) & int64(cs == slot))
-        counted += int64(live and cs < num_slots)
-    first = min(start, _WARP - ONE)
-    ks = s_slot[first]
-    kt = s_token[first]
-    kp = s_position[first]
-    for k in range(start, n):
+    ks = s_slot[0]
+    kt = s_token[0]
+    kp = s_position[0]
+    for k in range(n):
         cs, ct, cp = ks, kt, kp
         nk = min(k + ONE, _WARP - ONE)  # a harmless re-read on the last entry
         ks = s_slot[nk]
@@ -151,64 +140,6 @@ def chunk_chain(lane, n, start, slot, s_slot, s_token, s_position, running, prev
         counted += int64(live and cs < num_slots)
         stepped = mix3(running, uint64(ct), uint64(cp))
         running = stepped if live else running
-        # Tracked whatever the chain-position assert says: a published expected
-        # position must hold for a consumer that asserts it.
+        # Tracked whatever the chain-position assert says (a row is recorded only when it is on).
         prev_position = cp if live else prev_position
     return running, prev_position, counted, mine, expect, later == ZERO
-
-
-@cuda.jit(device=True)
-def walk_chunks(lane, lo, hi, running, prev_position, reuse, publishing, track, act, s_slot, s_token, s_position,
-                s_switch, buf, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert,
-                nsrc, w0, w1, w2, w3, params, ring, write_index, kind, published, num_slots):  # fmt: skip
-    """One warp walks entries ``[lo, hi)`` of a request in chunks of 32 (``kernels/write.py``, steps 1-3).
-
-    ``running``, ``prev_position``: the chain state before ``lo``. ``reuse``:
-    the published chain applies from ``lo`` on (a consumer), until the first
-    entry whose inputs differ. ``publishing``: leave every entry's chain state
-    in ``published``. ``act``: record rows and store (False: the lanes only
-    take part in the warp's barriers; the simulator's stand-in for an idle
-    warp). ``s_*``: the warp's shared rows. Returns the entries counted
-    (the same value on every lane).
-    """
-    stored = ZERO
-    nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions,
-                     input_assert)  # fmt: skip
-    pub = load_published(lo + lane, hi, reuse, published)
-    for c0 in range(lo, hi, _WARP):
-        n = min(_WARP, hi - c0)
-        slot, token, position, expected_token, expected_position = nxt
-        p_hash, p_expect, p_token, p_position, p_slot = pub
-        warp_sync()  # every lane has finished reading the previous chunk's rows
-        s_slot[lane] = slot
-        s_token[lane] = token
-        s_position[lane] = position
-        if reuse:
-            s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
-        warp_sync()
-        # The next chunk's loads are issued now and land while the chain runs.
-        nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
-                         expected_positions, input_assert)  # fmt: skip
-        start = ZERO
-        if reuse:
-            start = first_difference(n, s_switch)
-            if start < n:  # this chunk's inputs differ from the published ones: own chain from here
-                reuse = False
-                running, prev_position = switch_state(published, c0 + start)
-            else:
-                pub = load_published(c0 + _WARP + lane, hi, True, published)
-        running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
-            lane, n, start, slot, s_slot, s_token, s_position, running, prev_position, num_slots
-        )
-        if lane < start:  # entries before the switch keep the published chain
-            chain_hash, chain_position = p_hash, p_expect
-        if publishing and lane < n:
-            publish(published, c0 + lane, chain_hash, chain_position, token, position, slot)
-        stored += counted
-        if act and slot >= ZERO:
-            real = real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
-            ok = entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                              expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
-            if ok and last:
-                store_record(buf, slot, token, position, chain_hash, real)
-    return stored

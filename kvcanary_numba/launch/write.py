@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import WARP_SIZE
-from ..kernels import share as _share
 from ..kernels import write as kernels
 from ._launch import (ON_SIMULATOR, THREADS_PER_SM, kernel_array, launch, persistent_grid, persistent_views,
                       reinterpret, sim_shape)
@@ -21,7 +20,7 @@ __all__ = ["launch_canary_write_kernel", "write_arguments", "write_shape"]
 
 def write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
                     expected_input_positions) -> tuple[int, tuple]:
-    """(real-KV sources folded, the write kernels' arguments up to the source parameters)."""
+    """(real-KV sources folded, the write kernel's arguments; the fast wing's write kernels take more)."""
     tokens = kernel_array(input_ids)
     token_positions = kernel_array(positions)
     # Without the write-input assert the expected arrays are None; the variant never reads
@@ -50,13 +49,6 @@ def write_shape() -> tuple[int, int]:
     return block, THREADS_PER_SM // block
 
 
-def unshared_scratch(words):
-    """The chain-scratch stand-in of a launch that shares no chain (never read): the buffer view
-    itself on a GPU; under the simulator a small array of its own, since the simulator copies
-    every argument back and an alias of the buffer would overwrite its records."""
-    return np.zeros((1, 1), dtype=np.int64) if ON_SIMULATOR else words
-
-
 def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert: bool,
                                expected_input_tokens, expected_input_positions, stream: int | None = None) -> None:
     """Queue the warp-per-request write kernel on ``stream``.
@@ -81,8 +73,6 @@ def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache
     """
     nsrc, args = write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
                                  expected_input_positions)
-    scratch = unshared_scratch(args[0])
-    args = (*args, int(_share.OWN), scratch, scratch)
     name = kernels.kernel_name(enable_write_input_assert, nsrc)
     block, per_sm = write_shape()
     # One warp per request, requests spread over the blocks first (one block per request

@@ -1,13 +1,13 @@
 """``chain_publish``: the write chain alone, for the tiled stamp of long writes.
 
 ``chain_publish`` is the write chain with nothing else on its path: one warp
-per request runs the recurrence of ``kernels/write.py`` over a request's
+per request runs the recurrence of the core write kernel over a request's
 entries and leaves, per entry, the chain state before it and the inputs it
-hashed in the step scratch (``kernels/share.py``), and per request its seed
+hashed in the step scratch (``share.py``), and per request its seed
 state. It checks nothing, stores no record, records no row and counts
 nothing: in a long (prefill-shaped) monitor step every write launch, the
 publishing buffer's included, then consumes that chain in parallel
-(``kernels/write_tiled.py``). The expected chain position is always tracked,
+(``write_tiled.py``). The expected chain position is always tracked,
 so it holds for any consumer that asserts it.
 """
 
@@ -19,7 +19,7 @@ from numba import cuda, int64, uint64
 from ...constants import WARP_SIZE
 from ...kernels.fingerprint import warp_sync
 from ...kernels.hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, ZERO, mix3, slot_hash
-from ...kernels.share import OWN, PUBLISH, publish, share_role
+from .share import OWN, PUBLISH, publish, share_role
 
 __all__ = ["KERNELS", "PUBLISH_WARPS", "SIGNATURES"]
 

@@ -6,16 +6,17 @@ differ only in their context (buffer, ring, counters, tag, real-KV sources) and,
 for writes, in the role each takes in the step's shared chain. Each launch
 costs the host ~4-5 us of driver time, so these kernels take the contexts of
 up to :data:`MAX_ENDPOINTS` endpoints at once and give each its own part of a
-flattened grid (``kernels/parts.py``):
+flattened grid (``parts.py``):
 
 - the launch has ``count * per`` blocks (``per``, the blocks of one part, is a
   launch argument; ``count``, the endpoints, follows from the grid); blocks
   ``[e * per, (e + 1) * per)`` run endpoint ``e``;
-- each part runs the plain kernel's body (``verify.make_verify_body``,
-  ``write.make_write_body``) as if it were a launch of ``per`` blocks, on its
-  endpoint's arguments: the records, rows, counters and write indices are
-  those of one plain launch per endpoint (ring rows in another atomic order:
-  rings compare as multisets, as between any two launches of the plain kernels).
+- each part runs the verify of the core kernel (its own copy of the loop,
+  :func:`_verify_body`) or the body of ``write_shared`` (``make_shared_body``) as
+  if it were a launch of ``per`` blocks, on its endpoint's arguments: the records,
+  rows, counters and write indices are those of one plain launch per endpoint
+  (ring rows in another atomic order: rings compare as multisets, as between any
+  two launches of the plain kernels).
 
 Per-endpoint arguments are ``UniTuple``s with one item per endpoint slot
 (unused slots repeat a used item and are never read): canary buffers, rings,
@@ -34,22 +35,77 @@ Variants: ``verify_endpoints_tok{0|1}_src{0..4}`` and
 
 from __future__ import annotations
 
-from numba import cuda
+import numpy as np
+from numba import cuda, int64, uint64
 
-from ...constants import MAX_REAL_KV_SOURCES
-from ...kernels import verify as _verify
-from ...kernels import write as _write
-from ...kernels.parts import MAX_ENDPOINTS, part_block
+from ...constants import MAX_REAL_KV_SOURCES, WARP_SIZE
+from ...kernels.fingerprint import TILE_PITCH, warp_real_kv_hash
+from ...kernels.hashing import MINUS_ONE, ONE, ZERO
+from ...kernels.verify import VERIFY_THREADS, _check_entry, launch_options
+from .parts import MAX_ENDPOINTS, part_block, part_stride, part_thread
+from .write_shared import make_shared_body
 
 __all__ = ["KERNELS", "MAX_ENDPOINTS", "SIGNATURES", "endpoint_write_kernel", "verify_name", "write_name"]
 
 # The kernels below have one body per endpoint slot, and parts.part_block tells two parts apart.
 if MAX_ENDPOINTS != 2:
-    raise RuntimeError(f"kernels/endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
+    raise RuntimeError(f"fast/kernels/endpoints.py is written for 2 endpoints per launch, not {MAX_ENDPOINTS}")
+
+_WARPS = VERIFY_THREADS // WARP_SIZE
+_WARP = np.int64(WARP_SIZE)
+
+
+def _verify_body(check_token: bool, nsrc: int):
+    """The verify of one endpoint on its part of the grid, as a device function: the core
+    kernel's loop (``kvcanary_numba/kernels/verify.py``) around the core's ``_check_entry``
+    and ``warp_real_kv_hash``, with the part's thread index and stride (``parts.py``) where
+    the core kernel reads ``cuda.grid(1)`` and ``cuda.gridsize(1)``. A copy of the loop:
+    the core kernel stays a plain kernel of its own, not one shaped by this launch."""
+
+    @cuda.jit(device=True)
+    def body(
+        per, buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
+        ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
+    ):  # fmt: skip
+        tid = part_thread(per)
+        if tid == 0:
+            cuda.atomic.add(kernel_counter, 0, int64(1))
+        if enable[0] == 0:
+            return
+        capacity = int64(slots.shape[0])
+        active = min(max(int64(num_valid[0]), ZERO), capacity)
+        if tid == 0 and active > 0:
+            cuda.atomic.add(slot_counter, 0, active)
+        num_slots = int64(buf.shape[0])
+        if nsrc == 0:  # thread per entry
+            for i in range(int64(tid), active, part_stride(per)):
+                slot = slots[i]
+                if slot != ZERO:  # padding slot: never verified
+                    token = expected_tokens[i] if check_token else MINUS_ONE
+                    _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, ZERO,
+                                 ring, write_index, kind)  # fmt: skip
+            return
+        # Real-KV variants: a warp per 32 consecutive entries (see the core kernel).
+        warp = cuda.threadIdx.x // WARP_SIZE
+        lane = int64(cuda.threadIdx.x % WARP_SIZE)
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        warps = part_stride(per) // _WARP
+        for t in range(int64(tid // WARP_SIZE), (active + _WARP - ONE) // _WARP, warps):
+            i = t * _WARP + lane
+            slot = slots[i] if i < active else ZERO
+            fold = slot != ZERO and uint64(slot) < uint64(num_slots)
+            real = warp_real_kv_hash(tile, bases, lane, slot, fold, nsrc, w0, w1, w2, w3, params)
+            if slot != ZERO:
+                token = expected_tokens[i] if check_token else MINUS_ONE
+                _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, real,
+                             ring, write_index, kind)  # fmt: skip
+
+    return body
 
 
 def _make_verify(check_token: bool, nsrc: int):
-    body = _verify.make_verify_body(check_token, nsrc, part=True)
+    body = _verify_body(check_token, nsrc)
 
     def verify_endpoints(
         bufs, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
@@ -68,11 +124,11 @@ def _make_verify(check_token: bool, nsrc: int):
                  params[1])  # fmt: skip
 
     verify_endpoints.__name__ = verify_endpoints.__qualname__ = verify_name(check_token, nsrc)
-    return cuda.jit(verify_endpoints, **_verify.launch_options(check_token, nsrc))
+    return cuda.jit(verify_endpoints, **launch_options(check_token, nsrc))
 
 
 def endpoint_write_kernel(body, name: str):
-    """The kernel running write body ``body`` (``write.make_write_body``, or ``write_tiled``'s
+    """The kernel running write body ``body`` (``write_shared.make_shared_body``, or ``write_tiled``'s
     ``make_tiled_body``: same arguments) once per endpoint part of the grid, named ``name``."""
 
     def write_endpoints(
@@ -99,7 +155,7 @@ def endpoint_write_kernel(body, name: str):
 
 
 def _make_write(input_assert: bool, nsrc: int):
-    return endpoint_write_kernel(_write.make_write_body(input_assert, nsrc), write_name(input_assert, nsrc))
+    return endpoint_write_kernel(make_shared_body(input_assert, nsrc), write_name(input_assert, nsrc))
 
 
 def verify_name(check_token: bool, nsrc: int) -> str:

@@ -1,13 +1,13 @@
-"""Tiled writes (``kernels/write_tiled.py``) of several endpoints of one long step in ONE launch.
+"""Tiled writes (``write_tiled.py``) of several endpoints of one long step in ONE launch.
 
 A long (prefill-shaped) monitor step stamps its entries from the published chain
-(``kernels/chain.py`` ``chain_publish``) into the K and the V canary buffers of a
+(``chain.py`` ``chain_publish``) into the K and the V canary buffers of a
 phase with ``write_tiled``: a block per request, so 8 requests keep 8 SMs busy,
 and one launch per endpoint ran them one after another. These kernels stamp the
 contexts of up to :data:`MAX_ENDPOINTS` endpoints at once, as
-``kernels/endpoints.py`` does for the decode-shaped write: a flattened grid of
+``endpoints.py`` does for the decode-shaped write: a flattened grid of
 ``count * per`` blocks, blocks ``[e * per, (e + 1) * per)`` running endpoint
-``e`` (``kernels/parts.py``), each part the plain tiled kernel's body
+``e`` (``parts.py``), each part the plain tiled kernel's body
 (``write_tiled.make_tiled_body``) on its endpoint's arguments, as a launch of
 ``per`` blocks of its own. Twice the blocks, the same work per block.
 
@@ -23,7 +23,7 @@ Arguments: those of ``endpoints.write_endpoints`` (per-endpoint ``UniTuple`` s,
 shared plan and step arrays, the chain scratch, ``per``); the chain roles are
 CONSUME (or OWN, to walk every request serially), as for ``write_tiled``. The
 body is inlined once per endpoint slot, each copy reading its arguments straight
-from the kernel parameters (as in ``kernels/endpoints.py``); its shared arrays
+from the kernel parameters (as in ``endpoints.py``); its shared arrays
 are declared once, in the body.
 
 Variants: ``tiled_endpoints_assert{0|1}_src{0..4}``, as ``write_tiled``'s.

@@ -1,9 +1,9 @@
 """Tiled write kernels: stamp a long request in parallel from a published chain.
 
-The consumer of ``kernels/write.py`` walks each request's chunks serially in one
+The consumer of ``write_shared.py`` walks each request's chunks serially in one
 warp, so even with no recurrence to run it is as serial as the chain it reuses.
-Once a chain is published (``kernels/chain.py`` ``chain_publish``, layout in
-``kernels/share.py``), nothing else in a request is serial except "the last
+Once a chain is published (``chain.py`` ``chain_publish``, layout in
+``share.py``), nothing else in a request is serial except "the last
 entry of a slot wins". ``write_tiled`` therefore gives each request a whole
 block (grid-striding over requests) and walks it in tiles of
 ``blockDim.x * TILE_ITEMS`` consecutive entries (512 on a GPU), in order, with block barriers
@@ -24,7 +24,7 @@ between the phases of a tile:
 A request whose seed state in this buffer differs from the published one
 (or a launch whose scratch is too small) has its first difference at its
 start. From the first difference on, warp 0 walks the rest of the request
-with the serial kernel's chunk loop (``write_chunk.walk_chunks``), from the
+with the serial kernel's chunk loop (``write_shared.walk_shared``), from the
 published state before that entry (exact, since every earlier entry
 matched) or from its own seed state; its stores come after the parallel
 part's, so the last entry of a slot still wins. Records are byte-equal to a
@@ -37,11 +37,11 @@ barrier, every warp runs the serial walk with only warp 0 acting, so the
 block's barrier counts match.
 
 The kernel's body is :func:`make_tiled_body`, a device function: ``write_tiled`` runs it on
-its whole grid, ``kernels/tiled_endpoints.py`` on one part of a launch per endpoint (K and V of
+its whole grid, ``tiled_endpoints.py`` on one part of a launch per endpoint (K and V of
 a monitor phase stamped by one launch).
 
 Variants: ``input_assert`` x ``nsrc``, named ``write_tiled_assert{0|1}_src{0..4}``;
-arguments are those of ``write`` (``chain_role`` is CONSUME, or OWN to walk
+arguments are those of ``write_shared`` (``chain_role`` is CONSUME, or OWN to walk
 every request serially).
 """
 
@@ -52,11 +52,9 @@ from numba import cuda, int64, uint64
 
 from ...constants import MAX_REAL_KV_SOURCES, WARP_SIZE
 from ...kernels import ON_SIMULATOR
-from ...kernels.share import CONSUME, share_role, switch_state
-from ...kernels.write import SIGNATURES as _WRITE_SIGNATURES
-from ...kernels.write import kernel_name as _write_name
-from ...kernels.write import single_write_kernel
-from ...kernels.write_chunk import entry_checks, real_kv, request_range, seed_state, store_record, walk_chunks
+from ...kernels.write_chunk import entry_checks, real_kv, request_range, seed_state, store_record
+from .share import CONSUME, share_role, switch_state
+from .write_shared import SIGNATURE, single_write_kernel, walk_shared
 
 __all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name",
            "make_tiled_body"]
@@ -123,7 +121,7 @@ def _differs(i, slot, input_ids, positions, published):
 
 def make_tiled_body(input_assert: bool, nsrc: int):
     """The tiled write of one endpoint as a device function: the body of ``write_tiled`` and of
-    the tiled endpoint kernels (``kernels/tiled_endpoints.py``).
+    the tiled endpoint kernels (``tiled_endpoints.py``).
 
     ``part``, ``nparts``: this block's index among the blocks that run it and their number
     (the plain kernel passes ``blockIdx.x`` and ``gridDim.x``, an endpoint kernel the block's
@@ -214,7 +212,7 @@ def make_tiled_body(input_assert: bool, nsrc: int):
                 if split < hi:
                     running, prev_position = switch_state(published, split)
             if split < hi and (warp == 0 or ON_SIMULATOR):
-                n = walk_chunks(lane, split, hi, running, prev_position, False, False, track, warp == 0, s_slot,
+                n = walk_shared(lane, split, hi, running, prev_position, False, False, track, warp == 0, s_slot,
                                 s_token, s_position, s_switch, buf, out_cache_loc, input_ids, positions,
                                 expected_tokens, expected_positions, input_assert, nsrc, w0, w1, w2, w3, params,
                                 ring, write_index, kind, published, num_slots)  # fmt: skip
@@ -241,6 +239,5 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
 KERNELS = {
     kernel_name(flag, n): _make_tiled(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
 }
-#: Same arguments as the serial kernel's.
-SIGNATURES = {kernel_name(flag, n): _WRITE_SIGNATURES[_write_name(flag, n)] for flag in (False, True)
-              for n in range(MAX_REAL_KV_SOURCES + 1)}  # fmt: skip
+#: Same arguments as ``write_shared``'s.
+SIGNATURES = {name: (SIGNATURE,) for name in KERNELS}

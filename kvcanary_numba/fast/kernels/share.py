@@ -18,7 +18,9 @@ recurrence, while checking that it applies to them:
   still exact because every earlier entry matched.
 
 Records are therefore bit-identical to those of a launch that runs its own
-chain. Role ``OWN`` (the public path) ignores both arrays.
+chain. Role ``OWN`` (a launch beside a publisher, or one without a step
+scratch) ignores both arrays. Used by ``write_shared.py``, ``write_tiled.py`` and
+``chain.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from .hashing import MINUS_ONE, ONE, ZERO
+from ...kernels.hashing import MINUS_ONE, ONE, ZERO
 
 __all__ = ["CONSUME", "OWN", "PUBLISH", "first_difference", "load_published", "publish", "request_role",
            "same_entry", "share_role", "switch_state"]  # fmt: skip

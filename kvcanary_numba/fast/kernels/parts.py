@@ -1,11 +1,11 @@
-"""Grids split into equal parts, one per endpoint (``kernels/endpoints.py``).
+"""Grids split into equal parts, one per endpoint (``fast/kernels/endpoints.py``).
 
 A launch for ``count`` endpoints has ``count * per`` blocks: blocks
 ``[e * per, (e + 1) * per)`` run endpoint ``e`` as if they were a launch of
 ``per`` blocks of their own. ``count`` is at most :data:`MAX_ENDPOINTS` (the K
 and V halves of a monitor group's phase), so a block finds its endpoint with a
 comparison, not a division. The arithmetic is 32-bit (a grid's block index and
-size are), widened as ``cuda.grid(1)`` widens it: the plain verify's NONE
+size are), widened as ``cuda.grid(1)`` widens it: the endpoint verify's NONE
 variant fits 32 registers only so. Device functions only.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from numba import cuda, int32, int64
 
-from ..constants import MAX_ENDPOINTS
+from ...constants import MAX_ENDPOINTS
 
 __all__ = ["MAX_ENDPOINTS", "part_block", "part_stride", "part_thread"]
 
@@ -36,8 +36,6 @@ def part_thread(per):
 
 
 @cuda.jit(device=True)
-def part_stride(part, per):
-    """Threads of this thread's part (``part``), or of the whole grid; int64."""
-    if part:
-        return int64(int32(per)) * int64(cuda.blockDim.x)
-    return int64(cuda.gridsize(1))
+def part_stride(per):
+    """Threads of one part (``cuda.gridsize(1)`` of a launch of ``per`` blocks); int64."""
+    return int64(int32(per)) * int64(cuda.blockDim.x)
