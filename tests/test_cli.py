@@ -372,9 +372,9 @@ def test_blocker_really_hides_numba_cuda(tmp_path):
 
 
 def test_cpu_side_chain_constants_match_the_kernels():
-    # launch/chain.py keeps the scratch layout without importing the kernels (CPU-only installs).
-    from kvcanary_numba.kernels import share
+    # fast/chain.py keeps the scratch layout without importing the kernels (CPU-only installs).
     from kvcanary_numba.fast import chain
+    from kvcanary_numba.fast.kernels import share
 
     assert (chain.ENTRY_ROWS, chain.SEED_ROWS) == (share.ENTRY_ROWS, share.SEED_ROWS)
     assert all(isinstance(getattr(share, role), type(share.OWN)) for role in ("PUBLISH", "CONSUME"))
