@@ -18,7 +18,8 @@ Protocols:
 
 ``bench``  synchronize, a 1.5 ms spin kernel queued (the GPU stays busy while the host issues, so
            CUDA events time the GPU), ``pre_forward``, the KV write, ``post_forward``, ``end_step``;
-``idle``   synchronize, then the same with nothing queued before the step.
+``idle``   synchronize, ``pre_forward``, ``post_forward``, ``end_step``: nothing else queued (no spin,
+           no KV write; the KV bytes are unchanged since the last write).
 
 Rows (µs; p10, median, p90 over the steps): ``<case> <path> / <protocol>: pre+post`` (host time of
 ``pre_forward`` + ``post_forward``), ``...: end_step`` (its host time), and under ``bench``
@@ -34,6 +35,9 @@ import importlib.util
 import json
 import pathlib
 import time
+import types
+
+import numpy as np
 
 
 def load_common():
@@ -70,14 +74,17 @@ def _spinner():
     return launch
 
 
-def _steps(case, spin, *, bench: bool, steps: int) -> dict:
-    import cupy
+def _steps(case, spin, *, bench: bool, steps: int, warmup: int = WARMUP) -> dict:
+    m, batch = case.monitor, case.batch
+    if case.xp is np:  # --smoke: the CPU monitor, idle protocol only
+        stream, events = types.SimpleNamespace(synchronize=lambda: None), []
+    else:
+        import cupy
 
-    m, batch, stream = case.monitor, case.batch, cupy.cuda.get_current_stream()
-    events = [cupy.cuda.Event() for _ in range(5)]
+        stream, events = cupy.cuda.get_current_stream(), [cupy.cuda.Event() for _ in range(5)]
     host, end, device, through_end = [], [], [], []
     clock = time.perf_counter
-    for i in range(WARMUP + steps):
+    for i in range(warmup + steps):
         stream.synchronize()
         if bench:
             spin(SPIN_US)
@@ -89,8 +96,6 @@ def _steps(case, spin, *, bench: bool, steps: int) -> dict:
             events[1].record()
             case.write_kv(batch)
             events[2].record()
-        else:
-            case.write_kv(batch)
         t2 = clock()
         m.post_forward()
         t3 = clock()
@@ -101,10 +106,12 @@ def _steps(case, spin, *, bench: bool, steps: int) -> dict:
         if bench:
             events[4].record()  # what end_step queues on the stream counts in "through end_step"
             events[4].synchronize()
-        if i >= WARMUP:
+        if i >= warmup:
             host.append((t1 - t0 + t3 - t2) * 1e6)
             end.append((t4 - t3) * 1e6)
             if bench:
+                import cupy
+
                 elapsed = cupy.cuda.get_elapsed_time
                 device.append((elapsed(events[0], events[1]) + elapsed(events[2], events[3])) * 1e3)
                 through_end.append(device[-1] + elapsed(events[3], events[4]) * 1e3)
@@ -122,31 +129,41 @@ def main(argv=None) -> int:
     parser.add_argument("label", nargs="?", help="name of this process in the output (default: TREE)")
     parser.add_argument("--steps", type=int, default=300, help="timed decode steps per row (default 300)")
     parser.add_argument("--cases", default="decode,prefill", help="comma-separated of " + ",".join(CASES))
+    parser.add_argument("--smoke", action="store_true",
+                        help="a CPU check of this script: the NumPy monitor, small cases, idle protocol, 5 steps")
     args = parser.parse_args(argv)
     info = common.load_tree(args.tree)
-    import cupy
-
     import kvcanary_numba as kv
 
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    name = props["name"]
-    result = {"script": "ab_monitor", "label": args.label or args.tree, **info,
-              "device": name.decode() if isinstance(name, bytes) else str(name), "rows": {}, "violations": {}}
-    spin = _spinner()
+    if args.smoke:
+        xp, device, spin = np, "cpu (smoke)", None
+    else:
+        import cupy
+
+        xp, spin = cupy, _spinner()
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        device = name.decode() if isinstance(name, bytes) else str(name)
+    result = {"script": "ab_monitor", "label": args.label or args.tree, **info, "device": device, "rows": {},
+              "violations": {}}
     started = time.perf_counter()
     for key in [c for c in args.cases.split(",") if c]:
         requests, prefix, extend, paths, protocols, steps = CASES[key]
-        case = common.MonitorCase(kv, cupy, requests=requests, prefix=prefix, extend=extend)
+        if args.smoke:
+            requests, prefix, extend = min(requests, 4), min(prefix, 64), min(extend, 64)
+            paths, protocols, steps = ("prepared",), ("idle",), 5
+        case = common.MonitorCase(kv, xp, requests=requests, prefix=prefix, extend=extend)
         for path in paths:  # prepared first: capture_graph has no public way back to the prepared path
             if path == "graph replay":
                 case.monitor.capture_graph(case.batch)
             for protocol in protocols:
-                measured = _steps(case, spin, bench=protocol == "bench", steps=steps or args.steps)
+                measured = _steps(case, spin, bench=protocol == "bench", steps=steps or args.steps,
+                                  warmup=2 if args.smoke else WARMUP)
                 for metric, value in measured.items():
                     result["rows"][f"{key} {path} / {protocol}: {metric}"] = value
         result["violations"][key] = case.rows()
         del case
-        cupy.get_default_memory_pool().free_all_blocks()
+        if xp is not np:
+            xp.get_default_memory_pool().free_all_blocks()
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result), flush=True)
     return 0
