@@ -24,8 +24,8 @@
 #              a fresh run of the glue (pytest plugin benchmarks/verify_replays.py)
 #   ab         the monitor step, old tree against this one (benchmarks/ab_monitor.py: decode prepared and
 #              graph replay, bench and idle protocols, prefill 8 x 8k prepared): AB_ROUNDS rounds (default 3),
-#              order alternated per round, each process pinned to core AB_PIN (default 3)
-#              -> $OUT/ab-monitor.jsonl and the table ab-monitor.md
+#              order alternated per round, each process pinned to core AB_PIN (default 3); AB_ARGS: more
+#              arguments of every A/B script -> $OUT/ab-monitor.jsonl and the table ab-monitor.md
 #   abpublic   the public CuPy calls' host time, likewise (benchmarks/ab_public.py) -> $OUT/ab-public.jsonl, .md;
 #              AB_PROFILE=1 adds a profiled verify of this tree
 #   abcpu      the public NumPy calls and the CPU monitor step, likewise (benchmarks/ab_cpu.py, pinned to
@@ -104,12 +104,14 @@ ab_rounds() {
         order=". .base"
         [ $((r % 2)) -eq 1 ] && order=".base ."
         for t in $order; do
-            taskset -c "$pin" python3 "$script" "$t" "$t (round $r)" "$@" >>"$jsonl" ||
+            # shellcheck disable=SC2086  # AB_ARGS: extra arguments of the script, e.g. "--steps 500"
+            taskset -c "$pin" python3 "$script" "$t" "$t (round $r)" "$@" ${AB_ARGS:-} >>"$jsonl" ||
                 echo "{\"tree\": \"$t\", \"label\": \"$t (round $r)\", \"failed\": true}" >>"$jsonl"
         done
     done
     python3 benchmarks/ab_table.py --processes "$jsonl" >"${jsonl%.jsonl}.md"
     cat "${jsonl%.jsonl}.md"
+    ! grep -q '"failed": true' "$jsonl"  # the step's exit status: 1 when a process failed
 }
 export -f ab_rounds
 
