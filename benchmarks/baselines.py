@@ -6,6 +6,7 @@
 - :func:`naive_launch`: a recorded launch (the glue's kernel, grid and block)
   made through Numba's dispatcher, ``kernel[grid, block](cupy arrays...)``:
   typing, wrapping and ABI packing on every call.
+- :func:`mix3_array`: the chain step on whole arrays (NumPy or CuPy), for inputs.
 - :func:`python_verify`: a per-entry Python loop over the same records, the
   shape of SGLang's torch reference (one tensor read per field, Python ints
   for the hashes); the CPU path is compared against it.
@@ -15,11 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcanary_numba.constants import CANARY_CHAIN_HEAD, PARTIAL_READ_BYTES, SPLITMIX64_MUL1, SPLITMIX64_MUL2
-from kvcanary_numba.constants import RealKvHashMode
+from kvcanary_numba.constants import (
+    CANARY_CHAIN_HEAD,
+    PARTIAL_READ_BYTES,
+    SPLITMIX64_MUL1,
+    SPLITMIX64_MUL2,
+    RealKvHashMode,
+)
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 
-__all__ = ["cupy_verify", "naive_launch", "python_verify"]
+__all__ = ["cupy_verify", "mix3_array", "naive_launch", "python_verify"]
 
 
 def _splitmix(xp, x):
@@ -28,6 +34,11 @@ def _splitmix(xp, x):
     x = x ^ (x >> xp.uint64(27))
     x = x * xp.uint64(SPLITMIX64_MUL2)
     return x ^ (x >> xp.uint64(31))
+
+
+def mix3_array(xp, a, b, c):
+    """``splitmix64_mix3`` of uint64 arrays ``a`` (prev hash), ``b`` (token bits), ``c`` (position), elementwise."""
+    return _splitmix(xp, _splitmix(xp, _splitmix(xp, a) ^ b) ^ c)
 
 
 def _read_bytes(context) -> int:
@@ -44,7 +55,7 @@ def cupy_verify(xp, context, plan, entries: int):
     prev = plan.verify_prev_slot_indices[:entries]
     record = words[slots]  # [n, 4]
     pred = words[xp.maximum(prev, 0)]
-    chain = _splitmix(xp, _splitmix(xp, _splitmix(xp, pred[:, 2]) ^ pred[:, 0]) ^ pred[:, 1])
+    chain = mix3_array(xp, pred[:, 2], pred[:, 0], pred[:, 1])
     expected = xp.where(prev < 0, xp.uint64(CANARY_CHAIN_HEAD), xp.where(prev == 0, record[:, 2], chain))
     bad = (record[:, 2] != expected) | (record[:, 1].view(np.int64) != plan.verify_expected_positions[:entries])
     nwords = _read_bytes(context) // 8
@@ -60,26 +71,32 @@ def cupy_verify(xp, context, plan, entries: int):
     return bad & (slots != 0)
 
 
-def _plain(origin, arg):
-    """The argument as the caller's own array (CuPy), without Numba's view of it."""
-    if origin is None:
+def _plain(arg):
+    """A launch argument as the caller's own array (CuPy, or NumPy under the simulator), without
+    Numba's view of it: a :class:`~kvcanary_numba.launch._launch.View` description becomes the
+    same view taken with the array library's own methods; tuples item by item."""
+    from kvcanary_numba.launch._launch import View
+
+    if isinstance(arg, tuple):
+        return tuple(_plain(item) for item in arg)
+    if not isinstance(arg, View):
         return arg
-    x = origin.source
-    if origin.builder == "kernel_array":
+    x = arg.source
+    if arg.builder == "array":
         return x
-    dtype = np.dtype(origin.params[0])
-    if origin.builder == "reinterpret":
-        shape = origin.params[1] if len(origin.params) > 1 else None
+    dtype = np.dtype(arg.dtype)
+    if arg.builder == "reinterpret":
         flat = x.reshape(-1).view(np.uint8).view(dtype)
-        return flat if shape is None else flat.reshape(tuple(shape))
+        return flat if arg.new_shape is None else flat.reshape(tuple(arg.new_shape))
     return x.reshape(-1).view(dtype)  # byte_span of a contiguous source
 
 
-def naive_launch(record):
-    """A callable launching ``record``'s kernel through Numba's dispatcher with CuPy arguments
-    (``kernel[grid, block](...)``): typing, wrapping and ABI packing on every call."""
-    args = tuple(_plain(origin, arg) for origin, arg in zip(record.origins, record.args))
-    configured = record.kernel[record.grid, record.block]
+def naive_launch(spec):
+    """A callable launching ``spec``'s kernel (a recorded
+    :class:`~kvcanary_numba.launch._launch.LaunchSpec`) through Numba's dispatcher with the
+    caller's arrays (``kernel[grid, block](...)``): typing, wrapping and ABI packing on every call."""
+    args = tuple(_plain(arg) for arg in spec.args)
+    configured = spec.kernel[spec.grid, spec.block]
 
     def launch(_=None):
         configured(*args)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode, VerifyPlan
+from kvcanary_numba import RealKvHashMode, VerifyPlan, launch_canary_verify_kernel
+
+# Monitor internals (the budget's selection): re-check after the monitor composition merge.
 from kvcanary_numba.monitor.budget import seeded_affine, select_verify_entries
-from kvcanary_numba import launch_canary_verify_kernel
 
 from .bench_kernels import KV_BYTES, MODES, _free, verify_bytes
 from .timing import device_times

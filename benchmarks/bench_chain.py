@@ -2,16 +2,16 @@
 
 Rows (section ``chain``):
 
-- ``chain limit``: the bare dependent ``mix3`` recurrence (``kernels/chain.py``),
+- ``chain limit``: the bare dependent ``mix3`` recurrence (``benchmarks/baseline_kernels.py``),
   one chain per thread, as ns per token: synthesized inputs (one warp; eight
   warps of one block, the write kernel's shape for 8 requests) and streamed
   inputs. The one-warp synthesized row is the floor the targets use.
 - ``write chain``: the public write with no real-KV sources (the chain, loads
   and stores only) for long prefills, as ns per token of one request and as a
   ratio to the floor (it publishes its own chain and stamps tiled,
-  ``launch.chain.own_tiled``), and the same write on the serial kernel (role
+  ``fast.chain.own_tiled``), and the same write on the serial kernel (role
   OWN, one warp per request: the public path before); then the shared-chain path
-  of a long monitor step (``launch.chain.write_chain``): ``chain_publish``
+  of a long monitor step (``fast.chain.write_chain``): ``chain_publish``
   alone (the chain and its publish columns), the publishing write
   (``chain_publish`` + a tiled stamp of its own buffer), a consuming write
   (tiled: what each of the step's other three writes costs) and, for
@@ -30,11 +30,12 @@ import pstats
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.launch import write as write_glue
-from kvcanary_numba.fast.chain import SharedChain, launch_chain_limit, launch_chain_publish, sharing, write_chain
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba import RealKvHashMode, launch_canary_write_kernel
+from kvcanary_numba.fast.chain import SharedChain, launch_chain_publish, sharing, write_chain
+from kvcanary_numba.launch._launch import current_stream
+from kvcanary_numba.launch.write import write_arguments
 
+from .baseline_kernels import launch_chain_limit
 from .bench_kernels import _free
 from .timing import device_times, synchronize
 from .workloads import MonitorWorkload, serial_public_writes, write_case
@@ -93,13 +94,17 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
                               iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
     _add_write(run, "NONE on the serial kernel", requests, tokens, result, floor, ctx)
     # A long monitor step's writes sharing one chain (the tiled path), and the serial consumer.
+    # Re-check after the write-kernel split: the write kernel's chain-sharing arguments (role,
+    # published, published_seeds) move from the core write kernel to the fast wing's
+    # (fast.chain.write_chain and launch_chain_publish read them as of this branch).
     chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
     iters = max(3, run.iters // 4)
+    stream = current_stream()
     with sharing(chain, publish=True):
         capacity = plan.write_seed_slot_indices.shape[0]
-        args = (*write_glue._arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
-                                       None, None)[1], *write_chain(requests * tokens, capacity, None)[1])  # fmt: skip
-        result = device_times(lambda _: launch_chain_publish(args, capacity), iters=iters, host_us=100)
+        args = (*write_arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
+                                 None, None)[1], *write_chain(requests * tokens, capacity, None, stream)[1])  # fmt: skip
+        result = device_times(lambda _: launch_chain_publish(args, capacity, stream), iters=iters, host_us=100)
         _add_write(run, "chain_publish alone", requests, tokens, result, floor, ctx)
         result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters,
                               host_us=100)  # fmt: skip

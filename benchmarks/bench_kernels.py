@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode
+from kvcanary_numba import (
+    RealKvHashMode,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    launch_plan_offsets_kernel,
+)
 from kvcanary_numba.constants import PARTIAL_READ_BYTES
-from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
 
 from .baselines import cupy_verify
 from .ceiling import verify_loads
@@ -70,12 +73,10 @@ def _rotation(set_bytes: int, cap: int = 4) -> int:
 
 
 def _free() -> None:
-    """Drop cached device views and pooled memory between cases."""
+    """Give the pooled device memory of the last case back between cases (the launch layer keeps
+    no device views: a packed launch keeps pointers only)."""
     import cupy
 
-    from kvcanary_numba.launch import _launch as _common
-
-    _common._views.clear()
     cupy.get_default_memory_pool().free_all_blocks()
 
 
@@ -173,8 +174,9 @@ def write_sweep(run) -> None:
 def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -> None:
     import cupy
 
-    from kvcanary_numba.launch import write as write_glue
     from kvcanary_numba.fast.chain import own_tiled
+
+    from .baseline_kernels import launch_write_baseline
 
     mode = MODES[name]
     nbytes = write_bytes(requests * tokens, requests, mode)
@@ -182,7 +184,7 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
             for s in range(_rotation(nbytes))]  # fmt: skip
     impls = [("", launch_canary_write_kernel)]
     if with_baseline:
-        impls.append(("baseline thread/request ", write_glue.launch_write_baseline))
+        impls.append(("baseline thread/request ", launch_write_baseline))
         if own_tiled(requests * tokens, requests):  # the same call on the serial kernel, in the same run
             impls.append(("serial kernel ", _serial_write))
     for prefix, launch in impls:

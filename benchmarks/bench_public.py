@@ -4,8 +4,8 @@
 functions with the same device memory seen as CuPy arrays, Numba device arrays, PyTorch
 tensors (when installed) and DLPack-only wrappers of CuPy arrays; the prepared launches of
 that step (what the monitor's fast path runs) in the same run. ``public-cpu``: the NumPy
-public calls with 1 entry, and the NumPy reference alone (what validation adds is the
-difference).
+public calls with 1 entry, and the optimised CPU path they run (``kvcanary_numba.fast.cpu``)
+called alone: what validation and the memo add is the difference.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import dataclasses
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode
-from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba import (
+    RealKvHashMode,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    launch_plan_offsets_kernel,
+)
 
 from .timing import host_times
 from .workloads import plan_case, verify_case
@@ -134,31 +137,33 @@ def public_calls(run) -> None:
              **host_times(step, iters=run.iters * 5, warmup=5, sync=synchronize, after=new_inputs)})  # fmt: skip
     with recording() as rec:
         _calls(plan, verify, write)["plan+verify+write"](0)
-    prepared = [PreparedLaunch.from_record(r) for r in rec.launches]
+    prepared = [PreparedLaunch.from_spec(spec) for spec in rec.launches]
     result = host_times(lambda _: [p.launch() for p in prepared], iters=run.iters * 5, warmup=5, sync=synchronize)
     run.add({"op": "public call host", "variant": "prepared plan+verify+write", "bs": bs,
              "launches": len(prepared), **result})  # fmt: skip
 
 
 def public_cpu(run) -> None:
-    """Host µs of each NumPy public call with 1 entry, and of its NumPy reference alone."""
-    from kvcanary_numba.reference import plan as ref_plan
-    from kvcanary_numba.reference import verify as ref_verify
-    from kvcanary_numba.reference import write as ref_write
+    """Host µs of each NumPy public call with 1 entry, and of the CPU path it runs, called alone
+    (``kvcanary_numba.fast.cpu``: no validation, no memo; not the plain NumPy specification of
+    ``kvcanary_numba.reference``, which the public calls do not run)."""
+    from kvcanary_numba.fast.cpu import plan as cpu_plan
+    from kvcanary_numba.fast.cpu import verify as cpu_verify
+    from kvcanary_numba.fast.cpu import write as cpu_write
 
     plan, verify, write = _step(np, 1, 1)
     refs = {
-        "plan": lambda _: ref_plan.launch_canary_plan_kernels(**plan),
-        "verify": lambda _: ref_verify.launch_canary_verify_kernel(**verify),
-        "write": lambda _: ref_write.launch_canary_write_kernel(**write),
+        "plan": lambda _: cpu_plan.launch_canary_plan_kernels(**plan),
+        "verify": lambda _: cpu_verify.launch_canary_verify_kernel(**verify),
+        "write": lambda _: cpu_write.launch_canary_write_kernel(**write),
     }
     offsets = _offsets_kwargs(plan)
     calls = {**_calls(plan, verify, write), "plan offsets": lambda _: launch_plan_offsets_kernel(**offsets)}
-    refs["plan offsets"] = lambda _: ref_plan.launch_plan_offsets_kernel(**offsets)
+    refs["plan offsets"] = lambda _: cpu_plan.launch_plan_offsets_kernel(**offsets)
     n = 200 if run.quick else 2000
     for call, fn in calls.items():
         run.add({"op": "public call host (NumPy)", "variant": f"public {call}, 1 entry", "n": 1,
                  **host_times(fn, iters=n, warmup=10)})  # fmt: skip
         if call in refs:
-            run.add({"op": "public call host (NumPy)", "variant": f"reference {call} alone, 1 entry", "n": 1,
+            run.add({"op": "public call host (NumPy)", "variant": f"CPU path {call} alone, 1 entry", "n": 1,
                      **host_times(refs[call], iters=n, warmup=10)})  # fmt: skip

@@ -16,15 +16,21 @@ import time
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode
+from kvcanary_numba import (
+    RealKvHashMode,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+)
 from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.recording import recording
 from kvcanary_numba.fast.table import LaunchTable
-from kvcanary_numba.monitor.capture import capture_graph
-from kvcanary_numba import launch_canary_plan_kernels
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
+
+try:  # re-check after the monitor composition merge: capture moves from monitor/ to fast/
+    from kvcanary_numba.fast.capture import capture_graph
+except ImportError:
+    from kvcanary_numba.monitor.capture import capture_graph
 
 from .baselines import naive_launch
 from .bench_kernels import _free
@@ -53,22 +59,39 @@ def _capture(fn):
 
 
 def launch_overhead(run) -> None:
-    """Host µs per launch of one verify kernel (empty plan: the device work is ~nothing)."""
+    """Host µs per launch of one verify kernel (empty plan: the device work is ~nothing).
+
+    Paths: Numba's dispatcher on the caller's CuPy arrays; the public call (validated, memo
+    replay); the core's launch glue with the fast wing's raw eager launch (what a public call
+    runs the first time a snapshot is seen); the same glue through the core's launch (numba-cuda's
+    public ``kernel[grid, block, stream](*args)`` on :class:`View` descriptions); a prepared
+    launch (one ``cuLaunchKernel``); ten prepared launches replayed from a CUDA graph.
+    """
     import cupy
+
+    from kvcanary_numba.fast.replay import eager
+    from kvcanary_numba.launch import verify as glue
+    from kvcanary_numba.launch._launch import current_stream, sink
 
     ctx, plan, _ = verify_case(cupy, entries=1024, mode=RealKvHashMode.NONE)
     plan.enable[...] = 0  # the kernel only bumps its run counter
     kwargs = dict(context=ctx, plan=plan, check_verify_expected_token=False)
-    from kvcanary_numba.launch import verify as glue
+    stream = current_stream()
+
+    def glue_eager(_):
+        with sink(eager):
+            glue.launch_canary_verify_kernel(**kwargs, stream=stream)
 
     with recording() as rec:
         launch_canary_verify_kernel(**kwargs)
-    prepared = PreparedLaunch.from_record(rec.launches[0])
+    prepared = PreparedLaunch.from_spec(rec.launches[0])
     graph = _capture(lambda: [prepared.launch() for _ in range(10)])
     paths = {
         "naive numba dispatcher (CuPy args)": naive_launch(rec.launches[0]),
         "public API (validated)": lambda _: launch_canary_verify_kernel(**kwargs),
-        "launch glue (no validation)": lambda _: glue.launch_canary_verify_kernel(**kwargs),
+        "launch glue (no validation)": glue_eager,
+        "launch glue, core launch (numba-cuda dispatcher)": lambda _: glue.launch_canary_verify_kernel(
+            **kwargs, stream=stream),
         "prepared (cuLaunchKernel)": lambda _: prepared.launch(),
     }
     for name, fn in paths.items():
@@ -101,7 +124,7 @@ def op_step(run) -> None:
 
     with recording() as rec:
         eager()
-    prepared = [PreparedLaunch.from_record(r) for r in rec.launches]
+    prepared = [PreparedLaunch.from_spec(spec) for spec in rec.launches]
 
     def fast(_=None):
         for launch in prepared:
@@ -118,6 +141,8 @@ def op_step(run) -> None:
 
 
 def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> None:
+    # Re-check after the monitor composition merge: the eager path is ``m.fast = None`` and the
+    # graph is released by ``m.graph = None`` (monitor attributes, not public API).
     import cupy
 
     w = MonitorWorkload(cupy, requests=requests, prefix=prefix, extend=extend, mode=RealKvHashMode.PARTIAL)
@@ -141,8 +166,9 @@ def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> No
 
 
 def _host_iters(run) -> int:
-    # Host rows of one step move 1.5-2.5x between runs at 20 samples (session 7 runs 1-3: graph
-    # replay 17.9 / 44.1 / 26.2 us); a step costs ~2 ms here, so three times the samples is cheap.
+    # Host rows of one step move 1.5-2.5x between runs at 20 samples (H200, 2026-12-04, three
+    # runs at 2e94477..d70791c: graph replay 17.9 / 44.1 / 26.2 us); a step costs ~2 ms here, so
+    # three times the samples is cheap.
     return 3 * run.iters
 
 
@@ -175,13 +201,22 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
             end.append((t4 - t3) * 1e6)
             device.append((cupy.cuda.get_elapsed_time(events[0], events[1])
                            + cupy.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
-    launches = int(m._pre_launches.sum() + m._post_launches.sum())
-    rows = int(m.status.words[0:1].view(np.int32).get()[0])
+    launches = _launches_per_step(m)
+    rows = int(m.stats()["violations_recorded"])
     common = {"variant": variant, "bs": w.requests, "prefix": w.prefix, "extend": w.extend, "launches": launches,
               "rows": rows}  # fmt: skip
     run.add({"op": "monitor step host", **common, **stats(host)})
     run.add({"op": "monitor step device", **common, **stats(device)})
     run.add({"op": "monitor end_step host", **common, **stats(end)})
+
+
+def _launches_per_step(m) -> int:
+    """Kernel launches of one step's two phases (monitor internals: re-check after the monitor
+    composition merge, which renames ``_pre_launches`` / ``_post_launches`` to ``phase_launches``)."""
+    phases = getattr(m, "phase_launches", None)
+    if phases is None:
+        phases = (m._pre_launches, m._post_launches)
+    return int(sum(int(np.asarray(p).sum()) for p in phases))
 
 
 class _Stopwatch:
@@ -229,7 +264,8 @@ def timed_driver_calls(m, launches: _Stopwatch, runtime: _Stopwatch):
     """Within the block, monitor ``m``'s launch calls (launch tables, prepared launches, its
     graph's two launches) run under ``launches`` and its readback's runtime calls (CuPy's, or
     the compiled call standing for the usual step's five, four without a copy in flight) under
-    ``runtime``."""
+    ``runtime``. Monitor internals (its graph's phases, its readback's calls): re-check after the
+    monitor composition merge."""
     original, original_table = PreparedLaunch.launch, LaunchTable.launch
     rb, graph = m.readback, m.graph
     saved = {name: getattr(rb, name) for name in ("_record", "_wait", "_query", "_copy", "native")}
@@ -262,7 +298,8 @@ def _host_split(run, w, variant: str) -> None:
     end_step: the readback's runtime calls (event record / wait / query, the status copy,
     through CuPy or one compiled call standing for them) against the rest (wrapped by
     :func:`timed_driver_calls`, ~0.1-0.2 µs per call, half of it in "everything else"). The spin
-    kernel queued before each step is not counted (session 7 run 1 and earlier counted it).
+    kernel queued before each step is not counted (results up to the H200 run 1 of 2026-12-04,
+    2e94477, counted it).
     """
     m = w.monitor
     launches, runtime = _Stopwatch(), _Stopwatch()

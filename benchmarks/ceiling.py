@@ -3,7 +3,7 @@
 Copy bandwidth is the roofline of streaming access; a verify over randomly placed
 slots gathers one 32-byte record (and, with real-KV sources, one KV row) per
 entry, and DRAM serves a random 32-byte read as a 64-byte access
-(``results/probes/h200-session3-ncu-verify-bytes.txt``). What the memory system
+(``results/probes/h200-2026-12-02-ca2345b-ncu-verify-bytes.txt``). What the memory system
 delivers for that access pattern is measured here, in the same run: a CUDA C
 kernel (CuPy ``RawKernel``) that issues the verify's minimum reads for the same
 plan and pool, with 16-byte vector loads and four entries in flight per thread,

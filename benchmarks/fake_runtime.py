@@ -14,6 +14,7 @@ import types
 
 import numpy as np
 
+# Monitor internals (the status readback): re-check after the monitor composition merge.
 from kvcanary_numba.monitor import readback as readback_module
 
 __all__ = ["CompiledFunctions", "FakeRuntime", "NullRuntime", "fake_cuda_readback"]
@@ -145,7 +146,7 @@ def fake_cuda_readback(block, runtime, functions=None):
 
 
 class CompiledFunctions:
-    """ctypes callbacks with the C signatures of ``_native.READBACK_FUNCTIONS`` (``cuEventQuery``,
+    """ctypes callbacks with the C signatures of ``fast.native.READBACK_FUNCTIONS`` (``cuEventQuery``,
     ``cuEventRecord``, ``cuStreamWaitEvent``, ``cuMemcpyDtoHAsync_v2``) that call ``runtime``'s
     methods; :attr:`addresses` is what ``CudaReadback(functions=...)`` takes. ``fail`` maps a
     function name to the CUresult it returns instead (the runtime is then not called)."""

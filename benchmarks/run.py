@@ -38,8 +38,8 @@ from benchmarks.timing import Deadline  # noqa: E402
 GPU_SECTIONS = ("roofline", "verify", "write", "plan", "launch", "step", "monitor", "budget", "chain", "public")
 CPU_SECTIONS = ("cpu", "validation", "public-cpu")
 #: Sections that run on every allowed core even under ``--pin``: the NumPy path's parallel loops
-#: (session 17: pinned to one core, the CPU verify row read 96.7x instead of 700x+). They run
-#: first, so Numba's worker threads start before the pin and keep every core.
+#: (H100, 2026-12-05, 60ed848: pinned to one core, the CPU verify row read 96.7x instead of 700x+).
+#: They run first, so Numba's worker threads start before the pin and keep every core.
 UNPINNED_SECTIONS = ("cpu",)
 
 
@@ -107,7 +107,7 @@ def _gpu_available() -> bool:
 def source_sha1() -> str:
     """SHA-1 (12 hex digits) of the package's and the benchmarks' Python sources as they are on disk:
     names the measured code where ``git rev-parse`` cannot (a copy of the tree whose ``.git`` is
-    another commit's, as on the device machine in session 10)."""
+    another commit's, as on the device machine of 2026-12-05)."""
     digest = hashlib.sha1()
     for path in sorted([*(HERE.parent / "kvcanary_numba").rglob("*.py"), *HERE.glob("*.py")]):
         digest.update(path.relative_to(HERE.parent).as_posix().encode() + b"\0" + path.read_bytes())
@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, section in sections:
         if args.pin is not None:
             # A thread that sleeps in a blocking synchronize may wake on another core, with cold caches:
-            # session 10 measured a replayed decode step at 14 us pinned and 21-25 us not, same host.
+            # the H200 of 2026-12-05 (76781cc) measured a replayed decode step at 14 us pinned and
+            # 21-25 us not, same host.
             os.sched_setaffinity(0, allowed if name in UNPINNED_SECTIONS else {args.pin})
         if name != "roofline" and not run.deadline.allows(5):
             run.skip(name, "whole section (budget spent)")

@@ -21,15 +21,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan  # noqa: E402
-from kvcanary_numba.constants import CanaryLaunchTag  # noqa: E402
-from kvcanary_numba import compute_real_kv_hash  # noqa: E402
+from kvcanary_numba import (  # noqa: E402
+    CanaryContext,
+    CanaryLaunchTag,
+    RealKvHashMode,
+    RealKvSource,
+    VerifyPlan,
+    WritePlan,
+    compute_real_kv_hash,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    scatter_req_token_ids,
+)
 from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.fast.recording import recording  # noqa: E402
-from kvcanary_numba import launch_canary_plan_kernels  # noqa: E402
-from kvcanary_numba import scatter_req_token_ids  # noqa: E402
-from kvcanary_numba import launch_canary_verify_kernel  # noqa: E402
-from kvcanary_numba import launch_canary_write_kernel  # noqa: E402
 
 try:  # a GPU with CuPy; else NumPy arrays through the kernels under NUMBA_ENABLE_CUDASIM=1 (a dry run)
     import cupy as cp
@@ -103,8 +109,8 @@ def run_ops(mode: RealKvHashMode, counts: dict) -> None:
         launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=True, backend=BACKEND)
         launch_canary_write_kernel(context=ctx, plan=wplan, enable_write_input_assert=False, **tokens,
                                    expected_input_tokens=None, expected_input_positions=None, backend=BACKEND)  # fmt: skip
-    for record in rec.launches:
-        PreparedLaunch.from_record(record).launch()
+    for spec in rec.launches:
+        PreparedLaunch.from_spec(spec).launch()
     sync()
     counts[f"rows mode={int(mode)}"] = int(host(ctx.violation_write_index)[0])
 

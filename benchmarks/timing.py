@@ -70,11 +70,12 @@ def _spin_kernel():
 
 
 def _spin(microseconds: int) -> None:
-    from kvcanary_numba.launch import _launch as _common
+    from kvcanary_numba.launch import _launch
 
-    if _common.ON_SIMULATOR:  # no nanosleep there, and nothing to time
+    if _launch.ON_SIMULATOR:  # no nanosleep there, and nothing to time
         return
-    _common.launch(_spin_kernel(), "void(int64)", 1, 1, (int(microseconds),))
+    # The core's launch (numba-cuda's dispatcher) on CuPy's current stream: not timed itself.
+    _launch.launch(_spin_kernel(), "void(int64)", 1, 1, (int(microseconds),))
 
 
 def device_times(fn: Callable[[int], None], *, iters: int, warmup: int = 3, host_us: float = 60.0) -> dict:

@@ -5,8 +5,9 @@ the same host description. Records are *clean* (every check passes), so the
 kernels take their common path and record no rows; slots are a random
 permutation of the pool, as in a long-running engine, so the gathers are
 realistic; verify also has a ``contiguous`` layout (each chain in consecutive
-slots, as a fresh pool or a paged allocator hands them out). Repeating a write or a monitor step on unchanged inputs re-stamps
-identical records: timed loops change nothing.
+slots, as a fresh pool or a paged allocator hands them out). Repeating a write
+or a monitor step on unchanged inputs re-stamps identical records: timed loops
+change nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +17,21 @@ import functools
 
 import numpy as np
 
-from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan
-from kvcanary_numba.constants import CANARY_CHAIN_HEAD, CanaryLaunchTag
-from kvcanary_numba import compute_real_kv_hash
-from kvcanary_numba.hashing import splitmix64_mix3_array
-from kvcanary_numba.monitor import CanaryMonitor, KvGroup, StepBatch
+from kvcanary_numba import (
+    CANARY_CHAIN_HEAD,
+    CanaryContext,
+    CanaryLaunchTag,
+    CanaryMonitor,
+    KvGroup,
+    RealKvHashMode,
+    RealKvSource,
+    StepBatch,
+    VerifyPlan,
+    WritePlan,
+    compute_real_kv_hash,
+)
+
+from .baselines import mix3_array
 
 __all__ = ["MonitorWorkload", "plan_case", "verify_case", "write_case"]
 
@@ -67,7 +78,7 @@ def _chains(seed: int, requests: int, length: int, contiguous: bool = False):
     running = np.full(requests, CANARY_CHAIN_HEAD, dtype=np.uint64)
     for p in range(length):  # serial in p, vectorised over requests
         prev[:, p] = running
-        running = splitmix64_mix3_array(running, tokens[:, p].view(np.uint64), np.full(requests, p, np.uint64))
+        running = mix3_array(np, running, tokens[:, p].view(np.uint64), np.full(requests, p, np.uint64))
     return slots, tokens, prev
 
 

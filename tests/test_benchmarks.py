@@ -53,6 +53,8 @@ def test_quick_cpu_run_writes_the_documented_json(quick_cpu_run):
         assert set(target) == {"target", "value", "threshold", "better", "unit", "met", "note"}
     records = doc["results"]
     assert {r["op"] for r in records} == {"cpu verify", "validation", "public call host (NumPy)"}
+    public = {r["variant"] for r in records if r["op"] == "public call host (NumPy)"}
+    assert {"public verify, 1 entry", "CPU path verify alone, 1 entry"} <= public
     for r in records:
         assert isinstance(r["variant"], str) and r["median_us"] > 0
         assert any(k in r for k in ("entries", "n"))
@@ -89,7 +91,7 @@ def test_pin_runs_on_one_core_and_records_it(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
 def test_pin_leaves_the_parallel_cpu_section_every_core(tmp_path, monkeypatch):
-    # The NumPy path's parallel loops on one core measured 7x slower (session 17): under --pin the
+    # The NumPy path's parallel loops on one core measured 7x slower (H100, 2026-12-05): under --pin the
     # cpu section runs first, with the affinity the process had; the others run pinned.
     saved = os.sched_getaffinity(0)
     core = min(saved)
@@ -280,3 +282,97 @@ def test_load_ceiling_kernel_reads_each_word_once():
         ctx, plan, _ = verify_case(cupy, entries=5000, mode=mode, bytes_per_token=128, chain_len=1000)
         out = verify_loads(ctx, plan, 4999)
         assert int(np.bitwise_xor.reduce(out.get())) == expected_xor(ctx, plan, 4999)
+
+
+# --- the A/B protocol's scripts ----------------------------------------------------
+
+AB_SCRIPTS = ("ab_common.py", "ab_monitor.py", "ab_public.py", "ab_cpu.py")
+
+
+@pytest.mark.parametrize("script", AB_SCRIPTS)
+def test_ab_scripts_use_only_the_public_api(script):
+    # They measure an old tree too: only names both trees export, never benchmarks.* or a private module.
+    import ast
+
+    tree = ast.parse((ROOT / "benchmarks" / script).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            assert not name.startswith("benchmarks"), (script, name)
+            assert name == "kvcanary_numba" or not name.startswith("kvcanary_numba"), (script, name)
+
+
+def _ab_line(args: list[str]) -> dict:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+def test_ab_scripts_measure_the_tree_they_are_given_and_tabulate(tmp_path):
+    cpu = _ab_line(["benchmarks/ab_cpu.py", str(ROOT), "new (round 1)", "--calls", "20"])
+    assert cpu["script"] == "ab_cpu" and pathlib.Path(cpu["package"]) == ROOT / "kvcanary_numba"
+    assert set(cpu["violations"].values()) == {0}  # clean inputs: every call found nothing
+    assert "public plan+verify+write, 1 entry" in cpu["rows"] and "monitor decode 16 x 1, prefix 256: step" in cpu["rows"]
+    assert all(row["median"] > 0 and row["n"] > 0 for row in cpu["rows"].values())
+    public = _ab_line(["benchmarks/ab_public.py", str(ROOT), "smoke", "--smoke"])
+    assert public["violations"] == 0 and {"verify / synced", "plan+verify+write / queued"} <= set(public["rows"])
+    monitor = _ab_line(["benchmarks/ab_monitor.py", str(ROOT), "smoke", "--smoke"])
+    assert monitor["violations"] == {"decode": 0, "prefill": 0}
+    assert "decode prepared / idle: pre+post" in monitor["rows"]
+    from benchmarks import ab_table
+
+    base = {**cpu, "tree": "old", "label": "old (round 1)"}
+    text = ab_table.table([base, cpu, {"tree": "old", "label": "old (round 2)", "failed": True}], base="old")
+    assert "Failed processes: old (round 2)" in text
+    assert f"### {ROOT} against old" in text and "| public verify, 1 entry |" in text and "| within |" in text
+
+
+def test_ab_table_verdicts_and_older_probe_lines():
+    from benchmarks import ab_table
+
+    def line(tree, label, value):
+        return {"tree": tree, "label": label, "rows": {"step": {"median": value}}}
+
+    rows = [line(".base", "b1", 10.0), line(".base", "b2", 11.0), line(".", "n1", 11.5), line(".", "n2", 12.0)]
+    assert "| step | 10.50 | 1.00 | 11.75 | 0.50 | +1.25 | slower (+1.25 > 1.00) |" in ab_table.table(rows)
+    assert "| within |" in ab_table.table(rows, tolerance=2.0)
+    assert "| faster |" in ab_table.table([*rows[:2], line(".", "n", 8.0)])
+    older = [{"tree": ".base (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 30.0}}},
+             {"tree": ". (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 29.0}}}]
+    assert "| prepared / bench: pre+post | 30.00 | 0.00 | 29.00 | 0.00 | -1.00 | faster |" in ab_table.table(older)
+
+
+def test_gpu_session_parses_and_handles_every_documented_step():
+    import re
+
+    script = ROOT / "benchmarks" / "gpu_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    header = text.split("# Steps:", 1)[1].split("\n#\n", 1)[0]
+    documented = re.findall(r"^#   ([a-z]+) ", header, flags=re.M)
+    handled = re.findall(r"^    ([a-z]+)\)", text, flags=re.M)
+    assert set(documented) == set(handled) and len(documented) == 15, (documented, handled)
+    for gone in ("probes/", "candidate", "KVCANARY_VERIFY_REPLAYS"):
+        assert gone not in text
+
+
+def test_verify_replays_plugin_sets_the_fast_wing_switch():
+    from benchmarks import verify_replays
+
+    from kvcanary_numba.fast import replay
+
+    saved = replay.VERIFY_REPLAYS
+    try:
+        replay.VERIFY_REPLAYS = False
+        verify_replays.pytest_sessionstart(None)
+        assert replay.VERIFY_REPLAYS is True
+    finally:
+        replay.VERIFY_REPLAYS = saved
