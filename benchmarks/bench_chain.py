@@ -94,16 +94,13 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
                               iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
     _add_write(run, "NONE on the serial kernel", requests, tokens, result, floor, ctx)
     # A long monitor step's writes sharing one chain (the tiled path), and the serial consumer.
-    # Re-check after the write-kernel split: the write kernel's chain-sharing arguments (role,
-    # published, published_seeds) move from the core write kernel to the fast wing's
-    # (fast.chain.write_chain and launch_chain_publish read them as of this branch).
     chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
     iters = max(3, run.iters // 4)
     stream = current_stream()
     with sharing(chain, publish=True):
         capacity = plan.write_seed_slot_indices.shape[0]
         args = (*write_arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
-                                 None, None)[1], *write_chain(requests * tokens, capacity, None, stream)[1])  # fmt: skip
+                                 None, None)[1], *write_chain(requests * tokens, capacity, stream)[1])
         result = device_times(lambda _: launch_chain_publish(args, capacity, stream), iters=iters, host_us=100)
         _add_write(run, "chain_publish alone", requests, tokens, result, floor, ctx)
         result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters,
