@@ -12,7 +12,8 @@ works in Jupyter too; on the site they become relative, so the site works offlin
 
 The notebook file itself is copied next to its page by mkdocs-jupyter
 (``include_source``); :func:`download_link` puts a link to it at the top of the page.
-Code cells tagged ``solution`` are folded into ``<details>`` by :func:`fold_solutions`.
+Code cells tagged ``solution`` are folded into ``<details>`` by :func:`fold_solutions`, and
+:func:`strip_cdn_loaders` drops the script loaders nbconvert adds for libraries on a CDN.
 """
 
 from __future__ import annotations
@@ -84,6 +85,28 @@ def rewrite_links(content: str, page_url: str, src_dir: str, site_url: str, page
         return f'{match["attr"]}="{html.escape(get_relative_url(path, page_url) + hash_ + anchor)}"'
 
     return _ATTR.sub(replace, content)
+
+
+_SCRIPT = re.compile(r"<script\b([^>]*)>(.*?)</script>", re.DOTALL | re.IGNORECASE)
+
+
+def strip_cdn_loaders(content: str) -> tuple[str, int]:
+    """``content`` without nbconvert's MathJax and Mermaid loaders; (new content, scripts removed).
+
+    Both would fetch their library from a CDN (Mermaid only if a cell had a diagram,
+    MathJax from an empty URL here); the notebooks use neither, and the site works offline.
+    """
+    removed = 0
+
+    def drop(match: re.Match) -> str:
+        nonlocal removed
+        attrs, body = match[1], match[2].lower()
+        if re.search(r'\bsrc=""', attrs) or "mathjax" in body or "mermaid" in body:
+            removed += 1
+            return ""
+        return match[0]
+
+    return _SCRIPT.sub(drop, content), removed
 
 
 def element_end(content: str, start: int) -> int:

@@ -142,6 +142,7 @@ def _finish_notebook(html: str, page, config, files) -> str:
     html = docgen_notebooks.rewrite_links(html, page.url, posixpath.dirname(src), config.site_url,
                                           _site_urls(files), warn)  # fmt: skip
     html, _ = docgen_notebooks.fold_solutions(html)
+    html, _ = docgen_notebooks.strip_cdn_loaders(html)
     return docgen_notebooks.download_link(posixpath.basename(src)) + html
 
 
