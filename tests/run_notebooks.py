@@ -9,6 +9,11 @@ nbformat come with Jupyter), so it also runs in a fresh virtual environment::
     python tests/run_notebooks.py --update           # execute, write the outputs into the notebooks
     python tests/run_notebooks.py --fresh-venv DIR   # new venv, pip install ".[tutorials]", --check
 
+``--fresh-venv`` is the proof that the one install command of the tutorials is enough on a
+machine without a GPU: a CI step can run it as is (DIR must not exist yet; about two
+minutes on two cores, most of it pip). The test suite's ``tests/test_notebooks.py`` runs
+the notebooks in the suite's own environment on every run instead.
+
 What "the same output" means (:func:`comparable`): the text of every stream and
 result, the kinds of rich outputs (an ``image/png`` is compared by its presence, not
 its bytes, which depend on the installed matplotlib and fonts), and nothing else. In
@@ -210,6 +215,12 @@ def fresh_venv(folder: pathlib.Path) -> int:
     # here, so that the notice does not land in the first plotting notebook's output.
     subprocess.run([python, "-c", "import matplotlib.pyplot"], check=True, env=env, capture_output=True)
     installed = time.perf_counter()
+    # The kernels run in docs/tutorials: they must import the package installed in the venv.
+    where = subprocess.run([python, "-c", "import kvcanary_numba; print(kvcanary_numba.__file__)"], cwd=TUTORIALS,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not where.startswith(str(folder)):
+        raise SystemExit(f"the notebooks would import {where}, not the package installed in {folder}")
+    print(f"kvcanary_numba imported from {where}")
     # Run from outside the checkout, so that the notebooks import the installed package.
     status = subprocess.run([python, str(pathlib.Path(__file__).resolve()), "--check"], cwd=folder, env=env).returncode
     done = time.perf_counter()
