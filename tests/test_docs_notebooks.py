@@ -69,8 +69,10 @@ CELLS = (
 
 
 def test_solution_cells_are_folded_whole():
-    out, folded = docgen_notebooks.fold_solutions(CELLS)
-    assert folded == 1
+    out, folded = docgen_notebooks.fold_solutions(CELLS + CELLS)
+    assert folded == 2
+    assert out.count("<summary>Solution to exercise 1</summary>") == out.count("exercise 2</summary>") == 1
+    out = out[:out.index("Next") + 4]
     inside = out[out.index("<details"):out.index("</details>")]
     assert "assert x" in inside and "ok" in inside and "Exercise" not in inside and "Next" not in inside
     assert inside.count("<div") == inside.count("</div>"), "the fold closes exactly the cell's elements"

@@ -119,8 +119,11 @@ def element_end(content: str, start: int) -> int:
     raise ValueError(f"unclosed <div> at {start}")
 
 
-def fold_solutions(content: str, summary: str = "Solution") -> tuple[str, int]:
+def fold_solutions(content: str, summary: str = "Solution to exercise {n}") -> tuple[str, int]:
     """Code cells tagged ``solution`` wrapped in ``<details>``; (new content, cells folded).
+
+    The n-th folded cell's summary is ``summary.format(n=n)``: a notebook's solutions
+    follow its exercises in order, one cell each (``tests/test_notebooks.py``).
 
     nbconvert marks a tagged cell's outer ``<div>`` with the class ``celltag_<tag>``
     (the inner one repeats it, and is skipped as part of the outer).
@@ -129,7 +132,8 @@ def fold_solutions(content: str, summary: str = "Solution") -> tuple[str, int]:
     out, pos, folded = [], 0, 0
     while (match := marker.search(content, pos)) is not None:
         end = element_end(content, match.start())
-        out += [content[pos:match.start()], f'<details class="kvc-solution"><summary>{summary}</summary>\n',
+        label = html.escape(summary.format(n=folded + 1))
+        out += [content[pos:match.start()], f'<details class="kvc-solution"><summary>{label}</summary>\n',
                 content[match.start():end], "\n</details>"]  # fmt: skip
         pos, folded = end, folded + 1
     out.append(content[pos:])
