@@ -233,17 +233,6 @@ def _hand_written_pages() -> list[str]:
     return pages + ["tutorials/"] + [f"tutorials/{p.stem}/" for p in sorted((root / "tutorials").glob("*.ipynb"))]
 
 
-def test_concept_and_tutorial_pages_do_not_scroll_sideways_at_1280_px(browser):
-    """Code blocks (at most 88 columns), notebook cells, their outputs and the pictures fit the column."""
-    driver, base = browser
-    wide = {}
-    for page in _hand_written_pages():
-        driver.get(base + page)
-        if found := driver.js(OVERFLOW_JS):
-            wide[page] = found
-    assert not wide, wide
-
-
 #: For each <img> of the article: its source and whether it loaded.
 IMAGES_JS = """
 return Array.from(document.querySelectorAll(".md-content img"))
@@ -251,17 +240,21 @@ return Array.from(document.querySelectorAll(".md-content img"))
 """
 
 
-def test_pictures_load_from_the_site_itself(browser):
-    """Every picture of the hand-written pages is a file of the site (no CDN) and loads."""
+def test_concept_and_tutorial_pages_fit_1280_px_and_show_their_pictures(browser):
+    """Code blocks (at most 88 columns), notebook cells and outputs fit the column; every picture
+    is a file of the site (no CDN) and loads. One visit per page for both checks."""
     driver, base = browser
-    seen = 0
+    wide, broken, pictures = {}, [], 0
     for page in _hand_written_pages():
         driver.get(base + page)
+        if found := driver.js(OVERFLOW_JS):
+            wide[page] = found
         for src, loaded in driver.js(IMAGES_JS):
-            assert not src.startswith(("http:", "https:", "//")), (page, src)
-            assert loaded, f"{page}: {src} did not load"
-            seen += 1
-    assert seen >= 8
+            if src.startswith(("http:", "https:", "//")) or not loaded:
+                broken.append((page, src, loaded))
+            pictures += 1
+    assert not wide, wide
+    assert not broken and pictures >= 8, (broken, pictures)
 
 
 def test_tutorial_download_link_and_folded_solutions(browser):
