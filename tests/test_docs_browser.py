@@ -268,6 +268,9 @@ def test_tutorial_download_link_and_folded_solutions(browser):
     state = driver.js("return Array.from(document.querySelectorAll('details.kvc-solution'))"
                       ".map(d => [d.open, d.querySelector('.jp-OutputArea') !== null])")  # fmt: skip
     assert state and all(not is_open and has_output for is_open, has_output in state), state
+    shown_tags = driver.js("return Array.from(document.querySelectorAll('.celltoolbar'))"
+                           ".filter(e => getComputedStyle(e).display !== 'none').length")  # fmt: skip
+    assert shown_tags == 0, "cell tags are for the tests, not shown to readers"
 
 
 def _search(driver: WebDriver, base: str, query: str) -> list[str]:
