@@ -14,8 +14,8 @@ machine without a GPU: a CI step can run it as is (DIR must not exist yet; about
 minutes on two cores, most of it pip). The test suite's ``tests/test_notebooks.py`` runs
 the notebooks in the suite's own environment on every run instead.
 
-What "the same output" means (:func:`comparable`): the text of every stream and
-result, the kinds of rich outputs (an ``image/png`` is compared by its presence, not
+What "the same output" means (:func:`comparable`): the text of each stream (stdout,
+stderr) and of every result, the kinds of rich outputs (an ``image/png`` is compared by its presence, not
 its bytes, which depend on the installed matplotlib and fonts), and nothing else. In
 a cell tagged ``measurement`` the numbers are masked, and so is the rest of a line
 after ``measured on``: those cells time this machine and say which machine it is.
@@ -28,7 +28,6 @@ so :func:`gpu_present` machines only execute them.
 from __future__ import annotations
 
 import argparse
-import copy
 import difflib
 import os
 import pathlib
@@ -127,17 +126,21 @@ def comparable(nb) -> list[tuple[int, list[tuple]]]:
         def clean(text: str) -> str:
             return _NUMBER.sub(" #", _MACHINE.sub(r"\1 …", text)) if masked else text
 
+        # Each stream's text as one piece: when stdout and stderr (a log line) interleave
+        # depends on when each was flushed, not on what the cell printed.
+        streams: dict[str, str] = {}
         outputs = []
-        for out in coalesced(copy.deepcopy(cell.outputs)):
+        for out in cell.outputs:
             kind = out["output_type"]
             if kind == "stream":
-                outputs.append(("stream", out["name"], clean(_text(out["text"]))))
+                streams[out["name"]] = streams.get(out["name"], "") + _text(out["text"])
             elif kind in ("execute_result", "display_data"):
                 data = out.get("data", {})
                 outputs.append(("data", tuple(sorted(data)), clean(_text(data.get("text/plain", "")))))
             else:
                 outputs.append((kind, out.get("ename", ""), out.get("evalue", "")))
-        cells.append((index, outputs))
+        streams_out = [("stream", name, clean(text)) for name, text in sorted(streams.items())]
+        cells.append((index, streams_out + outputs))
     return cells
 
 

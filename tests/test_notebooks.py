@@ -191,6 +191,14 @@ def _image(data: str, mime: str = "image/png") -> dict:
     return {"output_type": "display_data", "metadata": {}, "data": {mime: data, "text/plain": "<Figure>"}}
 
 
+def test_comparison_ignores_how_streams_interleave():
+    """A log line on stderr may arrive before or after the cell's print: the same output."""
+    out, log = _stream("warned\nrow\n"), {"output_type": "stream", "name": "stderr", "text": "log line\n"}
+    split = [_stream("warned\n"), log, _stream("row\n")]
+    assert run_notebooks.differences(_fake([([], [out, log])]), _fake([([], split)])) == []
+    assert run_notebooks.differences(_fake([([], [out, log])]), _fake([([], [out])]))
+
+
 def test_comparison_ignores_only_timings_machine_and_image_bytes():
     timed = ["measured on Xeon A, 2 logical CPUs\nverify: 1.25 ms\n"]
     other = ["measured on EPYC B, 64 logical CPUs\nverify: 0.40 ms\n"]
