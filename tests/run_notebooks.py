@@ -15,10 +15,10 @@ minutes on two cores, most of it pip). The test suite's ``tests/test_notebooks.p
 the notebooks in the suite's own environment on every run instead.
 
 What "the same output" means (:func:`comparable`): the text of each stream (stdout,
-stderr) and of every result, the kinds of rich outputs (an ``image/png`` is compared by its presence, not
-its bytes, which depend on the installed matplotlib and fonts), and nothing else. In
-a cell tagged ``measurement`` the numbers are masked, and so is the rest of a line
-after ``measured on``: those cells time this machine and say which machine it is.
+stderr) and of every result, the kinds of rich outputs (an ``image/png`` is compared by
+its presence, not its bytes, which depend on the installed matplotlib and fonts), and
+nothing else. In a cell tagged ``measurement`` the numbers are masked, and so is the
+rest of a line after ``measured on``: those cells time this machine and say which it is.
 
 Committed outputs are those of the CPU path without a GPU (NumPy arrays; tutorial 04
 in Numba's CUDA simulator). On a machine with a GPU the notebooks print other lines,
