@@ -225,6 +225,54 @@ def test_error_pages_do_not_scroll_sideways_at_1280_px(browser):
     assert not wide, wide
 
 
+def _hand_written_pages() -> list[str]:
+    """Site paths of the concept pages, the tutorials and the home page."""
+    root = pathlib.Path(__file__).resolve().parent.parent / "docs"
+    pages = [""] + [f"concepts/{p.stem}/" if p.stem != "index" else "concepts/"
+                    for p in sorted((root / "concepts").glob("*.md"))]  # fmt: skip
+    return pages + ["tutorials/"] + [f"tutorials/{p.stem}/" for p in sorted((root / "tutorials").glob("*.ipynb"))]
+
+
+#: For each <img> of the article: its source and whether it loaded.
+IMAGES_JS = """
+return Array.from(document.querySelectorAll(".md-content img"))
+  .map(img => [img.getAttribute("src"), img.complete && img.naturalWidth > 0]);
+"""
+
+
+def test_concept_and_tutorial_pages_fit_1280_px_and_show_their_pictures(browser):
+    """Code blocks (at most 88 columns), notebook cells and outputs fit the column; every picture
+    is a file of the site (no CDN) and loads. One visit per page for both checks."""
+    driver, base = browser
+    wide, broken, pictures = {}, [], 0
+    for page in _hand_written_pages():
+        driver.get(base + page)
+        if found := driver.js(OVERFLOW_JS):
+            wide[page] = found
+        for src, loaded in driver.js(IMAGES_JS):
+            if src.startswith(("http:", "https:", "//")) or not loaded:
+                broken.append((page, src, loaded))
+            pictures += 1
+    assert not wide, wide
+    assert not broken and pictures >= 8, (broken, pictures)
+
+
+def test_tutorial_download_link_and_folded_solutions(browser):
+    driver, base = browser
+    driver.get(base + "tutorials/02-offsets-plan/")
+    href = driver.js("return document.querySelector('.kvc-download a').href")
+    with urllib.request.urlopen(href, timeout=30) as response:
+        notebook = json.load(response)
+    assert notebook["cells"][0]["source"][0].startswith("# The offsets plan")
+    assert any(c.get("outputs") for c in notebook["cells"] if c["cell_type"] == "code"), "with its outputs"
+    state = driver.js("return Array.from(document.querySelectorAll('details.kvc-solution'))"
+                      ".map(d => [d.open, d.querySelector('.jp-OutputArea') !== null])")  # fmt: skip
+    assert state and all(not is_open and has_output for is_open, has_output in state), state
+    shown_tags = driver.js("return Array.from(document.querySelectorAll('.celltoolbar'))"
+                           ".filter(e => getComputedStyle(e).display !== 'none').length")  # fmt: skip
+    assert shown_tags == 0, "cell tags are for the tests, not shown to readers"
+
+
 def _search(driver: WebDriver, base: str, query: str) -> list[str]:
     """Paths of the result links once they stop changing (the box searches while it is typed into)."""
     driver.get(base + "errors/")

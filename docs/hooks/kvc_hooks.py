@@ -1,5 +1,8 @@
 """MkDocs hooks: generate the error catalogue, API pages and benchmarks page at build time.
 
+They also finish the tutorial pages mkdocs-jupyter renders (``docgen_notebooks``):
+a download link, the notebooks' links made to work on the site, folded solutions.
+
 The pages are virtual files (nothing is written into ``docs/``), so the
 catalogue always matches ``kvcanary_numba.errors.REGISTRY`` of the checkout
 being built. ``on_config`` also fills the navigation for the generated pages
@@ -10,12 +13,15 @@ must agree).
 
 from __future__ import annotations
 
+import logging
 import pathlib
+import posixpath
 import urllib.parse
 
 import docgen_api
 import docgen_bench
 import docgen_errors
+import docgen_notebooks
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files, InclusionLevel
 
@@ -25,6 +31,8 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 INTRO = '--8<-- "errors-intro.md"'
 #: Rendered benchmark plots, kept between builds (keyed by what they draw; git-ignored).
 PLOT_CACHE = ROOT / ".cache" / "docs-plots"
+
+log = logging.getLogger("mkdocs.hooks.kvc_hooks")
 
 
 def _registry():
@@ -115,8 +123,33 @@ def on_files(files: Files, config, **kwargs):
     return files
 
 
+def _site_urls(files) -> dict[str, str]:
+    """Source path -> site URL of every file, and page URL -> page URL (for links under site_url)."""
+    urls = {}
+    for f in files:
+        urls[f.src_uri] = f.url
+        if f.is_documentation_page():
+            urls[f.url] = f.url
+    return urls
+
+
+def _finish_notebook(html: str, page, config, files) -> str:
+    src = page.file.src_uri
+
+    def warn(message: str) -> None:
+        log.warning(f"{src}: {message}")  # a warning fails the strict build
+
+    html = docgen_notebooks.rewrite_links(html, page.url, posixpath.dirname(src), config.site_url,
+                                          _site_urls(files), warn)  # fmt: skip
+    html, _ = docgen_notebooks.fold_solutions(html)
+    html, _ = docgen_notebooks.strip_cdn_loaders(html)
+    return docgen_notebooks.download_link(posixpath.basename(src)) + html
+
+
 def on_page_content(html: str, page, config, files, **kwargs):
-    """API pages: render Sphinx roles as plain code."""
+    """API pages: render Sphinx roles as plain code. Tutorial pages: see ``docgen_notebooks``."""
+    if page.file.src_uri.endswith(".ipynb"):
+        return _finish_notebook(html, page, config, files)
     if not page.file.src_uri.startswith("api/"):
         return html
     return docgen_api.plain_roles(html)

@@ -6,8 +6,9 @@ from kvcanary_numba import CanaryContext, VerifyPlan, WritePlan
 NUM_KV_SLOTS = 4096     # rows of the KV pool, slot 0 included
 MAX_BATCH = 256         # most requests one forward step can carry
 
-context = CanaryContext.allocate(num_slots=NUM_KV_SLOTS)                 # device="cuda" for CuPy
-verify_plan = VerifyPlan.allocate(verify_capacity=3 * NUM_KV_SLOTS)      # SGLang's sizing rule
+context = CanaryContext.allocate(num_slots=NUM_KV_SLOTS)   # device="cuda" for CuPy
+# 3 x the pool: SGLang's sizing rule (shared prefixes can sum past the pool)
+verify_plan = VerifyPlan.allocate(verify_capacity=3 * NUM_KV_SLOTS)
 write_plan = WritePlan.allocate(write_req_capacity=MAX_BATCH)
 
 print(write_plan.write_offsets.shape)            # (257,): one more than requests

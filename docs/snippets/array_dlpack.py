@@ -8,7 +8,7 @@ import cupy
 
 
 class DlpackOnly:
-    """What some frameworks hand out: ``__dlpack__`` and ``__dlpack_device__``, nothing else."""
+    """What some frameworks hand out: ``__dlpack__``, ``__dlpack_device__``, no more."""
 
     def __init__(self, array):
         self.array = array

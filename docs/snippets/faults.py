@@ -25,7 +25,8 @@ def both(*rows):
 # --8<-- [start:req_to_token]
 engine = prefilled()
 table = engine.req_to_token
-table[1, 2], table[1, 3] = table[1, 3], table[1, 2]  # the page table swaps positions 2 and 3
+# The page table swaps positions 2 and 3.
+table[1, 2], table[1, 3] = table[1, 3], table[1, 2]
 report = engine.step([DECODE])
 # --8<-- [end:req_to_token]
 assert report == both((13, 3, CHAIN | POSITION), (12, 2, CHAIN | POSITION), (14, 4, CHAIN)), report
@@ -39,7 +40,7 @@ assert report == [("TAIL_K_FULL", 12, 2, REAL_KV)], report
 
 # --8<-- [start:slot_reuse]
 engine = prefilled()
-second = (2, 0, [201], [13])             # the allocator hands request 1's slot 13 to request 2
+second = (2, 0, [201], [13])    # the allocator hands request 1's slot 13 to request 2
 report_1 = engine.step([DECODE, second])
 report_2 = engine.step([(1, 7, [108], [17]), (2, 1, [202], [20])])
 # --8<-- [end:slot_reuse]
@@ -62,7 +63,7 @@ assert report_2 == [
 
 # --8<-- [start:token]
 engine = prefilled()
-def flip(write):                         # the model is fed token 999, the oracle expected 107
+def flip(write):             # the model is fed token 999, the oracle expected 107
     write["input_ids"][0] = 999
 report = engine.step([DECODE], corrupt=flip, check_inputs=True)
 # --8<-- [end:token]

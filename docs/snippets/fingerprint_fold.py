@@ -6,7 +6,7 @@ from kvcanary_numba.hashing import splitmix64
 
 # --8<-- [start:fold]
 def fold(strip: bytes) -> int:
-    """Fold one slot's bytes of one source: little-endian u64 words, acc = S(acc ^ w) from 0."""
+    """One slot's bytes of one source: little-endian u64 words, acc = S(acc ^ w)."""
     acc = 0
     for (word,) in struct.iter_unpack("<Q", strip):
         acc = splitmix64(acc ^ word)

@@ -10,8 +10,9 @@ NUM_SLOTS, BYTES, ROWS, WIDTH = 32, 32, 4, 16
 # --8<-- [start:setup]
 k = np.zeros((NUM_SLOTS, BYTES), dtype=np.uint8)  # K of layer 0, page_size 1
 req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
-full = KvGroup(kind="full", num_slots=NUM_SLOTS, has_v=False,
-               k_sources=(RealKvSource(tensor=k, page_size=1, num_bytes_per_token=BYTES, read_bytes=BYTES),))
+k_source = RealKvSource(tensor=k, page_size=1, num_bytes_per_token=BYTES,
+                        read_bytes=BYTES)
+full = KvGroup(kind="full", num_slots=NUM_SLOTS, has_v=False, k_sources=(k_source,))
 monitor = CanaryMonitor(full=full, device="cpu", write_req_capacity=ROWS - 1,
                         real_kv_hash_mode=RealKvHashMode.ALL, health_interval=0)
 # --8<-- [end:setup]
@@ -31,8 +32,9 @@ def step(row, prefix, tokens, slots):
     # --8<-- [start:step]
     req_to_token[row, prefix : prefix + len(slots)] = slots
     batch = StepBatch(
-        req_pool_indices=i64([row]), prefix_lens=i64([prefix]), extend_seq_lens=i64([len(tokens)]),
-        req_to_token=req_to_token, input_ids=i64(tokens), positions=i64(range(prefix, prefix + len(tokens))),
+        req_pool_indices=i64([row]), prefix_lens=i64([prefix]),
+        extend_seq_lens=i64([len(tokens)]), req_to_token=req_to_token,
+        input_ids=i64(tokens), positions=i64(range(prefix, prefix + len(tokens))),
         out_cache_loc=i64(slots),
     )
     with monitor.forward(batch):  # pre_forward(batch): plan, HEAD verify + write

@@ -7,10 +7,11 @@ from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kerne
 
 # --8<-- [start:batch]
 req_to_token = np.zeros((4, 16), dtype=np.int32)
-req_to_token[1:] = 16 * np.arange(1, 4)[:, None] + np.arange(16)  # row r owns slots 16r .. 16r + 15
+# Row r owns slots 16r .. 16r + 15.
+req_to_token[1:] = 16 * np.arange(1, 4)[:, None] + np.arange(16)
 batch = dict(
     req_pool_indices=np.array([1, 2, 3]),  # three requests ...
-    prefix_lens=np.array([0, 4, 10]),      # ... a prefill, and two that already hold 4 and 10 tokens
+    prefix_lens=np.array([0, 4, 10]),      # ... a prefill, two holding 4 and 10 tokens
     extend_seq_lens=np.array([8, 1, 1]),   # new tokens this step
     req_to_token=req_to_token, swa_window_size=0, full_to_swa_index_mapping=None,
     req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
@@ -21,7 +22,8 @@ batch = dict(
 # --8<-- [start:plan]
 vplan = VerifyPlan.allocate(verify_capacity=64)
 wplan = WritePlan.allocate(write_req_capacity=4)
-launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan, verify_capacity=64, **batch)
+launch_canary_plan_kernels(verify_plan_out=vplan, write_plan_out=wplan,
+                           verify_capacity=64, **batch)
 # request r writes tokens [write_offsets[r], write_offsets[r + 1]) of the step:
 print(wplan.write_offsets)                   # [ 0  8  9 10  0]
 # the slot holding each request's last cached token (-1: nothing cached):
@@ -39,7 +41,8 @@ assert vplan.verify_expected_positions[4:14].tolist() == list(range(10))
 
 # --8<-- [start:overflow]
 small = VerifyPlan.allocate(verify_capacity=10)
-launch_canary_plan_kernels(verify_plan_out=small, write_plan_out=wplan, verify_capacity=10, **batch)
+launch_canary_plan_kernels(verify_plan_out=small, write_plan_out=wplan,
+                           verify_capacity=10, **batch)
 # 14 entries do not fit: verify skips this step
 print(small.verify_num_valid, small.enable)  # [10] [0]
 # --8<-- [end:overflow]

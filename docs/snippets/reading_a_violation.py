@@ -24,7 +24,8 @@ assert record.caught_by(first)
 # --8<-- [start:bundle]
 path = monitor.bundles[0]
 bundle = load_bundle(path)
-print(path.name, {k: getattr(v, "shape", v) for k, v in bundle.items() if k != "config"})
+print(path.name, {k: getattr(v, "shape", v) for k, v in bundle.items()
+                  if k != "config"})
 print(bundle["config"])
 # --8<-- [end:bundle]
 assert bundle["rows"].shape == (1, 8) and bundle["records"].shape[0] == 2  # the slot and its predecessor
@@ -36,9 +37,10 @@ assert replay.reproduced(replay.recorded[0])
 # --8<-- [end:inspect]
 
 # --8<-- [start:budget]
-engine = ToyEngine(EngineConfig(seed=1, min_new_tokens=12, max_new_tokens=16, num_pages=96),
-                   faults={"kv_byte_flip": 6})
-monitor = engine.attach_monitor(mode="log", verify_budget=VerifyBudget(period=4, seed=7))
+config = EngineConfig(seed=1, min_new_tokens=12, max_new_tokens=16, num_pages=96)
+engine = ToyEngine(config, faults={"kv_byte_flip": 6})
+monitor = engine.attach_monitor(mode="log",
+                                verify_budget=VerifyBudget(period=4, seed=7))
 engine.run(14)
 (record,) = engine.faults
 caught = engine.catches()["kv_byte_flip"]

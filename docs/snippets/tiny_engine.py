@@ -34,14 +34,17 @@ class TinyEngine:
 
     def __init__(self) -> None:
         # --8<-- [start:setup]
-        self.kv = np.zeros((NUM_SLOTS, BYTES_PER_TOKEN), dtype=np.uint8)  # K of layer 0, page_size 1
+        # K of layer 0, page_size 1: one row of BYTES_PER_TOKEN bytes per slot
+        self.kv = np.zeros((NUM_SLOTS, BYTES_PER_TOKEN), dtype=np.uint8)
         self.req_to_token = np.zeros((MAX_REQS, MAX_LEN), dtype=np.int32)
-        self.head = CanaryContext.allocate(num_slots=NUM_SLOTS, kernel_kind=CanaryLaunchTag.HEAD_K_FULL)
+        self.head = CanaryContext.allocate(num_slots=NUM_SLOTS,
+                                           kernel_kind=CanaryLaunchTag.HEAD_K_FULL)
+        source = RealKvSource(tensor=self.kv, page_size=1,
+                              num_bytes_per_token=BYTES_PER_TOKEN, read_bytes=BYTES_PER_TOKEN)
         self.tail = self.head.replace(  # its own canary buffer; same ring and counters
             canary_buf=np.zeros_like(self.head.canary_buf),
             kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
-            real_kv_sources=(RealKvSource(tensor=self.kv, page_size=1, num_bytes_per_token=BYTES_PER_TOKEN,
-                                          read_bytes=BYTES_PER_TOKEN),),
+            real_kv_sources=(source,),
             real_kv_hash_mode=RealKvHashMode.ALL,
         )
         self.vplan = VerifyPlan.allocate(verify_capacity=3 * NUM_SLOTS)
@@ -61,7 +64,8 @@ class TinyEngine:
         extend = np.array([len(b[2]) for b in batch], dtype=np.int64)
         for row, start, tokens, slots in batch:  # the allocator records the new slots
             self.req_to_token[row, start : start + len(tokens)] = slots
-        positions = np.concatenate([np.arange(p, p + len(t)) for _, p, t, _ in batch]).astype(np.int64)
+        positions = np.concatenate([np.arange(p, p + len(t)) for _, p, t, _ in batch])
+        positions = positions.astype(np.int64)
         write = dict(
             plan=self.wplan,
             input_ids=np.concatenate([np.asarray(b[2]) for b in batch]).astype(np.int64),
@@ -84,12 +88,14 @@ class TinyEngine:
             verify_capacity=self.vplan.verify_capacity, req_to_verify_expected_tokens=None,
             req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0)
         # 2. HEAD: verify the prefixes, then stamp the new slots (no real KV exists yet)
-        launch_canary_verify_kernel(context=self.head, plan=self.vplan, check_verify_expected_token=False)
+        launch_canary_verify_kernel(context=self.head, plan=self.vplan,
+                                    check_verify_expected_token=False)
         launch_canary_write_kernel(context=self.head, **write)
         # 3. the forward pass writes the real KV of the new tokens
         self.kv[write["out_cache_loc"]] = fake_kv(write["input_ids"], write["positions"])
         # 4. TAIL: verify again, now with fingerprints of the live KV, then stamp with them
-        launch_canary_verify_kernel(context=self.tail, plan=self.vplan, check_verify_expected_token=False)
+        launch_canary_verify_kernel(context=self.tail, plan=self.vplan,
+                                    check_verify_expected_token=False)
         launch_canary_write_kernel(context=self.tail, **write)
         # --8<-- [end:step]
         return self.new_violations()
@@ -97,20 +103,22 @@ class TinyEngine:
     def new_violations(self) -> list[tuple[str, int, int, FailReason]]:
         """Rows recorded since the last call as (launch tag, slot, position, reasons)."""
         # --8<-- [start:report]
-        count = int(self.head.violation_write_index[0])  # keeps counting past the ring capacity
+        count = int(self.head.violation_write_index[0])  # counts past the ring capacity
         stored = min(count, self.head.ring_capacity)
         rows = self.head.violation_ring[self.seen : stored]
         self.seen = stored
-        return [(CanaryLaunchTag(int(r[0])).name, int(r[1]), int(r[2]), FailReason(int(r[7]))) for r in rows]
+        return [(CanaryLaunchTag(int(r[0])).name, int(r[1]), int(r[2]), FailReason(int(r[7])))
+                for r in rows]
         # --8<-- [end:report]
 
 
 if __name__ == "__main__":
     engine = TinyEngine()
     # --8<-- [start:clean]
-    report = engine.step([(1, 0, [101, 102, 103, 104, 105, 106], list(range(10, 16)))])  # prefill 6
-    report += engine.step([(1, 6, [107], [16])])                                        # decode 1
-    report += engine.step([(1, 7, [108], [17]), (2, 0, [201, 202], [20, 21])])          # + new request
+    # (request row, prefix length, new tokens, their slots) per request of a step
+    report = engine.step([(1, 0, [101, 102, 103, 104, 105, 106], list(range(10, 16)))])
+    report += engine.step([(1, 6, [107], [16])])                   # decode one token
+    report += engine.step([(1, 7, [108], [17]), (2, 0, [201, 202], [20, 21])])  # + one
     print(report)  # []: a correct engine never fires
     # --8<-- [end:clean]
     assert report == []
