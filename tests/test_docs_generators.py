@@ -83,12 +83,12 @@ def test_benchmarks_without_results_say_so(tmp_path):
 def test_benchmarks_order_runs_by_their_date(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[docs]'): no plots")
     record = {"op": "verify", "variant": "ALL", "size": 1 << 20, "median_us": 40.0}
-    _write(tmp_path / "h100-session17.json", {"meta": {"date": "2026-12-05T21:44:20+00:00"}, "results": [record]})
-    _write(tmp_path / "h200-session10.json", {"meta": {"date": "2026-12-04T10:00:00+00:00"}, "results": [record]})
+    _write(tmp_path / "h100-2026-12-05-60ed848.json", {"meta": {"date": "2026-12-05T21:44:20+00:00"}, "results": [record]})
+    _write(tmp_path / "h200-2026-12-05-425bead.json", {"meta": {"date": "2026-12-04T10:00:00+00:00"}, "results": [record]})
     _write(tmp_path / "undated.json", {"results": [record]})
     summary = docgen_bench.render(tmp_path, "img")[0]["benchmarks.md"]
-    assert "## Latest run: `h100-session17`" in summary
-    order = [summary.index(f"[`{stem}`]") for stem in ("undated", "h200-session10", "h100-session17")]
+    assert "## Latest run: `h100-2026-12-05-60ed848`" in summary
+    order = [summary.index(f"[`{stem}`]") for stem in ("undated", "h200-2026-12-05-425bead", "h100-2026-12-05-60ed848")]
     assert order == sorted(order)
 
 
