@@ -1,4 +1,4 @@
-"""Targets (SPEC §5) checked against a run's records, the markdown table, the PNG plots.
+"""The performance targets (benchmarks/NOTES.md, "Targets") checked against a run's records, the markdown table, the PNG plots.
 
 Targets are reported, never asserted: a missed target is a finding of the run.
 """
@@ -37,7 +37,7 @@ def _target(name: str, value, threshold, better: str, unit: str, note: str = "")
 
 
 def evaluate_targets(records: list[dict]) -> list[dict]:
-    """The SPEC §5 targets with this run's values (``met`` is None when not measured)."""
+    """The performance targets with this run's values (``met`` is None when not measured)."""
     out = []
     def worst_fraction(variants):
         fractions = [r.get("copy_fraction") for r in records if r.get("op") == "verify"
@@ -102,7 +102,7 @@ def _fmt(value) -> str:
 def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
     lines = [f"# kvcanary benchmark: {meta.get('name', '')}", ""]
     lines += ["| run | |", "|---|---|", *(f"| {k} | {_fmt(v)} |" for k, v in meta.items() if k != "errors"), ""]
-    lines += ["## Targets (SPEC §5)", "", "| target | value | threshold | met |", "|---|---|---|---|"]
+    lines += ["## Targets", "", "| target | value | threshold | met |", "|---|---|---|---|"]
     for t in targets:
         met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
         note = f" ({t['note']})" if t["note"] else ""

@@ -13,7 +13,7 @@ from kvcanary_numba.plans import VerifyPlan
 
 # --- real-KV sources -------------------------------------------------------------
 
-#: The known-answer pattern of the reference notes §3.
+#: The known-answer pattern of SGLang's pinned values.
 KNOWN_PATTERN = bytes([0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0x81, 0x82, 0x84, 0x88, 0x90, 0xA0, 0xC0, 0xFF])
 KNOWN_INNER_FOLD = 0xF036E30B6961C78D
 KNOWN_REAL_KV_HASH = 0x6041580849E6407D

@@ -195,7 +195,7 @@ def test_no_assert_statements_in_the_package():
     assert not found, found
 
 
-# SGLang's plan and scatter errors (reference notes §11.1 #19-#48, T1-T4) -> the code that covers each.
+# SGLang's plan and scatter errors (SGLang's raises in its plan and scatter launchers) -> the code that covers each.
 SGLANG_PLAN_SCATTER = {
     "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when swa_window_size > 0": "KVC-P005",
     "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs={bs}. "

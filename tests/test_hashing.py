@@ -1,4 +1,4 @@
-"""Known-answer values of the chain hash (reference notes §3), scalar and vectorised."""
+"""Known-answer values of the chain hash (SGLang's tests, docs/concepts/sglang.md), scalar and vectorised."""
 
 from __future__ import annotations
 

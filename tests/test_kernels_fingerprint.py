@@ -1,8 +1,7 @@
 """Real-KV fingerprint kernel (``compute_real_kv_hash``, simulator or GPU).
 
 Each call runs the kernel and the NumPy reference on the same slots and must
-agree; values are also checked against the pinned known answer (reference
-notes §3) and against a byte-by-byte scalar oracle.
+agree; values are also checked against the pinned known answer (SGLang's tests, docs/concepts/sglang.md) and against a byte-by-byte scalar oracle.
 """
 
 from __future__ import annotations

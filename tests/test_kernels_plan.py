@@ -3,7 +3,7 @@
 Every case runs :mod:`kvcanary_numba.reference.plan` and the kernels on identical
 inputs and identically pre-filled plans (``kernel_pairs.run_both``), then compares
 every array in full, so stale or unwritten entries show up too. Cases here:
-SGLang's plan hand tests (reference notes §10.5) with some values pinned by hand,
+SGLang's plan hand tests (SGLang's plan hand tests) with some values pinned by hand,
 and random and garbage batches. Batch sizes around the tile size (the multi-block
 look-back under the simulator) and the ``gpu`` runs at scale, from a CUDA graph,
 are in test_kernels_plan_scale.py.

@@ -1,6 +1,6 @@
 """Scatter kernel through the launch glue (and the public wrapper), byte for byte against the reference.
 
-Cases: SGLang's scatter tests (reference notes §7, §10.7) with pinned rows,
+Cases: SGLang's scatter tests (SGLang's tests, docs/concepts/sglang.md) with pinned rows,
 random batches, hostile offsets / rows / token values, and pool widths around
 the column tile. Requests of one batch name distinct rows (with duplicates,
 which request lands is unspecified). The ``gpu`` tests repeat this at scale.

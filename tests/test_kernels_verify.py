@@ -3,7 +3,7 @@
 Every launch goes through ``run_pair`` (``kernel_pairs.verify``): the kernels and
 the reference run on byte-identical inputs and must agree on buffer, ring (as
 multisets), write index and counters; the tests then check the expected rows
-(reference notes §10.3, docs/concepts/semantics.md). Counters, the ring, expected
+(SGLang's verify hand tests, docs/concepts/semantics.md). Counters, the ring, expected
 tokens, out-of-range indices and the GPU runs are in test_kernels_verify_plans.py.
 """
 
@@ -52,7 +52,7 @@ def test_chain_head_anchor():
 def test_clean_chain_with_hand_computed_hashes():
     ctx = make_context()
     prevs = stamp_clean_chain(ctx, [1, 2, 3, 4, 5], [101, 202, 303, 404, 505])
-    assert prevs[:2] == [0xDE7FAE23A9A1B716, 0x542FE5061275A6AB]  # reference notes §3
+    assert prevs[:2] == [0xDE7FAE23A9A1B716, 0x542FE5061275A6AB]  # SGLang's pinned chain values (docs/concepts/sglang.md)
     assert verify(ctx, chain_plan([1, 2, 3, 4, 5])) == []
 
 

@@ -2,8 +2,8 @@
 
 Every launch goes through ``run_pair`` (``kernel_pairs.write``: kernels and
 reference on identical inputs, byte-equal buffer / ring multiset / index /
-counters); the tests then check the expected records and rows (reference notes
-§10.4, semantics.md). Each test runs on both kernel paths of the public write
+counters); the tests then check the expected records and rows (SGLang's write hand tests,
+docs/concepts/sglang.md and semantics.md). Each test runs on both kernel paths of the public write
 (``write_path``: the serial kernel, and the tiled path that long writes take). Random garbage, the one-thread-per-request baseline, the
 CPU pipeline scenarios and the GPU runs are in test_kernels_write_scenarios.py.
 """

@@ -72,7 +72,7 @@ def test_baseline_matches_the_reference(seed):
     assert got == sorted(ring_rows(ctx))
 
 
-# --- plan -> verify -> write pipelines (reference notes §10.6) ----------------------------
+# --- plan -> verify -> write pipelines (SGLang's pipeline tests) ----------------------------
 
 
 def _paired_verify(ctx, plan, check=False, backend="numpy"):

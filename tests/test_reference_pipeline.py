@@ -1,4 +1,4 @@
-"""plan -> verify -> write on the CPU (reference notes §10.6), with planted faults."""
+"""plan -> verify -> write on the CPU (SGLang's pipeline tests), with planted faults."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Plan semantics through the public wrappers on the NumPy backend: SGLang's plan hand tests.
 
-Expectations come from hand-computed values (SGLang's plan hand tests, reference
-notes §10.5) and from the independent per-entry Python loop of ``helpers.loop_plan``.
+Expectations come from hand-computed values (SGLang's plan hand tests, SGLang's tests) and from the independent per-entry Python loop of ``helpers.loop_plan``.
 The expected-token pool, the extension rules and the offsets step are in
 test_reference_plan_rules.py; random and property batches and SGLang's golden
 vectors in test_reference_plan_oracles.py.
@@ -16,7 +15,7 @@ from helpers import FILL, OOR, PLAN_WIDTH, assert_matches_loop, entries, linear_
 WIDTH = PLAN_WIDTH  # columns of the "linear" req_to_token: entry [rp, pos] = rp * WIDTH + pos
 
 
-# --- SGLang's plan hand tests (reference notes §10.5) ---
+# --- SGLang's plan hand tests (SGLang's plan hand tests) ---
 
 
 def test_single_req_extend_basic():

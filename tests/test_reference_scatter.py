@@ -1,4 +1,4 @@
-"""scatter_req_token_ids through the public wrapper on the NumPy backend (reference notes §10.7)."""
+"""scatter_req_token_ids through the public wrapper on the NumPy backend (SGLang's tests, docs/concepts/sglang.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Verify on the CPU (public wrapper, backend="numpy"): chains, real-KV, boundaries (reference notes §5 / §10.3).
+"""Verify on the CPU (public wrapper, backend="numpy"): chains, real-KV, boundaries (SGLang's verify hand tests, docs/concepts/sglang.md).
 
 Plan handling, counters, the ring, expected tokens and the out-of-range extensions
 are in test_reference_verify_plans.py.
@@ -53,7 +53,7 @@ def test_clean_five_step_chain():
 def test_clean_chain_hardcoded_prev_hashes():
     ctx = make_context()
     stamp_clean_chain(ctx, [1, 2, 3, 4, 5], [101, 202, 303, 404, 505])
-    # First two from the reference notes §3; the rest pinned from an explicit three-step fold.
+    # First two from SGLang's pinned values; the rest pinned from an explicit three-step fold.
     want = [0xDE7FAE23A9A1B716, 0x542FE5061275A6AB, 0x9890D56BDE53142E, 0x5213C65EEE8A1DD1, 0xC749AFFE5A5A9634]
     assert [record(ctx, s)[2] for s in range(1, 6)] == want
     h = HEAD

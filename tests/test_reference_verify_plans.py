@@ -1,4 +1,4 @@
-"""Verify on the CPU: plan handling, counters, the ring, expected tokens and out-of-range indices (notes §10.3)."""
+"""Verify on the CPU: plan handling, counters, the ring, expected tokens and out-of-range indices (docs/concepts/sglang.md)."""
 
 from __future__ import annotations
 

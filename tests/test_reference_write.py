@@ -1,4 +1,4 @@
-"""Write on the CPU (public wrapper, backend="numpy"): seeds, chains and the asserts (reference notes §4 / §10.4).
+"""Write on the CPU (public wrapper, backend="numpy"): seeds, chains and the asserts (SGLang's tests, docs/concepts/sglang.md).
 
 Slots, requests, real-KV and the out-of-range extensions are in test_reference_write_slots.py.
 """

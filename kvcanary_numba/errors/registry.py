@@ -87,7 +87,7 @@ def docs_url(code: str) -> str:
 
 
 def message_ending(code: str) -> str:
-    """The tail of every message of ``code``, ending with its page's URL (SPEC §4); added here, so no
+    """The tail of every message of ``code``, ending with its page's URL (the error catalogue's contract); added here, so no
     raise site or template repeats it."""
     return f"[{code}] Run 'kvcanary explain {code}' or see {docs_url(code)}"
 

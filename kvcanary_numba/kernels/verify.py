@@ -1,6 +1,6 @@
 """Verify kernel: check planned prefix slots against their canary records.
 
-Semantics: docs/concepts/semantics.md ("Verify", "Ring") and reference notes §5.
+Semantics: docs/concepts/semantics.md ("Verify", "Ring"); SGLang's behaviour: docs/concepts/sglang.md#verify.
 One persistent grid (sized by occupancy) strides over the plan's entries; reads
 of the plan are coalesced and each entry reads its slot's record (and its
 predecessor's). In NONE mode a thread takes one entry at a time; with real-KV

@@ -1,6 +1,6 @@
 """Write kernel: stamp the canary records of the slots a forward pass writes.
 
-Semantics: docs/concepts/semantics.md ("Write", "Ring") and reference notes §4.
+Semantics: docs/concepts/semantics.md ("Write", "Ring"); SGLang's behaviour: docs/concepts/sglang.md#write.
 
 The chain is serial within a request: each stored prev_hash is the running
 hash of the entries before it. Everything else is not, so in ``write`` each
