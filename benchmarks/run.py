@@ -1,5 +1,5 @@
 """kvcanary benchmark suite: one run measures the kernels, the per-step host path and the
-baselines on this machine, checks the SPEC §5 targets and writes JSON, markdown and plots.
+baselines on this machine, checks the performance targets (benchmarks/NOTES.md) and writes JSON, markdown and plots.
 
 Usage::
 
