@@ -52,7 +52,7 @@ import numpy as np
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 
 from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba.launch import _common  # noqa: E402
+from kvcanary_numba.launch._launch import current_stream  # noqa: E402
 from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
 from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
@@ -68,7 +68,7 @@ def stub_launches():
     original = PreparedLaunch.launch
 
     def launch(self, stream=None):
-        _common._current_stream_ptr() if stream is None else int(stream)
+        current_stream() if stream is None else int(stream)
 
     PreparedLaunch.launch = launch
     return lambda: setattr(PreparedLaunch, "launch", original)
@@ -173,7 +173,8 @@ def main(argv=None) -> None:
         restore = lambda: None  # noqa: E731
         raw_phases(m, compiled=args.loop == "compiled")
         if args.loop == "compiled":  # the readback's driver calls from compiled code, on the fake too
-            from kvcanary_numba.launch import _driver, _native
+            from kvcanary_numba.fast import driver as _driver
+            from kvcanary_numba.fast import native as _native
 
             functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
             m.readback = m.pump.readback = fake_cuda_readback(m.status, NullRuntime(), functions=functions)
