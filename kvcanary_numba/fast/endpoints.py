@@ -126,11 +126,12 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     run_memoised("writes", _writes, kwargs, stream)
 
 
-def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool) -> None:
+def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool,
+              stream: int) -> None:
     count = fused_count(contexts)
     if not count:
         for context in contexts:
-            _verify.launch_canary_verify_kernel(context=context, plan=plan,
+            _verify.launch_canary_verify_kernel(context=context, plan=plan, stream=stream,
                                                 check_verify_expected_token=check_verify_expected_token)
         return
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
