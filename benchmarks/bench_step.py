@@ -21,7 +21,7 @@ from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.recording import recording
 from kvcanary_numba.fast.table import LaunchTable
-from kvcanary_numba.monitor.capture import capture_graph
+from kvcanary_numba.fast.capture import capture_graph
 from kvcanary_numba import launch_canary_plan_kernels
 from kvcanary_numba import launch_canary_verify_kernel
 from kvcanary_numba import launch_canary_write_kernel
@@ -175,7 +175,7 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
             end.append((t4 - t3) * 1e6)
             device.append((cupy.cuda.get_elapsed_time(events[0], events[1])
                            + cupy.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
-    launches = int(m._pre_launches.sum() + m._post_launches.sum())
+    launches = int(sum(phase.sum() for phase in m.phase_launches))
     rows = int(m.status.words[0:1].view(np.int32).get()[0])
     common = {"variant": variant, "bs": w.requests, "prefix": w.prefix, "extend": w.extend, "launches": launches,
               "rows": rows}  # fmt: skip
