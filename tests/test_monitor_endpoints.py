@@ -28,7 +28,7 @@ def _names() -> dict:
 
 def _recorded_step(m, batch) -> list:
     """The launches of one eager step of ``batch`` (the step plan's phases), recorded, not run."""
-    plan = m.steps
+    plan = m.step_plan
     with recording() as rec:
         plan.head(batch, *plan.prepare_inputs(batch))
         plan.tail(batch)

@@ -131,8 +131,8 @@ def test_a_failed_bind_forgets_the_bound_arrays_and_takes_the_validated_path(stu
     _step(w)
     calls = []
     monkeypatch.setattr(fast_steps, "_kind", lambda name, array: ("another kind",))
-    monkeypatch.setattr(m.steps, "head", lambda *args: calls.append("head"))  # the validated path: the plan's
-    monkeypatch.setattr(m.steps, "tail", lambda batch: calls.append("tail"))
+    monkeypatch.setattr(m.step_plan, "head", lambda *args: calls.append("head"))  # the validated path: the plan's
+    monkeypatch.setattr(m.step_plan, "tail", lambda batch: calls.append("tail"))
     w.batch.positions = w.batch.positions.copy()
     _step(w)
     assert calls == ["head", "tail"] and fast.bound is None

@@ -122,7 +122,7 @@ def test_backend_and_prepared_are_checked():
     with raises_code("KVC-C008"):  # prepared steps launch the kernels: not on the NumPy path
         CanaryMonitor(full=full, write_req_capacity=1, prepared=True)
     m = CanaryMonitor(full=full, write_req_capacity=1, backend="numpy", prepared=False)
-    assert (m.backend, m.fast, m.steps.kernels) == ("numpy", None, False)
+    assert (m.backend, m.fast, m.step_plan.kernels) == ("numpy", None, False)
 
 
 @pytest.mark.simulator
@@ -137,5 +137,5 @@ def test_the_kernel_backend_on_numpy_buffers_runs_under_the_simulator_only():
         return
     eager = CanaryMonitor(full=full, write_req_capacity=1, backend="cuda")
     prepared = CanaryMonitor(full=full, write_req_capacity=1, backend="cuda", prepared=True)
-    assert eager.fast is None and eager.steps.kernels
-    assert prepared.fast is not None and prepared.fast.plan is prepared.steps
+    assert eager.fast is None and eager.step_plan.kernels
+    assert prepared.fast is not None and prepared.fast.plan is prepared.step_plan

@@ -134,7 +134,7 @@ def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypat
     from kvcanary_numba.monitor import groups, steps
 
     driver = _driver("fast", swa_window=2, has_v=False, **_TOKENS)
-    plan = driver.monitor.steps
+    plan = driver.monitor.step_plan
     calls, prepare = [], plan.prepare_inputs
     monkeypatch.setattr(steps, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
     monkeypatch.setattr(groups, "translate_slots", lambda *a, **kw: calls.append("array translation"))

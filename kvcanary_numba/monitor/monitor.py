@@ -114,8 +114,8 @@ class CanaryMonitor:
 
     Attributes
     ----------
-    steps : EagerSteps
-        The step plan.
+    step_plan : EagerSteps
+        Which launches each phase makes; run every step on the eager path.
     fast : PreparedSteps or None
         The prepared steps (None: every step runs the plan). Setting it to None
         switches a monitor to the eager path (benchmarks compare both).
@@ -123,6 +123,8 @@ class CanaryMonitor:
         The captured step (:meth:`capture_graph`).
     backend : {"numpy", "cuda"}
         The resolved backend.
+    phase_launches : (ndarray, ndarray)
+        Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
 
     Raises
     ------
@@ -165,7 +167,11 @@ class CanaryMonitor:
         health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
         self.backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
-        prepared = self._check_prepared(prepared)
+        if prepared is not None and check_bool(_FN, "prepared", prepared) and self.backend != "cuda":
+            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared,
+                        reason="prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under "
+                               "the simulator)")  # fmt: skip
+        prepared = self.backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
         caps = dict(verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
                     write_token_capacity=self.write_token_capacity, sweep_capacity=self.sweep_capacity)
         nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
@@ -179,7 +185,6 @@ class CanaryMonitor:
                 write_req_capacity=self.write_req_capacity,
             )  # fmt: skip
         self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        #: Launches per tag of one HEAD and one TAIL phase (int64 [NUM_LAUNCH_TAGS] each).
         self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
         self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps,
                                     phases=self.phase_launches)  # fmt: skip
@@ -191,25 +196,15 @@ class CanaryMonitor:
         self._phase, self._batch, self._tail = _IDLE, None, None
         self._checked = None  # (batch, its field objects) of the last successful array check
         self.budget = BudgetState.build(self, verify_budget, _FN)
-        self.steps = EagerSteps(groups=self.groups, xp=xp, backend=self.backend, check_tokens=self.check_tokens,
-                                token_pool=self.token_pool, valid_lens=self.valid_lens, budget=self.budget,
-                                write_req_capacity=self.write_req_capacity,
-                                write_token_capacity=self.write_token_capacity)  # fmt: skip
+        self.step_plan = EagerSteps(
+            groups=self.groups, xp=xp, backend=self.backend, check_tokens=self.check_tokens, budget=self.budget,
+            token_pool=self.token_pool, valid_lens=self.valid_lens, write_req_capacity=self.write_req_capacity,
+            write_token_capacity=self.write_token_capacity)  # fmt: skip
         self.graph = None
         # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
-        self.fast = PreparedSteps(self.steps, compile=xp is not np) if prepared else None
+        self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.bundles = self.aftercare.bundles
-
-    def _check_prepared(self, prepared: bool | None) -> bool:
-        """Whether the monitor runs prepared steps (KVC-C010, or KVC-C008 without the kernels)."""
-        if prepared is None:
-            return self.backend == "cuda" and self.xp is not np
-        if check_bool(_FN, "prepared", prepared) and self.backend != "cuda":
-            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared,
-                        reason="prepared steps launch the CUDA kernels: device='cuda' "
-                               "(or backend='cuda' under NUMBA_ENABLE_CUDASIM=1)")  # fmt: skip
-        return prepared
 
     def _allocate(self, groups, xp, device: str, ring_capacity: int, caps: dict) -> None:
         """The status block, ring, chain flag and every group's buffers and plans (sizes already checked)."""
@@ -243,7 +238,7 @@ class CanaryMonitor:
             fast.pre(batch)
             self._tail = fast.post
         else:
-            steps = self.steps
+            steps = self.step_plan
             steps.head(batch, *steps.prepare_inputs(batch))
             # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
             # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
