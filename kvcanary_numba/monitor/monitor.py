@@ -238,12 +238,12 @@ class CanaryMonitor:
             fast.pre(batch)
             self._tail = fast.post
         else:
-            steps = self.step_plan
-            steps.head(batch, *steps.prepare_inputs(batch))
+            plan = self.step_plan
+            plan.head(batch, *plan.prepare_inputs(batch))
             # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
             # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
             planned = copy.copy(batch)
-            self._tail = lambda: steps.tail(planned)
+            self._tail = lambda: plan.tail(planned)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)

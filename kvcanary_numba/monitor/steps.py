@@ -126,9 +126,18 @@ class EagerSteps:
 
     def launch_inputs(self, batch: StepBatch, pool, lens) -> None:
         """What :meth:`prepare_inputs` computes, as kernel launches: the token scatter and the valid
-        lengths in one launch, one slot translation per SWA group. Recorded into the prepared HEAD
-        phase, so a prepared step makes no public scatter call and no CuPy operation (~10 us of host
-        time each on a GPU host)."""
+        lengths in one launch, one slot translation per SWA group.
+
+        Recorded into the prepared HEAD phase, so a prepared step makes no public scatter call and
+        no CuPy operation (~10 us of host time each on a GPU host).
+
+        Parameters
+        ----------
+        batch : StepBatch
+            A batch the monitor checked.
+        pool, lens
+            What ``prepare_inputs(batch, eager=False)`` returned (filled here).
+        """
         # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
         from ..fast.inputs import scatter_tokens_and_lens, translate_slots
 
@@ -140,7 +149,15 @@ class EagerSteps:
                 translate_slots(lut=g.lut, index=batch.out_cache_loc, out=loc)
 
     def head(self, batch: StepBatch, pool, lens) -> None:
-        """HEAD phase after :meth:`prepare_inputs`: per group the plans, then the HEAD verify and write."""
+        """HEAD phase after :meth:`prepare_inputs`: per group the plans, then the HEAD verify and write.
+
+        Parameters
+        ----------
+        batch : StepBatch
+            A batch the monitor checked.
+        pool, lens
+            What :meth:`prepare_inputs` returned for it.
+        """
         asserted = batch.expected_input_tokens is not None
         for i, (g, loc) in enumerate(zip(self.groups, self.locs)):
             launch_canary_plan_kernels(
@@ -159,8 +176,11 @@ class EagerSteps:
     def tail(self, batch: StepBatch) -> None:
         """TAIL phase of the batch the HEAD phase ran (the step's plans and slots, live-KV sources).
 
-        ``batch`` holds the fields as they were at the HEAD phase: the hooks keep a copy, so a
-        field the engine reassigned in between is not launched on.
+        Parameters
+        ----------
+        batch : StepBatch
+            The fields as they were at the HEAD phase: the hooks keep a copy, so a field the
+            engine reassigned in between is not launched on.
         """
         asserted = batch.expected_input_tokens is not None
         for i, (g, loc) in enumerate(zip(self.groups, self.locs)):
