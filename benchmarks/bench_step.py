@@ -25,12 +25,8 @@ from kvcanary_numba import (
 from kvcanary_numba.constants import CanaryLaunchTag
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.recording import recording
+from kvcanary_numba.fast.capture import capture_graph
 from kvcanary_numba.fast.table import LaunchTable
-
-try:  # re-check after the monitor composition merge: capture moves from monitor/ to fast/
-    from kvcanary_numba.fast.capture import capture_graph
-except ImportError:
-    from kvcanary_numba.monitor.capture import capture_graph
 
 from .baselines import naive_launch
 from .bench_kernels import _free
@@ -201,22 +197,13 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
             end.append((t4 - t3) * 1e6)
             device.append((cupy.cuda.get_elapsed_time(events[0], events[1])
                            + cupy.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
-    launches = _launches_per_step(m)
+    launches = int(sum(int(np.asarray(phase).sum()) for phase in m.phase_launches))
     rows = int(m.stats()["violations_recorded"])
     common = {"variant": variant, "bs": w.requests, "prefix": w.prefix, "extend": w.extend, "launches": launches,
               "rows": rows}  # fmt: skip
     run.add({"op": "monitor step host", **common, **stats(host)})
     run.add({"op": "monitor step device", **common, **stats(device)})
     run.add({"op": "monitor end_step host", **common, **stats(end)})
-
-
-def _launches_per_step(m) -> int:
-    """Kernel launches of one step's two phases (monitor internals: re-check after the monitor
-    composition merge, which renames ``_pre_launches`` / ``_post_launches`` to ``phase_launches``)."""
-    phases = getattr(m, "phase_launches", None)
-    if phases is None:
-        phases = (m._pre_launches, m._post_launches)
-    return int(sum(int(np.asarray(p).sum()) for p in phases))
 
 
 class _Stopwatch:

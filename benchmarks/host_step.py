@@ -1,8 +1,8 @@
 """Host-only micro-benchmark of the monitor's per-step Python work, launches stubbed (no GPU needed).
 
-The monitor runs on NumPy arrays with the kernel backend forced (``_backend =
-"cuda"``) under Numba's CUDA simulator, so its prepared fast path
-(:class:`~kvcanary_numba.monitor.fastpath.FastPath`) records the real phases of
+The monitor runs on NumPy arrays with the kernel backend (``backend="cuda"``)
+under Numba's CUDA simulator, so its prepared steps (``prepared=True``,
+:class:`~kvcanary_numba.fast.steps.PreparedSteps`) record the real phases of
 the decode case (256 requests x 1 token, FULL pool, K and V: 6 launches per
 step, 2 plan and per phase one verify and one write for K and V together; 10
 before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
@@ -21,8 +21,8 @@ before the endpoint launches of ``launch/endpoints.py``). Launches, two ways
     With ``--loop compiled`` the readback's calls are compiled too and reach
     the fake's functions; with ``--loop python`` they go to :class:`NullRuntime`
     (Python no-ops: CuPy's wrappers and cudart's layer are not counted).
-``--path eager`` times the eager GPU path instead (``monitor.fast`` None: the public plan
-call and the endpoint glue every step, ``launch/endpoints.py``) with the launch layer as
+``--path eager`` times the eager GPU path instead (``prepared=False``: the step plan's public
+plan call and endpoint glue every step, ``fast/endpoints.py``) with the launch layer as
 on a GPU (:func:`benchmarks.fake_launch.gpu_launch_layer`: packing, eager refills, memo
 replay) and every raw launch stubbed as above (``stub`` only).
 ``end_step`` runs the GPU readback (:class:`~kvcanary_numba.monitor.readback.CudaReadback`)
@@ -52,10 +52,9 @@ import numpy as np
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 
 from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba.launch import _common  # noqa: E402
+from kvcanary_numba.launch._launch import current_stream  # noqa: E402
 from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
-from kvcanary_numba.monitor.capture import CapturedStep  # noqa: E402
-from kvcanary_numba.monitor.fastpath import FastPath  # noqa: E402
+from kvcanary_numba.fast.capture import CapturedStep  # noqa: E402
 
 from .fake_runtime import FakeRuntime, NullRuntime, fake_cuda_readback  # noqa: E402
 
@@ -68,7 +67,7 @@ def stub_launches():
     original = PreparedLaunch.launch
 
     def launch(self, stream=None):
-        _common._current_stream_ptr() if stream is None else int(stream)
+        current_stream() if stream is None else int(stream)
 
     PreparedLaunch.launch = launch
     return lambda: setattr(PreparedLaunch, "launch", original)
@@ -88,7 +87,7 @@ def raw_phases(m, *, compiled: bool) -> int:
         LaunchTable = None  # noqa: N806
 
     drv, count = _driver.driver, 0
-    for phases in m.fast._phases.values():
+    for phases in m.fast.phase_pairs:
         for phase in phases:
             for p in phase.launches:
                 count += 1
@@ -107,16 +106,16 @@ def raw_phases(m, *, compiled: bool) -> int:
     return count
 
 
-def decode_monitor(*, requests: int = 256, prefix: int = 4096):
-    """The decode case's monitor on NumPy, fast path on, GPU readback faked; (workload, runtime)."""
+def decode_monitor(*, requests: int = 256, prefix: int = 4096, prepared: bool = True):
+    """The decode case's monitor on NumPy, GPU readback faked; (workload, runtime). The kernel glue
+    runs on NumPy arrays (simulator), so the prepared steps (``prepared``) record real phases."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from benchmarks.workloads import MonitorWorkload
 
-    w = MonitorWorkload(np, requests=requests, prefix=prefix, extend=1, mode=RealKvHashMode.PARTIAL)
+    w = MonitorWorkload(np, requests=requests, prefix=prefix, extend=1, mode=RealKvHashMode.PARTIAL,
+                        backend="cuda", prepared=prepared)  # fmt: skip
     w.fill(w.batch, w.length, w.extend)
     m = w.monitor
-    m._backend = "cuda"  # the kernel glue on NumPy arrays (simulator), so the fast path records real phases
-    m.fast = FastPath(m, compile=False)
     for lanes in m.status.plan_lanes:
         lanes[0] = 1  # each plan "ran" (enable = 1): no overflow warning per step
     runtime = NullRuntime()
@@ -173,7 +172,8 @@ def main(argv=None) -> None:
         restore = lambda: None  # noqa: E731
         raw_phases(m, compiled=args.loop == "compiled")
         if args.loop == "compiled":  # the readback's driver calls from compiled code, on the fake too
-            from kvcanary_numba.launch import _driver, _native
+            from kvcanary_numba.fast import driver as _driver
+            from kvcanary_numba.fast import native as _native
 
             functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
             m.readback = m.pump.readback = fake_cuda_readback(m.status, NullRuntime(), functions=functions)
@@ -188,13 +188,13 @@ def main(argv=None) -> None:
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
         stand_in = types.SimpleNamespace(launch=lambda: None)
-        graph = CapturedStep.of_graphs(w.batch, stand_in, stand_in)
+        graph = CapturedStep(w.batch, stand_in, stand_in, roles=m.fast.batch_roles)
         m.graph = graph
         results["graph replay"] = time_steps(m, w.batch, args.steps)
         m.graph = None
     finally:
         restore()
-    launches = sum(len(p.launches) for phases in m.fast._phases.values() for p in phases)
+    launches = sum(len(p.launches) for phases in m.fast.phase_pairs for p in phases)
     how = "stubbed" if fake is None else f"fake driver, {args.loop} loop"
     print(f"decode {args.requests} x 1, prefix {args.prefix}: {launches} prepared launches per step ({how})")
     for path, result in results.items():
@@ -206,9 +206,8 @@ def eager(args) -> None:
     """``--path eager``: the eager GPU path's host time (see the module docstring)."""
     from .fake_launch import gpu_launch_layer
 
-    w, _ = decode_monitor(requests=args.requests, prefix=args.prefix)
+    w, _ = decode_monitor(requests=args.requests, prefix=args.prefix, prepared=False)
     m = w.monitor
-    m.fast = None  # as when the prepared path cannot bind
     restore_layer = gpu_launch_layer()
     restore = stub_launches()
     stub, calls = PreparedLaunch.launch, [0]

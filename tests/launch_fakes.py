@@ -140,7 +140,7 @@ class FakeDriver(_driver.Driver):
     def launch(self, func, grid, block, stream, params):
         err = self.lib(func, grid, 1, 1, block, 1, 1, 0, stream, params, None)
         if err:
-            raise RuntimeError(f"cuLaunchKernel failed: {self._name(err)} (grid {grid}, block {block})")
+            raise RuntimeError(f"cuLaunchKernel failed: {self.error_name(err)} (grid {grid}, block {block})")
 
     def check_abi(self, handle, sizes):
         return None

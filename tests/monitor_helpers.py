@@ -143,13 +143,12 @@ def monitor_run(xp, kind: str, *, requests: int, prefix: int, bytes_per_token: i
         sys.path.insert(0, root)
     from benchmarks.workloads import MonitorWorkload
 
+    options = {}
+    if kind == "eager":  # the step plan every step; on NumPy arrays the kernel glue (simulator)
+        options = {"prepared": False, "backend": "cuda" if xp is np else "auto"}
     w = MonitorWorkload(xp, requests=requests, prefix=prefix, max_steps=steps + room,
-                        bytes_per_token=bytes_per_token, mode=RealKvHashMode.ALL)  # fmt: skip
+                        bytes_per_token=bytes_per_token, mode=RealKvHashMode.ALL, **options)  # fmt: skip
     m = w.monitor
-    if kind == "eager":
-        m.fast = None
-        if xp is np:
-            m._backend = "cuda"  # the kernel glue on NumPy arrays
     w.prefill()
     if kind == "graph":
         w.fill(w.batch, w.length, w.extend)

@@ -1,5 +1,5 @@
-"""The monitor's eager GPU path (no prepared phases, ``monitor.fast`` None) and the memo of its
-endpoint glue (``launch/glue_memo.py``): results byte-equal to the NumPy monitor on the
+"""The monitor's eager GPU path (``prepared=False``: the step plan every step) and the memo of its
+endpoint glue (``fast/glue_memo.py``): results byte-equal to the NumPy monitor on the
 simulator, and with the launch layer as on a GPU (packing, eager refills, replays) whose raw
 launches the simulator runs from their packed parameters; what takes the full path again;
 that nothing cached keeps an array alive."""
@@ -20,10 +20,12 @@ import pytest
 from launch_fakes import KERNEL_A, SIG, args_for, gpu, launched, run_packed  # noqa: F401
 from monitor_helpers import monitor_run
 
-from kvcanary_numba.fast.memo import Memo, Uncacheable
-from kvcanary_numba.launch import _common, _kernel_launch, endpoints, glue_memo
+from kvcanary_numba.fast import endpoints, glue_memo
+from kvcanary_numba.fast import replay as _kernel_launch
 from kvcanary_numba.fast.chain import SharedChain
+from kvcanary_numba.fast.memo import Memo, Uncacheable
 from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.launch import _launch as _common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -76,7 +78,7 @@ def test_eager_kernel_steps_equal_the_numpy_monitor():
     # The simulator: the glue runs every call (nothing is packed), through the memo's entry point.
     want, _ = monitor_run(np, "numpy", **CASE)
     got, m = monitor_run(np, "eager", **CASE)
-    assert m.fast is None and m._backend == "cuda"
+    assert m.fast is None and m.backend == "cuda"
     _assert_equal(got, want)
 
 
@@ -174,9 +176,9 @@ def test_host_step_on_the_eager_path_makes_every_launch_of_the_step():
 
 
 def _glue(runs: list):
-    def run(*, tokens, scale):
+    def run(*, tokens, scale, stream=None):
         runs.append(tokens)
-        _common.launch(KERNEL_A, SIG, 1, 32, args_for(0x10000, scalar=scale))
+        _common.launch(KERNEL_A, SIG, 1, 32, args_for(0x10000, scalar=scale), stream)
 
     return run
 

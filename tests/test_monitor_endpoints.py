@@ -1,5 +1,5 @@
-"""The monitor's step on the endpoint launches (``launch/endpoints.py``): how many launches a step
-issues, counted through the recording the prepared path uses, and every fault class of the toy
+"""The monitor's step on the endpoint launches (``fast/endpoints.py``): how many launches a step
+issues, counted through the recording the prepared steps use, and every fault class of the toy
 engine caught on the kernels (simulator) exactly as on the NumPy reference path."""
 
 from __future__ import annotations
@@ -11,36 +11,40 @@ import pytest
 from monitor_helpers import DECODE, PREFILL, ROWS, WIDTH, Driver, gpu_monitor_run
 
 from kvcanary_numba.engine import FAULT_CLASSES, EngineConfig, ToyEngine
-from kvcanary_numba.kernels import scatter as scatter_kernels
-from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast.kernels import scatter_lens as scatter_kernels
 from kvcanary_numba.fast.recording import recording
-from kvcanary_numba.monitor.fastpath import FastPath
+from kvcanary_numba.launch import _launch as _common
 
 simulated = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")
 
 
 def _names() -> dict:
-    from kvcanary_numba.fast.kernels import chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled
+    from kvcanary_numba.fast.kernels import chain, endpoints, tiled_endpoints, write_tiled
+    from kvcanary_numba.kernels import plan, scatter, verify, write
 
     return {id(k): name for m in (chain, endpoints, plan, scatter, tiled_endpoints, verify, write, write_tiled)
             for name, k in m.KERNELS.items()}  # fmt: skip
 
 
-def _step_launches(driver: Driver, new: dict) -> list[str]:
-    """Kernel names a step of ``new`` tokens issues (HEAD phase with its scatter and plans, then TAIL)."""
-    m = driver.monitor
-    batch = driver.batch(new)
+def _recorded_step(m, batch) -> list:
+    """The launches of one eager step of ``batch`` (the step plan's phases), recorded, not run."""
+    plan = m.step_plan
     with recording() as rec:
-        m._launch_pre(batch)
-        m._launch_post(batch)
+        plan.head(batch, *plan.prepare_inputs(batch))
+        plan.tail(batch)
     names = _names()
     return [names[id(spec.kernel)] for spec in rec.launches]
 
 
+def _step_launches(driver: Driver, new: dict) -> list[str]:
+    """Kernel names a step of ``new`` tokens issues (HEAD phase with its scatter and plans, then TAIL)."""
+    return _recorded_step(driver.monitor, driver.batch(new))
+
+
 def _kernel_driver(**options) -> Driver:
-    driver = Driver(check_verify_expected_token=True, max_requests=ROWS, max_context_len=WIDTH, **options)
-    driver.monitor._backend = "cuda"  # the kernels on NumPy arrays (simulator)
-    return driver
+    # The kernels on NumPy arrays (simulator).
+    return Driver(check_verify_expected_token=True, max_requests=ROWS, max_context_len=WIDTH, backend="cuda",
+                  **options)  # fmt: skip
 
 
 @pytest.mark.simulator
@@ -55,15 +59,14 @@ def test_a_decode_step_with_k_and_v_issues_seven_launches():
 @pytest.mark.simulator
 @simulated
 def test_the_prepared_phases_hold_the_fused_launches():
-    driver = _kernel_driver()
+    driver = _kernel_driver(prepared=True)
     m = driver.monitor
-    m.fast = FastPath(m, compile=False)
     driver.step(PREFILL)
     driver.step(DECODE)
     assert m.fast.prepared == 2  # two batch shapes
     # HEAD: the token scatter with the valid lengths (the eager path's public scatter and CuPy
     # subtraction, as one launch of the phase), 2 plans, fused verify and write; TAIL: fused verify, write.
-    for head, tail in m.fast._phases.values():
+    for head, tail in m.fast.phase_pairs:
         assert (len(head.launches), len(tail.launches)) == (5, 2)
         assert head.launches[0].signature == scatter_kernels.SIGNATURES["scatter_lens"][0]
 
@@ -106,18 +109,14 @@ def _long_workload():
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
     from benchmarks.workloads import MonitorWorkload
 
-    w = MonitorWorkload(np, requests=2, prefix=3, extend=40)  # 80 tokens for 2 requests: prefill-shaped
+    # 80 tokens for 2 requests: prefill-shaped; the kernels on NumPy arrays (simulator).
+    w = MonitorWorkload(np, requests=2, prefix=3, extend=40, backend="cuda")
     w.fill(w.batch, w.length, w.extend)
-    w.monitor._backend = "cuda"
     return w
 
 
 def _long_step_launches(w) -> list[str]:
-    with recording() as rec:
-        w.monitor._launch_pre(w.batch)
-        w.monitor._launch_post(w.batch)
-    names = _names()
-    return [names[id(spec.kernel)] for spec in rec.launches]
+    return _recorded_step(w.monitor, w.batch)
 
 
 # --- every fault class, kernels against the reference ---------------------------------------------
@@ -126,10 +125,9 @@ def _long_step_launches(w) -> list[str]:
 def _engine_run(kernels: bool):
     # Every fault class at once (as test_engine_faults.py's catches test), with V, SWA and sweeps.
     engine = ToyEngine(EngineConfig(seed=2, swa_window=4), faults=list(FAULT_CLASSES), fault_step=5)
-    monitor = engine.attach_monitor(mode="log", sweep_interval=3, v_half=True)
-    if kernels:
-        monitor._backend = "cuda"
-        monitor.fast = FastPath(monitor, compile=False)
+    # kernels: the prepared steps on NumPy arrays (simulator).
+    options = {"backend": "cuda", "prepared": True} if kernels else {}
+    monitor = engine.attach_monitor(mode="log", sweep_interval=3, v_half=True, **options)
     engine.run(STEPS)
     rows = sorted((v.step, v.tag, v.slot_idx, v.position, int(v.bits), v.stored_token, v.expected_token,
                    v.stored_chain_hash, v.expected_aux) for v in monitor.violations)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The monitor's per-step host path on a CPU: when the fast path rebinds, the GPU readback's calls
+"""The monitor's per-step host path on a CPU: when the prepared steps rebind, the GPU readback's calls
 (against a fake runtime), the status lanes, and the benchmark's host-split rows. No timing is asserted."""
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ import pytest
 from helpers import raises_code
 from test_reliability_state import BAD_FIELDS, assert_rejected_without_change
 
-from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.fast import steps as fast_steps
+from kvcanary_numba.fast.bound import BoundArrays, _exact_test
+from kvcanary_numba.fast.capture import CapturedStep
 from kvcanary_numba.fast.prepared import PreparedLaunch
+from kvcanary_numba.fast.steps import PreparedPhase
 from kvcanary_numba.fast.table import LaunchTable
-from kvcanary_numba.monitor import StepBatch, fastpath
-from kvcanary_numba.monitor.capture import CapturedStep
-from kvcanary_numba.monitor.fastpath import PreparedPhase
+from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.status import Snapshot, StatusBlock
+from kvcanary_numba.monitor.steps import BATCH_ROLES
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -37,7 +40,7 @@ on_simulator = pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy
 
 @pytest.fixture
 def stubbed(monkeypatch):
-    """A small decode monitor on the fast path, launches stubbed; counts of binds, recordings, array checks."""
+    """A small decode monitor on prepared steps, launches stubbed; counts of binds, recordings, array checks."""
     monkeypatch.setattr(PreparedLaunch, "launch", lambda self, stream=None: None)
     w, _ = decode_monitor(requests=3, prefix=4)
     counts = {"bind": 0, "check_arrays": 0}
@@ -82,8 +85,8 @@ def test_a_new_array_is_checked_and_rebound(stubbed):
     w.batch.positions = new
     _step(w)
     assert counts["check_arrays"] == 2 and counts["bind"] == 4
-    head, tail = w.monitor.fast._last.head, w.monitor.fast._last.tail
-    assert head._bound["positions"] is new and tail._bound["positions"] is new
+    head, tail = w.monitor.fast.bound.head, w.monitor.fast.bound.tail
+    assert head.bound("positions") is new and tail.bound("positions") is new
 
 
 @pytest.mark.simulator
@@ -101,7 +104,7 @@ def test_a_new_view_of_the_same_memory_is_checked_but_not_rebound(stubbed):
     w.batch.positions = buffer[1:]  # the same base, another pointer: rebound
     _step(w)
     assert counts["bind"] == binds + 2
-    assert w.monitor.fast._last.head._bound["positions"] is w.batch.positions
+    assert w.monitor.fast.bound.head.bound("positions") is w.batch.positions
 
 
 @pytest.mark.simulator
@@ -117,7 +120,7 @@ def test_an_in_place_shape_change_records_the_other_shape(stubbed):
     assert fast.prepared == 2
     table.shape = (rows, cols)
     _step(w)
-    assert fast.prepared == 2 and len(fast._phases) == 2  # the first shape's phases again
+    assert fast.prepared == 2 and len(fast.phase_pairs) == 2  # the first shape's phases again
 
 
 @pytest.mark.simulator
@@ -127,12 +130,12 @@ def test_a_failed_bind_forgets_the_bound_arrays_and_takes_the_validated_path(stu
     m, fast = w.monitor, w.monitor.fast
     _step(w)
     calls = []
-    monkeypatch.setattr(fastpath, "_kind", lambda name, array: ("another kind",))
-    monkeypatch.setattr(m, "_launch_plan_head", lambda *args: calls.append("head"), raising=False)
-    monkeypatch.setattr(m, "_launch_post", lambda batch=None: calls.append("tail"), raising=False)
+    monkeypatch.setattr(fast_steps, "_kind", lambda name, array: ("another kind",))
+    monkeypatch.setattr(m.step_plan, "head", lambda *args: calls.append("head"))  # the validated path: the plan's
+    monkeypatch.setattr(m.step_plan, "tail", lambda batch: calls.append("tail"))
     w.batch.positions = w.batch.positions.copy()
     _step(w)
-    assert calls == ["head", "tail"] and fast._last is None and fast._step is None
+    assert calls == ["head", "tail"] and fast.bound is None
 
 
 @pytest.mark.simulator
@@ -289,7 +292,7 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     saved = dict(vars(m.readback))
     if graph:
         stand_in = types.SimpleNamespace(launch=lambda: None)
-        m.graph = CapturedStep.of_graphs(w.batch, stand_in, stand_in)
+        m.graph = CapturedStep(w.batch, stand_in, stand_in, roles=BATCH_ROLES)
     launch, table_launch = PreparedLaunch.launch, LaunchTable.launch
     bench_step._host_split(run, w, "decode")
     rows = {r["variant"].split(", ")[1]: r for r in run.records}
@@ -374,8 +377,6 @@ def test_gpu_each_copy_reads_the_block_after_its_step_s_launches():
 
 
 def test_bound_arrays_without_a_shape_are_never_reused():
-    from kvcanary_numba.monitor.bound import BoundArrays
-
     table = np.zeros((2, 3), dtype=np.int32)
     shapeless = types.SimpleNamespace()  # what a DLPack-only object may look like to the memo
     assert BoundArrays((table, None), "head", "tail").holds((table, None))
@@ -413,8 +414,6 @@ def test_the_fast_snapshot_is_the_dataclass():
 
 
 def test_the_exact_test_of_bound_arrays():
-    from kvcanary_numba.monitor.bound import BoundArrays, _exact_test
-
     a, b = np.zeros(4, dtype=np.int64), np.zeros((2, 3), dtype=np.int32)
     arrays = (a, None, b, a)  # an absent role, an array bound under two roles
     exact = _exact_test(arrays)

@@ -110,3 +110,32 @@ def test_groups_and_modes_are_checked():
 def test_zero_capacities_are_rejected_not_defaulted(name):
     with raises_code("KVC-C011"):
         Driver(**{name: 0})
+
+
+def test_backend_and_prepared_are_checked():
+    k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
+    full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(k),))
+    with raises_code("KVC-C009"):
+        CanaryMonitor(full=full, write_req_capacity=1, backend="gpu")
+    with raises_code("KVC-C010"):
+        CanaryMonitor(full=full, write_req_capacity=1, prepared="yes")
+    with raises_code("KVC-C008"):  # prepared steps launch the kernels: not on the NumPy path
+        CanaryMonitor(full=full, write_req_capacity=1, prepared=True)
+    m = CanaryMonitor(full=full, write_req_capacity=1, backend="numpy", prepared=False)
+    assert (m.backend, m.fast, m.step_plan.kernels) == ("numpy", None, False)
+
+
+@pytest.mark.simulator
+def test_the_kernel_backend_on_numpy_buffers_runs_under_the_simulator_only():
+    import os
+
+    k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
+    full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(k),))
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        with raises_code("KVC-C008"):
+            CanaryMonitor(full=full, write_req_capacity=1, backend="cuda")
+        return
+    eager = CanaryMonitor(full=full, write_req_capacity=1, backend="cuda")
+    prepared = CanaryMonitor(full=full, write_req_capacity=1, backend="cuda", prepared=True)
+    assert eager.fast is None and eager.step_plan.kernels
+    assert prepared.fast is not None and prepared.fast.plan is prepared.step_plan

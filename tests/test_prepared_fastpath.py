@@ -1,4 +1,5 @@
-"""The monitor's fast path against eager launches; on a GPU, raw launches and CUDA-graph replays."""
+"""The monitor's prepared steps (``kvcanary_numba.fast.steps``) against the eager step plan; graph
+matching in the hooks; on a GPU, raw launches and CUDA-graph replays."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from helpers import raises_code
 from monitor_helpers import ROWS, WIDTH, Driver, gpu_monitor_run, monitor_records
 
 from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba.kernels import scatter as kernels_scatter
+from kvcanary_numba.fast import driver as fast_driver
+from kvcanary_numba.fast.capture import CapturedStep
+from kvcanary_numba.fast.kernels import scatter_lens as kernels_scatter
 from kvcanary_numba.fast.kernels import translate as kernels_translate
+from kvcanary_numba.fast.steps import PreparedPhase, compile_monitor_kernels
 from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.monitor import StepBatch
-from kvcanary_numba.monitor.fastpath import FastPath
+from kvcanary_numba.monitor.steps import BATCH_ROLES
 
 SIMULATED = _common.ON_SIMULATOR
 
@@ -21,14 +25,10 @@ SIMULATED = _common.ON_SIMULATOR
 
 
 def _driver(kind: str, **options) -> Driver:
-    """``reference``: NumPy references; ``eager``: kernels via the public functions; ``fast``: prepared."""
-    driver = Driver(**options)
-    m = driver.monitor
+    """``reference``: NumPy references; ``eager``: the step plan on the kernels; ``fast``: prepared steps."""
     if kind != "reference":
-        m._backend = "cuda"  # NumPy arrays run the kernels under the simulator
-    if kind == "fast":
-        m.fast = FastPath(m, compile=False)
-    return driver
+        options.update(backend="cuda", prepared=kind == "fast")  # the kernels on NumPy arrays (simulator)
+    return Driver(**options)
 
 
 _STEPS = [
@@ -56,13 +56,11 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only), long steps
     chain_publish and the tiled writes (fused for K and V): all of them must be compiled (and loaded) before a CUDA
     graph is captured."""
-    from kvcanary_numba.fast.kernels import chain, endpoints, plan, tiled_endpoints, verify, write, write_tiled
-    from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
-
-    from kvcanary_numba.launch import _compile
+    from kvcanary_numba.fast.kernels import chain, endpoints, tiled_endpoints, write_tiled
+    from kvcanary_numba.kernels import plan, verify, write
 
     compiled = []
-    monkeypatch.setattr(_compile, "compile_kernel", lambda kernel, signature: compiled.append(kernel))
+    monkeypatch.setattr(fast_driver, "bound_kernel", lambda kernel, signature: compiled.append(kernel))
     if has_v:
         step = [endpoints.KERNELS[n] for src in (0, 1) for n in (endpoints.verify_name(False, src),
                                                                   endpoints.write_name(False, src))]  # fmt: skip
@@ -80,12 +78,8 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
 def test_eager_compilation_adds_the_input_launches_of_the_head_phase(monkeypatch):
     """The expected-token check adds the scatter-and-lengths kernel, an SWA group the slot
     translation: HEAD's first launches on the prepared path (and in a captured graph)."""
-    from kvcanary_numba.kernels import scatter, translate
-    from kvcanary_numba.launch import _compile
-    from kvcanary_numba.monitor.fastpath import compile_monitor_kernels
-
     compiled = []
-    monkeypatch.setattr(_compile, "compile_kernel", lambda kernel, signature: compiled.append(id(kernel)))
+    monkeypatch.setattr(fast_driver, "bound_kernel", lambda kernel, signature: compiled.append(id(kernel)))
 
     def kernels(**options) -> set:
         compiled.clear()
@@ -93,7 +87,7 @@ def test_eager_compilation_adds_the_input_launches_of_the_head_phase(monkeypatch
         return set(compiled)
 
     plain, tokens, swa = kernels(), kernels(**_TOKENS), kernels(swa_window=2)
-    lens, slots = id(scatter.KERNELS["scatter_lens"]), id(translate.KERNELS["translate"])
+    lens, slots = id(kernels_scatter.KERNELS["scatter_lens"]), id(kernels_translate.KERNELS["translate"])
     assert lens in tokens and slots in swa and not {lens, slots} & plain
     assert slots not in tokens and lens not in swa
 
@@ -130,25 +124,26 @@ def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
             m = runs[kind].monitor
             np.testing.assert_array_equal(m.token_pool, ref.token_pool, err_msg=kind)
             np.testing.assert_array_equal(m.valid_lens, ref.valid_lens, err_msg=kind)
-        head = runs["fast"].monitor.fast._last.head
+        head = runs["fast"].monitor.fast.bound.head
         assert head.launches[0].signature == kernels_scatter.SIGNATURES["scatter_lens"][0]  # HEAD's first launch
 
 
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
 def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypatch):
-    from kvcanary_numba.monitor import groups, launches
+    from kvcanary_numba.monitor import groups, steps
 
     driver = _driver("fast", swa_window=2, has_v=False, **_TOKENS)
-    calls, prepare = [], driver.monitor._prepare_inputs
-    monkeypatch.setattr(launches, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
+    plan = driver.monitor.step_plan
+    calls, prepare = [], plan.prepare_inputs
+    monkeypatch.setattr(steps, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
     monkeypatch.setattr(groups, "translate_slots", lambda *a, **kw: calls.append("array translation"))
-    monkeypatch.setattr(driver.monitor, "_prepare_inputs",
+    monkeypatch.setattr(plan, "prepare_inputs",
                         lambda batch, eager=True: calls.append(eager) or prepare(batch, eager=eager))  # fmt: skip
     _run(driver)
     # Every step: inputs left to HEAD's first launches (token scatter and lengths, SWA translation).
     assert calls == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
-    names = [launch.kernel for launch in driver.monitor.fast._last.head.launches[:2]]
+    names = [launch.kernel for launch in driver.monitor.fast.bound.head.launches[:2]]
     assert names == [kernels_scatter.scatter_lens_kernel, kernels_translate.translate_kernel]
 
 
@@ -188,8 +183,6 @@ def test_a_batch_refilled_in_place_launches_what_eager_steps_launch(monkeypatch)
     # Steady state: the phases bound at the first of these steps launch again (no input views are
     # built: the valid lengths and SWA slots are the same views); the SWA slots and the tokens
     # are still translated and scattered by HEAD's first launches every step.
-    from kvcanary_numba.monitor.fastpath import PreparedPhase
-
     options = {"swa_window": 2, "has_v": False, **_TOKENS}
     runs = {kind: _run_in_place(_driver(kind, **options)) for kind in ("reference", "eager")}
     binds = []
@@ -216,8 +209,7 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
         m.pre_forward(bad)
     bad = StepBatch(**{f: getattr(batch, f) for f in batch.__dataclass_fields__})
     bad.out_cache_loc = np.zeros(4, dtype=np.int64)[::2]
-    m._phase = "idle"  # the failed pre_forward left the monitor idle; keep the check explicit
-    with raises_code("KVC-C006"):
+    with raises_code("KVC-C006"):  # the failed pre_forward left the monitor idle: checked again
         m.pre_forward(bad)
 
 
@@ -227,7 +219,6 @@ def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
     # would launch on the first step's pointer. Building the phase says so instead.
     from kvcanary_numba import compute_real_kv_hash
     from kvcanary_numba.fast.recording import recording
-    from kvcanary_numba.monitor.fastpath import PreparedPhase
 
     xp = np if SIMULATED else __import__("cupy")
     tensor = xp.zeros((8, 32), dtype=np.uint8)
@@ -242,45 +233,51 @@ def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
     assert sorted(phase.bindings) == ["out", "slot_indices"]
 
 
-def test_graph_replays_only_the_captured_batch_fields():
-    # A field reassigned after capture would replay the old pointer: the prepared path runs instead.
+def _graph_monitor(batch, driver: Driver, ran: list):
+    """``driver``'s monitor with a stand-in graph of ``batch`` and stand-in prepared steps, each
+    logging what ran: the hooks' choice between them is what is tested."""
     from types import SimpleNamespace
 
-    from kvcanary_numba.monitor import capture, fastpath
-
-    batch = Driver().batch({1: [(11, 1)]})
-    ran = []
+    m = driver.monitor
     stand_in = SimpleNamespace(launch=lambda: ran.append("graph"))
-    graph = capture.CapturedStep.of_graphs(batch, stand_in, stand_in)
-    fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
-    monitor = SimpleNamespace(graph=graph, fast=fast, _checked=None)
-    fastpath.run_pre(monitor, batch)
+    m.graph = CapturedStep(batch, stand_in, SimpleNamespace(launch=lambda: None), roles=BATCH_ROLES)
+    m.fast = SimpleNamespace(pre=lambda b: ran.append("prepared"), post=lambda: None)
+    return m
+
+
+def _hooks(m, batch) -> None:
+    m.pre_forward(batch)
+    m.post_forward()
+    m.end_step()
+
+
+def test_graph_replays_only_the_captured_batch_fields():
+    # A field reassigned after capture would replay the old pointer: the prepared path runs instead.
+    driver = Driver()
+    batch = driver.batch({1: [(11, 1)]})
+    ran: list = []
+    m = _graph_monitor(batch, driver, ran)
+    _hooks(m, batch)
     batch.positions = batch.positions[:]  # another view of the same memory: the same argument
-    fastpath.run_pre(monitor, batch)
+    _hooks(m, batch)
     batch.positions = batch.positions.copy()  # same values, other memory
-    fastpath.run_pre(monitor, batch)
-    assert ran == ["graph", "graph", "prepared"] and graph.replays == 2
+    _hooks(m, batch)
+    assert ran == ["graph", "graph", "prepared"] and m.graph.replays == 2
 
 
 def test_a_graph_does_not_replay_on_other_token_arrays():
     # With the expected-token check, the captured HEAD graph scatters from the captured token
     # arrays: another flat token list (other memory, or another length) takes the prepared path.
-    from types import SimpleNamespace
-
-    from kvcanary_numba.monitor import capture, fastpath
-
-    batch = Driver().batch({1: [(11, 1)], 2: [(21, 5)]})
-    ran = []
-    stand_in = SimpleNamespace(launch=lambda: ran.append("graph"))
-    graph = capture.CapturedStep.of_graphs(batch, stand_in, stand_in)
-    monitor = SimpleNamespace(graph=graph, fast=SimpleNamespace(pre=lambda b: ran.append("prepared"), post=None),
-                              _checked=None)  # fmt: skip
-    fastpath.run_pre(monitor, batch)
+    driver = Driver()
+    batch = driver.batch({1: [(11, 1)], 2: [(21, 5)]})
+    ran: list = []
+    m = _graph_monitor(batch, driver, ran)
+    _hooks(m, batch)
     batch.token_ids_flat = batch.token_ids_flat[:-1]  # the same memory, one token fewer
-    fastpath.run_pre(monitor, batch)
-    batch.token_ids_flat = graph._captured[fastpath.BATCH_ROLES.index("token_ids_flat")]
+    _hooks(m, batch)
+    batch.token_ids_flat = m.graph.captured("token_ids_flat")
     batch.token_offsets = batch.token_offsets.copy()
-    fastpath.run_pre(monitor, batch)
+    _hooks(m, batch)
     assert ran == ["graph", "prepared", "prepared"]
 
 
@@ -289,14 +286,12 @@ def test_the_hooks_replay_a_graph_only_while_the_batch_holds_its_arrays():
     # last checked and matched: a field reassigned (and back) must still be seen at the next step.
     from types import SimpleNamespace
 
-    from kvcanary_numba.monitor import capture
-
     driver = Driver()
     monitor = driver.monitor
     batch = driver.batch({1: [(11, 1)]})
     ran = []
-    graph = capture.CapturedStep.of_graphs(batch, SimpleNamespace(launch=lambda: ran.append("head")),
-                                           SimpleNamespace(launch=lambda: ran.append("tail")))  # fmt: skip
+    graph = CapturedStep(batch, SimpleNamespace(launch=lambda: ran.append("head")),
+                         SimpleNamespace(launch=lambda: ran.append("tail")), roles=BATCH_ROLES)  # fmt: skip
     monitor.graph = graph
     captured_positions = batch.positions
 
@@ -316,8 +311,11 @@ def test_the_hooks_replay_a_graph_only_while_the_batch_holds_its_arrays():
         monitor.pre_forward(batch)
 
 
-def test_graph_capture_needs_a_gpu_monitor():
-    driver = Driver()
+@pytest.mark.parametrize("options", [{}, {"backend": "cuda", "prepared": True}], ids=["numpy", "prepared"])
+def test_graph_capture_needs_a_gpu_monitor(options):
+    if options and not SIMULATED:
+        pytest.skip("prepared steps on NumPy arrays: simulator only")
+    driver = Driver(**options)
     batch = driver.batch({1: [(11, 1)]})
     with raises_code("KVC-C008"):
         driver.monitor.capture_graph(batch)
@@ -347,17 +345,14 @@ def test_gpu_fast_path_and_graph_replays_equal_eager_steps():
 def test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop(monkeypatch, loop):
     # The per-launch Python loop, the compiled launch loop and readback (the default), and the
     # compiled loop passing each kernel's parameters as one buffer (_driver.PARAM_BUFFER).
-    from kvcanary_numba.fast import driver as _driver
-
-    driver = _driver._Driver()  # a fresh driver: the loop switch is read when it is chosen
-    monkeypatch.setattr(_driver, "DRIVER_CALLS", "python" if loop == "python" else "compiled")
-    monkeypatch.setattr(_driver, "PARAM_BUFFER", loop.endswith("one-buffer"))
-    driver.select(object(), "bindings")  # now: launches packed before this test use it too
-    for module in ("prepared", "table"):
-        monkeypatch.setattr(f"kvcanary_numba.launch.{module}._driver", driver)
+    monkeypatch.setattr(fast_driver, "DRIVER_CALLS", "python" if loop == "python" else "compiled")
+    monkeypatch.setattr(fast_driver, "PARAM_BUFFER", loop.endswith("one-buffer"))
+    driver = fast_driver.Driver()  # a fresh driver: the loop switch is read when it selects
+    driver.select()  # now: launches packed before this test use it too
+    monkeypatch.setattr(fast_driver, "driver", driver)
     eager, _ = _gpu_run("eager")
     fast, m = _gpu_run("fast")
-    tables = [phase.table for phases in m.fast._phases.values() for phase in phases]
+    tables = [phase.table for phases in m.fast.phase_pairs for phase in phases]
     assert tables and all(t.compiled == (loop != "python") for t in tables)
     assert (m.readback.native is not None) == (loop != "python")
     if loop.endswith("one-buffer"):
@@ -369,7 +364,7 @@ def test_gpu_fast_path_steps_equal_eager_steps_on_every_launch_loop(monkeypatch,
 @pytest.mark.gpu
 def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
     _, m = _gpu_run("graph", steps=4)
-    launches = [launch for phases in m.fast._phases.values() for phase in phases for launch in phase.launches]
+    launches = [launch for phases in m.fast.phase_pairs for phase in phases for launch in phase.launches]
     assert launches and all(launch.raw for launch in launches), [l.fallback_reason for l in launches]
     assert m.graph is not None and m.graph.replays == 4
     krc = m.status.words.get()[1:13]
@@ -378,7 +373,7 @@ def test_gpu_prepared_launches_are_raw_and_graph_replays_are_counted():
 
 @pytest.mark.gpu
 def test_gpu_eager_steps_replay_what_the_glue_would_launch(monkeypatch):
-    # Public calls and endpoint glue calls (launch/glue_memo.py) of eager monitor steps are packed,
+    # Public calls and endpoint glue calls (fast/glue_memo.py) of eager monitor steps are packed,
     # then replayed; with VERIFY_REPLAYS every replay first re-derives its launches from the glue
     # and raises StaleLaunch on a difference.
     from kvcanary_numba.fast import replay as _kernel_launch

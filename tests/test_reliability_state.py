@@ -93,8 +93,8 @@ BAD_FIELDS = [
 ]
 
 
-def _driver():
-    d = Driver(swa_window=2, check_verify_expected_token=True, max_requests=4, max_context_len=16)
+def _driver(**options):
+    d = Driver(swa_window=2, check_verify_expected_token=True, max_requests=4, max_context_len=16, **options)
     d.step(PREFILL)
     return d
 
@@ -269,16 +269,12 @@ def test_tail_launches_on_the_arrays_of_pre_forward_on_every_path(fast):
     step was planned with the arrays of pre_forward, and eager and prepared paths agree on it."""
     from monitor_helpers import monitor_records
 
-    from kvcanary_numba.monitor.fastpath import FastPath
-
     if fast and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
         pytest.skip("the prepared variant feeds NumPy arrays to the kernels: simulator only")
     records = []
     for reassign in (False, True):
-        d = _driver()
-        if fast:
-            d.monitor._backend = "cuda"  # NumPy arrays through the kernels under the simulator
-            d.monitor.fast = FastPath(d.monitor, compile=False)
+        # prepared: NumPy arrays through the kernels under the simulator.
+        d = _driver(backend="cuda", prepared=True) if fast else _driver()
         batch = _decode_batch(d)
         d.monitor.pre_forward(batch)
         _write_kv(d, batch)  # the forward writes the planned tokens' KV

@@ -120,7 +120,8 @@ class ToyEngine:
                        check_tokens: bool = True, write_input_assert: bool = True, sweep_interval: int = 0,
                        v_half: bool = False, ring_capacity: int = DEFAULT_RING_CAPACITY, warmup_steps: int = 0,
                        health_interval: int = 100, health_warmup_steps: int = 100, bundle_dir=None,
-                       verify_budget=None) -> CanaryMonitor:  # fmt: skip
+                       verify_budget=None, backend: str = "auto",
+                       prepared: bool | None = None) -> CanaryMonitor:  # fmt: skip
         """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
 
         Everything is validated and the monitor built before the engine changes:
@@ -144,6 +145,9 @@ class ToyEngine:
             Folder for replayable violation bundles (see :class:`CanaryMonitor`).
         verify_budget : VerifyBudget, optional
             Budgeted verification (see :class:`CanaryMonitor`).
+        backend, prepared
+            Passed to the monitor: where its launches run and whether they are prepared
+            (``backend="cuda"`` on a CPU engine runs the kernels under the simulator: tests).
 
         Raises
         ------
@@ -172,6 +176,7 @@ class ToyEngine:
             check_verify_expected_token=check_tokens, max_requests=c.req_rows, max_context_len=c.max_tokens,
             ring_capacity=ring_capacity, warmup_steps=warmup_steps, health_interval=health_interval,
             health_warmup_steps=health_warmup_steps, bundle_dir=bundle_dir, verify_budget=verify_budget,
+            backend=backend, prepared=prepared,
         )  # fmt: skip
         self.monitor, self.sweep_interval, self.oracle = monitor, sweep_interval, oracle
         return monitor

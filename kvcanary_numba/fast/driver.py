@@ -259,7 +259,8 @@ class Driver:
         if err != self._success:
             raise RuntimeError(f"cuLaunchKernel failed: {err.name} (grid {grid}, block {block})")
 
-    def _name(self, err: int) -> str:
+    def error_name(self, err: int) -> str:
+        """The name of CUresult ``err`` (``CUDA_ERROR_...``), else its number."""
         try:
             return self.cu.CUresult(err).name
         except (ImportError, ValueError):

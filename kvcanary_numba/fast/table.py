@@ -89,4 +89,4 @@ class LaunchTable:
         if status:
             row, err = _native.decode_status(status)
             p = self.launches[row]
-            raise RuntimeError(f"cuLaunchKernel failed: {_numba.driver._name(err)} (grid {p.grid}, block {p.block})")
+            raise RuntimeError(f"cuLaunchKernel failed: {_numba.driver.error_name(err)} (grid {p.grid}, block {p.block})")

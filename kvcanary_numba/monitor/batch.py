@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +12,7 @@ from .._validate import check_array, check_int
 from .._validate import resolve_backend
 from .._runtime import INT32_MAX, coded_allocation
 from ..errors import error
+from ..fast.bound import identity_test
 
 __all__ = ["StepBatch", "allocate_token_pool"]
 
@@ -127,20 +128,8 @@ _FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token",
 _GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
 
 
-def identity_test(names: tuple) -> Callable[[Any, tuple], bool]:
-    """``same(obj, objects)``: whether ``getattr(obj, names[i]) is objects[i]`` for every ``i``.
-
-    Straight-line code (one ``is`` per name, built once here): a third of the cost of
-    a loop over the names or of building the tuple to compare. The hooks run it at
-    every call.
-    """
-    tests = " and ".join(f"obj.{name} is objects[{i}]" for i, name in enumerate(names))
-    scope: dict = {}
-    exec(f"def same(obj, objects):\n    return {tests}\n", scope)  # noqa: S102 - names are field names
-    return scope["same"]
-
-
-#: ``same_fields(batch, fields)``: each field of ``batch`` is the object in ``fields`` (declaration order).
+#: ``same_fields(batch, fields)``: each field of ``batch`` is the object in ``fields`` (declaration order);
+#: the hooks run it at every call, so it is the fast wing's generated test, not a loop.
 same_fields = identity_test(_FIELDS)
 
 

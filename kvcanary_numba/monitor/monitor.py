@@ -10,45 +10,50 @@ A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()``
 3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then
    the status readback: new violation rows, overflow warnings, health check.
 
-Every array is allocated in the constructor; each phase's launches sit in one
-method (:mod:`.launches`) with no host reads: capturable.
-On a GPU the launches run prepared (:mod:`.fastpath`), or replay a captured
-CUDA graph (:meth:`CanaryMonitor.capture_graph`).
-Sweeps, graph capture, warm-up, flush and counters: :mod:`.controls`.
+Composition, no base classes: the step plan (:class:`~.steps.EagerSteps`, which
+launches each phase makes), on a GPU the fast wing's prepared steps
+(``kvcanary_numba.fast.steps.PreparedSteps``) and a captured CUDA graph
+(:meth:`CanaryMonitor.capture_graph`), readback, pump, health, aftercare, budget.
+The monitor owns the hook order and the batch checks; each phase runs on the
+fastest of graph, prepared steps and plan.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+import copy
+from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import check_bool, check_int
-from .._runtime import array_module
-from .._runtime import INT32_MAX, coded_allocation
+from .._runtime import INT32_MAX, array_module, coded_allocation
+from .._validate import check_bool, check_int, resolve_backend
 from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
 from ..errors import error
+from ..fast.capture import capture_step
+from ..fast.steps import PreparedSteps
 from .batch import StepBatch, allocate_token_pool, same_fields
 from .budget import BudgetState, VerifyBudget
 from .bundle import Aftercare, check_bundle_dir
-from .controls import _IDLE, _ORDER, _POST, _PRE, MonitorControls
-from .fastpath import FastPath, run_pre
 from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
-from .status import StatusBlock
-from .sweep import SlotChain
+from .report import Violation
+from .status import Snapshot, StatusBlock
+from .steps import EagerSteps
+from .sweep import SlotChain, build_sweep_entries, launch_sweep
 from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
 MODES = ("log", "raise")
 _FN = "CanaryMonitor"
+_IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
+_ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 
 
-class CanaryMonitor(MonitorControls):
+class CanaryMonitor:
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
     Parameters
@@ -96,6 +101,30 @@ class CanaryMonitor(MonitorControls):
         Budgeted verification (:mod:`.budget`): each step verifies only the
         prefix entries due then; every entry that stays in the plans for K
         consecutive steps is verified within them (K: ``stats()["verify_period"]``).
+    backend : {"auto", "numpy", "cuda"}
+        Where the launches run: ``auto`` follows ``device``. ``cuda`` with
+        ``device="cpu"`` runs the Numba-CUDA kernels on NumPy buffers under Numba's
+        CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): for tests and host-time
+        measurements, not for production.
+    prepared : bool, optional
+        Record each batch shape's launches once and relaunch them (the fast wing's
+        prepared steps) instead of running the step plan every step. Default: on
+        with ``device="cuda"``. True needs the kernels (``backend`` resolving to
+        ``cuda``); under the simulator it records without compiling (tests).
+
+    Attributes
+    ----------
+    step_plan : EagerSteps
+        Which launches each phase makes; run every step on the eager path.
+    fast : PreparedSteps or None
+        The prepared steps (None: every step runs the plan). Setting it to None
+        switches a monitor to the eager path (benchmarks compare both).
+    graph : CapturedStep or None
+        The captured step (:meth:`capture_graph`).
+    backend : {"numpy", "cuda"}
+        The resolved backend.
+    phase_launches : (ndarray, ndarray)
+        Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
 
     Raises
     ------
@@ -110,8 +139,8 @@ class CanaryMonitor(MonitorControls):
                  verify_capacity: int | None = None, sweep_capacity: int | None = None,
                  check_verify_expected_token: bool = False, max_requests: int | None = None,
                  max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
-                 health_warmup_steps: int = 100, bundle_dir=None,
-                 verify_budget: VerifyBudget | None = None):  # fmt: skip
+                 health_warmup_steps: int = 100, bundle_dir=None, verify_budget: VerifyBudget | None = None,
+                 backend: str = "auto", prepared: bool | None = None):  # fmt: skip
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -137,6 +166,12 @@ class CanaryMonitor(MonitorControls):
         health_interval = check_int(_FN, "health_interval", health_interval, low=0)
         health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
+        self.backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
+        if prepared is not None and check_bool(_FN, "prepared", prepared) and self.backend != "cuda":
+            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared,
+                        reason="prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under "
+                               "the simulator)")  # fmt: skip
+        prepared = self.backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
         caps = dict(verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
                     write_token_capacity=self.write_token_capacity, sweep_capacity=self.sweep_capacity)
         nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
@@ -150,20 +185,24 @@ class CanaryMonitor(MonitorControls):
                 write_req_capacity=self.write_req_capacity,
             )  # fmt: skip
         self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self._pre_launches = sum(g.launch_counts("head") for g in self.groups)
-        self._post_launches = sum(g.launch_counts("tail") for g in self.groups)
+        self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
         self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps,
-                                    phases=(self._pre_launches, self._post_launches))  # fmt: skip
+                                    phases=self.phase_launches)  # fmt: skip
         self.pump = ViolationPump(
             mode=mode, ring=self.ring, readback=self.readback, health=self.health,
             plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
         )  # fmt: skip
         self.step = self.sweeps = 0
-        self._phase, self._batch, self._locs, self._post = _IDLE, None, None, None
+        self._phase, self._batch, self._tail = _IDLE, None, None
         self._checked = None  # (batch, its field objects) of the last successful array check
-        self._backend, self.graph = "auto", None  # backend: tests run the kernels on NumPy under the simulator
         self.budget = BudgetState.build(self, verify_budget, _FN)
-        self.fast = None if xp is np else FastPath(self)  # compiles the kernels every step uses
+        self.step_plan = EagerSteps(
+            groups=self.groups, xp=xp, backend=self.backend, check_tokens=self.check_tokens, budget=self.budget,
+            token_pool=self.token_pool, valid_lens=self.valid_lens, write_req_capacity=self.write_req_capacity,
+            write_token_capacity=self.write_token_capacity)  # fmt: skip
+        self.graph = None
+        # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
+        self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.bundles = self.aftercare.bundles
 
@@ -191,7 +230,20 @@ class CanaryMonitor(MonitorControls):
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self._check_batch(fn, batch)  # all of it, before the first launch
-        self._post = run_pre(self, batch)
+        graph, fast = self.graph, self.fast
+        if graph is not None and graph.matches(batch, self._checked):  # _checked holds batch's fields now
+            graph.pre()
+            self._tail = graph.post
+        elif fast is not None:
+            fast.pre(batch)
+            self._tail = fast.post
+        else:
+            plan = self.step_plan
+            plan.head(batch, *plan.prepare_inputs(batch))
+            # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
+            # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
+            planned = copy.copy(batch)
+            self._tail = lambda: plan.tail(planned)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
@@ -215,7 +267,7 @@ class CanaryMonitor(MonitorControls):
         if self._phase is not _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self._check_batch(fn, self._batch)
-        self._post()
+        self._tail()
         self._phase = _POST
         self.health.post += 1
 
@@ -271,3 +323,73 @@ class CanaryMonitor(MonitorControls):
         if snapshot is not None:
             self.aftercare.process(self, snapshot, step)
 
+    # --- controls ---------------------------------------------------------------
+    def capture_graph(self, batch: StepBatch) -> None:
+        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
+        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
+
+        The engine must refill the batch arrays in place (same objects and shapes)
+        between steps. Health counting is unchanged: each replay counts its launches.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-C008 without prepared steps on a GPU, KVC-M005 between pre_forward and
+            end_step, and pre_forward's codes for the batch.
+        """
+        fn = "CanaryMonitor.capture_graph"
+        self.graph = None
+        if self.fast is None or self.xp is np:
+            raise error("KVC-C008", function=fn, argument="device", got=self.device,
+                        reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps")
+        if self._phase is not _IDLE:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._check_batch(fn, batch)
+        self.graph = capture_step(self.fast, batch)
+
+    def finish_warmup(self) -> None:
+        """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
+        self.enable_chain_position_assert.fill(1)
+
+    def sweep(self, chains: Sequence[SlotChain]) -> None:
+        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
+
+        Parameters
+        ----------
+        chains : list or tuple of SlotChain
+            Checked before the first launch (a generator is refused: KVC-M009).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
+        """
+        fn = "CanaryMonitor.sweep"
+        if self._phase is _PRE:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
+        for g in self.groups:
+            self.health.add(launch_sweep(self.xp, g, entries))
+        self.sweeps += 1
+
+    def flush(self) -> None:
+        """Process every pending readback now (end of a run; waits for the device)."""
+        self.aftercare.process(self, self.readback.flush(), self.step)
+
+    @property
+    def violations(self) -> list[Violation]:
+        """Every violation decoded so far, in ring order (rows lost to a full ring are not included)."""
+        return self.pump.violations
+
+    def stats(self) -> dict:
+        """Counters as of now (reads the device: not for the hot path)."""
+        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
+        return {
+            "step": self.step,
+            "protected_tokens": int(snap.slot_run_counters.sum()),
+            "kernel_runs": int(snap.kernel_run_counters.sum()),
+            "sweep_passes": self.sweeps,
+            "violations_recorded": snap.write_index,
+            "violations_decoded": len(self.violations),
+            **({} if self.budget is None else self.budget.stats()),
+        }

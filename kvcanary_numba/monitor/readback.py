@@ -149,7 +149,7 @@ class CudaReadback:
         if status >> 32:
             call, err = _native.decode_status(status)
             name = ("cuEventQuery", "cuEventRecord", "cuStreamWaitEvent", "cuMemcpyDtoHAsync_v2", "cuEventRecord")
-            raise RuntimeError(f"status readback: {name[call - 1]} failed: {_driver.driver._name(err)}")
+            raise RuntimeError(f"status readback: {name[call - 1]} failed: {_driver.driver.error_name(err)}")
         queue.append((step, i))
         if previous is None or status == _native.NOT_READY:  # nothing in flight, or the previous copy is not done yet
             return None

@@ -19,7 +19,7 @@ from .._validate import check_int
 from ..constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR, NUM_LAUNCH_TAGS
 from ..errors import error
 from ..fast.calls import launch_canary_verify_kernel
-from .groups import translate_slots
+from .groups import check_type, translate_slots
 
 __all__ = ["SlotChain", "build_sweep_entries", "fill_sweep_plan", "launch_sweep"]
 
@@ -95,8 +95,14 @@ def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: in
     Raises
     ------
     KvCanaryError
-        KVC-M004 when the chains hold more than ``capacity`` slots.
+        KVC-M009 when ``chains`` is not a list or tuple of SlotChain (a generator is refused:
+        the checks would use it up), KVC-M004 when the chains hold more than ``capacity`` slots.
     """
+    if not isinstance(chains, (list, tuple)):
+        raise error("KVC-M009", function=function, argument="chains", expected="list or tuple of SlotChain",
+                    got=type(chains).__name__)  # fmt: skip
+    for i, chain in enumerate(chains):
+        check_type(function, f"chains[{i}]", chain, SlotChain)
     total = sum(len(chain.slots) for chain in chains)
     if total > capacity:
         raise error("KVC-M004", function=function, got=total, capacity=capacity)
