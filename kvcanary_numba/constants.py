@@ -104,8 +104,6 @@ FAIL_SLOT_RANGE = np.int64(FailReason.SLOT_OUT_OF_RANGE)
 FAIL_PREV_RANGE = np.int64(FailReason.PREV_SLOT_OUT_OF_RANGE)
 FAIL_WRITE_RANGE = np.int64(FailReason.WRITE_RANGE_OUT_OF_BOUNDS)
 
-#: FailReason bits that SGLang itself defines.
-SGLANG_FAIL_REASON_MASK: Final[int] = 63
 #: FailReason bits added by kvcanary_numba.
 EXTENSION_FAIL_REASON_MASK: Final[int] = 64 | 128 | 256
 
@@ -142,7 +140,7 @@ class CanaryLaunchTag(enum.IntEnum):
 
 NUM_LAUNCH_TAGS: Final[int] = len(CanaryLaunchTag)
 #: Endpoints (launch contexts) one endpoint launch serves: the K and V halves of a monitor
-#: group's phase (``launch/endpoints.py``, ``kernels/endpoints.py``).
+#: group's phase (``fast/endpoints.py``, ``fast/kernels/endpoints.py``).
 MAX_ENDPOINTS: Final[int] = 2
 
 # --- real-KV sources --------------------------------------------------------
@@ -152,16 +150,9 @@ MAX_REAL_KV_SOURCES: Final[int] = 4
 PARTIAL_READ_BYTES: Final[int] = 16
 #: Real-KV reads are whole 16-byte vectors (lo word, then hi word).
 REAL_KV_ALIGN_BYTES: Final[int] = 16
-#: Column order of the per-source parameter table: (page_size, num_bytes_per_token, read_bytes).
-REAL_KV_SOURCE_FIELD_PAGE_SIZE: Final[int] = 0
-REAL_KV_SOURCE_FIELD_NUM_BYTES_PER_TOKEN: Final[int] = 1
-REAL_KV_SOURCE_FIELD_READ_BYTES: Final[int] = 2
-REAL_KV_SOURCE_FIELDS: Final[int] = 3
 
 # --- launch shapes ----------------------------------------------------------
 
-VERIFY_BLOCK_SIZE: Final[int] = 512
-VERIFY_PERSISTENT_BLOCKS: Final[int] = 64
 PLAN_BLOCK_SIZE: Final[int] = 128
 WARP_SIZE: Final[int] = 32
 
