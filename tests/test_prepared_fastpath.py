@@ -53,11 +53,11 @@ def _run(driver: Driver) -> Driver:
 
 @pytest.mark.parametrize("has_v", [True, False])
 def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, monkeypatch):
-    """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only), long steps
-    chain_publish and the tiled writes (fused for K and V): all of them must be compiled (and loaded) before a CUDA
-    graph is captured."""
-    from kvcanary_numba.fast.kernels import chain, endpoints, tiled_endpoints, write_tiled
-    from kvcanary_numba.kernels import plan, verify, write
+    """Decode steps launch the endpoint kernels (K and V) or the serial ones (K only: the core verify
+    and the fast wing's chain-sharing write), long steps chain_publish and the tiled writes (fused for
+    K and V): all of them must be compiled (and loaded) before a CUDA graph is captured."""
+    from kvcanary_numba.fast.kernels import chain, endpoints, tiled_endpoints, write_shared, write_tiled
+    from kvcanary_numba.kernels import plan, verify
 
     compiled = []
     monkeypatch.setattr(fast_driver, "bound_kernel", lambda kernel, signature: compiled.append(kernel))
@@ -65,8 +65,8 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
         step = [endpoints.KERNELS[n] for src in (0, 1) for n in (endpoints.verify_name(False, src),
                                                                   endpoints.write_name(False, src))]  # fmt: skip
     else:
-        step = [m.KERNELS[name(False, src)] for src in (0, 1) for m, name in ((verify, verify.kernel_name),
-                                                                           (write, write.kernel_name))]  # fmt: skip
+        step = [m.KERNELS[name(False, src)] for src in (0, 1)
+                for m, name in ((verify, verify.kernel_name), (write_shared, write_shared.kernel_name))]
     tiled = tiled_endpoints if has_v else write_tiled
     tiled_name = tiled.kernel_name
     expected = [*plan.KERNELS.values(), *step, chain.KERNELS["chain_publish"],
