@@ -61,8 +61,15 @@ def load_tree(tree: str) -> dict:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         commit = done.stdout.strip() or None
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {"tree": tree, "package": str(where.parent), "commit": commit, "source_sha1": digest.hexdigest()[:12],
-            "python": platform.python_version(), "numpy": np.__version__, "cores": affinity}
+    return {
+        "tree": tree,
+        "package": str(where.parent),
+        "commit": commit,
+        "source_sha1": digest.hexdigest()[:12],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cores": affinity,
+    }
 
 
 def stats(samples_us) -> dict:
@@ -151,19 +158,30 @@ class PublicStep:
         words[flat, 2] = prev.reshape(-1).view(np.int64)
         rng = np.random.default_rng(seed)
         kv_bytes = rng.integers(0, 256, (num_slots, bytes_per_token), dtype=np.uint8)
-        source = kv.RealKvSource(tensor=xp.asarray(kv_bytes), page_size=1, num_bytes_per_token=bytes_per_token,
-                                 read_bytes=bytes_per_token)
+        source = kv.RealKvSource(
+            tensor=xp.asarray(kv_bytes), page_size=1, num_bytes_per_token=bytes_per_token, read_bytes=bytes_per_token
+        )
         buf = xp.asarray(words.view(np.uint8).reshape(num_slots, 32))
         real = xp.zeros(num_slots, dtype=np.int64)
-        kv.compute_real_kv_hash(real_kv_sources=(source,), real_kv_hash_mode=mode,
-                                slot_indices=xp.arange(num_slots, dtype=np.int64), out=real)
+        kv.compute_real_kv_hash(
+            real_kv_sources=(source,),
+            real_kv_hash_mode=mode,
+            slot_indices=xp.arange(num_slots, dtype=np.int64),
+            out=real,
+        )
         buf.view(np.int64)[:, 3] = real
         buf.view(np.int64)[0, 3] = 0
         self.context = kv.CanaryContext(
-            canary_buf=buf, kernel_kind=kv.CanaryLaunchTag.TAIL_K_FULL,
-            violation_ring=xp.zeros((1024, 8), dtype=np.int64), violation_write_index=xp.zeros(1, dtype=np.int32),
-            slot_run_counter=xp.zeros(1, dtype=np.int64), kernel_run_counter=xp.zeros(1, dtype=np.int64),
-            real_kv_sources=(source,), real_kv_hash_mode=mode, enable_chain_position_assert=xp.zeros(1, np.int32))
+            canary_buf=buf,
+            kernel_kind=kv.CanaryLaunchTag.TAIL_K_FULL,
+            violation_ring=xp.zeros((1024, 8), dtype=np.int64),
+            violation_write_index=xp.zeros(1, dtype=np.int32),
+            slot_run_counter=xp.zeros(1, dtype=np.int64),
+            kernel_run_counter=xp.zeros(1, dtype=np.int64),
+            real_kv_sources=(source,),
+            real_kv_hash_mode=mode,
+            enable_chain_position_assert=xp.zeros(1, np.int32),
+        )
         table = np.zeros((bs + 1, length), dtype=np.int32)
         table[1:] = slots
         device = "cpu" if xp is np else "cuda"
@@ -171,23 +189,46 @@ class PublicStep:
         vplan = kv.VerifyPlan.allocate(verify_capacity=capacity, device=device)
         wplan = kv.WritePlan.allocate(write_req_capacity=bs, device=device)
         self.plan = dict(
-            verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64),
-            prefix_lens=xp.full(bs, prefix, dtype=np.int64), extend_seq_lens=xp.ones(bs, dtype=np.int64),
-            req_to_token=xp.asarray(table), swa_window_size=0, full_to_swa_index_mapping=None,
-            verify_capacity=capacity, req_to_verify_expected_tokens=None,
-            req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0)
+            verify_plan_out=vplan,
+            write_plan_out=wplan,
+            req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64),
+            prefix_lens=xp.full(bs, prefix, dtype=np.int64),
+            extend_seq_lens=xp.ones(bs, dtype=np.int64),
+            req_to_token=xp.asarray(table),
+            swa_window_size=0,
+            full_to_swa_index_mapping=None,
+            verify_capacity=capacity,
+            req_to_verify_expected_tokens=None,
+            req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=0,
+        )
         self.verify = dict(context=self.context, plan=vplan, check_verify_expected_token=False)
         column = lambda a: xp.asarray(np.ascontiguousarray(a[:, prefix]))  # noqa: E731
-        self.write = dict(context=self.context, plan=wplan, input_ids=column(tokens),
-                          positions=xp.full(bs, prefix, dtype=np.int64), out_cache_loc=column(slots),
-                          enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None)
+        self.write = dict(
+            context=self.context,
+            plan=wplan,
+            input_ids=column(tokens),
+            positions=xp.full(bs, prefix, dtype=np.int64),
+            out_cache_loc=column(slots),
+            enable_write_input_assert=False,
+            expected_input_tokens=None,
+            expected_input_positions=None,
+        )
         self.offsets = dict(
-            req_pool_indices=self.plan["req_pool_indices"], prefix_lens=self.plan["prefix_lens"],
-            extend_seq_lens=self.plan["extend_seq_lens"], req_to_token=self.plan["req_to_token"],
-            full_to_swa_index_mapping=None, out_verify_offsets_scratch=xp.zeros(bs + 1, dtype=np.int64),
-            out_write_offsets=wplan.write_offsets, out_write_seed_slot_indices=wplan.write_seed_slot_indices,
-            out_verify_num_valid=vplan.verify_num_valid, out_verify_enable=vplan.enable,
-            out_write_num_valid_reqs=wplan.write_num_valid_reqs, swa_window_size=0, verify_capacity=capacity)
+            req_pool_indices=self.plan["req_pool_indices"],
+            prefix_lens=self.plan["prefix_lens"],
+            extend_seq_lens=self.plan["extend_seq_lens"],
+            req_to_token=self.plan["req_to_token"],
+            full_to_swa_index_mapping=None,
+            out_verify_offsets_scratch=xp.zeros(bs + 1, dtype=np.int64),
+            out_write_offsets=wplan.write_offsets,
+            out_write_seed_slot_indices=wplan.write_seed_slot_indices,
+            out_verify_num_valid=vplan.verify_num_valid,
+            out_verify_enable=vplan.enable,
+            out_write_num_valid_reqs=wplan.write_num_valid_reqs,
+            swa_window_size=0,
+            verify_capacity=capacity,
+        )
         self.kv = kv
 
     def calls(self) -> dict:
@@ -197,9 +238,11 @@ class PublicStep:
             "plan": lambda _: kv.launch_canary_plan_kernels(**plan),
             "verify": lambda _: kv.launch_canary_verify_kernel(**verify),
             "write": lambda _: kv.launch_canary_write_kernel(**write),
-            "plan+verify+write": lambda _: (kv.launch_canary_plan_kernels(**plan),
-                                            kv.launch_canary_verify_kernel(**verify),
-                                            kv.launch_canary_write_kernel(**write)),
+            "plan+verify+write": lambda _: (
+                kv.launch_canary_plan_kernels(**plan),
+                kv.launch_canary_verify_kernel(**verify),
+                kv.launch_canary_write_kernel(**write),
+            ),
         }
 
     def offsets_call(self):
@@ -234,13 +277,21 @@ class MonitorCase:
         self.tokens = rng.integers(1, 32000, (requests, width), dtype=np.int64)
         self.k = xp.zeros((num_slots, bytes_per_token), dtype=np.uint8)
         self.v = xp.zeros((num_slots, bytes_per_token), dtype=np.uint8)
-        sources = [(kv.RealKvSource(tensor=t, page_size=1, num_bytes_per_token=bytes_per_token,
-                                    read_bytes=bytes_per_token),) for t in (self.k, self.v)]
+        sources = [
+            (kv.RealKvSource(tensor=t, page_size=1, num_bytes_per_token=bytes_per_token, read_bytes=bytes_per_token),)
+            for t in (self.k, self.v)
+        ]
         full = kv.KvGroup(kind="full", num_slots=num_slots, k_sources=sources[0], v_sources=sources[1])
         self.monitor = kv.CanaryMonitor(
-            full=full, device="cpu" if xp is np else "cuda", real_kv_hash_mode=kv.RealKvHashMode.PARTIAL,
-            write_req_capacity=requests, write_token_capacity=requests * max(prefix, extend),
-            verify_capacity=max(requests * width, 1), health_interval=0, ring_capacity=4096)
+            full=full,
+            device="cpu" if xp is np else "cuda",
+            real_kv_hash_mode=kv.RealKvHashMode.PARTIAL,
+            write_req_capacity=requests,
+            write_token_capacity=requests * max(prefix, extend),
+            verify_capacity=max(requests * width, 1),
+            health_interval=0,
+            ring_capacity=4096,
+        )
         self.req_to_token = xp.asarray(self.table)
         self._kv = kv
         if prefix:
@@ -254,9 +305,14 @@ class MonitorCase:
         xp, bs = self.xp, self.requests
         zeros = lambda n: xp.zeros(n, dtype=np.int64)  # noqa: E731
         return self._kv.StepBatch(
-            req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64), prefix_lens=zeros(bs),
-            extend_seq_lens=xp.full(bs, extend, dtype=np.int64), req_to_token=self.req_to_token,
-            input_ids=zeros(bs * extend), positions=zeros(bs * extend), out_cache_loc=zeros(bs * extend))
+            req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64),
+            prefix_lens=zeros(bs),
+            extend_seq_lens=xp.full(bs, extend, dtype=np.int64),
+            req_to_token=self.req_to_token,
+            input_ids=zeros(bs * extend),
+            positions=zeros(bs * extend),
+            out_cache_loc=zeros(bs * extend),
+        )
 
     def fill(self, batch, start: int, extend: int) -> None:
         cols = slice(start, start + extend)

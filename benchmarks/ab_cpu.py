@@ -54,8 +54,14 @@ def main(argv=None) -> int:
     import kvcanary_numba as kv
 
     started = time.perf_counter()
-    result = {"script": "ab_cpu", "label": args.label or args.tree, **info, "device": "cpu", "rows": {},
-              "violations": {}}
+    result = {
+        "script": "ab_cpu",
+        "label": args.label or args.tree,
+        **info,
+        "device": "cpu",
+        "rows": {},
+        "violations": {},
+    }
     for size, bs, prefix, calls in (("1 entry", 1, 1, args.calls), ("64 x 256", 64, 256, max(args.calls // 10, 5))):
         step = common.PublicStep(kv, np, bs=bs, prefix=prefix)
         fns = {**step.calls(), "plan offsets": step.offsets_call()}
@@ -66,7 +72,8 @@ def main(argv=None) -> int:
     case = common.MonitorCase(kv, np, requests=16, prefix=256, extend=1)
     steps = max(args.calls // 10, 5)
     result["rows"]["monitor decode 16 x 1, prefix 256: step"] = common.timed(
-        lambda _: case.run_step(case.batch), calls=steps, warmup=5)
+        lambda _: case.run_step(case.batch), calls=steps, warmup=5
+    )
     result["violations"]["monitor"] = case.rows()
     result["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(result), flush=True)

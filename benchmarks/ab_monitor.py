@@ -129,8 +129,11 @@ def main(argv=None) -> int:
     parser.add_argument("label", nargs="?", help="name of this process in the output (default: TREE)")
     parser.add_argument("--steps", type=int, default=300, help="timed decode steps per row (default 300)")
     parser.add_argument("--cases", default="decode,prefill", help="comma-separated of " + ",".join(CASES))
-    parser.add_argument("--smoke", action="store_true",
-                        help="a CPU check of this script: the NumPy monitor, small cases, idle protocol, 5 steps")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a CPU check of this script: the NumPy monitor, small cases, idle protocol, 5 steps",
+    )
     args = parser.parse_args(argv)
     info = common.load_tree(args.tree)
     import kvcanary_numba as kv
@@ -143,8 +146,14 @@ def main(argv=None) -> int:
         xp, spin = cupy, _spinner()
         name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
         device = name.decode() if isinstance(name, bytes) else str(name)
-    result = {"script": "ab_monitor", "label": args.label or args.tree, **info, "device": device, "rows": {},
-              "violations": {}}
+    result = {
+        "script": "ab_monitor",
+        "label": args.label or args.tree,
+        **info,
+        "device": device,
+        "rows": {},
+        "violations": {},
+    }
     started = time.perf_counter()
     for key in [c for c in args.cases.split(",") if c]:
         requests, prefix, extend, paths, protocols, steps = CASES[key]
@@ -156,8 +165,9 @@ def main(argv=None) -> int:
             if path == "graph replay":
                 case.monitor.capture_graph(case.batch)
             for protocol in protocols:
-                measured = _steps(case, spin, bench=protocol == "bench", steps=steps or args.steps,
-                                  warmup=2 if args.smoke else WARMUP)
+                measured = _steps(
+                    case, spin, bench=protocol == "bench", steps=steps or args.steps, warmup=2 if args.smoke else WARMUP
+                )
                 for metric, value in measured.items():
                     result["rows"][f"{key} {path} / {protocol}: {metric}"] = value
         result["violations"][key] = case.rows()

@@ -72,8 +72,14 @@ def main(argv=None) -> int:
     fns = step.calls()
     fns["plan"](0)  # the verify plan is the plan call's output
     sync()
-    result = {"script": "ab_public", "label": args.label or args.tree, **info, "device": device,
-              "setup_s": round(time.perf_counter() - started, 1), "rows": {}}
+    result = {
+        "script": "ab_public",
+        "label": args.label or args.tree,
+        **info,
+        "device": device,
+        "setup_s": round(time.perf_counter() - started, 1),
+        "rows": {},
+    }
     for protocol in ("synced", "queued"):
         for name, fn in fns.items():
             before = (lambda i: sync()) if protocol == "synced" else (lambda i: sync() if i % 64 == 0 else None)

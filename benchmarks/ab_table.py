@@ -40,8 +40,9 @@ def _group(line: dict) -> str:
 def _rows(line: dict) -> dict[str, float]:
     """row -> median (µs) of one process's line, either format."""
     if isinstance(line.get("rows"), dict):
-        return {row: value["median"] for row, value in line["rows"].items()
-                if isinstance(value, dict) and "median" in value}
+        return {
+            row: value["median"] for row, value in line["rows"].items() if isinstance(value, dict) and "median" in value
+        }
     out = {}
     for key, value in line.items():  # older probes: "<path> / <protocol>": {"host": {...}, "end_step": {...}}
         if not isinstance(value, dict):
@@ -103,8 +104,12 @@ def table(lines: list[dict], base: str = ".base", tolerance: float = 0.0, proces
             header += ["new - base", "verdict"]
         if processes:
             header += [str(line.get("label") or line.get("tree")) for _, side_lines in sides for line in side_lines]
-        out += [f"### {name}" + (f" against {base}" if len(sides) == 2 else ""), "",
-                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += [
+            f"### {name}" + (f" against {base}" if len(sides) == 2 else ""),
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         for row in names:
             values = [[rows[row] for rows in processes_rows if row in rows] for processes_rows in per_side]
             cells = [row]
@@ -112,8 +117,10 @@ def table(lines: list[dict], base: str = ".base", tolerance: float = 0.0, proces
                 cells += [_fmt(statistics.median(v)) if v else "-", _fmt(max(v) - min(v)) if v else "-"]
             if len(sides) == 2:
                 if values[0] and values[1]:
-                    cells += [f"{statistics.median(values[1]) - statistics.median(values[0]):+.2f}",
-                              verdict(values[0], values[1], tolerance)]
+                    cells += [
+                        f"{statistics.median(values[1]) - statistics.median(values[0]):+.2f}",
+                        verdict(values[0], values[1], tolerance),
+                    ]
                 else:
                     cells += ["-", "-"]
             if processes:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from numba import cuda, int64, uint64
 
-from kvcanary_numba.kernels.fingerprint import SOURCE_SIGNATURE, real_kv_hash
+from kvcanary_numba.kernels.fingerprint import real_kv_hash
 from kvcanary_numba.kernels.hashing import CHAIN_HEAD, ONE, ZERO, mix3
 from kvcanary_numba.kernels.write import ARGUMENTS as WRITE_ARGUMENTS
 from kvcanary_numba.kernels.write_chunk import entry_checks, request_range, seed_state, store_record
@@ -61,11 +61,29 @@ def chain_streamed(steps, tokens, positions, out):
     out[t] = int64(running)
 
 
-
 def _write_baseline(
-    buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-    expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-    w0, w1, w2, w3, params, input_assert, nsrc,
+    buf,
+    offsets,
+    seeds,
+    num_valid_reqs,
+    input_ids,
+    positions,
+    out_cache_loc,
+    expected_tokens,
+    expected_positions,
+    chain_flag,
+    ring,
+    write_index,
+    slot_counter,
+    kernel_counter,
+    kind,
+    w0,
+    w1,
+    w2,
+    w3,
+    params,
+    input_assert,
+    nsrc,
 ):
     # One thread walks one request, everything in order (SGLang's layout).
     r = int64(cuda.grid(1))
@@ -91,8 +109,21 @@ def _write_baseline(
         chain_hash = int64(running)
         expected_token = expected_tokens[i] if input_assert != ZERO else ZERO
         expected_position = expected_positions[i] if input_assert != ZERO else ZERO
-        if entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert != ZERO,
-                        expected_token, expected_position, track, prev_position + ONE, num_slots):
+        if entry_checks(
+            ring,
+            write_index,
+            kind,
+            slot,
+            token,
+            position,
+            chain_hash,
+            input_assert != ZERO,
+            expected_token,
+            expected_position,
+            track,
+            prev_position + ONE,
+            num_slots,
+        ):
             real = int64(real_kv_hash(slot, nsrc, w0, w1, w2, w3, params))
             store_record(buf, slot, token, position, chain_hash, real)
             stored += ONE
@@ -101,7 +132,6 @@ def _write_baseline(
         running = mix3(running, uint64(token), uint64(position))
     if stored > ZERO:
         cuda.atomic.add(slot_counter, 0, stored)
-
 
 
 write_baseline = cuda.jit(_write_baseline)
@@ -130,14 +160,26 @@ def launch_chain_limit(*, out, steps: int, tokens=None, positions=None, block: i
     _launch.launch(KERNELS[name], SIGNATURES[name][0], grid, block, args, stream)
 
 
-def launch_write_baseline(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
-                          expected_input_tokens, expected_input_positions, stream=None) -> None:
+def launch_write_baseline(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+    stream=None,
+) -> None:
     """The write of :func:`kvcanary_numba.launch_canary_write_kernel` with one thread per request
     (SGLang's layout): the whole request, real-KV folds included, runs serially in one thread."""
-    nsrc, args = write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
-                                 expected_input_positions)
+    nsrc, args = write_arguments(
+        context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+    )
     capacity = plan.write_seed_slot_indices.shape[0]
     block = 1  # SGLang's kWriteBlockSize
     args = (*args, int(bool(enable_write_input_assert)), nsrc)
-    _launch.launch(write_baseline, SIGNATURES["write_baseline"][0], _launch.grid_for(capacity, block), block, args,
-                   stream)
+    _launch.launch(
+        write_baseline, SIGNATURES["write_baseline"][0], _launch.grid_for(capacity, block), block, args, stream
+    )

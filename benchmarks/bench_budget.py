@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcanary_numba import RealKvHashMode, VerifyPlan, launch_canary_verify_kernel
+from kvcanary_numba import VerifyPlan, launch_canary_verify_kernel
 
 # Monitor internals (the budget's selection): re-check after the monitor composition merge.
 from kvcanary_numba.monitor.budget import seeded_affine, select_verify_entries
@@ -38,8 +38,13 @@ def budget_entries(requests: int, prefix: int, period: int) -> int:
 def budget_sweep(run) -> None:
     for requests, prefix in SIZES[run.mode]:
         for name in ("ALL", "NONE"):
-            run.case("budget", f"{name} {requests}x{prefix}", lambda: _budget(run, name, requests, prefix),
-                     reserve=60, cleanup=_free)  # fmt: skip
+            run.case(
+                "budget",
+                f"{name} {requests}x{prefix}",
+                lambda: _budget(run, name, requests, prefix),
+                reserve=60,
+                cleanup=_free,
+            )
 
 
 def _budget(run, name: str, requests: int, prefix: int) -> None:
@@ -53,16 +58,25 @@ def _budget(run, name: str, requests: int, prefix: int) -> None:
         launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
 
     result = device_times(full, iters=run.iters, host_us=150)
-    run.add({"op": "budget", "variant": f"{name} full verify", **shape, **result,
-             "bytes": verify_bytes(entries, mode), "period": 1})  # fmt: skip
+    run.add(
+        {
+            "op": "budget",
+            "variant": f"{name} full verify",
+            **shape,
+            **result,
+            "bytes": verify_bytes(entries, mode),
+            "period": 1,
+        }
+    )
     out = VerifyPlan.allocate(verify_capacity=entries, device="cuda")
     step, scratch = cupy.zeros(1, dtype=np.int64), cupy.zeros(2, dtype=np.int64)
     for period in PERIODS[run.mode]:
         a, c = seeded_affine(period, 0)
 
         def select(_):
-            select_verify_entries(plan=plan, out_plan=out, step=step, scratch=scratch, period=period,
-                                  multiplier=a, offset=c)  # fmt: skip
+            select_verify_entries(
+                plan=plan, out_plan=out, step=step, scratch=scratch, period=period, multiplier=a, offset=c
+            )
             cupy.add(step, 1, out=step)  # the monitor's end_step advance
 
         def budgeted(i):
@@ -76,8 +90,15 @@ def _budget(run, name: str, requests: int, prefix: int) -> None:
         assert selected <= bound, f"selection of {selected} entries exceeds the bound {bound}"
         common = {**shape, "period": period, "selected": selected, "bound": bound}
         run.add({"op": "budget", "variant": f"{name} K={period} select", **common, **sel})
-        run.add({"op": "budget", "variant": f"{name} K={period} select + verify", **common, **both,
-                 "bytes": verify_bytes(selected, mode),
-                 "vs_full": round(both["median_us"] / result["median_us"], 3)})  # fmt: skip
+        run.add(
+            {
+                "op": "budget",
+                "variant": f"{name} K={period} select + verify",
+                **common,
+                **both,
+                "bytes": verify_bytes(selected, mode),
+                "vs_full": round(both["median_us"] / result["median_us"], 3),
+            }
+        )
     rows = int(ctx.violation_write_index.get()[0])
     assert rows == 0, f"clean budget benchmark recorded {rows} violation rows"

@@ -54,11 +54,17 @@ _PROFILED_STEPS = 50
 
 def chain_section(run) -> None:
     run.case("chain", "limit", lambda: _limit(run), reserve=10)
-    floor = next((r["ns_per_token"] for r in run.records if r.get("op") == "chain limit"
-                  and r.get("variant") == _FLOOR), None)  # fmt: skip
+    floor = next(
+        (r["ns_per_token"] for r in run.records if r.get("op") == "chain limit" and r.get("variant") == _FLOOR), None
+    )
     for requests, tokens in SIZES["write"][run.mode]:
-        run.case("chain", f"write {requests}x{tokens}", lambda: _write_chain(run, requests, tokens, floor),
-                 reserve=30, cleanup=_free)  # fmt: skip
+        run.case(
+            "chain",
+            f"write {requests}x{tokens}",
+            lambda: _write_chain(run, requests, tokens, floor),
+            reserve=30,
+            cleanup=_free,
+        )
     run.case("chain", "decode profile", lambda: _decode_profile(run), reserve=30, cleanup=_free)
 
 
@@ -68,30 +74,50 @@ def _limit(run) -> None:
     steps = SIZES["steps"][run.mode]
     tokens = cupy.asarray(np.random.default_rng(0).integers(1, 1 << 31, 4096, dtype=np.int64))
     positions = cupy.arange(4096, dtype=np.int64)
-    cases = ((_FLOOR, 32, None), ("synthesized, 8 warps of one block", 256, None),
-             ("streamed, 1 warp", 32, (tokens, positions)))  # fmt: skip
+    cases = (
+        (_FLOOR, 32, None),
+        ("synthesized, 8 warps of one block", 256, None),
+        ("streamed, 1 warp", 32, (tokens, positions)),
+    )
     for variant, threads, streamed in cases:
         out = cupy.zeros(threads, dtype=np.int64)
         block = min(threads, 256)
         extra = {} if streamed is None else dict(tokens=streamed[0], positions=streamed[1])
-        result = device_times(lambda _: launch_chain_limit(out=out, steps=steps, block=block, **extra),
-                              iters=max(3, run.iters // 4), host_us=50)  # fmt: skip
-        run.add({"op": "chain limit", "variant": variant, "n": steps, "threads": threads, **result,
-                 "ns_per_token": round(result["median_us"] * 1e3 / steps, 2)})  # fmt: skip
+        result = device_times(
+            lambda _: launch_chain_limit(out=out, steps=steps, block=block, **extra),
+            iters=max(3, run.iters // 4),
+            host_us=50,
+        )
+        run.add(
+            {
+                "op": "chain limit",
+                "variant": variant,
+                "n": steps,
+                "threads": threads,
+                **result,
+                "ns_per_token": round(result["median_us"] * 1e3 / steps, 2),
+            }
+        )
 
 
 def _write_chain(run, requests: int, tokens: int, floor) -> None:
     import cupy
 
     ctx, plan, inputs = write_case(cupy, requests=requests, tokens=tokens, mode=RealKvHashMode.NONE)
-    result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
-                          iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
+    result = device_times(
+        lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
+        iters=max(3, run.iters // 4),
+        host_us=100,
+    )
     _add_write(run, "NONE", requests, tokens, result, floor, ctx)
     # The same write on the serial kernel (its own chain, one warp per request: the public path
     # before long writes took the tiled one).
     with serial_public_writes():
-        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
-                              iters=max(3, run.iters // 4), host_us=100)  # fmt: skip
+        result = device_times(
+            lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
+            iters=max(3, run.iters // 4),
+            host_us=100,
+        )
     _add_write(run, "NONE on the serial kernel", requests, tokens, result, floor, ctx)
     # A long monitor step's writes sharing one chain (the tiled path), and the serial consumer.
     chain = SharedChain(cupy, tokens=requests * tokens, requests=requests)
@@ -99,26 +125,41 @@ def _write_chain(run, requests: int, tokens: int, floor) -> None:
     stream = current_stream()
     with sharing(chain, publish=True):
         capacity = plan.write_seed_slot_indices.shape[0]
-        args = (*write_arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"],
-                                 None, None)[1], *write_chain(requests * tokens, capacity, stream)[1])
+        args = (
+            *write_arguments(ctx, plan, inputs["input_ids"], inputs["positions"], inputs["out_cache_loc"], None, None)[
+                1
+            ],
+            *write_chain(requests * tokens, capacity, stream)[1],
+        )
         result = device_times(lambda _: launch_chain_publish(args, capacity, stream), iters=iters, host_us=100)
         _add_write(run, "chain_publish alone", requests, tokens, result, floor, ctx)
-        result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters,
-                              host_us=100)  # fmt: skip
+        result = device_times(
+            lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters, host_us=100
+        )
         _add_write(run, "NONE publishing a shared chain (chain_publish + tiled)", requests, tokens, result, floor, ctx)
     for name, shape in (("NONE consuming a shared chain", None), ("NONE consuming, serial kernel", requests * tokens)):
         with sharing(chain, publish=False, requests=shape):
-            result = device_times(lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs),
-                                  iters=iters, host_us=100)  # fmt: skip
+            result = device_times(
+                lambda _: launch_canary_write_kernel(context=ctx, plan=plan, **inputs), iters=iters, host_us=100
+            )
         _add_write(run, name, requests, tokens, result, None, ctx)
 
 
 def _add_write(run, name: str, requests: int, tokens: int, result: dict, floor, ctx) -> None:
     per_token = result["median_us"] * 1e3 / tokens
-    run.add({"op": "write chain", "variant": f"{name} r={requests}", "tokens": requests * tokens,
-             "requests": requests, "tokens_per_request": tokens, **result, "ns_per_token": round(per_token, 2),
-             "over_limit": round(per_token / floor, 3) if floor else None,
-             "rows": int(ctx.violation_write_index.get()[0])})  # fmt: skip
+    run.add(
+        {
+            "op": "write chain",
+            "variant": f"{name} r={requests}",
+            "tokens": requests * tokens,
+            "requests": requests,
+            "tokens_per_request": tokens,
+            **result,
+            "ns_per_token": round(per_token, 2),
+            "over_limit": round(per_token / floor, 3) if floor else None,
+            "rows": int(ctx.violation_write_index.get()[0]),
+        }
+    )
 
 
 def _decode_profile(run) -> None:
@@ -147,15 +188,32 @@ def _decode_profile(run) -> None:
         profile.disable()
     table = pstats.Stats(profile).stats
     top = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:20]
-    rows = [{"function": f"{pathname.rsplit('/', 2)[-1]}:{line} {name}",
-             "calls_per_step": round(cc / _PROFILED_STEPS, 2), "own_us_per_step": round(tt * 1e6 / _PROFILED_STEPS, 2),
-             "total_us_per_step": round(ct * 1e6 / _PROFILED_STEPS, 2)}
-            for (pathname, line, name), (cc, _nc, tt, ct, _callers) in top]  # fmt: skip
+    rows = [
+        {
+            "function": f"{pathname.rsplit('/', 2)[-1]}:{line} {name}",
+            "calls_per_step": round(cc / _PROFILED_STEPS, 2),
+            "own_us_per_step": round(tt * 1e6 / _PROFILED_STEPS, 2),
+            "total_us_per_step": round(ct * 1e6 / _PROFILED_STEPS, 2),
+        }
+        for (pathname, line, name), (cc, _nc, tt, ct, _callers) in top
+    ]
     wanted = ("pre_forward", "post_forward", "end_step", "write_kv")
-    phases = {name: round(ct * 1e6 / _PROFILED_STEPS, 2) for (path, _l, name), (_c, _n, _t, ct, _x) in table.items()
-              if name in wanted and path.endswith(("monitor.py", "workloads.py"))}  # fmt: skip
-    run.add({"op": "monitor decode profile", "variant": "prepared (cProfile, inflated)", "bs": requests,
-             "prefix": prefix, "steps": _PROFILED_STEPS, "phases_us_per_step": phases, "top": rows})  # fmt: skip
+    phases = {
+        name: round(ct * 1e6 / _PROFILED_STEPS, 2)
+        for (path, _l, name), (_c, _n, _t, ct, _x) in table.items()
+        if name in wanted and path.endswith(("monitor.py", "workloads.py"))
+    }
+    run.add(
+        {
+            "op": "monitor decode profile",
+            "variant": "prepared (cProfile, inflated)",
+            "bs": requests,
+            "prefix": prefix,
+            "steps": _PROFILED_STEPS,
+            "phases_us_per_step": phases,
+            "top": rows,
+        }
+    )
 
 
 def _find(records, op, **where):
@@ -165,21 +223,49 @@ def _find(records, op, **where):
 def targets(records: list[dict], make) -> list[dict]:
     """This module's targets; ``make`` is ``report._target``."""
     out = []
-    ratios = [r["over_limit"] for r in records if r.get("op") == "write chain" and r.get("over_limit")
-              and r.get("tokens_per_request", 0) >= 8192 and r["variant"].startswith("NONE r=")]  # fmt: skip
-    out.append(make("write chain per token over the bare mix3 floor, 8 x 8k / 8 x 32k / 1 x 128k (worst)",
-                    max(ratios) if ratios else None, 1.5, "lower", "x"))  # fmt: skip
+    ratios = [
+        r["over_limit"]
+        for r in records
+        if r.get("op") == "write chain"
+        and r.get("over_limit")
+        and r.get("tokens_per_request", 0) >= 8192
+        and r["variant"].startswith("NONE r=")
+    ]
+    out.append(
+        make(
+            "write chain per token over the bare mix3 floor, 8 x 8k / 8 x 32k / 1 x 128k (worst)",
+            max(ratios) if ratios else None,
+            1.5,
+            "lower",
+            "x",
+        )
+    )
     prefill = _find(records, "monitor step device", variant="prefill prepared")
     floor = _find(records, "chain limit", variant=_FLOOR)
-    out.append(make("monitor prefill step 8 x 8k (K and V), device time, prepared",
-                    prefill and prefill["median_us"], 1000.0, "lower", "us"))  # fmt: skip
+    out.append(
+        make(
+            "monitor prefill step 8 x 8k (K and V), device time, prepared",
+            prefill and prefill["median_us"],
+            1000.0,
+            "lower",
+            "us",
+        )
+    )
     # Alternative target: 1.5x of (longest request x chain floor + the fold's bytes at copy
     # bandwidth); the fold (2 x 64 B per token here) is under 1 % of it on the H200, so left out.
     ratio = None
     if prefill and floor:
         ratio = round(prefill["median_us"] / (prefill["extend"] * floor["ns_per_token"] / 1e3), 3)
-    out.append(make("monitor prefill step 8 x 8k: device time over (longest request x chain floor)", ratio, 1.5,
-                    "lower", "x", "met if either this or the 1 ms row is met"))  # fmt: skip
+    out.append(
+        make(
+            "monitor prefill step 8 x 8k: device time over (longest request x chain floor)",
+            ratio,
+            1.5,
+            "lower",
+            "x",
+            "met if either this or the 1 ms row is met",
+        )
+    )
     for path in ("prepared", "graph replay"):
         end = _find(records, "monitor end_step host", variant=f"decode {path}")
         out.append(make(f"monitor decode end_step host time, {path}", end and end["median_us"], 20.0, "lower", "us"))

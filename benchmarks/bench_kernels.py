@@ -32,9 +32,13 @@ KV_BYTES = 128
 SIZES = {
     "verify": {"quick": [1 << 16, 1 << 18], "full": [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]},
     # (requests, tokens per request) shapes, and those also run in NONE mode and against the baseline
-    "write": {"quick": ([(1, 1), (1, 128), (8, 1), (8, 128)], {(8, 128)}),
-              "full": ([(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)],
-                       {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)})},
+    "write": {
+        "quick": ([(1, 1), (1, 128), (8, 1), (8, 128)], {(8, 128)}),
+        "full": (
+            [(r, t) for r in (1, 8, 64, 256) for t in (1, 128, 4096, 32768)],
+            {(8, 32768), (1, 32768), (64, 4096), (256, 128), (256, 1)},
+        ),
+    },
     "plan": {"quick": [1, 16, 256], "full": [1, 16, 256, 4096, 16384, 65536]},
 }
 #: Input sets are rotated until they jointly exceed this (the H200's L2 is 50 MB).
@@ -97,8 +101,13 @@ def verify_sweep(run) -> None:
     # are read in whole bursts, unlike the random permutation above.
     for entries in sizes if run.quick else [n for n in sizes if n >= 1 << 22]:
         for name in ("NONE", "ALL"):
-            run.case("verify", f"{name} contiguous {entries}", lambda: _verify(run, name, entries, contiguous=True),
-                     reserve=60, cleanup=_free)  # fmt: skip
+            run.case(
+                "verify",
+                f"{name} contiguous {entries}",
+                lambda: _verify(run, name, entries, contiguous=True),
+                reserve=60,
+                cleanup=_free,
+            )
 
 
 def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
@@ -106,8 +115,10 @@ def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
 
     mode = MODES[name]
     nbytes = verify_bytes(entries, mode)
-    sets = [verify_case(cupy, entries=entries, mode=mode, bytes_per_token=KV_BYTES, seed=s, contiguous=contiguous)
-            for s in range(_rotation(nbytes))]  # fmt: skip
+    sets = [
+        verify_case(cupy, entries=entries, mode=mode, bytes_per_token=KV_BYTES, seed=s, contiguous=contiguous)
+        for s in range(_rotation(nbytes))
+    ]
 
     def call(i):
         ctx, plan, _ = sets[i % len(sets)]
@@ -116,8 +127,16 @@ def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
     result = device_times(call, iters=run.iters, host_us=150)
     rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
     variant = f"{name} contiguous" if contiguous else name
-    record = {"op": "verify", "variant": variant, "entries": entries, **result, "bytes": nbytes,
-              **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows}  # fmt: skip
+    record = {
+        "op": "verify",
+        "variant": variant,
+        "entries": entries,
+        **result,
+        "bytes": nbytes,
+        **run.bandwidth(nbytes, result),
+        "input_sets": len(sets),
+        "rows": rows,
+    }
     if name != "PARTIAL" and (run.quick or entries >= 1 << 22):
         ceiling = _load_ceiling(run, variant, entries, nbytes, sets)
         record["load_ceiling_fraction"] = round(ceiling["median_us"] / result["median_us"], 3)
@@ -126,8 +145,18 @@ def _verify(run, name: str, entries: int, contiguous: bool = False) -> None:
         return
     # A random 32-byte record read costs the 64-byte DRAM burst it sits in: the same run under that model.
     burst_bytes = nbytes + entries * 32
-    run.add({"op": "verify", "variant": f"{name} random, 64 B burst model", "entries": entries, **result,
-             "bytes": burst_bytes, **run.bandwidth(burst_bytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+    run.add(
+        {
+            "op": "verify",
+            "variant": f"{name} random, 64 B burst model",
+            "entries": entries,
+            **result,
+            "bytes": burst_bytes,
+            **run.bandwidth(burst_bytes, result),
+            "input_sets": len(sets),
+            "rows": rows,
+        }
+    )
     if name != "PARTIAL" and (run.quick or entries >= 1 << 20):
         _cupy_baseline(run, name, entries, nbytes, sets)
 
@@ -141,8 +170,17 @@ def _load_ceiling(run, variant: str, entries: int, nbytes: int, sets) -> dict:
         outs[i % len(sets)] = verify_loads(ctx, plan, entries, out=outs[i % len(sets)])
 
     result = device_times(call, iters=run.iters, host_us=100)
-    run.add({"op": "verify", "variant": f"{variant} pure loads", "entries": entries, **result, "bytes": nbytes,
-             **run.bandwidth(nbytes, result), "input_sets": len(sets)})  # fmt: skip
+    run.add(
+        {
+            "op": "verify",
+            "variant": f"{variant} pure loads",
+            "entries": entries,
+            **result,
+            "bytes": nbytes,
+            **run.bandwidth(nbytes, result),
+            "input_sets": len(sets),
+        }
+    )
     return result
 
 
@@ -158,8 +196,18 @@ def _cupy_baseline(run, name: str, entries: int, nbytes: int, sets) -> None:
         cupy_verify(cupy, ctx, plan, entries)
 
     result = device_times(call, iters=max(3, run.iters // 4), host_us=3000)
-    run.add({"op": "verify", "variant": f"CuPy array ops {name}", "entries": entries, **result, "bytes": nbytes,
-             **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": failing})  # fmt: skip
+    run.add(
+        {
+            "op": "verify",
+            "variant": f"CuPy array ops {name}",
+            "entries": entries,
+            **result,
+            "bytes": nbytes,
+            **run.bandwidth(nbytes, result),
+            "input_sets": len(sets),
+            "rows": failing,
+        }
+    )
 
 
 def write_sweep(run) -> None:
@@ -167,8 +215,13 @@ def write_sweep(run) -> None:
     for requests, tokens in shapes:
         both = (requests, tokens) in baseline
         for name in ("ALL", "NONE") if both else ("ALL",):
-            run.case("write", f"{name} {requests}x{tokens}", reserve=45, cleanup=_free,
-                     body=lambda: _write(run, name, requests, tokens, with_baseline=both and name == "ALL"))  # fmt: skip
+            run.case(
+                "write",
+                f"{name} {requests}x{tokens}",
+                reserve=45,
+                cleanup=_free,
+                body=lambda: _write(run, name, requests, tokens, with_baseline=both and name == "ALL"),
+            )
 
 
 def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -> None:
@@ -180,8 +233,10 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
 
     mode = MODES[name]
     nbytes = write_bytes(requests * tokens, requests, mode)
-    sets = [write_case(cupy, requests=requests, tokens=tokens, mode=mode, bytes_per_token=KV_BYTES, seed=s)
-            for s in range(_rotation(nbytes))]  # fmt: skip
+    sets = [
+        write_case(cupy, requests=requests, tokens=tokens, mode=mode, bytes_per_token=KV_BYTES, seed=s)
+        for s in range(_rotation(nbytes))
+    ]
     impls = [("", launch_canary_write_kernel)]
     if with_baseline:
         impls.append(("baseline thread/request ", launch_write_baseline))
@@ -196,9 +251,20 @@ def _write(run, name: str, requests: int, tokens: int, *, with_baseline: bool) -
         iters = run.iters if prefix == "" else max(3, run.iters // 4)
         result = device_times(call, iters=iters, host_us=150)
         rows = sum(int(ctx.violation_write_index.get()[0]) for ctx, _, _ in sets)
-        run.add({"op": "write", "variant": f"{prefix}{name} r={requests}", "tokens": requests * tokens,
-                 "requests": requests, "tokens_per_request": tokens, **result, "bytes": nbytes,
-                 **run.bandwidth(nbytes, result), "input_sets": len(sets), "rows": rows})  # fmt: skip
+        run.add(
+            {
+                "op": "write",
+                "variant": f"{prefix}{name} r={requests}",
+                "tokens": requests * tokens,
+                "requests": requests,
+                "tokens_per_request": tokens,
+                **result,
+                "bytes": nbytes,
+                **run.bandwidth(nbytes, result),
+                "input_sets": len(sets),
+                "rows": rows,
+            }
+        )
 
 
 def _serial_write(**kwargs) -> None:
@@ -224,9 +290,19 @@ def _plan(run, bs: int, prefix: int) -> None:
     result = device_times(call, iters=run.iters, host_us=250)
     vplan = sets[0]["verify_plan_out"]
     num_valid, enable = int(vplan.verify_num_valid.get()[0]), int(vplan.enable.get()[0])
-    run.add({"op": "plan", "variant": f"decode prefix={prefix}", "bs": bs, "verify_entries": entries, **result,
-             "bytes": nbytes, **run.bandwidth(nbytes, result), "ok": num_valid == entries and enable == 1,
-             "input_sets": len(sets)})  # fmt: skip
+    run.add(
+        {
+            "op": "plan",
+            "variant": f"decode prefix={prefix}",
+            "bs": bs,
+            "verify_entries": entries,
+            **result,
+            "bytes": nbytes,
+            **run.bandwidth(nbytes, result),
+            "ok": num_valid == entries and enable == 1,
+            "input_sets": len(sets),
+        }
+    )
     # The first of the two launches alone: what the entries kernel adds is the difference.
     scratch = [cupy.zeros(bs + 1, dtype=np.int64) for _ in sets]
 
@@ -234,13 +310,20 @@ def _plan(run, bs: int, prefix: int) -> None:
         case = sets[i % len(sets)]
         wplan, vplan = case["write_plan_out"], case["verify_plan_out"]
         launch_plan_offsets_kernel(
-            req_pool_indices=case["req_pool_indices"], prefix_lens=case["prefix_lens"],
-            extend_seq_lens=case["extend_seq_lens"], req_to_token=case["req_to_token"], full_to_swa_index_mapping=None,
-            out_verify_offsets_scratch=scratch[i % len(sets)], out_write_offsets=wplan.write_offsets,
-            out_write_seed_slot_indices=wplan.write_seed_slot_indices, out_verify_num_valid=vplan.verify_num_valid,
-            out_verify_enable=vplan.enable, out_write_num_valid_reqs=wplan.write_num_valid_reqs, swa_window_size=0,
+            req_pool_indices=case["req_pool_indices"],
+            prefix_lens=case["prefix_lens"],
+            extend_seq_lens=case["extend_seq_lens"],
+            req_to_token=case["req_to_token"],
+            full_to_swa_index_mapping=None,
+            out_verify_offsets_scratch=scratch[i % len(sets)],
+            out_write_offsets=wplan.write_offsets,
+            out_write_seed_slot_indices=wplan.write_seed_slot_indices,
+            out_verify_num_valid=vplan.verify_num_valid,
+            out_verify_enable=vplan.enable,
+            out_write_num_valid_reqs=wplan.write_num_valid_reqs,
+            swa_window_size=0,
             verify_capacity=case["verify_capacity"],
-        )  # fmt: skip
+        )
 
     result = device_times(offsets, iters=run.iters, host_us=250)
     run.add({"op": "plan", "variant": f"offsets only, prefix={prefix}", "bs": bs, **result, "input_sets": len(sets)})

@@ -64,8 +64,9 @@ def _viewed(value, convert):
     if isinstance(value, cupy.ndarray):
         return convert(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: _viewed(getattr(value, f.name), convert)
-                                             for f in dataclasses.fields(value)})  # fmt: skip
+        return dataclasses.replace(
+            value, **{f.name: _viewed(getattr(value, f.name), convert) for f in dataclasses.fields(value)}
+        )
     if isinstance(value, tuple):
         return tuple(_viewed(v, convert) for v in value)
     return value
@@ -76,9 +77,16 @@ def _step(xp, bs: int, prefix: int) -> tuple[dict, dict, dict]:
     ctx, _, meta = verify_case(xp, entries=bs * (prefix + 1), mode=RealKvHashMode.PARTIAL, chain_len=prefix + 1)
     plan = plan_case(xp, bs=bs, prefix=prefix, slots=meta["slots"])
     column = lambda a: xp.asarray(np.ascontiguousarray(a[:, prefix]))  # noqa: E731
-    write = dict(context=ctx, plan=plan["write_plan_out"], input_ids=column(meta["tokens"]),
-                 positions=xp.full(bs, prefix, dtype=np.int64), out_cache_loc=column(meta["slots"]),
-                 enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
+    write = dict(
+        context=ctx,
+        plan=plan["write_plan_out"],
+        input_ids=column(meta["tokens"]),
+        positions=xp.full(bs, prefix, dtype=np.int64),
+        out_cache_loc=column(meta["slots"]),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     verify = dict(context=ctx, plan=plan["verify_plan_out"], check_verify_expected_token=False)
     return plan, verify, write
 
@@ -88,8 +96,11 @@ def _calls(plan: dict, verify: dict, write: dict) -> dict:
         "plan": lambda _: launch_canary_plan_kernels(**plan),
         "verify": lambda _: launch_canary_verify_kernel(**verify),
         "write": lambda _: launch_canary_write_kernel(**write),
-        "plan+verify+write": lambda _: (launch_canary_plan_kernels(**plan), launch_canary_verify_kernel(**verify),
-                                        launch_canary_write_kernel(**write)),  # fmt: skip
+        "plan+verify+write": lambda _: (
+            launch_canary_plan_kernels(**plan),
+            launch_canary_verify_kernel(**verify),
+            launch_canary_write_kernel(**write),
+        ),
     }
 
 
@@ -97,13 +108,21 @@ def _offsets_kwargs(plan: dict) -> dict:
     """Keyword arguments of ``launch_plan_offsets_kernel`` on the plan case's inputs and plans."""
     vplan, wplan = plan["verify_plan_out"], plan["write_plan_out"]
     bs = plan["req_pool_indices"].shape[0]
-    return dict(req_pool_indices=plan["req_pool_indices"], prefix_lens=plan["prefix_lens"],
-                extend_seq_lens=plan["extend_seq_lens"], req_to_token=plan["req_to_token"],
-                full_to_swa_index_mapping=None, out_verify_offsets_scratch=np.zeros(bs + 1, np.int64),
-                out_write_offsets=wplan.write_offsets, out_write_seed_slot_indices=wplan.write_seed_slot_indices,
-                out_verify_num_valid=vplan.verify_num_valid, out_verify_enable=vplan.enable,
-                out_write_num_valid_reqs=wplan.write_num_valid_reqs, swa_window_size=0,
-                verify_capacity=plan["verify_capacity"])  # fmt: skip
+    return dict(
+        req_pool_indices=plan["req_pool_indices"],
+        prefix_lens=plan["prefix_lens"],
+        extend_seq_lens=plan["extend_seq_lens"],
+        req_to_token=plan["req_to_token"],
+        full_to_swa_index_mapping=None,
+        out_verify_offsets_scratch=np.zeros(bs + 1, np.int64),
+        out_write_offsets=wplan.write_offsets,
+        out_write_seed_slot_indices=wplan.write_seed_slot_indices,
+        out_verify_num_valid=vplan.verify_num_valid,
+        out_verify_enable=vplan.enable,
+        out_write_num_valid_reqs=wplan.write_num_valid_reqs,
+        swa_window_size=0,
+        verify_capacity=plan["verify_capacity"],
+    )
 
 
 def public_calls(run) -> None:
@@ -133,14 +152,27 @@ def public_calls(run) -> None:
             fresh[name] = write[name].copy()
 
     step = _calls(plan, verify, fresh)["plan+verify+write"]
-    run.add({"op": "public call host", "variant": "cupy plan+verify+write, new input arrays", "bs": bs,
-             **host_times(step, iters=run.iters * 5, warmup=5, sync=synchronize, after=new_inputs)})  # fmt: skip
+    run.add(
+        {
+            "op": "public call host",
+            "variant": "cupy plan+verify+write, new input arrays",
+            "bs": bs,
+            **host_times(step, iters=run.iters * 5, warmup=5, sync=synchronize, after=new_inputs),
+        }
+    )
     with recording() as rec:
         _calls(plan, verify, write)["plan+verify+write"](0)
     prepared = [PreparedLaunch.from_spec(spec) for spec in rec.launches]
     result = host_times(lambda _: [p.launch() for p in prepared], iters=run.iters * 5, warmup=5, sync=synchronize)
-    run.add({"op": "public call host", "variant": "prepared plan+verify+write", "bs": bs,
-             "launches": len(prepared), **result})  # fmt: skip
+    run.add(
+        {
+            "op": "public call host",
+            "variant": "prepared plan+verify+write",
+            "bs": bs,
+            "launches": len(prepared),
+            **result,
+        }
+    )
 
 
 def public_cpu(run) -> None:
@@ -162,8 +194,20 @@ def public_cpu(run) -> None:
     refs["plan offsets"] = lambda _: cpu_plan.launch_plan_offsets_kernel(**offsets)
     n = 200 if run.quick else 2000
     for call, fn in calls.items():
-        run.add({"op": "public call host (NumPy)", "variant": f"public {call}, 1 entry", "n": 1,
-                 **host_times(fn, iters=n, warmup=10)})  # fmt: skip
+        run.add(
+            {
+                "op": "public call host (NumPy)",
+                "variant": f"public {call}, 1 entry",
+                "n": 1,
+                **host_times(fn, iters=n, warmup=10),
+            }
+        )
         if call in refs:
-            run.add({"op": "public call host (NumPy)", "variant": f"CPU path {call} alone, 1 entry", "n": 1,
-                     **host_times(refs[call], iters=n, warmup=10)})  # fmt: skip
+            run.add(
+                {
+                    "op": "public call host (NumPy)",
+                    "variant": f"CPU path {call} alone, 1 entry",
+                    "n": 1,
+                    **host_times(refs[call], iters=n, warmup=10),
+                }
+            )

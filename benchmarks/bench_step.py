@@ -23,9 +23,9 @@ from kvcanary_numba import (
     launch_canary_write_kernel,
 )
 from kvcanary_numba.constants import CanaryLaunchTag
+from kvcanary_numba.fast.capture import capture_graph
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.recording import recording
-from kvcanary_numba.fast.capture import capture_graph
 from kvcanary_numba.fast.table import LaunchTable
 
 from .baselines import naive_launch
@@ -38,8 +38,10 @@ __all__ = ["SIZES", "launch_overhead", "monitor_steps", "op_step"]
 #: (bs, prefix) of the plan -> verify -> write step; (name, requests, prefix, extend) monitor cases.
 SIZES = {
     "step": {"quick": (64, 256), "full": (256, 4096)},
-    "monitor": {"quick": [("decode", 16, 256, 1), ("prefill", 2, 0, 512)],
-                "full": [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)]},
+    "monitor": {
+        "quick": [("decode", 16, 256, 1), ("prefill", 2, 0, 512)],
+        "full": [("decode", 256, 4096, 1), ("prefill", 8, 0, 8192)],
+    },
 }
 
 
@@ -87,15 +89,23 @@ def launch_overhead(run) -> None:
         "public API (validated)": lambda _: launch_canary_verify_kernel(**kwargs),
         "launch glue (no validation)": glue_eager,
         "launch glue, core launch (numba-cuda dispatcher)": lambda _: glue.launch_canary_verify_kernel(
-            **kwargs, stream=stream),
+            **kwargs, stream=stream
+        ),
         "prepared (cuLaunchKernel)": lambda _: prepared.launch(),
     }
     for name, fn in paths.items():
         result = host_times(fn, iters=run.iters * 5, warmup=5, sync=synchronize)
         run.add({"op": "launch overhead", "variant": name, "launches": 1, **result, "raw": prepared.raw})
     result = host_times(lambda _: graph.launch(), iters=run.iters * 5, warmup=5, sync=synchronize)
-    run.add({"op": "launch overhead", "variant": "graph replay of 10 launches", "launches": 10, **result,
-             "per_launch_us": round(result["median_us"] / 10, 3)})  # fmt: skip
+    run.add(
+        {
+            "op": "launch overhead",
+            "variant": "graph replay of 10 launches",
+            "launches": 10,
+            **result,
+            "per_launch_us": round(result["median_us"] / 10, 3),
+        }
+    )
 
 
 def op_step(run) -> None:
@@ -107,9 +117,14 @@ def op_step(run) -> None:
     ctx, _, meta = verify_case(cupy, entries=bs * (prefix + 1), mode=RealKvHashMode.PARTIAL, chain_len=prefix + 1)
     plan_kwargs = plan_case(cupy, bs=bs, prefix=prefix, slots=meta["slots"])
     column = lambda a: cupy.asarray(np.ascontiguousarray(a[:, prefix]))  # noqa: E731
-    inputs = dict(input_ids=column(meta["tokens"]), positions=cupy.full(bs, prefix, dtype=np.int64),
-                  out_cache_loc=column(meta["slots"]), enable_write_input_assert=False,
-                  expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
+    inputs = dict(
+        input_ids=column(meta["tokens"]),
+        positions=cupy.full(bs, prefix, dtype=np.int64),
+        out_cache_loc=column(meta["slots"]),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     vplan, wplan = plan_kwargs["verify_plan_out"], plan_kwargs["write_plan_out"]
     ctx = ctx.replace(kernel_kind=CanaryLaunchTag.HEAD_K_FULL)
 
@@ -129,11 +144,27 @@ def op_step(run) -> None:
     graph = _capture(fast)
     for name, fn in (("eager (public API)", eager), ("prepared", fast), ("graph replay", lambda _: graph.launch())):
         result = host_times(fn, iters=run.iters * 2, warmup=3, sync=synchronize)
-        run.add({"op": "step plan+verify+write host", "variant": name, "bs": bs, "prefix": prefix,
-                 "launches": len(prepared), **result})  # fmt: skip
+        run.add(
+            {
+                "op": "step plan+verify+write host",
+                "variant": name,
+                "bs": bs,
+                "prefix": prefix,
+                "launches": len(prepared),
+                **result,
+            }
+        )
     rows = int(ctx.violation_write_index.get()[0])
-    run.add({"op": "step plan+verify+write device", "variant": "prepared", "bs": bs, "prefix": prefix,
-             **device_times(fast, iters=run.iters, host_us=60), "rows": rows})  # fmt: skip
+    run.add(
+        {
+            "op": "step plan+verify+write device",
+            "variant": "prepared",
+            "bs": bs,
+            "prefix": prefix,
+            **device_times(fast, iters=run.iters, host_us=60),
+            "rows": rows,
+        }
+    )
 
 
 def _monitor_case(run, name: str, requests: int, prefix: int, extend: int) -> None:
@@ -195,12 +226,20 @@ def _monitor_path(run, w, variant: str, *, spin_us: int) -> None:
         if i >= 3:
             host.append((t1 - t0 + t3 - t2) * 1e6)
             end.append((t4 - t3) * 1e6)
-            device.append((cupy.cuda.get_elapsed_time(events[0], events[1])
-                           + cupy.cuda.get_elapsed_time(events[2], events[3])) * 1e3)  # fmt: skip
+            device.append(
+                (cupy.cuda.get_elapsed_time(events[0], events[1]) + cupy.cuda.get_elapsed_time(events[2], events[3]))
+                * 1e3
+            )
     launches = int(sum(int(np.asarray(phase).sum()) for phase in m.phase_launches))
     rows = int(m.stats()["violations_recorded"])
-    common = {"variant": variant, "bs": w.requests, "prefix": w.prefix, "extend": w.extend, "launches": launches,
-              "rows": rows}  # fmt: skip
+    common = {
+        "variant": variant,
+        "bs": w.requests,
+        "prefix": w.prefix,
+        "extend": w.extend,
+        "launches": launches,
+        "rows": rows,
+    }
     run.add({"op": "monitor step host", **common, **stats(host)})
     run.add({"op": "monitor step device", **common, **stats(device)})
     run.add({"op": "monitor end_step host", **common, **stats(end)})
@@ -315,11 +354,21 @@ def _host_split(run, w, variant: str) -> None:
                 split["end_other"].append((t4 - t3) * 1e6 - runtime_us)
                 calls = [launch_calls, runtime_calls]
     common = {"bs": w.requests, "prefix": w.prefix, "extend": w.extend}
-    for key, label, n in (("launches", "pre+post: launch calls", calls[0]), ("other", "pre+post: everything else", None),
-                          ("runtime", "end_step: runtime calls", calls[1]),
-                          ("end_other", "end_step: everything else", None)):  # fmt: skip
-        run.add({"op": "monitor step host split", "variant": f"{variant}, {label}", **common,
-                 **({"launches": n} if n is not None else {}), **stats(split[key])})  # fmt: skip
+    for key, label, n in (
+        ("launches", "pre+post: launch calls", calls[0]),
+        ("other", "pre+post: everything else", None),
+        ("runtime", "end_step: runtime calls", calls[1]),
+        ("end_other", "end_step: everything else", None),
+    ):
+        run.add(
+            {
+                "op": "monitor step host split",
+                "variant": f"{variant}, {label}",
+                **common,
+                **({"launches": n} if n is not None else {}),
+                **stats(split[key]),
+            }
+        )
 
 
 def monitor_steps(run) -> None:

@@ -78,7 +78,7 @@ def _kv_vectors(context) -> int:
     return int(nbytes) // 16
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(lanes: int, kv_vectors: int):
     import cupy
 
@@ -115,16 +115,27 @@ def verify_loads(context, plan, entries: int, out=None):
         out = cupy.empty(grid * _BLOCK, dtype=np.uint64)
     buf = context.canary_buf
     kv = context.real_kv_sources[0].tensor if kv_vectors else buf  # never read when kv_vectors == 0
-    args = (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices,
-            buf, np.int64(buf.strides[0] // 16), kv, np.int64(kv.strides[0] // 16), np.int64(entries), out)  # fmt: skip
+    args = (
+        plan.verify_slot_indices,
+        plan.verify_expected_positions,
+        plan.verify_prev_slot_indices,
+        buf,
+        np.int64(buf.strides[0] // 16),
+        kv,
+        np.int64(kv.strides[0] // 16),
+        np.int64(entries),
+        out,
+    )
     _kernel(lanes, kv_vectors)((grid,), (_BLOCK,), args)
     return out
 
 
 def expected_xor(context, plan, entries: int) -> int:
     """XOR of every int64 word :func:`verify_loads` reads (host arrays or CuPy arrays), as uint64."""
-    host = [np.asarray(getattr(a, "get", lambda: a)()) for a in
-            (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices)]  # fmt: skip
+    host = [
+        np.asarray(getattr(a, "get", lambda: a)())
+        for a in (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices)
+    ]
     slots, positions, prevs = (a[:entries].view(np.uint64) for a in host)
     words = [slots, positions, prevs]
     buf = np.asarray(getattr(context.canary_buf, "get", lambda: context.canary_buf)())

@@ -86,8 +86,9 @@ def load() -> FakeDriver:
     source, path = os.path.join(folder, "fake.c"), os.path.join(folder, "libcuda.so.1")
     with open(source, "w") as f:
         f.write(SOURCE)
-    done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", path, source],
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", path, source], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RuntimeError(f"building the fake libcuda failed: {done.stderr[-2000:]}")
     # RTLD_GLOBAL and the soname: a later dlopen("libcuda.so.1") (cuda-bindings, ctypes) gets this one.

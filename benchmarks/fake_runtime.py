@@ -136,13 +136,16 @@ def fake_cuda_readback(block, runtime, functions=None):
         def synchronize(self):
             runtime.eventSynchronize(self.ptr)
 
-    cuda = types.SimpleNamespace(runtime=runtime, Event=Event, get_current_stream=lambda: compute,
-                                 Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()))  # fmt: skip
+    cuda = types.SimpleNamespace(
+        runtime=runtime,
+        Event=Event,
+        get_current_stream=lambda: compute,
+        Stream=lambda **_: types.SimpleNamespace(ptr=runtime.handle()),
+    )
     cupy = types.SimpleNamespace(cuda=cuda, asnumpy=np.array)  # asnumpy: the ring's copy (host memory here)
     pinned = types.SimpleNamespace(empty_pinned=lambda shape, dtype: np.array(block.words, dtype=dtype))
     extra = {} if functions is None else {"functions": functions}  # older trees take no functions
     return readback_module.CudaReadback(block, modules=(cupy, pinned), **extra)
-
 
 
 class CompiledFunctions:
@@ -165,8 +168,15 @@ class CompiledFunctions:
         self._functions = [  # kept alive as long as this object
             c("cuEventQuery", (u64,), lambda event: rt.eventQuery(event)),
             c("cuEventRecord", (u64, u64), lambda event, stream: rt.eventRecord(event, stream)),
-            c("cuStreamWaitEvent", (u64, u64, u32), lambda stream, event, flags: rt.streamWaitEvent(stream, event, flags)),
-            c("cuMemcpyDtoHAsync_v2", (u64, u64, u64, u64),
-              lambda dst, src, size, stream: rt.memcpyAsync(dst, src, size, rt.memcpyDeviceToHost, stream)),
-        ]  # fmt: skip
+            c(
+                "cuStreamWaitEvent",
+                (u64, u64, u32),
+                lambda stream, event, flags: rt.streamWaitEvent(stream, event, flags),
+            ),
+            c(
+                "cuMemcpyDtoHAsync_v2",
+                (u64, u64, u64, u64),
+                lambda dst, src, size, stream: rt.memcpyAsync(dst, src, size, rt.memcpyDeviceToHost, stream),
+            ),
+        ]
         self.addresses = [ctypes.cast(f, ctypes.c_void_p).value for f in self._functions]

@@ -38,8 +38,14 @@ from numpy.lib.array_utils import byte_bounds
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_HARNESS = ROOT.parent / "shared" / "tools" / "fuzz_bad_inputs.py"
-WRAPPED = ("compute_real_kv_hash", "launch_canary_plan_kernels", "launch_canary_verify_kernel",
-           "launch_canary_write_kernel", "launch_plan_offsets_kernel", "scatter_req_token_ids")
+WRAPPED = (
+    "compute_real_kv_hash",
+    "launch_canary_plan_kernels",
+    "launch_canary_verify_kernel",
+    "launch_canary_write_kernel",
+    "launch_plan_offsets_kernel",
+    "scatter_req_token_ids",
+)
 
 
 class ReadOnlyDevice:
@@ -144,13 +150,16 @@ def main(argv=None) -> int:
         if spec.kind != "func":
             continue
         records.append(fuzz.run_case(args.seed, index, "sim", clock=clock))
-    print(f"{len(records)} function cases of {args.n} in {time.time() - t0:.0f} s on "
-          f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    print(
+        f"{len(records)} function cases of {args.n} in {time.time() - t0:.0f} s on "
+        f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(records, default=str))
-    summary = argparse.Namespace(backend="cuda", seed=args.seed, base_only=False, lenient_signature=True,
-                                 repro=args.repro)
+    summary = argparse.Namespace(
+        backend="cuda", seed=args.seed, base_only=False, lenient_signature=True, repro=args.repro
+    )
     return fuzz.summarize(records, summary)
 
 

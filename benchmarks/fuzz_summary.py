@@ -25,13 +25,26 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HARNESS = ROOT.parent / "shared" / "tools" / "fuzz_bad_inputs.py"
 #: The harness's outcome classes, in its report's order; the first five after CODED are defects.
-OUTCOMES = ("OK", "CODED", "OTHER", "HANG", "CRASH", "PARTIAL_WRITE", "WRONG", "ALIAS", "LATE", "LENIENT",
-            "SKIPPED", "HARNESS")
+OUTCOMES = (
+    "OK",
+    "CODED",
+    "OTHER",
+    "HANG",
+    "CRASH",
+    "PARTIAL_WRITE",
+    "WRONG",
+    "ALIAS",
+    "LATE",
+    "LENIENT",
+    "SKIPPED",
+    "HARNESS",
+)
 DEFECTS = ("OTHER", "HANG", "CRASH", "PARTIAL_WRITE", "WRONG", "HARNESS")
 
 
 def summarize(records: list[dict]) -> dict:
     """Counts per outcome (signature TypeErrors apart) in all and per target."""
+
     def outcome(r):
         return "OTHER (call signature)" if r["outcome"] == "OTHER" and r.get("signature") else r["outcome"]
 
@@ -60,17 +73,36 @@ def main(argv=None) -> int:
     if not args.harness.is_file():
         p.error(f"harness not found: {args.harness} (pass --harness)")
     out = args.out or ROOT / "benchmarks" / "results" / "fuzz" / f"fuzz-{args.backend}.json"
-    flags = ["--backend", args.backend, "--n", str(args.n), "--seed", str(args.seed), "--jobs", str(args.jobs),
-             "--lenient-signature", "--quiet"]
+    flags = [
+        "--backend",
+        args.backend,
+        "--n",
+        str(args.n),
+        "--seed",
+        str(args.seed),
+        "--jobs",
+        str(args.jobs),
+        "--lenient-signature",
+        "--quiet",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         records_path = pathlib.Path(tmp) / "records.json"
         t0 = time.time()
-        rc = subprocess.call([sys.executable, str(args.harness), *flags, "--json", str(records_path)],
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+        rc = subprocess.call(
+            [sys.executable, str(args.harness), *flags, "--json", str(records_path)],
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         seconds = time.time() - t0
         records = json.loads(records_path.read_text())
-    result = dict(command=f"python ../shared/tools/fuzz_bad_inputs.py {' '.join(flags)}", backend=args.backend,
-                  seed=args.seed, jobs=args.jobs, seconds=round(seconds, 1), exit_status=rc, **summarize(records))
+    result = dict(
+        command=f"python ../shared/tools/fuzz_bad_inputs.py {' '.join(flags)}",
+        backend=args.backend,
+        seed=args.seed,
+        jobs=args.jobs,
+        seconds=round(seconds, 1),
+        exit_status=rc,
+        **summarize(records),
+    )
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{out}: {result['cases']} cases, {result['defects']} defects, {result['seconds']} s, exit {rc}")
     return rc

@@ -52,14 +52,21 @@ import numpy as np
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba is imported
 
 from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba.launch._launch import current_stream  # noqa: E402
-from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
 from kvcanary_numba.fast.capture import CapturedStep  # noqa: E402
+from kvcanary_numba.fast.prepared import PreparedLaunch  # noqa: E402
+from kvcanary_numba.launch._launch import current_stream  # noqa: E402
 
 from .fake_runtime import FakeRuntime, NullRuntime, fake_cuda_readback  # noqa: E402
 
-__all__ = ["FakeRuntime", "NullRuntime", "decode_monitor", "fake_cuda_readback", "raw_phases", "stub_launches",
-           "time_steps"]
+__all__ = [
+    "FakeRuntime",
+    "NullRuntime",
+    "decode_monitor",
+    "fake_cuda_readback",
+    "raw_phases",
+    "stub_launches",
+    "time_steps",
+]
 
 
 def stub_launches():
@@ -112,8 +119,9 @@ def decode_monitor(*, requests: int = 256, prefix: int = 4096, prepared: bool = 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from benchmarks.workloads import MonitorWorkload
 
-    w = MonitorWorkload(np, requests=requests, prefix=prefix, extend=1, mode=RealKvHashMode.PARTIAL,
-                        backend="cuda", prepared=prepared)  # fmt: skip
+    w = MonitorWorkload(
+        np, requests=requests, prefix=prefix, extend=1, mode=RealKvHashMode.PARTIAL, backend="cuda", prepared=prepared
+    )
     w.fill(w.batch, w.length, w.extend)
     m = w.monitor
     for lanes in m.status.plan_lanes:
@@ -183,8 +191,10 @@ def main(argv=None) -> None:
         results = {"prepared": time_steps(m, w.batch, args.steps)}
         if fake is not None:
             per_step = (fake.launches() - before) / (args.steps + 5)
-            print(f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop), "
-                  f"{fake.readback_calls() / (args.steps + 5):.3g} readback calls per step")  # fmt: skip
+            print(
+                f"fake driver: {per_step:g} cuLaunchKernel calls per step ({args.loop} loop), "
+                f"{fake.readback_calls() / (args.steps + 5):.3g} readback calls per step"
+            )
         # Graph replay: a CapturedStep (its batch check runs) over two stand-in graphs whose launch
         # does nothing (the replay path's Python only).
         stand_in = types.SimpleNamespace(launch=lambda: None)
@@ -223,8 +233,10 @@ def eager(args) -> None:
         restore()
         restore_layer()
     per_step = calls[0] / (args.steps + 5)
-    print(f"decode {args.requests} x 1, prefix {args.prefix}: eager path, launch layer as on a GPU, "
-          f"{per_step:g} raw launches per step (stubbed)")  # fmt: skip
+    print(
+        f"decode {args.requests} x 1, prefix {args.prefix}: eager path, launch layer as on a GPU, "
+        f"{per_step:g} raw launches per step (stubbed)"
+    )
     for name, (median, low) in result.items():
         print(f"  {'eager':<13} {name:<9} median {median:7.2f} us   min {low:7.2f} us")
 

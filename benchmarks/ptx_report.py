@@ -89,8 +89,9 @@ def modules(tree: pathlib.Path) -> list[str]:
 
 def _compile(tree: pathlib.Path, module: str) -> list[dict]:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", WORKER, str(tree), module], capture_output=True, text=True,
-                          env=env, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER, str(tree), module], capture_output=True, text=True, env=env, timeout=1200
+    )
     rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0:
         rows.append({"module": module, "kernel": "-", "signature": "-", "error": done.stderr.strip()[-300:]})
@@ -101,7 +102,7 @@ def report(trees: list[str], jobs: int) -> list[dict]:
     work = [(pathlib.Path(t).resolve(), _label(t), m) for t in trees for m in modules(pathlib.Path(t).resolve())]
     rows = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for (root, label, module), found in zip(work, pool.map(lambda w: _compile(w[0], w[2]), work)):
+        for (_, label, _), found in zip(work, pool.map(lambda w: _compile(w[0], w[2]), work)):
             rows += [{"tree": label, **row} for row in found]
     return rows
 

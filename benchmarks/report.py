@@ -32,56 +32,140 @@ def _target(name: str, value, threshold, better: str, unit: str, note: str = "")
         met = None
     else:
         met = value >= threshold if better == "higher" else value <= threshold
-    return {"target": name, "value": value, "threshold": threshold, "better": better, "unit": unit, "met": met,
-            "note": note}  # fmt: skip
+    return {
+        "target": name,
+        "value": value,
+        "threshold": threshold,
+        "better": better,
+        "unit": unit,
+        "met": met,
+        "note": note,
+    }
 
 
 def evaluate_targets(records: list[dict]) -> list[dict]:
     """The performance targets with this run's values (``met`` is None when not measured)."""
     out = []
+
     def worst_fraction(variants):
-        fractions = [r.get("copy_fraction") for r in records if r.get("op") == "verify"
-                     and r.get("variant") in variants and r.get("entries", 0) >= 1 << 22]  # fmt: skip
+        fractions = [
+            r.get("copy_fraction")
+            for r in records
+            if r.get("op") == "verify" and r.get("variant") in variants and r.get("entries", 0) >= 1 << 22
+        ]
         fractions = [f for f in fractions if f is not None]
         return min(fractions) if fractions else None
 
-    out.append(_target("verify >= 4M entries, NONE and ALL, contiguous slots: fraction of copy bandwidth (worst)",
-                       worst_fraction(("NONE contiguous", "ALL contiguous")), 0.80, "higher", "fraction"))  # fmt: skip
-    out.append(_target("verify >= 4M entries, NONE and ALL, random slots: fraction of copy bandwidth (worst)",
-                       worst_fraction(("NONE", "ALL")), 0.80, "higher", "fraction",
-                       "informational: DRAM serves each random 32 B record as a 64 B access (ncu), so no kernel "
-                       "reaches this; the next row compares with a kernel that only loads"))  # fmt: skip
-    ceilings = [r.get("load_ceiling_fraction") for r in records if r.get("op") == "verify"
-                and r.get("variant") in ("NONE", "ALL") and r.get("entries", 0) >= 1 << 22]  # fmt: skip
+    out.append(
+        _target(
+            "verify >= 4M entries, NONE and ALL, contiguous slots: fraction of copy bandwidth (worst)",
+            worst_fraction(("NONE contiguous", "ALL contiguous")),
+            0.80,
+            "higher",
+            "fraction",
+        )
+    )
+    out.append(
+        _target(
+            "verify >= 4M entries, NONE and ALL, random slots: fraction of copy bandwidth (worst)",
+            worst_fraction(("NONE", "ALL")),
+            0.80,
+            "higher",
+            "fraction",
+            "informational: DRAM serves each random 32 B record as a 64 B access (ncu), so no kernel "
+            "reaches this; the next row compares with a kernel that only loads",
+        )
+    )
+    ceilings = [
+        r.get("load_ceiling_fraction")
+        for r in records
+        if r.get("op") == "verify" and r.get("variant") in ("NONE", "ALL") and r.get("entries", 0) >= 1 << 22
+    ]
     ceilings = [c for c in ceilings if c is not None]
-    out.append(_target("verify >= 4M entries, NONE and ALL, random slots, against pure loads: pure-load kernel time / verify time (worst)",
-                       min(ceilings) if ceilings else None, 0.90, "higher", "fraction",
-                       "informational: the same reads with no hashing (benchmarks/ceiling.py) bound any verify"))  # fmt: skip
+    out.append(
+        _target(
+            "verify >= 4M entries, NONE and ALL, random slots, against pure loads: pure-load kernel time / verify time (worst)",
+            min(ceilings) if ceilings else None,
+            0.90,
+            "higher",
+            "fraction",
+            "informational: the same reads with no hashing (benchmarks/ceiling.py) bound any verify",
+        )
+    )
     ours = _median(records, "write", variant="ALL r=8", tokens_per_request=32768)
     base = _median(records, "write", variant="baseline thread/request ALL r=8", tokens_per_request=32768)
-    out.append(_target("write 8 x 32k ALL: speed-up over one thread per request",
-                       round(base / ours, 2) if ours and base else None, 4.0, "higher", "x"))  # fmt: skip
+    out.append(
+        _target(
+            "write 8 x 32k ALL: speed-up over one thread per request",
+            round(base / ours, 2) if ours and base else None,
+            4.0,
+            "higher",
+            "x",
+        )
+    )
     plan_4096 = _median(records, "plan", bs=4096, variant=PLAN_VARIANT)
     out.append(_target("plan bs=4096: device time", plan_4096, 30.0, "lower", "us"))
     big = _find(records, "plan", bs=65536, variant=PLAN_VARIANT)
-    out.append(_target("plan bs=65536 works (entries and enable read back)",
-                       (1.0 if big[0].get("ok") else 0.0) if big else None, 1.0, "higher", "ok"))  # fmt: skip
+    out.append(
+        _target(
+            "plan bs=65536 works (entries and enable read back)",
+            (1.0 if big[0].get("ok") else 0.0) if big else None,
+            1.0,
+            "higher",
+            "ok",
+        )
+    )
     op = "step plan+verify+write host"
-    out.append(_target("step host time, eager with prepared launches (the monitor's GPU path)",
-                       _median(records, op, variant="prepared"), 60.0, "lower", "us"))  # fmt: skip
-    out.append(_target("step host time, eager through the validated public API",
-                       _median(records, op, variant="eager (public API)"), 60.0, "lower", "us",
-                       "informational: every call re-validates and re-wraps its arguments"))  # fmt: skip
-    out.append(_target("step host time, replayed from a CUDA graph",
-                       _median(records, op, variant="graph replay"), 15.0, "lower", "us"))  # fmt: skip
+    out.append(
+        _target(
+            "step host time, eager with prepared launches (the monitor's GPU path)",
+            _median(records, op, variant="prepared"),
+            60.0,
+            "lower",
+            "us",
+        )
+    )
+    out.append(
+        _target(
+            "step host time, eager through the validated public API",
+            _median(records, op, variant="eager (public API)"),
+            60.0,
+            "lower",
+            "us",
+            "informational: every call re-validates and re-wraps its arguments",
+        )
+    )
+    out.append(
+        _target(
+            "step host time, replayed from a CUDA graph",
+            _median(records, op, variant="graph replay"),
+            15.0,
+            "lower",
+            "us",
+        )
+    )
     for path, threshold in (("prepared", 60.0), ("graph replay", 15.0)):
-        out.append(_target(f"monitor decode step host time, {path}",
-                           _median(records, "monitor step host", variant=f"decode {path}"), threshold, "lower", "us",
-                           "informational: a FULL pool with K and V is 6 launches (2 plan, 2 HEAD, 2 TAIL; 10 before "
-                           "the K and V launches of a phase were fused)"))  # fmt: skip
+        out.append(
+            _target(
+                f"monitor decode step host time, {path}",
+                _median(records, "monitor step host", variant=f"decode {path}"),
+                threshold,
+                "lower",
+                "us",
+                "informational: a FULL pool with K and V is 6 launches (2 plan, 2 HEAD, 2 TAIL; 10 before "
+                "the K and V launches of a phase were fused)",
+            )
+        )
     speedups = [r.get("speedup") for r in records if r.get("op") == "cpu verify" and r.get("speedup")]
-    out.append(_target("CPU verify: NumPy path over the per-entry Python loop (worst mode)",
-                       min(speedups) if speedups else None, 100.0, "higher", "x"))  # fmt: skip
+    out.append(
+        _target(
+            "CPU verify: NumPy path over the per-entry Python loop (worst mode)",
+            min(speedups) if speedups else None,
+            100.0,
+            "higher",
+            "x",
+        )
+    )
     from benchmarks import bench_chain  # its own targets (the chain floor and the monitor step)
 
     return out + bench_chain.targets(records, _target)
@@ -114,10 +198,18 @@ def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
         ops += [r["op"]] if r.get("op") not in ops else []
     for op in ops:
         rows = [r for r in records if r.get("op") == op]
-        extra = [k for k in ("gbps", "copy_fraction", "speedup", "launches", "rows", "selected", "vs_full")
-                 if any(k in r for r in rows)]
-        lines += ["", f"## {op}", "", "| variant | size | median µs | p90 µs | " + " | ".join(extra) + " |",
-                  "|---|---|---|---|" + "---|" * len(extra)]  # fmt: skip
+        extra = [
+            k
+            for k in ("gbps", "copy_fraction", "speedup", "launches", "rows", "selected", "vs_full")
+            if any(k in r for r in rows)
+        ]
+        lines += [
+            "",
+            f"## {op}",
+            "",
+            "| variant | size | median µs | p90 µs | " + " | ".join(extra) + " |",
+            "|---|---|---|---|" + "---|" * len(extra),
+        ]
         for r in rows:
             cells = [r.get("variant", ""), _size(r), r.get("median_us"), r.get("p90_us"), *(r.get(k) for k in extra)]
             lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")

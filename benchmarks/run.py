@@ -61,8 +61,14 @@ class Run:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - one failure must not lose the run
-            self.errors.append({"section": section, "case": case, "error": f"{type(exc).__name__}: {exc}",
-                                "traceback": traceback.format_exc(limit=8)})  # fmt: skip
+            self.errors.append(
+                {
+                    "section": section,
+                    "case": case,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc(limit=8),
+                }
+            )
             print(self.errors[-1]["traceback"], file=sys.stderr, flush=True)
 
     def add(self, record: dict) -> None:
@@ -117,13 +123,21 @@ def source_sha1() -> str:
 def _meta(args, gpu: bool) -> dict:
     import numpy
 
-    meta = {"name": args.name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "quick": args.quick, "gpu": gpu, "python": platform.python_version(), "numpy": numpy.__version__,
-            "host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "pinned_core": args.pin}  # fmt: skip
+    meta = {
+        "name": args.name,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "quick": args.quick,
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "pinned_core": args.pin,
+    }
     try:
-        meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
-                                        text=True, timeout=10).stdout.strip()  # fmt: skip
+        meta["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         pass
     meta["source_sha1"] = source_sha1()
@@ -145,17 +159,28 @@ def _meta(args, gpu: bool) -> dict:
 def _sections(names: list[str]):
     from benchmarks import bench_cpu, bench_public
 
-    table = {"cpu": bench_cpu.cpu_verify, "validation": bench_cpu.validation_cost,
-             "public-cpu": bench_public.public_cpu, "public": bench_public.public_calls}
+    table = {
+        "cpu": bench_cpu.cpu_verify,
+        "validation": bench_cpu.validation_cost,
+        "public-cpu": bench_public.public_cpu,
+        "public": bench_public.public_calls,
+    }
     if any(n in GPU_SECTIONS for n in names):
         from benchmarks import bench_chain, bench_kernels, bench_step
 
         def roofline(run):
             run.copy_gbps = bench_kernels.roofline(run)["gbps"]
 
-        table.update(roofline=roofline, verify=bench_kernels.verify_sweep, write=bench_kernels.write_sweep,
-                     plan=bench_kernels.plan_sweep, launch=bench_step.launch_overhead, step=bench_step.op_step,
-                     monitor=bench_step.monitor_steps, chain=bench_chain.chain_section)  # fmt: skip
+        table.update(
+            roofline=roofline,
+            verify=bench_kernels.verify_sweep,
+            write=bench_kernels.write_sweep,
+            plan=bench_kernels.plan_sweep,
+            launch=bench_step.launch_overhead,
+            step=bench_step.op_step,
+            monitor=bench_step.monitor_steps,
+            chain=bench_chain.chain_section,
+        )
         from benchmarks import bench_budget
 
         table["budget"] = bench_budget.budget_sweep
@@ -173,8 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None, help="file stem of the results (default: device and mode)")
     parser.add_argument("--budget", type=float, default=330.0, help="wall-clock seconds for the whole run")
     parser.add_argument("--iters", type=int, default=None, help="timed iterations per case (default 20, quick 5)")
-    parser.add_argument("--pin", type=int, default=None, metavar="CORE",
-                        help="run on this CPU core only (host rows without the scheduler's migrations)")
+    parser.add_argument(
+        "--pin",
+        type=int,
+        default=None,
+        metavar="CORE",
+        help="run on this CPU core only (host rows without the scheduler's migrations)",
+    )
     args = parser.parse_args(argv)
     allowed = None  # the process's own cores, read only under --pin (not every platform has affinity)
     if args.pin is not None:
@@ -212,8 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] {name}", flush=True)
         with run.guard(name):
             section(run)
-    meta.update(seconds=round(time.monotonic() - started, 1), sections=wanted, skipped=run.skipped,
-                errors=run.errors, copy_gbps=run.copy_gbps)  # fmt: skip
+    meta.update(
+        seconds=round(time.monotonic() - started, 1),
+        sections=wanted,
+        skipped=run.skipped,
+        errors=run.errors,
+        copy_gbps=run.copy_gbps,
+    )
     out = pathlib.Path(args.out)
     write_results(out, args.name, meta, run.records)
     print(f"wrote {out / (args.name + '.json')} and .md ({len(run.records)} records, {len(run.errors)} errors)")

@@ -57,6 +57,8 @@ def host(x) -> np.ndarray:
 def sync() -> None:
     if cp is not np:
         cp.cuda.get_current_stream().synchronize()
+
+
 I64 = np.iinfo(np.int64)
 
 
@@ -70,23 +72,40 @@ def garbage(n: int, *, low: int = -(1 << 40), high: int = 1 << 40, dtype=np.int6
 
 
 def context(mode: RealKvHashMode) -> CanaryContext:
-    source = RealKvSource(tensor=cp.asarray(rng.integers(0, 256, (SLOTS, 64), dtype=np.uint8)), page_size=1,
-                          num_bytes_per_token=64, read_bytes=64)  # fmt: skip
+    source = RealKvSource(
+        tensor=cp.asarray(rng.integers(0, 256, (SLOTS, 64), dtype=np.uint8)),
+        page_size=1,
+        num_bytes_per_token=64,
+        read_bytes=64,
+    )
     buf = cp.asarray(rng.integers(0, 256, (SLOTS, 32), dtype=np.uint8))  # garbage records too
     return CanaryContext(
-        canary_buf=buf, kernel_kind=CanaryLaunchTag.TAIL_K_FULL, violation_ring=cp.zeros((16, 8), dtype=np.int64),
-        violation_write_index=cp.zeros(1, dtype=np.int32), slot_run_counter=cp.zeros(1, dtype=np.int64),
-        kernel_run_counter=cp.zeros(1, dtype=np.int64), real_kv_sources=(source,) if mode else (),
-        real_kv_hash_mode=mode, enable_chain_position_assert=cp.ones(1, dtype=np.int32),
-    )  # fmt: skip
+        canary_buf=buf,
+        kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
+        violation_ring=cp.zeros((16, 8), dtype=np.int64),
+        violation_write_index=cp.zeros(1, dtype=np.int32),
+        slot_run_counter=cp.zeros(1, dtype=np.int64),
+        kernel_run_counter=cp.zeros(1, dtype=np.int64),
+        real_kv_sources=(source,) if mode else (),
+        real_kv_hash_mode=mode,
+        enable_chain_position_assert=cp.ones(1, dtype=np.int32),
+    )
 
 
 def garbage_plans():
-    vplan = VerifyPlan(verify_slot_indices=garbage(CAPACITY), verify_expected_tokens=garbage(CAPACITY),
-                       verify_expected_positions=garbage(CAPACITY), verify_prev_slot_indices=garbage(CAPACITY),
-                       verify_num_valid=cp.asarray([1 << 30], dtype=np.int32), enable=cp.ones(1, dtype=np.int32))  # fmt: skip
-    wplan = WritePlan(write_offsets=garbage(BS + 1, low=-100, high=2 * TOKENS),
-                      write_seed_slot_indices=garbage(BS), write_num_valid_reqs=cp.asarray([1 << 30], dtype=np.int32))  # fmt: skip
+    vplan = VerifyPlan(
+        verify_slot_indices=garbage(CAPACITY),
+        verify_expected_tokens=garbage(CAPACITY),
+        verify_expected_positions=garbage(CAPACITY),
+        verify_prev_slot_indices=garbage(CAPACITY),
+        verify_num_valid=cp.asarray([1 << 30], dtype=np.int32),
+        enable=cp.ones(1, dtype=np.int32),
+    )
+    wplan = WritePlan(
+        write_offsets=garbage(BS + 1, low=-100, high=2 * TOKENS),
+        write_seed_slot_indices=garbage(BS),
+        write_num_valid_reqs=cp.asarray([1 << 30], dtype=np.int32),
+    )
     return vplan, wplan
 
 
@@ -97,18 +116,34 @@ def run_ops(mode: RealKvHashMode, counts: dict) -> None:
     for check in (False, True):
         launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=check, backend=BACKEND)
     for asserted in (False, True):
-        expected = dict(expected_input_tokens=garbage(TOKENS), expected_input_positions=garbage(TOKENS)) if asserted \
-            else dict(expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
-        launch_canary_write_kernel(context=ctx, plan=wplan, enable_write_input_assert=asserted, **tokens, **expected,
-                                   backend=BACKEND)
+        expected = (
+            dict(expected_input_tokens=garbage(TOKENS), expected_input_positions=garbage(TOKENS))
+            if asserted
+            else dict(expected_input_tokens=None, expected_input_positions=None)
+        )
+        launch_canary_write_kernel(
+            context=ctx, plan=wplan, enable_write_input_assert=asserted, **tokens, **expected, backend=BACKEND
+        )
     out = cp.zeros(TOKENS, dtype=np.int64)
-    compute_real_kv_hash(real_kv_sources=ctx.real_kv_sources, real_kv_hash_mode=mode, slot_indices=garbage(TOKENS),
-                         out=out, backend=BACKEND)  # fmt: skip
+    compute_real_kv_hash(
+        real_kv_sources=ctx.real_kv_sources,
+        real_kv_hash_mode=mode,
+        slot_indices=garbage(TOKENS),
+        out=out,
+        backend=BACKEND,
+    )
     # The same verify and write again as prepared launches (raw cuLaunchKernel, packed parameters).
     with recording() as rec:
         launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=True, backend=BACKEND)
-        launch_canary_write_kernel(context=ctx, plan=wplan, enable_write_input_assert=False, **tokens,
-                                   expected_input_tokens=None, expected_input_positions=None, backend=BACKEND)  # fmt: skip
+        launch_canary_write_kernel(
+            context=ctx,
+            plan=wplan,
+            enable_write_input_assert=False,
+            **tokens,
+            expected_input_tokens=None,
+            expected_input_positions=None,
+            backend=BACKEND,
+        )
     for spec in rec.launches:
         PreparedLaunch.from_spec(spec).launch()
     sync()
@@ -124,29 +159,47 @@ def run_plan(counts: dict, lut: bool) -> None:
         mapping[0] = 0  # padding slot 0 maps to 0 (KVC-P008 on host LUTs); the rest stays garbage
     for prefix in (garbage(BS, low=-50, high=3 * WIDTH), cp.full(BS, 1 << 40, dtype=np.int64)):
         launch_canary_plan_kernels(
-            verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=garbage(BS, low=-3, high=ROWS + 3),
-            prefix_lens=prefix, extend_seq_lens=garbage(BS, low=-5, high=WIDTH), req_to_token=table,
-            swa_window_size=4 if lut else 0, full_to_swa_index_mapping=mapping, verify_capacity=CAPACITY,
+            verify_plan_out=vplan,
+            write_plan_out=wplan,
+            req_pool_indices=garbage(BS, low=-3, high=ROWS + 3),
+            prefix_lens=prefix,
+            extend_seq_lens=garbage(BS, low=-5, high=WIDTH),
+            req_to_token=table,
+            swa_window_size=4 if lut else 0,
+            full_to_swa_index_mapping=mapping,
+            verify_capacity=CAPACITY,
             req_to_verify_expected_tokens=cp.zeros((ROWS, WIDTH), dtype=np.int32),
             req_to_verify_expected_tokens_valid_lens=garbage(BS, low=-10, high=4 * WIDTH),
-            kv_token_id_vs_position_offset=1, backend=BACKEND,
-        )  # fmt: skip
+            kv_token_id_vs_position_offset=1,
+            backend=BACKEND,
+        )
         # Verify and write whatever the garbage plan says (sentinels included).
         ctx = context(RealKvHashMode.ALL)
         launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=True, backend=BACKEND)
-        launch_canary_write_kernel(context=ctx, plan=wplan, input_ids=garbage(TOKENS), positions=garbage(TOKENS),
-                                   out_cache_loc=garbage(TOKENS), enable_write_input_assert=False,
-                                   expected_input_tokens=None, expected_input_positions=None,
-                                   backend=BACKEND)  # fmt: skip
+        launch_canary_write_kernel(
+            context=ctx,
+            plan=wplan,
+            input_ids=garbage(TOKENS),
+            positions=garbage(TOKENS),
+            out_cache_loc=garbage(TOKENS),
+            enable_write_input_assert=False,
+            expected_input_tokens=None,
+            expected_input_positions=None,
+            backend=BACKEND,
+        )
     sync()
     counts[f"plan lut={lut} num_valid"] = int(host(vplan.verify_num_valid)[0])
 
 
 def run_scatter(counts: dict) -> None:
     pool = cp.zeros((ROWS, WIDTH), dtype=np.int32)
-    scatter_req_token_ids(flat_in=garbage(TOKENS), offsets=garbage(BS + 1, low=-20, high=2 * TOKENS),
-                          req_pool_indices=garbage(BS, low=-3, high=ROWS + 3), pool_out=pool,
-                          backend=BACKEND)  # fmt: skip
+    scatter_req_token_ids(
+        flat_in=garbage(TOKENS),
+        offsets=garbage(BS + 1, low=-20, high=2 * TOKENS),
+        req_pool_indices=garbage(BS, low=-3, high=ROWS + 3),
+        pool_out=pool,
+        backend=BACKEND,
+    )
     sync()
     counts["scatter nonzero"] = int(np.count_nonzero(host(pool)))
 

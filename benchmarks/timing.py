@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,8 +30,12 @@ def stats(samples_us: list[float]) -> dict:
     """median / min / p90 (µs) and the number of samples."""
     ordered = sorted(samples_us)
     p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-    return {"median_us": round(statistics.median(ordered), 3), "min_us": round(ordered[0], 3),
-            "p90_us": round(p90, 3), "iters": len(ordered)}  # fmt: skip
+    return {
+        "median_us": round(statistics.median(ordered), 3),
+        "min_us": round(ordered[0], 3),
+        "p90_us": round(p90, 3),
+        "iters": len(ordered),
+    }
 
 
 class Deadline:
@@ -106,8 +110,14 @@ def device_times(fn: Callable[[int], None], *, iters: int, warmup: int = 3, host
     return stats([cupy.cuda.get_elapsed_time(s, e) * 1e3 for s, e in events])
 
 
-def host_times(fn: Callable[[int], None], *, iters: int, warmup: int = 3, sync: Callable[[], None] | None = None,
-               after: Callable[[int], None] | None = None) -> dict:  # fmt: skip
+def host_times(
+    fn: Callable[[int], None],
+    *,
+    iters: int,
+    warmup: int = 3,
+    sync: Callable[[], None] | None = None,
+    after: Callable[[int], None] | None = None,
+) -> dict:
     """Host time of ``fn(i)``; ``sync`` runs untimed before each call, ``after(i)`` untimed after it."""
     samples = []
     for i in range(warmup + iters):
@@ -132,8 +142,9 @@ def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 10) -> dict:
     stream = cupy.cuda.get_current_stream()
 
     def copy(_):
-        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice,
-                                      stream.ptr)  # fmt: skip
+        cupy.cuda.runtime.memcpyAsync(
+            dst.data.ptr, src.data.ptr, src.nbytes, cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr
+        )
 
     result = device_times(copy, iters=iters, warmup=2)
     result["bytes_moved"] = 2 * src.nbytes

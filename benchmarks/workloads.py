@@ -52,19 +52,28 @@ def _random_bytes(xp, rng, shape: tuple[int, int]):
 
 def _sources(xp, rng, num_slots: int, bytes_per_token: int, count: int = 1) -> tuple[RealKvSource, ...]:
     return tuple(
-        RealKvSource(tensor=_random_bytes(xp, rng, (num_slots, bytes_per_token)), page_size=1,
-                     num_bytes_per_token=bytes_per_token, read_bytes=bytes_per_token)
+        RealKvSource(
+            tensor=_random_bytes(xp, rng, (num_slots, bytes_per_token)),
+            page_size=1,
+            num_bytes_per_token=bytes_per_token,
+            read_bytes=bytes_per_token,
+        )
         for _ in range(count)
-    )  # fmt: skip
+    )
 
 
 def _context(xp, buf, *, sources, mode, tag=CanaryLaunchTag.TAIL_K_FULL, ring_capacity: int = 1024) -> CanaryContext:
     return CanaryContext(
-        canary_buf=buf, kernel_kind=tag, violation_ring=xp.zeros((ring_capacity, 8), dtype=np.int64),
-        violation_write_index=xp.zeros(1, dtype=np.int32), slot_run_counter=xp.zeros(1, dtype=np.int64),
-        kernel_run_counter=xp.zeros(1, dtype=np.int64), real_kv_sources=sources, real_kv_hash_mode=mode,
+        canary_buf=buf,
+        kernel_kind=tag,
+        violation_ring=xp.zeros((ring_capacity, 8), dtype=np.int64),
+        violation_write_index=xp.zeros(1, dtype=np.int32),
+        slot_run_counter=xp.zeros(1, dtype=np.int64),
+        kernel_run_counter=xp.zeros(1, dtype=np.int64),
+        real_kv_sources=sources,
+        real_kv_hash_mode=mode,
         enable_chain_position_assert=xp.zeros(1, dtype=np.int32),
-    )  # fmt: skip
+    )
 
 
 @functools.lru_cache(maxsize=4)  # the modes of one size share their chains
@@ -82,8 +91,16 @@ def _chains(seed: int, requests: int, length: int, contiguous: bool = False):
     return slots, tokens, prev
 
 
-def verify_case(xp, *, entries: int, mode: RealKvHashMode, bytes_per_token: int = 128, seed: int = 0,
-                chain_len: int = CHAIN_LEN, contiguous: bool = False):  # fmt: skip
+def verify_case(
+    xp,
+    *,
+    entries: int,
+    mode: RealKvHashMode,
+    bytes_per_token: int = 128,
+    seed: int = 0,
+    chain_len: int = CHAIN_LEN,
+    contiguous: bool = False,
+):
     """A clean verify of ``entries`` entries: (context, plan, meta).
 
     Entries are ``entries // L`` whole chains of length ``L = min(chain_len,
@@ -105,20 +122,31 @@ def verify_case(xp, *, entries: int, mode: RealKvHashMode, bytes_per_token: int 
     buf = xp.asarray(words.view(np.uint8).reshape(num_slots, 32))
     if sources:  # field 3: the fingerprint of the live bytes, computed by the library itself
         real = xp.zeros(num_slots, dtype=np.int64)
-        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode,
-                             slot_indices=xp.arange(num_slots, dtype=np.int64), out=real)  # fmt: skip
+        compute_real_kv_hash(
+            real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=xp.arange(num_slots, dtype=np.int64), out=real
+        )
         buf.view(np.int64)[:, 3] = real
         buf.view(np.int64)[0, 3] = 0
     prevs = np.concatenate([np.full((requests, 1), -1, np.int64), slots[:, :-1]], axis=1).reshape(-1)
     arrays = dict(
-        verify_slot_indices=flat[:entries], verify_expected_tokens=tokens.reshape(-1)[:entries],
+        verify_slot_indices=flat[:entries],
+        verify_expected_tokens=tokens.reshape(-1)[:entries],
         verify_expected_positions=np.tile(np.arange(length, dtype=np.int64), requests)[:entries],
         verify_prev_slot_indices=prevs[:entries],
-    )  # fmt: skip
-    plan = VerifyPlan(**{k: xp.asarray(np.ascontiguousarray(v)) for k, v in arrays.items()},
-                      verify_num_valid=xp.full(1, entries, dtype=np.int32), enable=xp.ones(1, dtype=np.int32))  # fmt: skip
-    meta = {"entries": entries, "chains": requests, "chain_len": length, "bytes_per_token": bytes_per_token,
-            "slots": slots, "tokens": tokens}  # host [chains, chain_len]
+    )
+    plan = VerifyPlan(
+        **{k: xp.asarray(np.ascontiguousarray(v)) for k, v in arrays.items()},
+        verify_num_valid=xp.full(1, entries, dtype=np.int32),
+        enable=xp.ones(1, dtype=np.int32),
+    )
+    meta = {
+        "entries": entries,
+        "chains": requests,
+        "chain_len": length,
+        "bytes_per_token": bytes_per_token,
+        "slots": slots,
+        "tokens": tokens,
+    }  # host [chains, chain_len]
     return _context(xp, buf, sources=sources, mode=mode), plan, meta
 
 
@@ -152,8 +180,10 @@ def write_case(xp, *, requests: int, tokens: int, mode: RealKvHashMode, bytes_pe
         input_ids=xp.asarray(rng.integers(1, 1 << 31, n, dtype=np.int64)),
         positions=xp.asarray(np.tile(np.arange(tokens, dtype=np.int64), requests)),
         out_cache_loc=xp.asarray(rng.permutation(n).astype(np.int64) + 1),
-        enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None,
-    )  # fmt: skip
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     return _context(xp, buf, sources=sources, mode=mode), plan, inputs
 
 
@@ -171,11 +201,17 @@ def plan_case(xp, *, bs: int, prefix: int, extend: int = 1, seed: int = 0, slots
     return dict(
         verify_plan_out=VerifyPlan.allocate(verify_capacity=capacity, device=_device(xp)),
         write_plan_out=WritePlan.allocate(write_req_capacity=bs, device=_device(xp)),
-        req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64), prefix_lens=xp.full(bs, prefix, dtype=np.int64),
-        extend_seq_lens=xp.full(bs, extend, dtype=np.int64), req_to_token=xp.asarray(table), swa_window_size=0,
-        full_to_swa_index_mapping=None, verify_capacity=capacity, req_to_verify_expected_tokens=None,
-        req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0,
-    )  # fmt: skip
+        req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64),
+        prefix_lens=xp.full(bs, prefix, dtype=np.int64),
+        extend_seq_lens=xp.full(bs, extend, dtype=np.int64),
+        req_to_token=xp.asarray(table),
+        swa_window_size=0,
+        full_to_swa_index_mapping=None,
+        verify_capacity=capacity,
+        req_to_verify_expected_tokens=None,
+        req_to_verify_expected_tokens_valid_lens=None,
+        kv_token_id_vs_position_offset=0,
+    )
 
 
 class MonitorWorkload:
@@ -196,9 +232,19 @@ class MonitorWorkload:
         Steps the pool has room for after the prefix.
     """
 
-    def __init__(self, xp, *, requests: int, prefix: int, extend: int = 1, max_steps: int = 1,
-                 bytes_per_token: int = 64, mode: RealKvHashMode = RealKvHashMode.PARTIAL, seed: int = 0,
-                 **monitor_options):  # fmt: skip
+    def __init__(
+        self,
+        xp,
+        *,
+        requests: int,
+        prefix: int,
+        extend: int = 1,
+        max_steps: int = 1,
+        bytes_per_token: int = 64,
+        mode: RealKvHashMode = RealKvHashMode.PARTIAL,
+        seed: int = 0,
+        **monitor_options,
+    ):
         self.xp, self.requests, self.prefix, self.extend = xp, requests, prefix, extend
         rng = np.random.default_rng(seed)
         self.width = prefix + extend * max_steps
@@ -209,11 +255,18 @@ class MonitorWorkload:
         self.tokens = rng.integers(1, 32000, (requests, self.width), dtype=np.int64)
         self.k = xp.zeros((num_slots, bytes_per_token), dtype=np.uint8)
         self.v = xp.zeros((num_slots, bytes_per_token), dtype=np.uint8)
-        src = [(RealKvSource(tensor=t, page_size=1, num_bytes_per_token=bytes_per_token, read_bytes=bytes_per_token),)
-               for t in (self.k, self.v)]  # fmt: skip
+        src = [
+            (RealKvSource(tensor=t, page_size=1, num_bytes_per_token=bytes_per_token, read_bytes=bytes_per_token),)
+            for t in (self.k, self.v)
+        ]
         full = KvGroup(kind="full", num_slots=num_slots, k_sources=src[0], v_sources=src[1])
-        options = dict(write_req_capacity=requests, write_token_capacity=requests * max(prefix, extend),
-                       verify_capacity=max(requests * self.width, 1), health_interval=0, ring_capacity=4096)  # fmt: skip
+        options = dict(
+            write_req_capacity=requests,
+            write_token_capacity=requests * max(prefix, extend),
+            verify_capacity=max(requests * self.width, 1),
+            health_interval=0,
+            ring_capacity=4096,
+        )
         options.update(monitor_options)
         self.monitor = CanaryMonitor(full=full, device=_device(xp), real_kv_hash_mode=mode, **options)
         self.req_to_token = xp.asarray(self.table)
@@ -223,9 +276,15 @@ class MonitorWorkload:
     def _batch(self, extend: int) -> StepBatch:
         xp, bs = self.xp, self.requests
         zeros = lambda n: xp.zeros(n, dtype=np.int64)  # noqa: E731
-        return StepBatch(req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64), prefix_lens=zeros(bs),
-                         extend_seq_lens=xp.full(bs, extend, dtype=np.int64), req_to_token=self.req_to_token,
-                         input_ids=zeros(bs * extend), positions=zeros(bs * extend), out_cache_loc=zeros(bs * extend))  # fmt: skip
+        return StepBatch(
+            req_pool_indices=xp.arange(1, bs + 1, dtype=np.int64),
+            prefix_lens=zeros(bs),
+            extend_seq_lens=xp.full(bs, extend, dtype=np.int64),
+            req_to_token=self.req_to_token,
+            input_ids=zeros(bs * extend),
+            positions=zeros(bs * extend),
+            out_cache_loc=zeros(bs * extend),
+        )
 
     def fill(self, batch: StepBatch, start: int, extend: int) -> None:
         """Refill ``batch`` in place for positions ``[start, start + extend)`` of every request."""

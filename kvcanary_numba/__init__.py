@@ -21,6 +21,14 @@ from .constants import (
 )
 from .context import CanaryContext, RealKvSource
 from .errors import KvCanaryError, KvCanaryTypeError
+from .fast.calls import (
+    compute_real_kv_hash,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    launch_plan_offsets_kernel,
+    scatter_req_token_ids,
+)
 from .hashing import chain_head, splitmix64, splitmix64_mix3
 from .monitor import (
     CanaryMonitor,
@@ -30,14 +38,6 @@ from .monitor import (
     SlotChain,
     StepBatch,
     Violation,
-)
-from .fast.calls import (
-    compute_real_kv_hash,
-    launch_canary_plan_kernels,
-    launch_canary_verify_kernel,
-    launch_canary_write_kernel,
-    launch_plan_offsets_kernel,
-    scatter_req_token_ids,
 )
 from .plans import VerifyPlan, WritePlan
 

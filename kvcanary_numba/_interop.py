@@ -21,8 +21,15 @@ import numpy as np
 
 from .errors import error
 
-__all__ = ["KDL_CPU", "KDL_CUDA", "KDL_CUDA_MANAGED", "NOT_DEVICE_MEMORY", "dlpack_only", "native_array",
-           "pointer_device"]
+__all__ = [
+    "KDL_CPU",
+    "KDL_CUDA",
+    "KDL_CUDA_MANAGED",
+    "NOT_DEVICE_MEMORY",
+    "dlpack_only",
+    "native_array",
+    "pointer_device",
+]
 
 #: DLPack device types (dlpack.h ``DLDeviceType``).
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -82,11 +89,16 @@ def pointer_device(ptr: int) -> int | None:
 
 # --- DLPack-only objects ---------------------------------------------------------
 
+
 def dlpack_only(x: Any) -> bool:
     """True for an object with ``__dlpack__`` and ``__dlpack_device__`` but no CUDA array interface
     (NumPy arrays, which have both, are read directly)."""
-    return (not isinstance(x, np.ndarray) and hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__")
-            and not hasattr(x, "__cuda_array_interface__"))
+    return (
+        not isinstance(x, np.ndarray)
+        and hasattr(x, "__dlpack_device__")
+        and hasattr(x, "__dlpack__")
+        and not hasattr(x, "__cuda_array_interface__")
+    )
 
 
 def native_array(function: str, argument: str, x: Any):
@@ -101,9 +113,16 @@ def native_array(function: str, argument: str, x: Any):
         try:
             import cupy
         except ImportError:
-            raise error("KVC-C001", function=function, argument=argument,
-                        got=f"{type(x).__name__} (a CUDA DLPack object needs CuPy to be viewed)") from None
+            raise error(
+                "KVC-C001",
+                function=function,
+                argument=argument,
+                got=f"{type(x).__name__} (a CUDA DLPack object needs CuPy to be viewed)",
+            ) from None
         return cupy.from_dlpack(x)
-    raise error("KVC-C001", function=function, argument=argument,
-                got=f"{type(x).__name__} on DLPack device type {int(device_type)}")
-
+    raise error(
+        "KVC-C001",
+        function=function,
+        argument=argument,
+        got=f"{type(x).__name__} on DLPack device type {int(device_type)}",
+    )

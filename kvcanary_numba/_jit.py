@@ -16,7 +16,7 @@ after editing one, delete the ``__pycache__/*.nbi`` / ``*.nbc`` files of its cal
 from __future__ import annotations
 
 import types
-from typing import Callable
+from collections.abc import Callable
 
 from numba import njit
 

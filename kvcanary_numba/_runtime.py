@@ -16,23 +16,34 @@ fit in memory: :func:`coded_allocation` turns the array library's
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
-
 import functools
 import importlib.metadata
 import importlib.util
 import os
+from collections.abc import Iterator
 
 import numpy as np
 
 from .errors import error
 
-__all__ = ["DEVICE_NAMES", "INT32_MAX", "MAX_SLOT_STRIDE_BYTES", "NO_NUMBA_CUDA", "array_module", "coded_allocation",
-           "gpu_available", "kernels_available", "kernels_unavailable", "simulator_enabled"]
+__all__ = [
+    "DEVICE_NAMES",
+    "INT32_MAX",
+    "MAX_SLOT_STRIDE_BYTES",
+    "NO_NUMBA_CUDA",
+    "array_module",
+    "coded_allocation",
+    "gpu_available",
+    "kernels_available",
+    "kernels_unavailable",
+    "simulator_enabled",
+]
 
 #: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
-NO_NUMBA_CUDA = ("the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
-                 "numba.cuda target is not supported")
+NO_NUMBA_CUDA = (
+    "the kernels need the numba-cuda package (pip install 'kvcanary_numba[gpu]'); numba's own "
+    "numba.cuda target is not supported"
+)
 
 DEVICE_NAMES = ("cpu", "cuda")
 
@@ -61,8 +72,9 @@ def coded_allocation(function: str, argument: str, got: int, *, what: str, nbyte
         yield
     except MemoryError as exc:
         reason = type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {str(exc)[:80]}"
-        raise error("KVC-C015", function=function, argument=argument, got=got, what=what, nbytes=nbytes,
-                    reason=reason) from None
+        raise error(
+            "KVC-C015", function=function, argument=argument, got=got, what=what, nbytes=nbytes, reason=reason
+        ) from None
 
 
 def array_module(function: str, device: str):
@@ -111,8 +123,10 @@ def kernels_unavailable() -> str | None:
         return NO_NUMBA_CUDA
     numpy_version = tuple(int(part) for part in np.__version__.split(".")[:2])
     if numpy_version >= NUMBA_CUDA_NUMPY_LIMIT and importlib.metadata.version("numba-cuda").startswith("0.30."):
-        return (f"numba-cuda 0.30 does not run on NumPy {np.__version__} (np.row_stack is gone); the gpu extras "
-                "pin numpy<2.5")
+        return (
+            f"numba-cuda 0.30 does not run on NumPy {np.__version__} (np.row_stack is gone); the gpu extras "
+            "pin numpy<2.5"
+        )
     return None
 
 

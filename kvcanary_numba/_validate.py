@@ -15,7 +15,8 @@ reference, CUDA arrays the ``@cuda.jit`` kernels (which need numba-cuda:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,12 +24,24 @@ from . import _interop, _overlap
 from ._runtime import kernels_unavailable, simulator_enabled
 from .errors import error
 
-__all__ = ["ArrayInfo", "BACKEND_NAMES", "as_native", "check_array", "check_bool", "check_bundle", "check_int",
-           "check_type", "dtype_label", "entry_length", "inspect_array", "resolve_backend", "stream_handle"]
+__all__ = [
+    "ArrayInfo",
+    "BACKEND_NAMES",
+    "as_native",
+    "check_array",
+    "check_bool",
+    "check_bundle",
+    "check_int",
+    "check_type",
+    "dtype_label",
+    "entry_length",
+    "inspect_array",
+    "resolve_backend",
+    "stream_handle",
+]
 
 Backend = Literal["numpy", "cuda"]
 BACKEND_NAMES = ("auto", "numpy", "cuda")
-
 
 
 class ArrayInfo:
@@ -43,8 +56,18 @@ class ArrayInfo:
 
     __slots__ = ("kind", "shape", "dtype", "c_contiguous", "strides", "writeable", "device", "output", "_ptr", "_array")
 
-    def __init__(self, kind: Backend, shape: tuple[int, ...], dtype: np.dtype, c_contiguous: bool,
-                 strides: tuple[int, ...], ptr: int | None, writeable: bool, device: int | None, array: Any = None):
+    def __init__(
+        self,
+        kind: Backend,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        c_contiguous: bool,
+        strides: tuple[int, ...],
+        ptr: int | None,
+        writeable: bool,
+        device: int | None,
+        array: Any = None,
+    ):
         self.kind, self.shape, self.dtype, self.c_contiguous = kind, shape, dtype, c_contiguous
         self.strides, self.writeable, self.device, self.output = strides, writeable, device, False
         self._ptr, self._array = ptr, array
@@ -63,8 +86,10 @@ class ArrayInfo:
         return _overlap.bounds(self.ptr, self.shape, self.strides, self.dtype.itemsize)
 
     def __repr__(self) -> str:
-        return (f"ArrayInfo(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
-                f"c_contiguous={self.c_contiguous}, device={self.device})")
+        return (
+            f"ArrayInfo(kind={self.kind!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"c_contiguous={self.c_contiguous}, device={self.device})"
+        )
 
 
 def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -79,8 +104,7 @@ def _is_c_contiguous(shape, strides, itemsize) -> bool:
     if any(extent == 0 for extent in shape):
         return True
     return all(
-        extent == 1 or stride == want
-        for extent, stride, want in zip(shape, strides, c_strides(shape, itemsize))
+        extent == 1 or stride == want for extent, stride, want in zip(shape, strides, c_strides(shape, itemsize))
     )
 
 
@@ -105,11 +129,20 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     """
     if isinstance(array, np.ndarray):
         flags = array.flags
-        return ArrayInfo("numpy", array.shape, array.dtype, flags.c_contiguous, array.strides, None,
-                         flags.writeable, None, array)  # fmt: skip
+        return ArrayInfo(
+            "numpy", array.shape, array.dtype, flags.c_contiguous, array.strides, None, flags.writeable, None, array
+        )
     if _is_cupy(array):  # same facts as its interface, without building the dict
-        return ArrayInfo("cuda", array.shape, array.dtype, array.flags.c_contiguous, array.strides,
-                         array.data.ptr, True, array.device.id)  # fmt: skip
+        return ArrayInfo(
+            "cuda",
+            array.shape,
+            array.dtype,
+            array.flags.c_contiguous,
+            array.strides,
+            array.data.ptr,
+            True,
+            array.device.id,
+        )
     try:
         cai = getattr(array, "__cuda_array_interface__", None)
     except Exception:  # noqa: BLE001 - e.g. a PyTorch tensor that requires grad refuses to export
@@ -220,9 +253,7 @@ def check_bool(function: str, argument: str, value: Any) -> bool:
     return bool(value)
 
 
-def check_int(
-    function: str, argument: str, value: Any, *, low: int | None = None, high: int | None = None
-) -> int:
+def check_int(function: str, argument: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
     """Require an int in ``[low, high]`` (either bound optional) (KVC-C011)."""
     ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if ok:
@@ -245,8 +276,9 @@ def check_type(function: str, argument: str, value: Any, cls: type) -> None:
         raise error("KVC-V001", function=function, argument=argument, expected=cls.__name__, got=type(value).__name__)
 
 
-def check_bundle(function: str, prefix: str, bundle: Any, specs: list[tuple[str, Any, tuple | None]]
-                 ) -> list[tuple[str, ArrayInfo]]:
+def check_bundle(
+    function: str, prefix: str, bundle: Any, specs: list[tuple[str, Any, tuple | None]]
+) -> list[tuple[str, ArrayInfo]]:
     """Check the named 1-D arrays of a bundle: ``specs`` = [(field, dtype, shape)], all C-contiguous."""
     arrays = []
     for field, dtype, shape in specs:
@@ -287,15 +319,27 @@ def resolve_backend(function: str, backend: str, arrays: Iterable[tuple[str, Arr
         if first is None:
             first_name, first = name, info
         elif info.kind != first.kind:
-            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=first_name,
-                        expected=_where(first))
+            raise error(
+                "KVC-C007",
+                function=function,
+                argument=name,
+                got=_where(info),
+                reference=first_name,
+                expected=_where(first),
+            )
         if info.device is None:  # NumPy, or a CUDA array whose device is unknown (empty): fits any
             continue
         if device is None:
             device_name, device = name, info
         elif info.device != device.device:
-            raise error("KVC-C007", function=function, argument=name, got=_where(info), reference=device_name,
-                        expected=_where(device))
+            raise error(
+                "KVC-C007",
+                function=function,
+                argument=name,
+                got=_where(info),
+                reference=device_name,
+                expected=_where(device),
+            )
     kind: Backend = "numpy" if first is None else first.kind
     if backend == "numpy" and kind == "cuda":
         raise error("KVC-C008", function=function, argument="backend", got=backend, reason="the arrays are CUDA arrays")

@@ -145,9 +145,20 @@ def _explain(args) -> int:
 NUMBA_CUDA_NUMPY_LIMIT = _NUMBA_CUDA_NUMPY_LIMIT
 
 #: Kinds of reason the GPU path is unavailable, in the order doctor reports them.
-REASON_KINDS = ("no-numba-cuda", "numpy-too-new", "numba-cuda-broken", "no-cupy", "cupy-broken",
-                "no-driver", "driver-error", "no-gpu", "driver-too-old", "runtime-mismatch", "no-runtime",
-                "simulator")  # fmt: skip
+REASON_KINDS = (
+    "no-numba-cuda",
+    "numpy-too-new",
+    "numba-cuda-broken",
+    "no-cupy",
+    "cupy-broken",
+    "no-driver",
+    "driver-error",
+    "no-gpu",
+    "driver-too-old",
+    "runtime-mismatch",
+    "no-runtime",
+    "simulator",
+)
 
 #: ``cuInit``'s result on a machine whose driver sees no CUDA device (CUDA_ERROR_NO_DEVICE).
 _CUDA_ERROR_NO_DEVICE = 100
@@ -213,12 +224,15 @@ def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:
         reasons.append(Reason("no-numba-cuda", NO_NUMBA_CUDA + cu12))
     elif probe.numba_cuda_error is not None:
         if _release(probe.numpy) >= NUMBA_CUDA_NUMPY_LIMIT:
-            text = (f"numba-cuda {probe.numba_cuda} does not import on NumPy {probe.numpy} ({probe.numba_cuda_error}):"
-                    f" the kernels need numpy<2.5, which the gpu extras pin ({install})")  # fmt: skip
+            text = (
+                f"numba-cuda {probe.numba_cuda} does not import on NumPy {probe.numpy} ({probe.numba_cuda_error}):"
+                f" the kernels need numpy<2.5, which the gpu extras pin ({install})"
+            )
             reasons.append(Reason("numpy-too-new", text))
         else:
-            reasons.append(Reason("numba-cuda-broken", f"numba-cuda {probe.numba_cuda} fails to import: "
-                                  f"{probe.numba_cuda_error}"))  # fmt: skip
+            reasons.append(
+                Reason("numba-cuda-broken", f"numba-cuda {probe.numba_cuda} fails to import: {probe.numba_cuda_error}")
+            )
     if probe.cupy is None:
         reasons.append(Reason("no-cupy", f"CuPy is not installed (the GPU path allocates with it): {install}"))
     elif probe.cupy_error is not None:
@@ -235,17 +249,27 @@ def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:
         if newer:
             found = ", ".join(f"CUDA {version} from {source}" for source, version in newer)
             fix = f"update the driver or {install}" if extra == "gpu-cu12" else "update the driver"
-            reasons.append(Reason("driver-too-old", f"the driver supports CUDA {probe.driver}, older than {found}: "
-                                  f"{fix}"))  # fmt: skip
+            reasons.append(
+                Reason("driver-too-old", f"the driver supports CUDA {probe.driver}, older than {found}: {fix}")
+            )
     if len({_release(version)[0] for _, version in probe.runtimes}) > 1:
         found = ", ".join(f"CUDA {version} from {source}" for source, version in probe.runtimes)
-        reasons.append(Reason("runtime-mismatch", f"two CUDA major versions are installed ({found}): keep one "
-                              "extra, gpu (CUDA 13) or gpu-cu12 (CUDA 12)"))  # fmt: skip
+        reasons.append(
+            Reason(
+                "runtime-mismatch",
+                f"two CUDA major versions are installed ({found}): keep one extra, gpu (CUDA 13) or gpu-cu12 (CUDA 12)",
+            )
+        )
     if probe.numba_cuda is not None and probe.numba_cuda_error is None and not probe.runtimes and not probe.simulator:
         reasons.append(Reason("no-runtime", "no CUDA runtime answered (cuda-bindings, numba-cuda, CuPy)"))
     if probe.simulator:
-        reasons.append(Reason("simulator", "NUMBA_ENABLE_CUDASIM=1: numba.cuda is the CUDA simulator in this "
-                              "process (the kernels run on NumPy arrays)"))  # fmt: skip
+        reasons.append(
+            Reason(
+                "simulator",
+                "NUMBA_ENABLE_CUDASIM=1: numba.cuda is the CUDA simulator in this "
+                "process (the kernels run on NumPy arrays)",
+            )
+        )
     return reasons
 
 
@@ -342,9 +366,18 @@ def probe_cuda() -> CudaProbe:
             with contextlib.suppress(Exception):
                 runtimes.append((f"CuPy {cupy_version}", _cuda_version(cupy.cuda.runtime.runtimeGetVersion())))
     driver, driver_error, devices = _probe_driver()
-    return CudaProbe(numpy=_version("numpy") or "unknown", numba_cuda=numba_cuda, numba_cuda_error=numba_cuda_error,
-                     cupy=cupy_version, cupy_error=cupy_error, runtimes=tuple(runtimes), driver=driver,
-                     driver_error=driver_error, devices=devices, simulator=simulator)  # fmt: skip
+    return CudaProbe(
+        numpy=_version("numpy") or "unknown",
+        numba_cuda=numba_cuda,
+        numba_cuda_error=numba_cuda_error,
+        cupy=cupy_version,
+        cupy_error=cupy_error,
+        runtimes=tuple(runtimes),
+        driver=driver,
+        driver_error=driver_error,
+        devices=devices,
+        simulator=simulator,
+    )
 
 
 def _runtime_row(probe: CudaProbe) -> str:
@@ -376,13 +409,18 @@ def _doctor(args) -> int:
         ("CUDA runtime", _runtime_row(probe)),
         ("CUDA driver", _driver_row(probe)),
         ("GPU", gpu),
-        ("CUDA simulator", (f"{'on' if probe.simulator else 'off'} "
-                            f"(NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})")),
+        (
+            "CUDA simulator",
+            (
+                f"{'on' if probe.simulator else 'off'} "
+                f"(NUMBA_ENABLE_CUDASIM={os.environ.get('NUMBA_ENABLE_CUDASIM', 'unset')})"
+            ),
+        ),
         ("CPU path", "NumPy references (device='cpu', backend='numpy')"),
         ("GPU path", f"unavailable: {reasons[0].text}" if reasons else "Numba-CUDA kernels on CuPy arrays"),
         *(("", f"and: {reason.text}") for reason in reasons[1:]),
         ("demo default", "cuda" if probe.devices and gpu_available() else "cpu"),
-    ]  # fmt: skip
+    ]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
@@ -424,8 +462,9 @@ def _from_checkout() -> bool:
 
 def _bench(args) -> int:
     if not _from_checkout():
-        print(f"{BENCH_FROM_CHECKOUT}\n(no benchmarks/run.py beside a pyproject.toml in {_SOURCE_TREE})",
-              file=sys.stderr)
+        print(
+            f"{BENCH_FROM_CHECKOUT}\n(no benchmarks/run.py beside a pyproject.toml in {_SOURCE_TREE})", file=sys.stderr
+        )
         return 1
     extra = args.args[1:] if args.args[:1] == ["--"] else args.args
     if not any(a == "--out" or a.startswith("--out=") for a in extra) and not ({"-h", "--help"} & set(extra)):

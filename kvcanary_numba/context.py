@@ -105,7 +105,11 @@ class RealKvSource:
                 raise error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
         if row_bytes < page_size * nbt:
             raise error(
-                "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt,
+                "KVC-R006",
+                function=_SOURCE,
+                got=row_bytes,
+                page_size=page_size,
+                num_bytes_per_token=nbt,
                 needed=page_size * nbt,
             )
         if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
@@ -222,8 +226,14 @@ class CanaryContext:
         return dataclasses.replace(self, **changes)
 
 
-def check_real_kv_sources(function: str, real_kv_sources: Any, real_kv_hash_mode: Any, *,
-                          num_slots: int | None = None, slots_of: str = "num_slots") -> tuple[RealKvHashMode, Arrays]:
+def check_real_kv_sources(
+    function: str,
+    real_kv_sources: Any,
+    real_kv_hash_mode: Any,
+    *,
+    num_slots: int | None = None,
+    slots_of: str = "num_slots",
+) -> tuple[RealKvHashMode, Arrays]:
     """Launch-time checks of a source tuple and its mode (shared by verify, write and fingerprint).
 
     The geometry of each source was checked when the :class:`RealKvSource`
@@ -265,8 +275,16 @@ def check_real_kv_sources(function: str, real_kv_sources: Any, real_kv_hash_mode
         if not isinstance(source, RealKvSource):
             raise error("KVC-R009", function=function, argument=name, got=type(source).__name__)
         if num_slots is not None and source.slots_covered < num_slots:
-            raise error("KVC-R007", function=function, index=index, rows=source.rows, page_size=source.page_size,
-                        got=source.slots_covered, needed=num_slots, slots_of=slots_of)
+            raise error(
+                "KVC-R007",
+                function=function,
+                index=index,
+                rows=source.rows,
+                page_size=source.page_size,
+                got=source.slots_covered,
+                needed=num_slots,
+                slots_of=slots_of,
+            )
         arrays.append((f"{name}.tensor", inspect_array(function, f"{name}.tensor", source.tensor)))
     mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
     return RealKvHashMode(mode), arrays
@@ -322,9 +340,22 @@ def check_context(function: str, context: Any, *, writes_buffer: bool, needs_cha
     if needs_chain_flag or context.enable_chain_position_assert is not None:
         specs.append(("enable_chain_position_assert", np.int32, (1,)))
     for field, dtype, shape in specs:
-        info = check_array(function, f"context.{field}", getattr(context, field), dtype=dtype, ndim=len(shape),
-                           shape=shape, min_len=1, writeable=field != "enable_chain_position_assert")
+        info = check_array(
+            function,
+            f"context.{field}",
+            getattr(context, field),
+            dtype=dtype,
+            ndim=len(shape),
+            shape=shape,
+            min_len=1,
+            writeable=field != "enable_chain_position_assert",
+        )
         arrays.append((f"context.{field}", info))
-    _, source_arrays = check_real_kv_sources(function, context.real_kv_sources, context.real_kv_hash_mode,
-                                             num_slots=buf.shape[0], slots_of="context.canary_buf.shape[0]")
+    _, source_arrays = check_real_kv_sources(
+        function,
+        context.real_kv_sources,
+        context.real_kv_hash_mode,
+        num_slots=buf.shape[0],
+        slots_of="context.canary_buf.shape[0]",
+    )
     return arrays + source_arrays

@@ -37,17 +37,20 @@ def run(backend: str, *, real_kv_sources, real_kv_hash_mode, slot_indices, out, 
     """Run a validated fingerprint call on ``backend``; ``stream`` is a CUDA stream handle or None."""
     mode = RealKvHashMode(int(real_kv_hash_mode))
     if backend == "numpy":
-        reference.compute_real_kv_hash(real_kv_sources=real_kv_sources, real_kv_hash_mode=mode,
-                                       slot_indices=slot_indices, out=out)
+        reference.compute_real_kv_hash(
+            real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices, out=out
+        )
     else:
         from .launch import fingerprint as glue  # needs numba-cuda: imported on the kernel path only
 
-        glue.compute_real_kv_hash(real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices,
-                                  out=out, stream=stream)
+        glue.compute_real_kv_hash(
+            real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices, out=out, stream=stream
+        )
 
 
-def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto",
-                         stream=None) -> None:
+def compute_real_kv_hash(
+    *, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto", stream=None
+) -> None:
     """Fingerprint the live KV bytes of some slots, as the write kernel stores them.
 
     For slot ``s`` each source contributes the fold of its bytes at row
@@ -81,7 +84,9 @@ def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, ou
         sharing memory with ``slot_indices`` or a source).
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = as_native(FUNCTION, dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode,
-                                      slot_indices=slot_indices, out=out))
+    kwargs = as_native(
+        FUNCTION,
+        dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices, out=out),
+    )
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)

@@ -11,8 +11,8 @@ modulo 2**64.
 from __future__ import annotations
 
 import numpy as np
-from ._jit import cpu_jit
 
+from ._jit import cpu_jit
 from .constants import (
     CANARY_CHAIN_ANCHOR,
     SPLITMIX64_MUL1,

@@ -25,8 +25,17 @@ from .errors import error
 from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan
 from .reference import plan as reference
 
-__all__ = ["OFFSETS", "PLAN", "check_values", "launch_canary_plan_kernels", "launch_plan_offsets_kernel",
-           "run_offsets", "run_plan", "validate_offsets", "validate_plan"]
+__all__ = [
+    "OFFSETS",
+    "PLAN",
+    "check_values",
+    "launch_canary_plan_kernels",
+    "launch_plan_offsets_kernel",
+    "run_offsets",
+    "run_plan",
+    "validate_offsets",
+    "validate_plan",
+]
 
 OFFSETS, PLAN = "launch_plan_offsets_kernel", "launch_canary_plan_kernels"
 
@@ -39,8 +48,16 @@ def _describe(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} of shape {tuple(value.shape)}"
 
 
-def _check_batch(function, *, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                 full_to_swa_index_mapping, swa_window_size):
+def _check_batch(
+    function,
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    swa_window_size,
+):
     """Checks shared by both launches; returns (bs, window, [(name, ArrayInfo)])."""
     infos = [("req_pool_indices", check_array(function, "req_pool_indices", req_pool_indices, dtype=np.int64, ndim=1))]
     bs = infos[0][1].shape[0]
@@ -68,8 +85,14 @@ def _check_write_outputs(function, bs, *, offsets, seeds, count, names):
     if offsets_info.shape[0] == 0:
         raise error("KVC-P001", function=function, argument=offsets_name, got=0)
     if offsets_info.shape[0] != capacity + 1:
-        raise error("KVC-P002", function=function, argument=offsets_name, expected=capacity + 1,
-                    capacity_argument=seeds_name, got=offsets_info.shape[0])
+        raise error(
+            "KVC-P002",
+            function=function,
+            argument=offsets_name,
+            expected=capacity + 1,
+            capacity_argument=seeds_name,
+            got=offsets_info.shape[0],
+        )
     if bs > capacity:
         raise error("KVC-P003", function=function, argument=seeds_name, got=bs, expected=capacity)
     return [(offsets_name, offsets_info), (seeds_name, seeds_info), _check_flag(function, count_name, count)]
@@ -135,11 +158,24 @@ def _public(function: str, validate, run, backend: str, stream, kwargs: dict) ->
     run(chosen, **kwargs, stream=handle)
 
 
-def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                               full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
-                               out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
-                               out_write_num_valid_reqs, swa_window_size, verify_capacity,
-                               backend: str = "auto", stream=None) -> None:
+def launch_plan_offsets_kernel(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+    backend: str = "auto",
+    stream=None,
+) -> None:
     """Offsets step of the plan: verify offsets, num_valid / enable, write ranges and seeds.
 
     Parameters
@@ -182,32 +218,73 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
         KVC-P001, KVC-P002, KVC-P003, KVC-P005, KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016;
         KVC-C017 (an output sharing memory with another array argument).
     """
-    _public(OFFSETS, validate_offsets, run_offsets, backend, stream, dict(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
-        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
-        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
-        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
-    ))
+    _public(
+        OFFSETS,
+        validate_offsets,
+        run_offsets,
+        backend,
+        stream,
+        dict(
+            req_pool_indices=req_pool_indices,
+            prefix_lens=prefix_lens,
+            extend_seq_lens=extend_seq_lens,
+            req_to_token=req_to_token,
+            full_to_swa_index_mapping=full_to_swa_index_mapping,
+            out_verify_offsets_scratch=out_verify_offsets_scratch,
+            out_write_offsets=out_write_offsets,
+            out_write_seed_slot_indices=out_write_seed_slot_indices,
+            out_verify_num_valid=out_verify_num_valid,
+            out_verify_enable=out_verify_enable,
+            out_write_num_valid_reqs=out_write_num_valid_reqs,
+            swa_window_size=swa_window_size,
+            verify_capacity=verify_capacity,
+        ),
+    )
 
 
-def validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
-                     out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
-                     out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
-                     verify_capacity, backend: str = "auto") -> tuple[str, list]:
+def validate_offsets(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+    backend: str = "auto",
+) -> tuple[str, list]:
     """Every check of an offsets call; returns (backend, every array as (name, ArrayInfo))."""
     function = OFFSETS
     bs, window, infos = _check_batch(
-        function, req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        function,
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
         swa_window_size=swa_window_size,
     )
     name = "out_verify_offsets_scratch"
-    infos.append((name, check_array(function, name, out_verify_offsets_scratch, dtype=np.int64, ndim=1,
-                                    min_len=bs + 1, writeable=True)))
+    infos.append(
+        (
+            name,
+            check_array(
+                function, name, out_verify_offsets_scratch, dtype=np.int64, ndim=1, min_len=bs + 1, writeable=True
+            ),
+        )
+    )
     infos += _check_write_outputs(
-        function, bs, offsets=out_write_offsets, seeds=out_write_seed_slot_indices, count=out_write_num_valid_reqs,
+        function,
+        bs,
+        offsets=out_write_offsets,
+        seeds=out_write_seed_slot_indices,
+        count=out_write_num_valid_reqs,
         names=("out_write_offsets", "out_write_seed_slot_indices", "out_write_num_valid_reqs"),
     )
     infos.append(_check_flag(function, "out_verify_num_valid", out_verify_num_valid))
@@ -218,11 +295,23 @@ def validate_offsets(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_t
     return chosen, infos
 
 
-def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
-                               extend_seq_lens, req_to_token, swa_window_size, full_to_swa_index_mapping,
-                               verify_capacity, req_to_verify_expected_tokens,
-                               req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
-                               backend: str = "auto", stream=None) -> None:
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+    backend: str = "auto",
+    stream=None,
+) -> None:
     """Plan one step: fill ``verify_plan_out`` and ``write_plan_out`` in place.
 
     Parameters
@@ -264,38 +353,76 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
         KVC-P001 … KVC-P008; KVC-C001 … KVC-C009, KVC-C011, KVC-C013, KVC-C016; KVC-C017 (a plan
         array sharing memory with another plan array or an input).
     """
-    _public(PLAN, validate_plan, run_plan, backend, stream, dict(
-        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
-        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
-        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
-        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
-    ))
+    _public(
+        PLAN,
+        validate_plan,
+        run_plan,
+        backend,
+        stream,
+        dict(
+            verify_plan_out=verify_plan_out,
+            write_plan_out=write_plan_out,
+            req_pool_indices=req_pool_indices,
+            prefix_lens=prefix_lens,
+            extend_seq_lens=extend_seq_lens,
+            req_to_token=req_to_token,
+            swa_window_size=swa_window_size,
+            full_to_swa_index_mapping=full_to_swa_index_mapping,
+            verify_capacity=verify_capacity,
+            req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+            req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+            kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+        ),
+    )
 
 
-def validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                  swa_window_size, full_to_swa_index_mapping, verify_capacity, req_to_verify_expected_tokens,
-                  req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
-                  backend: str = "auto") -> tuple[str, list]:
+def validate_plan(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+    backend: str = "auto",
+) -> tuple[str, list]:
     """Every check of a plan call; returns (backend, every array as (name, ArrayInfo))."""
     function = PLAN
-    for argument, value, cls in (("verify_plan_out", verify_plan_out, VerifyPlan),
-                                 ("write_plan_out", write_plan_out, WritePlan)):
+    for argument, value, cls in (
+        ("verify_plan_out", verify_plan_out, VerifyPlan),
+        ("write_plan_out", write_plan_out, WritePlan),
+    ):
         if not isinstance(value, cls):
-            raise error("KVC-P007", function=function, argument=argument, expected=cls.__name__,
-                        got=type(value).__name__)
+            raise error(
+                "KVC-P007", function=function, argument=argument, expected=cls.__name__, got=type(value).__name__
+            )
     bs, window, infos = _check_batch(
-        function, req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
+        function,
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
         swa_window_size=swa_window_size,
     )
     wplan, vplan = write_plan_out, verify_plan_out
     infos += _check_write_outputs(
-        function, bs, offsets=wplan.write_offsets, seeds=wplan.write_seed_slot_indices,
+        function,
+        bs,
+        offsets=wplan.write_offsets,
+        seeds=wplan.write_seed_slot_indices,
         count=wplan.write_num_valid_reqs,
-        names=("write_plan_out.write_offsets", "write_plan_out.write_seed_slot_indices",
-               "write_plan_out.write_num_valid_reqs"),
+        names=(
+            "write_plan_out.write_offsets",
+            "write_plan_out.write_seed_slot_indices",
+            "write_plan_out.write_num_valid_reqs",
+        ),
     )
     entries = vplan.arrays()
     lengths = {}
@@ -309,21 +436,26 @@ def validate_plan(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_l
     capacity = check_int(function, "verify_capacity", verify_capacity, low=0, high=_INT32_MAX)
     length = entry_length(function, "verify_plan_out", lengths, capacity)
     if capacity != length:
-        raise error("KVC-P004", function=function, argument="verify_plan_out.verify_slot_indices",
-                    expected=length, got=capacity)
+        raise error(
+            "KVC-P004", function=function, argument="verify_plan_out.verify_slot_indices", expected=length, got=capacity
+        )
     pool, lens = req_to_verify_expected_tokens, req_to_verify_expected_tokens_valid_lens
     if (pool is None) != (lens is None):
-        raise error("KVC-P006", function=function,
-                    got=f"req_to_verify_expected_tokens={_describe(pool)}, "
-                        f"req_to_verify_expected_tokens_valid_lens={_describe(lens)}")
+        raise error(
+            "KVC-P006",
+            function=function,
+            got=f"req_to_verify_expected_tokens={_describe(pool)}, "
+            f"req_to_verify_expected_tokens_valid_lens={_describe(lens)}",
+        )
     if pool is not None:
         for name, array, dtype, ndim, shape in (
             ("req_to_verify_expected_tokens", pool, np.int32, 2, None),
             ("req_to_verify_expected_tokens_valid_lens", lens, np.int64, 1, (bs,)),
         ):
             infos.append((name, check_array(function, name, array, dtype=dtype, ndim=ndim, shape=shape)))
-    check_int(function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset,
-              low=_INT64_MIN, high=_INT64_MAX)
+    check_int(
+        function, "kv_token_id_vs_position_offset", kv_token_id_vs_position_offset, low=_INT64_MIN, high=_INT64_MAX
+    )
     chosen = resolve_backend(function, backend, infos)
     _overlap.check(function, infos)
     return chosen, infos

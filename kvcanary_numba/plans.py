@@ -15,7 +15,6 @@ import numpy as np
 from ._runtime import INT32_MAX, array_module, coded_allocation
 from ._validate import check_int
 from .constants import EXPECTED_TOKEN_UNCHECKED, NO_PREDECESSOR
-from .errors import error
 
 __all__ = ["ENTRY_FIELDS", "VerifyPlan", "WritePlan"]
 
@@ -156,5 +155,9 @@ class WritePlan:
 
 
 #: A verify plan's per-entry arrays: one length each, the plan's capacity.
-ENTRY_FIELDS = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
-                "verify_prev_slot_indices")
+ENTRY_FIELDS = (
+    "verify_slot_indices",
+    "verify_expected_tokens",
+    "verify_expected_positions",
+    "verify_prev_slot_indices",
+)

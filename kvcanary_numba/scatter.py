@@ -46,17 +46,18 @@ def validate(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "au
 def run(backend: str, *, flat_in, offsets, req_pool_indices, pool_out, stream=None) -> None:
     """Run a validated scatter call on ``backend``; ``stream`` is a CUDA stream handle or None."""
     if backend == "numpy":
-        reference.scatter_req_token_ids(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices,
-                                        pool_out=pool_out)
+        reference.scatter_req_token_ids(
+            flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out
+        )
     else:
         from .launch import scatter as glue  # needs numba-cuda: imported on the kernel path only
 
-        glue.scatter_req_token_ids(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices,
-                                   pool_out=pool_out, stream=stream)
+        glue.scatter_req_token_ids(
+            flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out, stream=stream
+        )
 
 
-def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto",
-                          stream=None) -> None:
+def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto", stream=None) -> None:
     """Copy each request's flat tokens into its pool row (int32), in place.
 
     Parameters
@@ -87,7 +88,8 @@ def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backe
         KVC-C017 (``pool_out`` sharing memory with another argument).
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = as_native(FUNCTION, dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices,
-                                      pool_out=pool_out))
+    kwargs = as_native(
+        FUNCTION, dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out)
+    )
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)

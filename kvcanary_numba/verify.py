@@ -31,7 +31,9 @@ def check_verify_plan(function: str, plan) -> list:
     check_type(function, "plan", plan, VerifyPlan)
     entries = check_bundle(function, "plan", plan, [(field, np.int64, None) for field in ENTRY_FIELDS])
     entry_length(function, "plan", {field: info.shape[0] for field, (_, info) in zip(ENTRY_FIELDS, entries)})
-    return entries + check_bundle(function, "plan", plan, [("verify_num_valid", np.int32, (1,)), ("enable", np.int32, (1,))])
+    return entries + check_bundle(
+        function, "plan", plan, [("verify_num_valid", np.int32, (1,)), ("enable", np.int32, (1,))]
+    )
 
 
 def validate(*, context, plan, check_verify_expected_token, backend: str = "auto") -> tuple[str, list]:
@@ -63,8 +65,9 @@ def run(backend: str, *, context, plan, check_verify_expected_token, stream=None
         glue.launch_canary_verify_kernel(context=context, plan=plan, check_verify_expected_token=check, stream=stream)
 
 
-def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, backend: str = "auto",
-                                stream=None) -> None:
+def launch_canary_verify_kernel(
+    *, context, plan, check_verify_expected_token, backend: str = "auto", stream=None
+) -> None:
     """Verify the prefix slots a plan lists against their canary records.
 
     For each entry ``i < clamp(verify_num_valid, 0, capacity)`` (nothing when
@@ -104,8 +107,8 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, b
         index or a counter sharing memory with another array).
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = as_native(FUNCTION, dict(context=context, plan=plan,
-                                      check_verify_expected_token=check_verify_expected_token))
+    kwargs = as_native(
+        FUNCTION, dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token)
+    )
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)
-

@@ -25,16 +25,31 @@ FUNCTION = "launch_canary_write_kernel"
 _EXPECTED = ("expected_input_tokens", "expected_input_positions")
 
 
-def validate(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
-             expected_input_tokens, expected_input_positions, backend: str = "auto") -> tuple[str, list]:
+def validate(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+    backend: str = "auto",
+) -> tuple[str, list]:
     """Every check of a write call; returns (backend, every array of the call as (name, ArrayInfo))."""
     arrays = check_context(FUNCTION, context, writes_buffer=True, needs_chain_flag=True)
     check_type(FUNCTION, "plan", plan, WritePlan)
     seeds = check_array(FUNCTION, "plan.write_seed_slot_indices", plan.write_seed_slot_indices, dtype=np.int64, ndim=1)
     offsets = check_array(FUNCTION, "plan.write_offsets", plan.write_offsets, dtype=np.int64, ndim=1)
     if offsets.shape[0] != seeds.shape[0] + 1:
-        raise error("KVC-W001", function=FUNCTION, argument="plan.write_offsets", expected=seeds.shape[0] + 1,
-                    got=offsets.shape[0])
+        raise error(
+            "KVC-W001",
+            function=FUNCTION,
+            argument="plan.write_offsets",
+            expected=seeds.shape[0] + 1,
+            got=offsets.shape[0],
+        )
     arrays += [("plan.write_seed_slot_indices", seeds), ("plan.write_offsets", offsets)]
     arrays += check_bundle(FUNCTION, "plan", plan, [("write_num_valid_reqs", np.int32, (1,))])
     tokens = check_array(FUNCTION, "input_ids", input_ids, dtype=np.int64, ndim=1)
@@ -145,10 +160,18 @@ def launch_canary_write_kernel(
         KVC-C017 (a written context array sharing memory with another array).
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = as_native(FUNCTION, dict(
-        context=context, plan=plan, input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
-        enable_write_input_assert=enable_write_input_assert, expected_input_tokens=expected_input_tokens,
-        expected_input_positions=expected_input_positions,
-    ))
+    kwargs = as_native(
+        FUNCTION,
+        dict(
+            context=context,
+            plan=plan,
+            input_ids=input_ids,
+            positions=positions,
+            out_cache_loc=out_cache_loc,
+            enable_write_input_assert=enable_write_input_assert,
+            expected_input_tokens=expected_input_tokens,
+            expected_input_positions=expected_input_positions,
+        ),
+    )
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)

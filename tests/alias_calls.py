@@ -8,16 +8,27 @@ one from "put ``name`` at ``target``'s offset plus ``delta``" rules. Every offse
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-
 from kernel_pairs import KERNEL_DEVICE
 
-from kvcanary_numba import (CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan,
-                            compute_real_kv_hash, launch_canary_plan_kernels, launch_canary_verify_kernel,
-                            launch_canary_write_kernel, launch_plan_offsets_kernel, scatter_req_token_ids)
+from kvcanary_numba import (
+    CanaryContext,
+    CanaryLaunchTag,
+    RealKvHashMode,
+    RealKvSource,
+    VerifyPlan,
+    WritePlan,
+    compute_real_kv_hash,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    launch_plan_offsets_kernel,
+    scatter_req_token_ids,
+)
 
 ALIGN = 16
 SLOTS, ROWS, WIDTH, BS, CAP = 8, 3, 8, 2, 4
@@ -50,16 +61,20 @@ def _sorted_ranges(total):
     return lambda rng, shape: np.sort(rng.integers(0, total + 1, size=shape)) * (np.arange(shape[0]) > 0)
 
 
-_BATCH = [Slot("req_pool_indices", np.int64, (BS,), False, _ints(0, ROWS)),
-          Slot("prefix_lens", np.int64, (BS,), False, _ints(0, 7)),
-          Slot("extend_seq_lens", np.int64, (BS,), False, _ints(0, 3)),
-          Slot("req_to_token", np.int32, (ROWS, WIDTH), False, _ints(0, SLOTS))]  # fmt: skip
-_CONTEXT = [Slot("canary_buf", np.uint8, (SLOTS, 32), None, _ints(0, 256)),  # output of write only
-            Slot("violation_ring", np.int64, (8, 8), True, _const(0)),
-            Slot("violation_write_index", np.int32, (1,), True, _const(0)),
-            Slot("slot_run_counter", np.int64, (1,), True, _const(0)),
-            Slot("kernel_run_counter", np.int64, (1,), True, _const(0)),
-            Slot("kv", np.uint8, (SLOTS, 32), False, _ints(0, 256))]  # fmt: skip
+_BATCH = [
+    Slot("req_pool_indices", np.int64, (BS,), False, _ints(0, ROWS)),
+    Slot("prefix_lens", np.int64, (BS,), False, _ints(0, 7)),
+    Slot("extend_seq_lens", np.int64, (BS,), False, _ints(0, 3)),
+    Slot("req_to_token", np.int32, (ROWS, WIDTH), False, _ints(0, SLOTS)),
+]
+_CONTEXT = [
+    Slot("canary_buf", np.uint8, (SLOTS, 32), None, _ints(0, 256)),  # output of write only
+    Slot("violation_ring", np.int64, (8, 8), True, _const(0)),
+    Slot("violation_write_index", np.int32, (1,), True, _const(0)),
+    Slot("slot_run_counter", np.int64, (1,), True, _const(0)),
+    Slot("kernel_run_counter", np.int64, (1,), True, _const(0)),
+    Slot("kv", np.uint8, (SLOTS, 32), False, _ints(0, 256)),
+]
 
 #: function -> the arrays of one small valid call, in argument order.
 LAYOUTS: dict[str, list[Slot]] = {
@@ -74,32 +89,48 @@ LAYOUTS: dict[str, list[Slot]] = {
         Slot("slot_indices", np.int64, (4,), False, _ints(-1, SLOTS + 1)),
         Slot("out", np.int64, (4,), True, _const(-7)),
     ],
-    "launch_plan_offsets_kernel": _BATCH + [
-        Slot(f"out_{name}", dtype, shape, True, _const(-7)) for name, dtype, shape in (
-            ("verify_offsets_scratch", np.int64, (BS + 1,)), ("write_offsets", np.int64, (BS + 1,)),
-            ("write_seed_slot_indices", np.int64, (BS,)), ("verify_num_valid", np.int32, (1,)),
-            ("verify_enable", np.int32, (1,)), ("write_num_valid_reqs", np.int32, (1,)))
-    ],  # fmt: skip
-    "launch_canary_plan_kernels": _BATCH + [
+    "launch_plan_offsets_kernel": _BATCH
+    + [
+        Slot(f"out_{name}", dtype, shape, True, _const(-7))
+        for name, dtype, shape in (
+            ("verify_offsets_scratch", np.int64, (BS + 1,)),
+            ("write_offsets", np.int64, (BS + 1,)),
+            ("write_seed_slot_indices", np.int64, (BS,)),
+            ("verify_num_valid", np.int32, (1,)),
+            ("verify_enable", np.int32, (1,)),
+            ("write_num_valid_reqs", np.int32, (1,)),
+        )
+    ],
+    "launch_canary_plan_kernels": _BATCH
+    + [
         Slot("pool", np.int32, (ROWS, WIDTH), False, _ints(0, 50)),
         Slot("lens", np.int64, (BS,), False, _ints(0, WIDTH + 1)),
-        *[Slot(name, np.int64, (CAP,), True, _const(-7)) for name in
-          ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions", "verify_prev_slot_indices")],
+        *[
+            Slot(name, np.int64, (CAP,), True, _const(-7))
+            for name in (
+                "verify_slot_indices",
+                "verify_expected_tokens",
+                "verify_expected_positions",
+                "verify_prev_slot_indices",
+            )
+        ],
         Slot("verify_num_valid", np.int32, (1,), True, _const(-7)),
         Slot("enable", np.int32, (1,), True, _const(-7)),
         Slot("write_offsets", np.int64, (BS + 1,), True, _const(-7)),
         Slot("write_seed_slot_indices", np.int64, (BS,), True, _const(-7)),
         Slot("write_num_valid_reqs", np.int32, (1,), True, _const(-7)),
-    ],  # fmt: skip
-    "launch_canary_verify_kernel": _CONTEXT + [
+    ],
+    "launch_canary_verify_kernel": _CONTEXT
+    + [
         Slot("verify_slot_indices", np.int64, (CAP,), False, _ints(0, SLOTS)),
         Slot("verify_expected_tokens", np.int64, (CAP,), False, _ints(-1, 3)),
         Slot("verify_expected_positions", np.int64, (CAP,), False, _ints(0, 4)),
         Slot("verify_prev_slot_indices", np.int64, (CAP,), False, _ints(-1, SLOTS)),
         Slot("verify_num_valid", np.int32, (1,), False, _ints(0, CAP + 1)),
         Slot("enable", np.int32, (1,), False, _const(1)),
-    ],  # fmt: skip
-    "launch_canary_write_kernel": _CONTEXT + [
+    ],
+    "launch_canary_write_kernel": _CONTEXT
+    + [
         Slot("enable_chain_position_assert", np.int32, (1,), False, _ints(0, 2)),
         Slot("write_offsets", np.int64, (BS + 1,), False, _sorted_ranges(3)),
         Slot("write_seed_slot_indices", np.int64, (BS,), False, _ints(-1, SLOTS // 2)),
@@ -107,13 +138,16 @@ LAYOUTS: dict[str, list[Slot]] = {
         Slot("input_ids", np.int64, (3,), False, _ints(0, 100)),
         Slot("positions", np.int64, (3,), False, _ints(0, 6)),
         Slot("out_cache_loc", np.int64, (3,), False, _distinct(SLOTS // 2, SLOTS)),
-    ],  # fmt: skip
+    ],
 }
 
 
 #: Names of the pool that are not the name of their argument (messages use the argument's).
-ARGUMENT = {"pool": "req_to_verify_expected_tokens", "lens": "req_to_verify_expected_tokens_valid_lens",
-            "kv": "real_kv_sources[0].tensor"}  # fmt: skip
+ARGUMENT = {
+    "pool": "req_to_verify_expected_tokens",
+    "lens": "req_to_verify_expected_tokens_valid_lens",
+    "kv": "real_kv_sources[0].tensor",
+}
 
 
 def outputs(function: str) -> set[str]:
@@ -159,17 +193,26 @@ def shares(function: str, arrays: dict[str, np.ndarray]) -> bool:
     """The rule's oracle: does an output share memory with any other array of the call?"""
     written = outputs(function)
     names = list(arrays)
-    return any((a in written or b in written) and np.shares_memory(arrays[a], arrays[b])
-               for i, a in enumerate(names) for b in names[i + 1 :])  # fmt: skip
+    return any(
+        (a in written or b in written) and np.shares_memory(arrays[a], arrays[b])
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    )
 
 
 def _context(a: dict) -> CanaryContext:
     source = RealKvSource(tensor=a["kv"], page_size=1, num_bytes_per_token=32, read_bytes=32)
-    return CanaryContext(canary_buf=a["canary_buf"], kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
-                         violation_ring=a["violation_ring"], violation_write_index=a["violation_write_index"],
-                         slot_run_counter=a["slot_run_counter"], kernel_run_counter=a["kernel_run_counter"],
-                         real_kv_sources=(source,), real_kv_hash_mode=RealKvHashMode.PARTIAL,
-                         enable_chain_position_assert=a.get("enable_chain_position_assert"))  # fmt: skip
+    return CanaryContext(
+        canary_buf=a["canary_buf"],
+        kernel_kind=CanaryLaunchTag.TAIL_K_FULL,
+        violation_ring=a["violation_ring"],
+        violation_write_index=a["violation_write_index"],
+        slot_run_counter=a["slot_run_counter"],
+        kernel_run_counter=a["kernel_run_counter"],
+        real_kv_sources=(source,),
+        real_kv_hash_mode=RealKvHashMode.PARTIAL,
+        enable_chain_position_assert=a.get("enable_chain_position_assert"),
+    )
 
 
 def _pick(a: dict, cls: type):
@@ -226,24 +269,46 @@ def _host_call(function: str, a: dict, backend: str) -> Callable[[], None]:
         return lambda: scatter_req_token_ids(**kw, backend=backend)
     if function == "compute_real_kv_hash":
         source = RealKvSource(tensor=a["kv"], page_size=1, num_bytes_per_token=32, read_bytes=32)
-        return lambda: compute_real_kv_hash(real_kv_sources=(source,), real_kv_hash_mode=RealKvHashMode.PARTIAL,
-                                            slot_indices=a["slot_indices"], out=a["out"], backend=backend)  # fmt: skip
+        return lambda: compute_real_kv_hash(
+            real_kv_sources=(source,),
+            real_kv_hash_mode=RealKvHashMode.PARTIAL,
+            slot_indices=a["slot_indices"],
+            out=a["out"],
+            backend=backend,
+        )
     if function == "launch_plan_offsets_kernel":
         outs = {name: a[name] for name in a if name.startswith("out_")}
-        return lambda: launch_plan_offsets_kernel(**batch, **outs, full_to_swa_index_mapping=None, swa_window_size=0,
-                                                  verify_capacity=CAP, backend=backend)  # fmt: skip
+        return lambda: launch_plan_offsets_kernel(
+            **batch, **outs, full_to_swa_index_mapping=None, swa_window_size=0, verify_capacity=CAP, backend=backend
+        )
     if function == "launch_canary_plan_kernels":
         return lambda: launch_canary_plan_kernels(
-            verify_plan_out=_pick(a, VerifyPlan), write_plan_out=_pick(a, WritePlan), **batch, swa_window_size=0,
-            full_to_swa_index_mapping=None, verify_capacity=CAP, req_to_verify_expected_tokens=a["pool"],
-            req_to_verify_expected_tokens_valid_lens=a["lens"], kv_token_id_vs_position_offset=0, backend=backend)
+            verify_plan_out=_pick(a, VerifyPlan),
+            write_plan_out=_pick(a, WritePlan),
+            **batch,
+            swa_window_size=0,
+            full_to_swa_index_mapping=None,
+            verify_capacity=CAP,
+            req_to_verify_expected_tokens=a["pool"],
+            req_to_verify_expected_tokens_valid_lens=a["lens"],
+            kv_token_id_vs_position_offset=0,
+            backend=backend,
+        )
     if function == "launch_canary_verify_kernel":
-        return lambda: launch_canary_verify_kernel(context=_context(a), plan=_pick(a, VerifyPlan),
-                                                   check_verify_expected_token=True, backend=backend)  # fmt: skip
+        return lambda: launch_canary_verify_kernel(
+            context=_context(a), plan=_pick(a, VerifyPlan), check_verify_expected_token=True, backend=backend
+        )
     return lambda: launch_canary_write_kernel(
-        context=_context(a), plan=_pick(a, WritePlan), input_ids=a["input_ids"], positions=a["positions"],
-        out_cache_loc=a["out_cache_loc"], enable_write_input_assert=False, expected_input_tokens=None,
-        expected_input_positions=None, backend=backend)  # fmt: skip
+        context=_context(a),
+        plan=_pick(a, WritePlan),
+        input_ids=a["input_ids"],
+        positions=a["positions"],
+        out_cache_loc=a["out_cache_loc"],
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+        backend=backend,
+    )
 
 
 def assert_same_result(got: dict[str, np.ndarray], want: dict[str, np.ndarray], backend: str) -> None:

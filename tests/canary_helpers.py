@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 import kvcanary_numba.launch
-from kvcanary_numba import CANARY_CHAIN_HEAD, CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
+from kvcanary_numba import (
+    CANARY_CHAIN_HEAD,
+    CanaryContext,
+    CanaryLaunchTag,
+    RealKvHashMode,
+    RealKvSource,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+)
 from kvcanary_numba.hashing import splitmix64_mix3, to_signed, to_unsigned
 from kvcanary_numba.plans import VerifyPlan, WritePlan
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
 
 HEAD = CANARY_CHAIN_HEAD
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from canary_helpers import record, slot_hash
@@ -20,7 +20,13 @@ KNOWN_REAL_KV_HASH = 0x6041580849E6407D
 
 
 def random_source(
-    rng: np.random.Generator, slots: int, *, page_size: int = 1, nbytes: int = 32, read_bytes: int | None = None, hole: int = 0
+    rng: np.random.Generator,
+    slots: int,
+    *,
+    page_size: int = 1,
+    nbytes: int = 32,
+    read_bytes: int | None = None,
+    hole: int = 0,
 ) -> RealKvSource:
     """A random uint8 source covering ``slots`` slots, with ``hole`` spare bytes per row."""
     rows = -(-slots // page_size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import canary_helpers
 import numpy as np
@@ -86,7 +86,9 @@ class Pipeline:
             swa_window_size=self.window,
             full_to_swa_index_mapping=self.lut,
             verify_capacity=self.vplan.verify_capacity,
-            req_to_verify_expected_tokens=(self.tokens if pool is None else pool).astype(np.int32) if check_tokens else None,
+            req_to_verify_expected_tokens=(self.tokens if pool is None else pool).astype(np.int32)
+            if check_tokens
+            else None,
             req_to_verify_expected_tokens_valid_lens=(prefix + extend + offset) if check_tokens else None,
             kv_token_id_vs_position_offset=offset,
             backend="numpy",

@@ -44,16 +44,29 @@ class GpuArray:
     def __init__(self, array: np.ndarray):
         self._array = np.ascontiguousarray(array)
         self.__cuda_array_interface__ = {
-            "shape": self._array.shape, "typestr": self._array.dtype.str, "strides": None,
-            "data": (self._array.ctypes.data, False), "version": 3,
-        }  # fmt: skip
+            "shape": self._array.shape,
+            "typestr": self._array.dtype.str,
+            "strides": None,
+            "data": (self._array.ctypes.data, False),
+            "version": 3,
+        }
 
 
 def example_scope(workdir: pathlib.Path) -> dict:
     """A fresh namespace for one snippet; ``workdir`` holds the files a snippet reads (``buf.npy``)."""
     ns: dict = {name: getattr(kc, name) for name in kc.__all__}
-    ns.update(np=np, xp=np, gpu_array=GpuArray, EngineConfig=EngineConfig, ToyEngine=ToyEngine, CanaryMonitor=CanaryMonitor,
-              KvGroup=KvGroup, SlotChain=SlotChain, StepBatch=StepBatch, VerifyBudget=VerifyBudget)  # fmt: skip
+    ns.update(
+        np=np,
+        xp=np,
+        gpu_array=GpuArray,
+        EngineConfig=EngineConfig,
+        ToyEngine=ToyEngine,
+        CanaryMonitor=CanaryMonitor,
+        KvGroup=KvGroup,
+        SlotChain=SlotChain,
+        StepBatch=StepBatch,
+        VerifyBudget=VerifyBudget,
+    )
     k_layer0 = np.zeros((NUM_SLOTS, KV_BYTES), dtype=np.uint8)
     source = kc.RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=KV_BYTES, read_bytes=KV_BYTES)
     req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
@@ -68,19 +81,35 @@ def example_scope(workdir: pathlib.Path) -> dict:
 
     def plan_args(**changes) -> dict:
         """launch_canary_plan_kernels: request row 1, 4 tokens cached, 1 new."""
-        args = dict(verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=_i64([1]),
-                    prefix_lens=_i64([4]), extend_seq_lens=_i64([1]), req_to_token=req_to_token,
-                    swa_window_size=0, full_to_swa_index_mapping=None, verify_capacity=vplan.verify_capacity,
-                    req_to_verify_expected_tokens=None, req_to_verify_expected_tokens_valid_lens=None,
-                    kv_token_id_vs_position_offset=0)  # fmt: skip
+        args = dict(
+            verify_plan_out=vplan,
+            write_plan_out=wplan,
+            req_pool_indices=_i64([1]),
+            prefix_lens=_i64([4]),
+            extend_seq_lens=_i64([1]),
+            req_to_token=req_to_token,
+            swa_window_size=0,
+            full_to_swa_index_mapping=None,
+            verify_capacity=vplan.verify_capacity,
+            req_to_verify_expected_tokens=None,
+            req_to_verify_expected_tokens_valid_lens=None,
+            kv_token_id_vs_position_offset=0,
+        )
         return {**args, **changes}
 
     def write_args(**changes) -> dict:
         """launch_canary_write_kernel: stamp positions 0..3 of request row 1 (run plan_args' plan first)."""
         pos = np.arange(4, dtype=np.int64)
-        args = dict(context=ctx, plan=wplan, input_ids=100 + pos, positions=pos,
-                    out_cache_loc=req_to_token[1, :4].astype(np.int64), enable_write_input_assert=False,
-                    expected_input_tokens=None, expected_input_positions=None)  # fmt: skip
+        args = dict(
+            context=ctx,
+            plan=wplan,
+            input_ids=100 + pos,
+            positions=pos,
+            out_cache_loc=req_to_token[1, :4].astype(np.int64),
+            enable_write_input_assert=False,
+            expected_input_tokens=None,
+            expected_input_positions=None,
+        )
         return {**args, **changes}
 
     def verify_args(**changes) -> dict:
@@ -98,17 +127,37 @@ def example_scope(workdir: pathlib.Path) -> dict:
 
     def batch(**changes) -> StepBatch:
         """One prefill step of request row 1 (tokens 101..104 into slots 10..13)."""
-        args = dict(req_pool_indices=_i64([1]), prefix_lens=_i64([0]), extend_seq_lens=_i64([4]),
-                    req_to_token=req_to_token, input_ids=_i64([101, 102, 103, 104]), positions=_i64(range(4)),
-                    out_cache_loc=_i64([10, 11, 12, 13]))  # fmt: skip
+        args = dict(
+            req_pool_indices=_i64([1]),
+            prefix_lens=_i64([0]),
+            extend_seq_lens=_i64([4]),
+            req_to_token=req_to_token,
+            input_ids=_i64([101, 102, 103, 104]),
+            positions=_i64(range(4)),
+            out_cache_loc=_i64([10, 11, 12, 13]),
+        )
         return StepBatch(**{**args, **changes})
 
     ns.update(
-        ctx=ctx, vplan=vplan, wplan=wplan, req_to_token=req_to_token, group=group, pool=pool, lens=lens,
-        k_layer0=k_layer0, source=source, num_slots=NUM_SLOTS, n=NUM_SLOTS, cap=ROWS - 1,
-        plan_args=plan_args, write_args=write_args, verify_args=verify_args, scatter_args=scatter_args,
-        monitor_args=monitor_args, batch=batch,
-    )  # fmt: skip
+        ctx=ctx,
+        vplan=vplan,
+        wplan=wplan,
+        req_to_token=req_to_token,
+        group=group,
+        pool=pool,
+        lens=lens,
+        k_layer0=k_layer0,
+        source=source,
+        num_slots=NUM_SLOTS,
+        n=NUM_SLOTS,
+        cap=ROWS - 1,
+        plan_args=plan_args,
+        write_args=write_args,
+        verify_args=verify_args,
+        scatter_args=scatter_args,
+        monitor_args=monitor_args,
+        batch=batch,
+    )
     return ns
 
 
@@ -119,8 +168,9 @@ def _outcome(code: str, snippet: str, workdir: pathlib.Path) -> str:
         argv += ["--no-progress"] if argv[0] == "demo" else []
         if argv[0] == "inspect":
             _shell_files(workdir, argv[1])
-        proc = subprocess.run([sys.executable, "-m", "kvcanary_numba", *argv],
-                              capture_output=True, text=True, timeout=600, cwd=workdir)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "kvcanary_numba", *argv], capture_output=True, text=True, timeout=600, cwd=workdir
+        )
         if proc.returncode == 0:
             return "ran"
         found = re.search(r"\[(KVC-[A-Z]\d{3})\]", proc.stderr)
@@ -146,16 +196,32 @@ def _shell_files(workdir: pathlib.Path, name: str) -> None:
         path.write_text("kv_canary violation: launch_tag=HEAD_K_FULL ...\n")  # a log, not a bundle
         return
     k = np.zeros((NUM_SLOTS, 32), dtype=np.uint8)
-    full = KvGroup(kind="full", num_slots=NUM_SLOTS, has_v=False,
-                   k_sources=(kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32),))
-    monitor = CanaryMonitor(full=full, device="cpu", write_req_capacity=1, real_kv_hash_mode=kc.RealKvHashMode.ALL,
-                            health_interval=0, bundle_dir=workdir / "caught")  # fmt: skip
+    full = KvGroup(
+        kind="full",
+        num_slots=NUM_SLOTS,
+        has_v=False,
+        k_sources=(kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32),),
+    )
+    monitor = CanaryMonitor(
+        full=full,
+        device="cpu",
+        write_req_capacity=1,
+        real_kv_hash_mode=kc.RealKvHashMode.ALL,
+        health_interval=0,
+        bundle_dir=workdir / "caught",
+    )
     req_to_token = np.zeros((ROWS, WIDTH), dtype=np.int32)
     for prefix, slots in ((0, [5, 6, 7, 8]), (4, [9])):  # prefill, then a decode step after a K byte flips
         req_to_token[1, prefix : prefix + len(slots)] = slots
-        step = StepBatch(req_pool_indices=_i64([1]), prefix_lens=_i64([prefix]), extend_seq_lens=_i64([len(slots)]),
-                         req_to_token=req_to_token, input_ids=_i64(slots) + 100,
-                         positions=_i64(range(prefix, prefix + len(slots))), out_cache_loc=_i64(slots))  # fmt: skip
+        step = StepBatch(
+            req_pool_indices=_i64([1]),
+            prefix_lens=_i64([prefix]),
+            extend_seq_lens=_i64([len(slots)]),
+            req_to_token=req_to_token,
+            input_ids=_i64(slots) + 100,
+            positions=_i64(range(prefix, prefix + len(slots))),
+            out_cache_loc=_i64(slots),
+        )
         with monitor.forward(step):
             k[slots] = 1
         monitor.end_step()
@@ -181,8 +247,10 @@ def run_all() -> dict[str, list[str]]:
     warnings.simplefilter("ignore", CanaryBlindSpotWarning)
     out = {}
     for code, entry in sorted(REGISTRY.items()):
-        out[code] = [_outcome(code, snippet, pathlib.Path(tempfile.mkdtemp(prefix="kvc-example-")))
-                     for snippet in (entry.before, entry.after)]  # fmt: skip
+        out[code] = [
+            _outcome(code, snippet, pathlib.Path(tempfile.mkdtemp(prefix="kvc-example-")))
+            for snippet in (entry.before, entry.after)
+        ]
     return out
 
 

@@ -22,11 +22,16 @@ import numpy as np
 from canary_helpers import i64, verify_plan, write_plan
 from kernel_pairs import KERNEL_DEVICE, to_host
 
-from kvcanary_numba import CanaryContext, CanaryLaunchTag, RealKvHashMode, RealKvSource
-from kvcanary_numba.launch import _launch
+from kvcanary_numba import (
+    CanaryContext,
+    CanaryLaunchTag,
+    RealKvHashMode,
+    RealKvSource,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+)
 from kvcanary_numba.fast.chain import SharedChain, sharing
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba.launch import _launch
 
 T = CanaryLaunchTag
 TAGS = (T.HEAD_K_FULL, T.HEAD_V_FULL, T.TAIL_K_FULL, T.TAIL_V_FULL)
@@ -44,8 +49,17 @@ def _xp(device: str):
 class World:
     """Host (NumPy) state of one step; :meth:`on` materializes it on a device, sharing as the monitor shares."""
 
-    def __init__(self, num_slots: int, *, shared_ring: bool, ring_capacity: int, nsrc: tuple[int, int],
-                 mode: RealKvHashMode, check_tokens: bool, rng):  # fmt: skip
+    def __init__(
+        self,
+        num_slots: int,
+        *,
+        shared_ring: bool,
+        ring_capacity: int,
+        nsrc: tuple[int, int],
+        mode: RealKvHashMode,
+        check_tokens: bool,
+        rng,
+    ):
         self.num_slots, self.shared_ring, self.mode, self.check_tokens = num_slots, shared_ring, mode, check_tokens
         rings = 1 if shared_ring else 4
         self.rings = np.zeros((rings, ring_capacity, 8), dtype=np.int64)
@@ -65,15 +79,22 @@ class World:
             r = 0 if self.shared_ring else i
             c = i if self.shared_ring else 0
             half = kv[i % 2]
-            sources = tuple(RealKvSource(tensor=half[k], page_size=1, num_bytes_per_token=KV_BYTES,
-                                         read_bytes=KV_BYTES) for k in range(half.shape[0]))  # fmt: skip
+            sources = tuple(
+                RealKvSource(tensor=half[k], page_size=1, num_bytes_per_token=KV_BYTES, read_bytes=KV_BYTES)
+                for k in range(half.shape[0])
+            )
             tail = i >= 2
             out[tag] = CanaryContext(
-                canary_buf=bufs[i], kernel_kind=tag, violation_ring=rings[r],
-                violation_write_index=words[r].view(np.int32)[0:1], kernel_run_counter=words[r, 1 + c : 2 + c],
-                slot_run_counter=words[r, 5 + c : 6 + c], real_kv_sources=sources if tail else (),
-                real_kv_hash_mode=self.mode if tail else RealKvHashMode.NONE, enable_chain_position_assert=flag,
-            )  # fmt: skip
+                canary_buf=bufs[i],
+                kernel_kind=tag,
+                violation_ring=rings[r],
+                violation_write_index=words[r].view(np.int32)[0:1],
+                kernel_run_counter=words[r, 1 + c : 2 + c],
+                slot_run_counter=words[r, 5 + c : 6 + c],
+                real_kv_sources=sources if tail else (),
+                real_kv_hash_mode=self.mode if tail else RealKvHashMode.NONE,
+                enable_chain_position_assert=flag,
+            )
         return out
 
     def take(self, state: dict) -> None:
@@ -111,9 +132,17 @@ def _plans(world: World, rng, bs: int, prefix_max: int, extend_max: int, extend_
         loc = i64([x for s, _ in pre for x in s])
         state = world.on("cpu")
         for tag in TAGS:
-            launch_canary_write_kernel(context=state[tag], plan=plan, input_ids=ids, positions=pos, out_cache_loc=loc,
-                                       enable_write_input_assert=False, expected_input_tokens=None,
-                                       expected_input_positions=None, backend="numpy")  # fmt: skip
+            launch_canary_write_kernel(
+                context=state[tag],
+                plan=plan,
+                input_ids=ids,
+                positions=pos,
+                out_cache_loc=loc,
+                enable_write_input_assert=False,
+                expected_input_tokens=None,
+                expected_input_positions=None,
+                backend="numpy",
+            )
         world.take(state)
         world.rings[...] = 0
         world.words[...] = 0
@@ -130,16 +159,34 @@ def _plans(world: World, rng, bs: int, prefix_max: int, extend_max: int, extend_
     return vplan, wplan, ids, pos, loc
 
 
-def random_world(seed: int, *, bs: int = 5, prefix_max: int = 6, extend_max: int = 2, extend_min: int = 1,
-                 num_slots: int | None = None,
-                 shared_ring: bool = True, nsrc=(1, 1), mode=RealKvHashMode.ALL, check_tokens: bool = True,
-                 asserted: bool = True, faults: bool = True):  # fmt: skip
+def random_world(
+    seed: int,
+    *,
+    bs: int = 5,
+    prefix_max: int = 6,
+    extend_max: int = 2,
+    extend_min: int = 1,
+    num_slots: int | None = None,
+    shared_ring: bool = True,
+    nsrc=(1, 1),
+    mode=RealKvHashMode.ALL,
+    check_tokens: bool = True,
+    asserted: bool = True,
+    faults: bool = True,
+):
     """A world and its step (verify plan, write plan, token arrays, expected arrays or None); each request
     has ``extend_min..extend_max`` new tokens (many: a long, prefill-shaped step)."""
     rng = np.random.default_rng(seed)
     num_slots = bs * (prefix_max + extend_max) + 16 if num_slots is None else num_slots
-    world = World(num_slots, shared_ring=shared_ring, ring_capacity=4 * num_slots + 64, nsrc=nsrc, mode=mode,
-                  check_tokens=check_tokens, rng=rng)  # fmt: skip
+    world = World(
+        num_slots,
+        shared_ring=shared_ring,
+        ring_capacity=4 * num_slots + 64,
+        nsrc=nsrc,
+        mode=mode,
+        check_tokens=check_tokens,
+        rng=rng,
+    )
     vplan, wplan, ids, pos, loc = _plans(world, rng, bs, prefix_max, extend_max, extend_min)
     expected = (ids.copy(), pos.copy()) if asserted else None
     if faults:
@@ -191,8 +238,15 @@ def _plant(world, rng, vplan, wplan, ids, pos, loc, expected) -> None:
 PATHS = ("reference", "plain", "fused")
 
 
-def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE, *,
-             chain_tokens: int | None = None, tail_inputs: tuple | None = None) -> tuple[World, int]:
+def run_step(
+    world: World,
+    step,
+    path: str,
+    device: str = KERNEL_DEVICE,
+    *,
+    chain_tokens: int | None = None,
+    tail_inputs: tuple | None = None,
+) -> tuple[World, int]:
     """HEAD then TAIL (each: verify, then write) on ``path``; the resulting world and the launches issued.
     ``chain_tokens``: columns of the shared chain's scratch (default: enough for the step);
     ``tail_inputs``: other (token ids, positions, slots) for TAIL's writes than those HEAD published."""
@@ -203,13 +257,22 @@ def run_step(world: World, step, path: str, device: str = KERNEL_DEVICE, *,
     dev = lambda a: None if a is None else xp.asarray(a)  # noqa: E731
     vp = type(vplan)(**{k: dev(v.copy()) for k, v in vplan.arrays().items()})
     wp = type(wplan)(**{k: dev(v.copy()) for k, v in wplan.arrays().items()})
-    inputs = dict(input_ids=dev(ids), positions=dev(pos), out_cache_loc=dev(loc),
-                  enable_write_input_assert=expected is not None, expected_input_tokens=dev(expected and expected[0]),
-                  expected_input_positions=dev(expected and expected[1]))  # fmt: skip
-    tail = inputs if tail_inputs is None else {
-        **inputs, **dict(zip(("input_ids", "positions", "out_cache_loc"), map(dev, tail_inputs)))}  # fmt: skip
-    chain = SharedChain(xp, tokens=ids.shape[0] + 8 if chain_tokens is None else chain_tokens,
-                        requests=wplan.write_req_capacity)
+    inputs = dict(
+        input_ids=dev(ids),
+        positions=dev(pos),
+        out_cache_loc=dev(loc),
+        enable_write_input_assert=expected is not None,
+        expected_input_tokens=dev(expected and expected[0]),
+        expected_input_positions=dev(expected and expected[1]),
+    )
+    tail = (
+        inputs
+        if tail_inputs is None
+        else {**inputs, **dict(zip(("input_ids", "positions", "out_cache_loc"), map(dev, tail_inputs)))}
+    )
+    chain = SharedChain(
+        xp, tokens=ids.shape[0] + 8 if chain_tokens is None else chain_tokens, requests=wplan.write_req_capacity
+    )
     bs = int(wplan.write_num_valid_reqs[0])
     launches = []
 

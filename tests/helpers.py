@@ -7,9 +7,8 @@ import contextlib
 import numpy as np
 import pytest
 
-from kvcanary_numba import OUT_OF_RANGE_SLOT, VerifyPlan, WritePlan
+from kvcanary_numba import OUT_OF_RANGE_SLOT, VerifyPlan, WritePlan, launch_canary_plan_kernels
 from kvcanary_numba.errors import KvCanaryError
-from kvcanary_numba import launch_canary_plan_kernels
 
 
 @contextlib.contextmanager
@@ -47,8 +46,22 @@ def i64(values) -> np.ndarray:
 # --- the plan tests' runner (public wrapper, NumPy backend) ---------------------
 
 
-def run_plan(rpi, prefix, ext, rtt=None, *, window=0, lut=None, vcap=256, wcap=None, pool=None, lens=None,
-             offset=0, vplan=None, wplan=None):
+def run_plan(
+    rpi,
+    prefix,
+    ext,
+    rtt=None,
+    *,
+    window=0,
+    lut=None,
+    vcap=256,
+    wcap=None,
+    pool=None,
+    lens=None,
+    offset=0,
+    vplan=None,
+    wplan=None,
+):
     """Plan through the public wrapper; fresh plans are pre-filled with FILL to expose unwritten entries."""
     rpi, prefix, ext = i64(rpi), i64(prefix), i64(ext)
     if vplan is None:
@@ -60,11 +73,19 @@ def run_plan(rpi, prefix, ext, rtt=None, *, window=0, lut=None, vcap=256, wcap=N
         for arr in wplan.arrays().values():
             arr[...] = FILL
     launch_canary_plan_kernels(
-        verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=rpi, prefix_lens=prefix,
-        extend_seq_lens=ext, req_to_token=linear_rtt() if rtt is None else rtt, swa_window_size=window,
-        full_to_swa_index_mapping=lut, verify_capacity=vplan.verify_capacity,
-        req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=lens,
-        kv_token_id_vs_position_offset=offset, backend="numpy",
+        verify_plan_out=vplan,
+        write_plan_out=wplan,
+        req_pool_indices=rpi,
+        prefix_lens=prefix,
+        extend_seq_lens=ext,
+        req_to_token=linear_rtt() if rtt is None else rtt,
+        swa_window_size=window,
+        full_to_swa_index_mapping=lut,
+        verify_capacity=vplan.verify_capacity,
+        req_to_verify_expected_tokens=pool,
+        req_to_verify_expected_tokens_valid_lens=lens,
+        kv_token_id_vs_position_offset=offset,
+        backend="numpy",
     )
     return vplan, wplan
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from canary_pipeline import Pipeline, plant_fault
@@ -17,7 +17,6 @@ if str(ROOT) not in sys.path:  # the benchmarks package, as tests/test_benchmark
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_public import DlpackOnly  # noqa: E402,F401  (one wrapper for tests and benchmarks)
-
 from kvcanary_numba import RealKvHashMode
 
 #: convert(host array, is_input_argument) -> (library array, copy_back or None). ``is_input_argument``
@@ -32,8 +31,10 @@ def _converted(value, convert: Convert, backs: list, top: bool):
             backs.append(back)
         return lib
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.replace(value, **{f.name: _converted(getattr(value, f.name), convert, backs, False)
-                                             for f in dataclasses.fields(value)})  # fmt: skip
+        return dataclasses.replace(
+            value,
+            **{f.name: _converted(getattr(value, f.name), convert, backs, False) for f in dataclasses.fields(value)},
+        )
     if isinstance(value, tuple):
         return tuple(_converted(v, convert, backs, False) for v in value)
     return value
@@ -49,8 +50,11 @@ def patch_public_calls(monkeypatch, convert: Convert, *, after: Callable[[], Non
 
     import kvcanary_numba.plan as plan_module
 
-    for module, name in ((canary_helpers, "launch_canary_verify_kernel"),
-                         (canary_helpers, "launch_canary_write_kernel"), (plan_module, "launch_canary_plan_kernels")):
+    for module, name in (
+        (canary_helpers, "launch_canary_verify_kernel"),
+        (canary_helpers, "launch_canary_write_kernel"),
+        (plan_module, "launch_canary_plan_kernels"),
+    ):
         original = getattr(module, name)
 
         def call(_f=original, **kwargs):

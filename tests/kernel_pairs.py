@@ -22,12 +22,17 @@ import canary_helpers
 import numpy as np
 from helpers import FILL, PLAN_WIDTH, linear_rtt, padded_lut
 
-from kvcanary_numba import CanaryContext, RealKvSource, VerifyPlan, WritePlan
+from kvcanary_numba import (
+    CanaryContext,
+    RealKvSource,
+    VerifyPlan,
+    WritePlan,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+)
 from kvcanary_numba import plan as public
 from kvcanary_numba.launch import plan as glue
 from kvcanary_numba.reference import plan as reference
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
 
 #: Where the kernels run: the simulator on NumPy arrays, else the GPU on CuPy arrays.
 KERNEL_DEVICE = "cpu" if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else "cuda"
@@ -103,7 +108,9 @@ def run_pair(ctx: CanaryContext, launch: str, *, device: str = KERNEL_DEVICE, **
 
     copies = {name: getattr(ctx, name).copy() for name in _CONTEXT_ARRAYS}
     most_rows = 3 * sum(int(np.size(v)) for v in kwargs.values() if isinstance(v, np.ndarray)) + 2 * _plan_size(kwargs)
-    copies.update(violation_ring=np.zeros((most_rows + 1, 8), dtype=np.int64), violation_write_index=np.zeros(1, np.int32))
+    copies.update(
+        violation_ring=np.zeros((most_rows + 1, 8), dtype=np.int64), violation_write_index=np.zeros(1, np.int32)
+    )
     unbounded = ctx.replace(**copies)
     LAUNCHES[launch](context=ctx, backend="numpy", **kwargs)
     LAUNCHES[launch](context=unbounded, backend="numpy", **kwargs)
@@ -164,11 +171,17 @@ def case(rpi, prefix, ext, *, rtt=None, window=0, lut=None, pool=None, lens=None
     """One plan input; arrays as NumPy, plan capacities alongside."""
     rpi = np.asarray(rpi, dtype=np.int64)
     return dict(
-        req_pool_indices=rpi, prefix_lens=np.asarray(prefix, dtype=np.int64),
-        extend_seq_lens=np.asarray(ext, dtype=np.int64), req_to_token=linear_rtt() if rtt is None else rtt,
-        swa_window_size=window, full_to_swa_index_mapping=lut, verify_capacity=vcap,
-        req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=lens,
-        kv_token_id_vs_position_offset=offset, wcap=max(rpi.shape[0], 1) if wcap is None else wcap,
+        req_pool_indices=rpi,
+        prefix_lens=np.asarray(prefix, dtype=np.int64),
+        extend_seq_lens=np.asarray(ext, dtype=np.int64),
+        req_to_token=linear_rtt() if rtt is None else rtt,
+        swa_window_size=window,
+        full_to_swa_index_mapping=lut,
+        verify_capacity=vcap,
+        req_to_verify_expected_tokens=pool,
+        req_to_verify_expected_tokens_valid_lens=lens,
+        kv_token_id_vs_position_offset=offset,
+        wcap=max(rpi.shape[0], 1) if wcap is None else wcap,
     )
 
 
@@ -216,11 +229,17 @@ def random_batch(rng, bs=None, *, rows=9, width=PLAN_WIDTH, wcap=None):
     window = int(rng.choice([0, 0, 3, 8]))
     pool = token_pool(rows, width) if rng.random() < 0.5 else None
     return case(
-        rng.integers(0, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 4, bs),
-        rtt=rng.integers(1, 500, (rows, width)).astype(np.int32), window=window,
+        rng.integers(0, rows, bs),
+        rng.integers(0, width + 1, bs),
+        rng.integers(0, 4, bs),
+        rtt=rng.integers(1, 500, (rows, width)).astype(np.int32),
+        window=window,
         lut=padded_lut(rng.integers(1, 10**6, 500)) if window else None,
-        pool=pool, lens=None if pool is None else rng.integers(0, width + 1, bs),
-        offset=int(rng.integers(-1, 2)), vcap=int(rng.integers(1, bs * width + 2)), wcap=wcap or bs + 2,
+        pool=pool,
+        lens=None if pool is None else rng.integers(0, width + 1, bs),
+        offset=int(rng.integers(-1, 2)),
+        vcap=int(rng.integers(1, bs * width + 2)),
+        wcap=wcap or bs + 2,
     )
 
 
@@ -230,10 +249,15 @@ def garbage_batch(rng, bs=None):
     rows, width = 5, 12
     window = int(rng.choice([0, 4]))
     return case(
-        rng.integers(-3, rows + 3, bs), rng.integers(-5, width + 6, bs), rng.integers(-3, 4, bs),
-        rtt=rng.integers(-4, 90, (rows, width)).astype(np.int32), window=window,
+        rng.integers(-3, rows + 3, bs),
+        rng.integers(-5, width + 6, bs),
+        rng.integers(-3, 4, bs),
+        rtt=rng.integers(-4, 90, (rows, width)).astype(np.int32),
+        window=window,
         lut=padded_lut(rng.integers(-3, 10**6, 60)) if window else None,
         pool=rng.integers(-9, 9, (rows - 1, width - 3)).astype(np.int32),
-        lens=rng.integers(-3, width + 5, bs), offset=int(rng.integers(-3, 4)), vcap=int(rng.integers(1, 300)),
+        lens=rng.integers(-3, width + 5, bs),
+        offset=int(rng.integers(-3, 4)),
+        vcap=int(rng.integers(1, 300)),
         wcap=bs + int(rng.integers(0, 5)),
     )

@@ -24,8 +24,13 @@ class CaiArray:
     """Just a ``__cuda_array_interface__`` (never dereferenced): pointers for the packer."""
 
     def __init__(self, shape, typestr="<i8", ptr=0x1000, strides=None):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
-                                         "strides": strides, "version": 3}  # fmt: skip
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
 
 
 class FakeHandle:
@@ -83,8 +88,9 @@ def _decode_buffer(types: list, extra: int) -> list[int]:
 
 
 #: libcuda's ``cuLaunchKernel`` C signature, pointers as 64-bit integers (how ``_native`` calls it).
-CU_LAUNCH_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64,
-                                    ctypes.c_uint64, ctypes.c_uint64)  # fmt: skip
+CU_LAUNCH_KERNEL = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64
+)
 
 
 class NativeLibcuda:
@@ -103,8 +109,19 @@ class NativeLibcuda:
             return self.fail[n]
         if (gy, gz, by, bz, shmem) != (1, 1, 1, 1, 0):
             raise AssertionError(f"unexpected launch shape {(gy, gz, by, bz, shmem)}")
-        return self.lib(func, gx, gy, gz, bx, by, bz, shmem, stream, ctypes.c_void_p(params),
-                        ctypes.c_void_p(extra) if extra else None)  # fmt: skip
+        return self.lib(
+            func,
+            gx,
+            gy,
+            gz,
+            bx,
+            by,
+            bz,
+            shmem,
+            stream,
+            ctypes.c_void_p(params),
+            ctypes.c_void_p(extra) if extra else None,
+        )
 
 
 class FakeDriver(_driver.Driver):
@@ -122,7 +139,8 @@ class FakeDriver(_driver.Driver):
         if key not in self.handles:
             self.handles[key] = FakeHandle(0x100 + len(self.handles))
             self.lib.slot_types[int(self.handles[key])] = [
-                s for t in _declared_types(signature) for s in prepared._slot_types(t)]
+                s for t in _declared_types(signature) for s in prepared._slot_types(t)
+            ]
         return self.handles[key]
 
     def argument_types(self, kernel, signature):
@@ -210,9 +228,9 @@ def _decoded(ty, slots: list, i: int) -> tuple:
 
     if isinstance(ty, types.Array):
         n = ty.ndim
-        values = [s.value or 0 for s in slots[i:i + 5 + 2 * n]]
+        values = [s.value or 0 for s in slots[i : i + 5 + 2 * n]]
         nitems, itemsize, ptr = values[2], values[3], values[4]
-        shape, strides = tuple(values[5:5 + n]), tuple(values[5 + n:])
+        shape, strides = tuple(values[5 : 5 + n]), tuple(values[5 + n :])
         dtype = numpy_support.as_dtype(ty.dtype)
         if nitems == 0:
             return np.zeros(shape, dtype=dtype), i + 5 + 2 * n
@@ -252,5 +270,18 @@ def _arrays(args) -> list:
 launched: list = []
 
 
-__all__ = ["CaiArray", "Gpu", "NativeLibcuda", "natural_offsets", "KERNEL_A", "KERNEL_B", "SIG", "args_for",
-           "expected_values", "gpu", "launched", "np", "run_packed"]
+__all__ = [
+    "CaiArray",
+    "Gpu",
+    "NativeLibcuda",
+    "natural_offsets",
+    "KERNEL_A",
+    "KERNEL_B",
+    "SIG",
+    "args_for",
+    "expected_values",
+    "gpu",
+    "launched",
+    "np",
+    "run_packed",
+]

@@ -38,14 +38,25 @@ class Driver:
         if swa_window:
             # SWA slot = FULL slot + 1 (mod NUM_SLOTS, never 0): a visible translation.
             self.lut = np.zeros(NUM_SLOTS + 1, dtype=np.int64)
-            self.lut[1:NUM_SLOTS - 1] = np.arange(2, NUM_SLOTS)
+            self.lut[1 : NUM_SLOTS - 1] = np.arange(2, NUM_SLOTS)
             self.swa_k = np.zeros((NUM_SLOTS, BYTES), dtype=np.uint8)
-            swa = KvGroup(kind="swa", num_slots=NUM_SLOTS, k_sources=(source(self.swa_k),), has_v=False,
-                          swa_window_size=swa_window, full_to_swa_index_mapping=self.lut)  # fmt: skip
+            swa = KvGroup(
+                kind="swa",
+                num_slots=NUM_SLOTS,
+                k_sources=(source(self.swa_k),),
+                has_v=False,
+                swa_window_size=swa_window,
+                full_to_swa_index_mapping=self.lut,
+            )
         options = dict(write_req_capacity=ROWS - 1, real_kv_hash_mode=RealKvHashMode.ALL, health_interval=0)
         options.update(monitor_options)
-        full = KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(self.k),),
-                       v_sources=(source(self.v),) if has_v else (), has_v=has_v)  # fmt: skip
+        full = KvGroup(
+            kind="full",
+            num_slots=NUM_SLOTS,
+            k_sources=(source(self.k),),
+            v_sources=(source(self.v),) if has_v else (),
+            has_v=has_v,
+        )
         self.monitor = CanaryMonitor(full=full, swa=swa, **options)
 
     def batch(self, new: dict[int, list[tuple[int, int]]], *, positions=None, expected=None) -> StepBatch:
@@ -66,12 +77,18 @@ class Driver:
         i64 = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
         fed = i64(positions if positions is not None else pos)
         return StepBatch(
-            req_pool_indices=i64(rows), prefix_lens=i64(prefix), extend_seq_lens=i64(extend),
-            req_to_token=self.req_to_token, input_ids=i64(ids), positions=fed, out_cache_loc=i64(loc),
+            req_pool_indices=i64(rows),
+            prefix_lens=i64(prefix),
+            extend_seq_lens=i64(extend),
+            req_to_token=self.req_to_token,
+            input_ids=i64(ids),
+            positions=fed,
+            out_cache_loc=i64(loc),
             expected_input_tokens=i64(expected) if expected is not None else None,
             expected_input_positions=i64(pos) if expected is not None else None,
-            token_ids_flat=i64(flat), token_offsets=i64(offsets),
-        )  # fmt: skip
+            token_ids_flat=i64(flat),
+            token_offsets=i64(offsets),
+        )
 
     def step(self, new: dict[int, list[tuple[int, int]]], *, fed_tokens=None, sweep=None, **batch_options):
         """One monitored step; the forward writes the KV of the fed tokens (``fed_tokens`` overrides)."""
@@ -113,8 +130,9 @@ def make(**options) -> CanaryMonitor:
     return Driver(**options).monitor
 
 
-def gpu_monitor_run(kind: str, *, requests: int, prefix: int, bytes_per_token: int, steps: int = 6,
-                    flips=()) -> tuple[dict, CanaryMonitor]:  # fmt: skip
+def gpu_monitor_run(
+    kind: str, *, requests: int, prefix: int, bytes_per_token: int, steps: int = 6, flips=()
+) -> tuple[dict, CanaryMonitor]:
     """Decode steps of ``benchmarks.workloads.MonitorWorkload`` on the GPU (ALL mode) by path
     ``kind`` (``eager`` / ``fast`` / ``graph``); before step 3 each ``(half, request, position,
     byte)`` of ``flips`` flips bit 0 of that KV byte (``half``: ``"k"`` or ``"v"``).
@@ -124,12 +142,23 @@ def gpu_monitor_run(kind: str, *, requests: int, prefix: int, bytes_per_token: i
     """
     import cupy
 
-    return monitor_run(cupy, kind, requests=requests, prefix=prefix, bytes_per_token=bytes_per_token, steps=steps,
-                       flips=flips)  # fmt: skip
+    return monitor_run(
+        cupy, kind, requests=requests, prefix=prefix, bytes_per_token=bytes_per_token, steps=steps, flips=flips
+    )
 
 
-def monitor_run(xp, kind: str, *, requests: int, prefix: int, bytes_per_token: int, steps: int = 6, flips=(),
-                before_step=None, room: int = 0) -> tuple[dict, CanaryMonitor]:  # fmt: skip
+def monitor_run(
+    xp,
+    kind: str,
+    *,
+    requests: int,
+    prefix: int,
+    bytes_per_token: int,
+    steps: int = 6,
+    flips=(),
+    before_step=None,
+    room: int = 0,
+) -> tuple[dict, CanaryMonitor]:
     """:func:`gpu_monitor_run` on ``xp`` (NumPy or CuPy); on NumPy ``kind`` is ``numpy`` (the
     reference path) or ``eager`` (the kernel glue with no prepared path: the simulator, or
     a launch layer faked as on a GPU). ``before_step(i, workload)`` runs before step ``i``
@@ -146,8 +175,15 @@ def monitor_run(xp, kind: str, *, requests: int, prefix: int, bytes_per_token: i
     options = {}
     if kind == "eager":  # the step plan every step; on NumPy arrays the kernel glue (simulator)
         options = {"prepared": False, "backend": "cuda" if xp is np else "auto"}
-    w = MonitorWorkload(xp, requests=requests, prefix=prefix, max_steps=steps + room,
-                        bytes_per_token=bytes_per_token, mode=RealKvHashMode.ALL, **options)  # fmt: skip
+    w = MonitorWorkload(
+        xp,
+        requests=requests,
+        prefix=prefix,
+        max_steps=steps + room,
+        bytes_per_token=bytes_per_token,
+        mode=RealKvHashMode.ALL,
+        **options,
+    )
     m = w.monitor
     w.prefill()
     if kind == "graph":

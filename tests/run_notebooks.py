@@ -84,8 +84,13 @@ def execute(path: pathlib.Path, timeout: int = TIMEOUT_S):
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     client.execute()
     return nb
 
@@ -107,8 +112,12 @@ def coalesced(outputs) -> list:
     joined = []
     for out in outputs:
         last = joined[-1] if joined else None
-        if (out["output_type"] == "stream" and last is not None and last["output_type"] == "stream"
-                and last["name"] == out["name"]):  # fmt: skip
+        if (
+            out["output_type"] == "stream"
+            and last is not None
+            and last["output_type"] == "stream"
+            and last["name"] == out["name"]
+        ):
             last["text"] = _text(last["text"]) + _text(out["text"])
         else:
             joined.append(out)
@@ -219,8 +228,14 @@ def fresh_venv(folder: pathlib.Path) -> int:
     subprocess.run([python, "-c", "import matplotlib.pyplot"], check=True, env=env, capture_output=True)
     installed = time.perf_counter()
     # The kernels run in docs/tutorials: they must import the package installed in the venv.
-    where = subprocess.run([python, "-c", "import kvcanary_numba; print(kvcanary_numba.__file__)"], cwd=TUTORIALS,
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    where = subprocess.run(
+        [python, "-c", "import kvcanary_numba; print(kvcanary_numba.__file__)"],
+        cwd=TUTORIALS,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not where.startswith(str(folder)):
         raise SystemExit(f"the notebooks would import {where}, not the package installed in {folder}")
     print(f"kvcanary_numba imported from {where}")

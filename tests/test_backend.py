@@ -44,9 +44,19 @@ def test_backend_cuda_without_numba_cuda_is_refused_before_anything_runs(no_numb
 
 def test_cuda_arrays_without_numba_cuda_are_refused_under_auto(no_numba_cuda):
     ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
-    fake_ctx = ctx.replace(**{f: FakeCudaArray(getattr(ctx, f)) for f in (
-        "canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter",
-        "enable_chain_position_assert")})  # fmt: skip
+    fake_ctx = ctx.replace(
+        **{
+            f: FakeCudaArray(getattr(ctx, f))
+            for f in (
+                "canary_buf",
+                "violation_ring",
+                "violation_write_index",
+                "slot_run_counter",
+                "kernel_run_counter",
+                "enable_chain_position_assert",
+            )
+        }
+    )
     fake_plan = VerifyPlan(**{name: FakeCudaArray(a) for name, a in plan.arrays().items()})
     with raises_code("KVC-C008") as excinfo:
         run_verify(fake_ctx, fake_plan, backend="auto")

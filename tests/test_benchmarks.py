@@ -22,10 +22,11 @@ from benchmarks.baselines import cupy_verify, python_verify  # noqa: E402
 from benchmarks.bench_kernels import plan_bytes, verify_bytes, write_bytes  # noqa: E402
 from benchmarks.report import SCHEMA_VERSION, evaluate_targets  # noqa: E402
 from benchmarks.workloads import MonitorWorkload, verify_case, write_case  # noqa: E402
-
-from kvcanary_numba import RealKvHashMode  # noqa: E402
-from kvcanary_numba import launch_canary_verify_kernel  # noqa: E402
-from kvcanary_numba import launch_canary_write_kernel  # noqa: E402
+from kvcanary_numba import (
+    RealKvHashMode,  # noqa: E402
+    launch_canary_verify_kernel,  # noqa: E402
+    launch_canary_write_kernel,  # noqa: E402
+)
 
 NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -78,8 +79,23 @@ def test_pin_runs_on_one_core_and_records_it(tmp_path):
     saved = os.sched_getaffinity(0)
     core = min(saved)
     try:
-        assert bench_run.main(["--cpu", "--quick", "--only", "validation", "--pin", str(core), "--out",
-                               str(tmp_path), "--name", "pinned"]) == 0  # fmt: skip
+        assert (
+            bench_run.main(
+                [
+                    "--cpu",
+                    "--quick",
+                    "--only",
+                    "validation",
+                    "--pin",
+                    str(core),
+                    "--out",
+                    str(tmp_path),
+                    "--name",
+                    "pinned",
+                ]
+            )
+            == 0
+        )
         assert os.sched_getaffinity(0) == {core}
     finally:
         os.sched_setaffinity(0, saved)
@@ -96,12 +112,29 @@ def test_pin_leaves_the_parallel_cpu_section_every_core(tmp_path, monkeypatch):
     saved = os.sched_getaffinity(0)
     core = min(saved)
     seen = []
-    fake = {"cpu": lambda run: seen.append(("cpu", os.sched_getaffinity(0))),
-            "validation": lambda run: seen.append(("validation", os.sched_getaffinity(0)))}
+    fake = {
+        "cpu": lambda run: seen.append(("cpu", os.sched_getaffinity(0))),
+        "validation": lambda run: seen.append(("validation", os.sched_getaffinity(0))),
+    }
     monkeypatch.setattr(bench_run, "_sections", lambda names: [(n, fake[n]) for n in names])
     try:
-        assert bench_run.main(["--cpu", "--quick", "--only", "validation,cpu", "--pin", str(core), "--out",
-                               str(tmp_path), "--name", "order"]) == 0  # fmt: skip
+        assert (
+            bench_run.main(
+                [
+                    "--cpu",
+                    "--quick",
+                    "--only",
+                    "validation,cpu",
+                    "--pin",
+                    str(core),
+                    "--out",
+                    str(tmp_path),
+                    "--name",
+                    "order",
+                ]
+            )
+            == 0
+        )
     finally:
         os.sched_setaffinity(0, saved)
     assert seen == [("cpu", saved), ("validation", {core})]
@@ -143,8 +176,9 @@ def test_verify_cases_are_clean_and_every_baseline_agrees(mode):
     assert not cupy_verify(np, ctx, plan, 300).any()
 
 
-@pytest.mark.parametrize(("fault", "failing"), [("token", [71]), ("prev_hash", [70, 71]), ("position", [70, 71]),
-                                               ("real_kv", [70])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fault", "failing"), [("token", [71]), ("prev_hash", [70, 71]), ("position", [70, 71]), ("real_kv", [70])]
+)
 def test_baselines_catch_what_the_reference_catches(fault, failing):
     ctx, plan, _ = verify_case(np, entries=128, mode=ALL, bytes_per_token=32, chain_len=64)
     slot = int(plan.verify_slot_indices[70])
@@ -234,7 +268,6 @@ def test_targets_read_the_records_they_name():
 @pytest.mark.skipif(not SIMULATED, reason="NumPy arrays through the kernels")
 def test_naive_dispatcher_launch_runs_the_recorded_kernel_on_the_callers_arrays():
     from benchmarks.baselines import naive_launch
-
     from kvcanary_numba.fast.recording import recording
 
     ctx, plan, _ = verify_case(np, entries=64, mode=ALL, bytes_per_token=32, chain_len=32)
@@ -250,8 +283,14 @@ def test_naive_dispatcher_launch_runs_the_recorded_kernel_on_the_callers_arrays(
 
 def test_sanitizer_script_runs_every_kernel_on_garbage(tmp_path):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM=os.environ.get("NUMBA_ENABLE_CUDASIM", "1"))
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sanitizer_check.py")], capture_output=True,
-                          text=True, env=env, timeout=600, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sanitizer_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "all launches completed" in done.stdout
     assert "rows mode=2:" in done.stdout
@@ -263,8 +302,12 @@ def test_load_ceiling_expectation_is_the_xor_of_every_word_a_verify_reads():
     for mode, kv_words in ((NONE, 0), (PARTIAL, 2), (ALL, 4)):
         ctx, plan, _ = verify_case(np, entries=48, mode=mode, bytes_per_token=32, chain_len=16)
         slots = plan.verify_slot_indices[:40]
-        words = [slots, plan.verify_expected_positions[:40], plan.verify_prev_slot_indices[:40],
-                 ctx.canary_buf.view(np.int64)[slots].ravel()]  # fmt: skip
+        words = [
+            slots,
+            plan.verify_expected_positions[:40],
+            plan.verify_prev_slot_indices[:40],
+            ctx.canary_buf.view(np.int64)[slots].ravel(),
+        ]
         if kv_words:
             words.append(ctx.real_kv_sources[0].tensor.view(np.int64)[slots, :kv_words].ravel())
         expected = 0
@@ -320,7 +363,9 @@ def test_ab_scripts_measure_the_tree_they_are_given_and_tabulate(tmp_path):
     cpu = _ab_line(["benchmarks/ab_cpu.py", str(ROOT), "new (round 1)", "--calls", "20"])
     assert cpu["script"] == "ab_cpu" and pathlib.Path(cpu["package"]) == ROOT / "kvcanary_numba"
     assert set(cpu["violations"].values()) == {0}  # clean inputs: every call found nothing
-    assert "public plan+verify+write, 1 entry" in cpu["rows"] and "monitor decode 16 x 1, prefix 256: step" in cpu["rows"]
+    assert (
+        "public plan+verify+write, 1 entry" in cpu["rows"] and "monitor decode 16 x 1, prefix 256: step" in cpu["rows"]
+    )
     assert all(row["median"] > 0 and row["n"] > 0 for row in cpu["rows"].values())
     public = _ab_line(["benchmarks/ab_public.py", str(ROOT), "smoke", "--smoke"])
     assert public["violations"] == 0 and {"verify / synced", "plan+verify+write / queued"} <= set(public["rows"])
@@ -345,8 +390,10 @@ def test_ab_table_verdicts_and_older_probe_lines():
     assert "| step | 10.50 | 1.00 | 11.75 | 0.50 | +1.25 | slower (+1.25 > 1.00) |" in ab_table.table(rows)
     assert "| within |" in ab_table.table(rows, tolerance=2.0)
     assert "| faster |" in ab_table.table([*rows[:2], line(".", "n", 8.0)])
-    older = [{"tree": ".base (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 30.0}}},
-             {"tree": ". (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 29.0}}}]
+    older = [
+        {"tree": ".base (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 30.0}}},
+        {"tree": ". (round 1)", "rows": 0, "prepared / bench": {"host": {"median": 29.0}}},
+    ]
     assert "| prepared / bench: pre+post | 30.00 | 0.00 | 29.00 | 0.00 | -1.00 | faster |" in ab_table.table(older)
 
 
@@ -366,7 +413,6 @@ def test_gpu_session_parses_and_handles_every_documented_step():
 
 def test_verify_replays_plugin_sets_the_fast_wing_switch():
     from benchmarks import verify_replays
-
     from kvcanary_numba.fast import replay
 
     saved = replay.VERIFY_REPLAYS

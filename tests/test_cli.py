@@ -27,7 +27,14 @@ def test_explain_prints_every_part_of_the_entry(capsys):
     assert out.startswith("KVC-P001  write_offsets is empty\n")
     for part in (entry.message, entry.before.splitlines()[0], entry.after.splitlines()[0], entry.sglang[0], entry.url):
         assert part in out
-    for title in ("What it means", "Common causes", "How to fix", "Defensive pattern", "Prevention", "SGLang message(s)"):
+    for title in (
+        "What it means",
+        "Common causes",
+        "How to fix",
+        "Defensive pattern",
+        "Prevention",
+        "SGLang message(s)",
+    ):
         assert f"\n{title}\n" in out
 
 
@@ -58,8 +65,19 @@ def _doctor_rows(out: str) -> dict[str, str]:
 def test_doctor_reports_versions_and_runtimes(capsys):
     assert cli.main(["doctor"]) == 0
     rows = _doctor_rows(capsys.readouterr().out)
-    for key in ("kvcanary_numba", "numpy", "numba", "numba-cuda", "cupy", "CUDA runtime", "CUDA driver", "GPU",
-                "CUDA simulator", "GPU path", "demo default"):  # fmt: skip
+    for key in (
+        "kvcanary_numba",
+        "numpy",
+        "numba",
+        "numba-cuda",
+        "cupy",
+        "CUDA runtime",
+        "CUDA driver",
+        "GPU",
+        "CUDA simulator",
+        "GPU path",
+        "demo default",
+    ):
         assert key in rows
     assert rows["numpy"] == metadata.version("numpy")
     try:
@@ -79,10 +97,13 @@ def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
 
 #: A machine where the GPU path works: CUDA 13 everywhere, one H100.
 HEALTHY = cli.CudaProbe(
-    numpy="2.4.6", numba_cuda="0.30.4", cupy="14.2.0",
+    numpy="2.4.6",
+    numba_cuda="0.30.4",
+    cupy="14.2.0",
     runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0"), ("CuPy 14.2.0", "13.0")),
-    driver="13.0", devices=("NVIDIA H100 80GB HBM3 (compute capability 9.0)",),
-)  # fmt: skip
+    driver="13.0",
+    devices=("NVIDIA H100 80GB HBM3 (compute capability 9.0)",),
+)
 
 
 def _kinds(**changes) -> list[str]:
@@ -97,16 +118,26 @@ def test_doctor_reasons_are_empty_where_the_gpu_path_works():
     "changes, kinds",
     [
         (dict(numba_cuda=None, runtimes=(("CuPy 14.2.0", "13.0"),)), ["no-numba-cuda"]),
-        (dict(numpy="2.5.0", numba_cuda_error="AttributeError: module 'numpy' has no attribute 'row_stack'",
-              runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0"))), ["numpy-too-new"]),
+        (
+            dict(
+                numpy="2.5.0",
+                numba_cuda_error="AttributeError: module 'numpy' has no attribute 'row_stack'",
+                runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0")),
+            ),
+            ["numpy-too-new"],
+        ),
         (dict(numpy="2.5.0rc1", numba_cuda_error="AttributeError: row_stack"), ["numpy-too-new"]),
         (dict(numba_cuda_error="ImportError: libnvrtc.so.13: cannot open shared object file"), ["numba-cuda-broken"]),
         (dict(cupy=None, runtimes=HEALTHY.runtimes[:2]), ["no-cupy"]),
         (dict(cupy_error="ImportError: CuPy failed to load libcudart.so.13"), ["cupy-broken"]),
-        (dict(driver=None, driver_error="no NVIDIA driver: libcuda.so.1 is not on the library path", devices=()),
-         ["no-driver"]),
-        (dict(driver_error="the driver (CUDA 13.0) failed to initialise: cuInit returned CUresult 999", devices=()),
-         ["driver-error"]),
+        (
+            dict(driver=None, driver_error="no NVIDIA driver: libcuda.so.1 is not on the library path", devices=()),
+            ["no-driver"],
+        ),
+        (
+            dict(driver_error="the driver (CUDA 13.0) failed to initialise: cuInit returned CUresult 999", devices=()),
+            ["driver-error"],
+        ),
         (dict(devices=()), ["no-gpu"]),
         (dict(driver="12.8"), ["driver-too-old"]),
         (dict(driver="11.8"), ["driver-too-old"]),
@@ -114,7 +145,7 @@ def test_doctor_reasons_are_empty_where_the_gpu_path_works():
         (dict(runtimes=()), ["no-runtime"]),
         (dict(simulator=True), ["simulator"]),
     ],
-)  # fmt: skip
+)
 def test_doctor_names_why_the_gpu_path_is_unavailable(changes, kinds):
     assert _kinds(**changes) == kinds
 
@@ -129,14 +160,19 @@ def test_doctor_reasons_on_a_laptop_with_the_cpu_install():
 def test_doctor_reasons_for_numpy_25_beside_the_cuda_13_extra():
     # numba-cuda installed but broken by NumPy 2.5: the kernels' runtime still answers through
     # cuda-bindings and CuPy; the only reason is NumPy, not a missing runtime.
-    probe = dataclasses.replace(HEALTHY, numpy="2.5.2", numba_cuda_error="AttributeError: row_stack",
-                                runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0")))  # fmt: skip
+    probe = dataclasses.replace(
+        HEALTHY,
+        numpy="2.5.2",
+        numba_cuda_error="AttributeError: row_stack",
+        runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0")),
+    )
     assert [r.kind for r in cli.gpu_path_reasons(probe)] == ["numpy-too-new"]
     assert "numpy<2.5" in cli.gpu_path_reasons(probe)[0].text
 
 
-@pytest.mark.parametrize("driver, extra", [("12.8", "gpu-cu12"), ("12.0", "gpu-cu12"), ("13.0", "gpu"),
-                                           ("13.2", "gpu"), (None, "gpu")])  # fmt: skip
+@pytest.mark.parametrize(
+    "driver, extra", [("12.8", "gpu-cu12"), ("12.0", "gpu-cu12"), ("13.0", "gpu"), ("13.2", "gpu"), (None, "gpu")]
+)
 def test_doctor_suggests_the_extra_the_driver_runs(driver, extra):
     probe = dataclasses.replace(HEALTHY, numba_cuda=None, driver=driver)
     assert cli.suggested_extra(probe) == extra
@@ -144,8 +180,9 @@ def test_doctor_suggests_the_extra_the_driver_runs(driver, extra):
 
 
 def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
-    probe = dataclasses.replace(HEALTHY, cupy=None, driver="12.8",
-                                runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0")))  # fmt: skip
+    probe = dataclasses.replace(
+        HEALTHY, cupy=None, driver="12.8", runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0"))
+    )
     monkeypatch.setattr(cli, "probe_cuda", lambda: probe)
     assert cli.main(["doctor"]) == 0
     rows = _doctor_rows(capsys.readouterr().out)
@@ -200,18 +237,31 @@ FAKE_H100 = "Fake H100 (compute capability 9.0)"
         ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "100"}, "13.0", None, (), ["no-gpu"]),  # NO_DEVICE
         ({"FAKE_CUDA_VERSION": "13000", "FAKE_CUDA_INIT": "999"}, "13.0", "CUresult 999", (), ["driver-error"]),
     ],
-)  # fmt: skip
+)
 def test_doctor_reads_the_driver_through_libcuda(tmp_path, environment, driver, error, devices, kinds):
     cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if cc is None or sys.platform != "linux":
         pytest.skip("needs a C compiler on Linux to build a stand-in libcuda.so.1")
     (tmp_path / "libcuda.c").write_text(FAKE_LIBCUDA)
-    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(tmp_path / "libcuda.c")], check=True, capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(tmp_path / "libcuda.so.1"),
+            str(tmp_path / "libcuda.c"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(ROOT), **environment)
     script = "import json; from kvcanary_numba import cli; print(json.dumps(cli._probe_driver()))"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=ROOT)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     found_driver, found_error, found_devices = json.loads(proc.stdout)
     assert (found_driver, tuple(found_devices)) == (driver, devices)
@@ -272,15 +322,21 @@ def test_python_dash_m_demo_shows_every_fault_class_caught():
     env = dict(os.environ, PYTHONWARNINGS="error")
     proc = subprocess.run(
         [sys.executable, "-m", "kvcanary_numba", "demo", "--steps", "30", "--device", "cpu"],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("clean run") and "CLEAN" in line and " 0 violation" in line for line in lines)
     for kind in FAULT_CLASSES:
         row = next(line for line in lines if line.startswith(kind + " "))
         assert "CAUGHT" in row, row
-    assert lines[-1] == f"summary: {len(FAULT_CLASSES)}/{len(FAULT_CLASSES)} fault classes caught; clean run reported nothing"
+    assert (
+        lines[-1]
+        == f"summary: {len(FAULT_CLASSES)}/{len(FAULT_CLASSES)} fault classes caught; clean run reported nothing"
+    )
     assert "30/30 steps" in proc.stderr  # the progress bar
 
 
@@ -348,15 +404,19 @@ runpy.run_path(sys.argv[0], run_name="__main__") if sys.argv[0].endswith(".py") 
 def _without_cuda(*args, cwd=None):
     env = dict(os.environ, PYTHONWARNINGS="error", NUMBA_ENABLE_CUDASIM="0")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, "-c", NO_CUDA, *args], capture_output=True, text=True,
-                          timeout=600, env=env, cwd=cwd or ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", NO_CUDA, *args], capture_output=True, text=True, timeout=600, env=env, cwd=cwd or ROOT
+    )
 
 
 def test_cpu_path_works_without_numba_cuda():
     quickstart = _without_cuda(str(ROOT / "docs" / "snippets" / "quickstart.py"), cwd=ROOT / "docs" / "snippets")
     assert quickstart.returncode == 0, quickstart.stderr[-3000:]  # plan + verify + write on NumPy, fault caught
-    for argv in (["kvcanary", "doctor"], ["kvcanary", "explain", "KVC-P001"],
-                 ["kvcanary", "demo", "--steps", "12", "--device", "cpu", "--faults", "token_flip", "--no-progress"]):
+    for argv in (
+        ["kvcanary", "doctor"],
+        ["kvcanary", "explain", "KVC-P001"],
+        ["kvcanary", "demo", "--steps", "12", "--device", "cpu", "--faults", "token_flip", "--no-progress"],
+    ):
         proc = _without_cuda(*argv)
         assert proc.returncode == 0, (argv, proc.stderr[-3000:])
         if argv[1] == "doctor":

@@ -59,8 +59,13 @@ def test_every_compiled_cpu_loop_is_cached_on_disk():
     assert not names, f"njit without cache=True: {names}"
 
 
-@pytest.mark.parametrize(("parallel", "serial"), [(verify._check_entries, verify._check_entries_serial),
-                                                  (fingerprint._fold_source_into, fingerprint._fold_source_serial)])
+@pytest.mark.parametrize(
+    ("parallel", "serial"),
+    [
+        (verify._check_entries, verify._check_entries_serial),
+        (fingerprint._fold_source_into, fingerprint._fold_source_serial),
+    ],
+)
 def test_the_two_forms_of_a_loop_keep_cache_files_of_their_own(parallel, serial):
     assert parallel.py_func.__code__ is serial.py_func.__code__  # the same loop ...
     assert parallel.targetoptions.get("parallel") and not serial.targetoptions.get("parallel")
@@ -87,15 +92,26 @@ def test_a_second_process_compiles_nothing(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}  # a cache of this test's own
 
     def run() -> dict:
-        proc = subprocess.run([sys.executable, "-c", _SCRIPT.format(root=str(ROOT))], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _SCRIPT.format(root=str(ROOT))],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.splitlines()[-1])
 
     first, second = run(), run()
     assert first and all(misses for _, misses in first.values())  # compiled, and written to the cache
-    for name in ("verify._check_entries", "verify._check_entries_serial", "fingerprint._fold_source_into",
-                 "fingerprint._fold_source_serial", "plan_loop._plan"):  # fmt: skip
+    for name in (
+        "verify._check_entries",
+        "verify._check_entries_serial",
+        "fingerprint._fold_source_into",
+        "fingerprint._fold_source_serial",
+        "plan_loop._plan",
+    ):
         assert f"kvcanary_numba.fast.cpu.{name}" in second
     assert {name: misses for name, (_, misses) in second.items() if misses} == {}
     assert all(hits for hits, _ in second.values())

@@ -26,20 +26,27 @@ SCENARIOS = [path.name for path in scenario_paths(vectors_folder())]
 
 
 def _core_ops(name: str, backend: str, **extra) -> Ops:
-    return Ops(name=name, plan=functools.partial(plan.launch_canary_plan_kernels, backend=backend),
-               verify=functools.partial(verify.launch_canary_verify_kernel, backend=backend),
-               write=functools.partial(write.launch_canary_write_kernel, backend=backend), **extra)
+    return Ops(
+        name=name,
+        plan=functools.partial(plan.launch_canary_plan_kernels, backend=backend),
+        verify=functools.partial(verify.launch_canary_verify_kernel, backend=backend),
+        write=functools.partial(write.launch_canary_write_kernel, backend=backend),
+        **extra,
+    )
 
 
 CORE_SPEC = _core_ops("core numpy", "numpy")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-@pytest.mark.parametrize("backend", [
-    pytest.param("numpy", id="specification"),
-    pytest.param("simulator", id="simulator", marks=pytest.mark.simulator),
-    pytest.param("gpu", id="gpu", marks=pytest.mark.gpu),
-])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("numpy", id="specification"),
+        pytest.param("simulator", id="simulator", marks=pytest.mark.simulator),
+        pytest.param("gpu", id="gpu", marks=pytest.mark.gpu),
+    ],
+)
 def test_golden_vectors_replay_through_the_core_operations(vectors_dir, backend, scenario):
     if backend == "numpy":
         ops, oracle = CORE_SPEC, None
@@ -50,15 +57,22 @@ def test_golden_vectors_replay_through_the_core_operations(vectors_dir, backend,
     else:
         import cupy
 
-        ops = _core_ops("core gpu", "auto", device="cuda", to_device=cupy.asarray, to_host=cupy.asnumpy,
-                        sequential=False)
+        ops = _core_ops(
+            "core gpu", "auto", device="cuda", to_device=cupy.asarray, to_host=cupy.asnumpy, sequential=False
+        )
         oracle = CORE_SPEC
     assert replay(vectors_dir / scenario, ops, oracle) >= 1
 
 
 def test_the_facade_exports_the_fast_wing_and_the_core_keeps_its_own():
-    for name in ("launch_canary_plan_kernels", "launch_plan_offsets_kernel", "launch_canary_verify_kernel",
-                 "launch_canary_write_kernel", "scatter_req_token_ids", "compute_real_kv_hash"):
+    for name in (
+        "launch_canary_plan_kernels",
+        "launch_plan_offsets_kernel",
+        "launch_canary_verify_kernel",
+        "launch_canary_write_kernel",
+        "scatter_req_token_ids",
+        "compute_real_kv_hash",
+    ):
         public = getattr(kvcanary_numba, name)
         assert public is getattr(calls, name)
         core = public.__wrapped__  # functools.wraps: the core function, whose docstring and signature it shows
@@ -105,5 +119,9 @@ def test_core_operations_raise_the_same_codes():
     pool = np.zeros((2, 4), np.int32)
     for function in (scatter.scatter_req_token_ids, kvcanary_numba.scatter_req_token_ids):
         with raises_code("KVC-S001"):
-            function(flat_in=np.zeros(3, np.int64), offsets=np.zeros(3, np.int64),
-                     req_pool_indices=np.zeros(1, np.int64), pool_out=pool)
+            function(
+                flat_in=np.zeros(3, np.int64),
+                offsets=np.zeros(3, np.int64),
+                req_pool_indices=np.zeros(1, np.int64),
+                pool_out=pool,
+            )

@@ -118,8 +118,11 @@ def test_mkdocs_serve_serves_the_error_pages(tmp_path):
     with open(tmp_path / "serve.log", "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "mkdocs", "serve", "--no-livereload", "-a", f"127.0.0.1:{port}"],
-            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        )  # fmt: skip
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        )
         try:
             body = _wait_for_page(proc, url, tmp_path / "serve.log")
         finally:
@@ -149,8 +152,16 @@ def test_every_code_has_a_page(code):
     text = html.unescape(re.sub(r"<[^>]+>", "", page_text(build_site(), f"errors/{code}")))
     assert f"{code}: {entry.title}" in text
     assert entry.message in text
-    for heading in ("What it means", "When it happens", "How to fix it", "Example fix",
-                    "Defensive pattern", "Prevention", "Related errors", "SGLang counterpart"):
+    for heading in (
+        "What it means",
+        "When it happens",
+        "How to fix it",
+        "Example fix",
+        "Defensive pattern",
+        "Prevention",
+        "Related errors",
+        "SGLang counterpart",
+    ):
         assert heading in text, f"{code}: section {heading!r} missing"
     for sglang in entry.sglang:
         assert sglang in text
@@ -160,7 +171,9 @@ def test_every_sglang_message_is_a_search_section_of_its_page():
     """Each recorded SGLang message is the title of a search-index section of its code's page."""
     docs = json.loads((build_site() / "search" / "search_index.json").read_text())["docs"]
     titles = {(d["location"].split("#")[0], html.unescape(re.sub(r"<[^>]+>", "", d["title"]))) for d in docs}
-    missing = [(code, m) for code, entry in REGISTRY.items() for m in entry.sglang if (f"errors/{code}/", m) not in titles]
+    missing = [
+        (code, m) for code, entry in REGISTRY.items() for m in entry.sglang if (f"errors/{code}/", m) not in titles
+    ]
     assert not missing, missing
 
 
@@ -199,8 +212,11 @@ def test_api_reference_has_a_page_per_module():
 def test_public_parameters_are_documented_one_by_one():
     """No grouped ``a, b : type`` entry in the public functions' docstrings (the API page would copy it)."""
     grouped = re.compile(r"^    \w+(?:, \w+)+ : ", re.MULTILINE)
-    found = [f"{name}.py: {m.group(0).strip()}" for name in ("plan", "write", "verify", "scatter", "fingerprint")
-             for m in grouped.finditer((ROOT / "kvcanary_numba" / f"{name}.py").read_text(encoding="utf-8"))]
+    found = [
+        f"{name}.py: {m.group(0).strip()}"
+        for name in ("plan", "write", "verify", "scatter", "fingerprint")
+        for m in grouped.finditer((ROOT / "kvcanary_numba" / f"{name}.py").read_text(encoding="utf-8"))
+    ]
     assert not found, found
 
 

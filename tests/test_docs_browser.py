@@ -126,15 +126,12 @@ def test_search_index_holds_every_code(site_url):
 
 #: Pasted SGLang log lines, with values -> the template the catalogue records for each.
 PASTED_SGLANG = {
-    "kv-canary: write_offsets_len must be positive, got 0":
-        "kv-canary: write_offsets_len must be positive, got {n}",
+    "kv-canary: write_offsets_len must be positive, got 0": "kv-canary: write_offsets_len must be positive, got {n}",
     "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs=5000. "
-    "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.":
-        "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs={bs}. "
-        "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.",
-    "kv-canary: scatter_req_token_ids offsets length 4 != bs+1 (5)":
-        "kv-canary: scatter_req_token_ids offsets length {len} != bs+1 ({bs+1})",
-}  # fmt: skip
+    "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.": "kv-canary: launch_canary_plan_kernels supports at most bs=4096 reqs per launch, got bs={bs}. "
+    "Bump _PLAN_BS_BLOCK_SIZE if real workloads need this.",
+    "kv-canary: scatter_req_token_ids offsets length 4 != bs+1 (5)": "kv-canary: scatter_req_token_ids offsets length {len} != bs+1 ({bs+1})",
+}
 
 
 #: Elements of the article that scroll sideways (a code block too wide for the column), as text.
@@ -164,8 +161,9 @@ class WebDriver:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         self.base = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([chromedriver, f"--port={port}"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [chromedriver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -181,8 +179,9 @@ class WebDriver:
 
     def _call(self, method: str, path: str, body: dict | None = None):
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=120) as response:
             return json.load(response)["value"]
 
@@ -228,8 +227,9 @@ def test_error_pages_do_not_scroll_sideways_at_1280_px(browser):
 def _hand_written_pages() -> list[str]:
     """Site paths of the concept pages, the tutorials and the home page."""
     root = pathlib.Path(__file__).resolve().parent.parent / "docs"
-    pages = [""] + [f"concepts/{p.stem}/" if p.stem != "index" else "concepts/"
-                    for p in sorted((root / "concepts").glob("*.md"))]  # fmt: skip
+    pages = [""] + [
+        f"concepts/{p.stem}/" if p.stem != "index" else "concepts/" for p in sorted((root / "concepts").glob("*.md"))
+    ]
     return pages + ["tutorials/"] + [f"tutorials/{p.stem}/" for p in sorted((root / "tutorials").glob("*.ipynb"))]
 
 
@@ -265,19 +265,25 @@ def test_tutorial_download_link_and_folded_solutions(browser):
         notebook = json.load(response)
     assert notebook["cells"][0]["source"][0].startswith("# The offsets plan")
     assert any(c.get("outputs") for c in notebook["cells"] if c["cell_type"] == "code"), "with its outputs"
-    state = driver.js("return Array.from(document.querySelectorAll('details.kvc-solution'))"
-                      ".map(d => [d.open, d.querySelector('.jp-OutputArea') !== null])")  # fmt: skip
+    state = driver.js(
+        "return Array.from(document.querySelectorAll('details.kvc-solution'))"
+        ".map(d => [d.open, d.querySelector('.jp-OutputArea') !== null])"
+    )
     assert state and all(not is_open and has_output for is_open, has_output in state), state
-    shown_tags = driver.js("return Array.from(document.querySelectorAll('.celltoolbar'))"
-                           ".filter(e => getComputedStyle(e).display !== 'none').length")  # fmt: skip
+    shown_tags = driver.js(
+        "return Array.from(document.querySelectorAll('.celltoolbar'))"
+        ".filter(e => getComputedStyle(e).display !== 'none').length"
+    )
     assert shown_tags == 0, "cell tags are for the tests, not shown to readers"
 
 
 def _search(driver: WebDriver, base: str, query: str) -> list[str]:
     """Paths of the result links once they stop changing (the box searches while it is typed into)."""
     driver.get(base + "errors/")
-    driver.js("const t = document.querySelector('[data-md-toggle=search]'); t.checked = true;"
-              "t.dispatchEvent(new Event('change'));")  # fmt: skip
+    driver.js(
+        "const t = document.querySelector('[data-md-toggle=search]'); t.checked = true;"
+        "t.dispatchEvent(new Event('change'));"
+    )
     driver.type_into("input.md-search__input", query)
     last, stable, deadline = None, 0, time.monotonic() + 60
     while time.monotonic() < deadline:

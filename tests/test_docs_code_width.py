@@ -65,6 +65,11 @@ NOTEBOOKS = sorted((DOCS / "tutorials").glob("*.ipynb"))
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_code_cells_fit(path):
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    wide = [f"cell {i}, {len(line)}: {line}" for i, cell in enumerate(cells) if cell["cell_type"] == "code"
-            for line in "".join(cell["source"]).splitlines() if len(line) > MAX_COLUMNS]  # fmt: skip
+    wide = [
+        f"cell {i}, {len(line)}: {line}"
+        for i, cell in enumerate(cells)
+        if cell["cell_type"] == "code"
+        for line in "".join(cell["source"]).splitlines()
+        if len(line) > MAX_COLUMNS
+    ]
     assert not wide, f"{path.name}: code lines over {MAX_COLUMNS} columns:\n" + "\n".join(wide)

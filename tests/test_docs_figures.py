@@ -85,8 +85,10 @@ def test_violation_ring_names_every_column(drawn):
 
 def test_every_figure_is_shown_and_no_page_draws_with_mermaid():
     pages = {p: p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md")}
-    notebooks = {p: "".join("".join(c["source"]) for c in json.loads(p.read_text(encoding="utf-8"))["cells"])
-                 for p in (DOCS / "tutorials").glob("*.ipynb")}  # fmt: skip
+    notebooks = {
+        p: "".join("".join(c["source"]) for c in json.loads(p.read_text(encoding="utf-8"))["cells"])
+        for p in (DOCS / "tutorials").glob("*.ipynb")
+    }
     for name in docgen_figures.FIGURES:
         in_pages = [p for p, text in pages.items() if f"../assets/figures/{name}" in text]
         in_notebooks = [p for p, text in notebooks.items() if f"../assets/figures/{name}" in text]

@@ -28,7 +28,9 @@ def test_escape_keeps_code_spans_and_escapes_markup():
 
 def test_entry_page_links_only_registered_related_codes():
     entry = REGISTRY["KVC-P001"]
-    fake = type(entry)(**{**{f: getattr(entry, f) for f in entry.__dataclass_fields__}, "related": ("KVC-P002", "KVC-X999")})
+    fake = type(entry)(
+        **{**{f: getattr(entry, f) for f in entry.__dataclass_fields__}, "related": ("KVC-P002", "KVC-X999")}
+    )
     text = docgen_errors.render_entry(fake, REGISTRY)
     assert "[KVC-P002](KVC-P002.md)" in text
     assert "`KVC-X999` (not in the catalogue)" in text and "(KVC-X999.md)" not in text
@@ -83,8 +85,12 @@ def test_benchmarks_without_results_say_so(tmp_path):
 def test_benchmarks_order_runs_by_their_date(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install -e '.[docs]'): no plots")
     record = {"op": "verify", "variant": "ALL", "size": 1 << 20, "median_us": 40.0}
-    _write(tmp_path / "h100-2026-12-05-60ed848.json", {"meta": {"date": "2026-12-05T21:44:20+00:00"}, "results": [record]})
-    _write(tmp_path / "h200-2026-12-05-425bead.json", {"meta": {"date": "2026-12-04T10:00:00+00:00"}, "results": [record]})
+    _write(
+        tmp_path / "h100-2026-12-05-60ed848.json", {"meta": {"date": "2026-12-05T21:44:20+00:00"}, "results": [record]}
+    )
+    _write(
+        tmp_path / "h200-2026-12-05-425bead.json", {"meta": {"date": "2026-12-04T10:00:00+00:00"}, "results": [record]}
+    )
     _write(tmp_path / "undated.json", {"results": [record]})
     summary = docgen_bench.render(tmp_path, "img")[0]["benchmarks.md"]
     assert "## Latest run: `h100-2026-12-05-60ed848`" in summary
@@ -98,7 +104,7 @@ def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
         {"op": "verify", "variant": "ALL", "size": 1 << 20, "median_us": 40.0, "gbps": 2000},
         {"op": "verify", "variant": "ALL", "size": 1 << 22, "median_us": 150.0},
         {"op": "verify", "variant": "NONE", "entries": 1 << 22, "median_ms": 0.1},
-        {"op": "plan", "bs": 4096},                  # no time yet: listed, not plotted
+        {"op": "plan", "bs": 4096},  # no time yet: listed, not plotted
         "not a record",
     ]
     _write(tmp_path / "a.json", {"meta": {"device": "H200"}, "results": records})
@@ -108,7 +114,10 @@ def test_benchmarks_tolerate_partial_and_broken_json(tmp_path):
     assert sorted(images) == ["img/a-verify.svg", "img/c-write.svg"]
     assert all(b"<svg" in data for data in images.values())
     assert sorted(pages) == ["benchmarks.md", "benchmarks/a.md", "benchmarks/b.md", "benchmarks/c.md"]
-    assert "could not be read" in pages["benchmarks/b.md"] and "1 result entries are not objects" in pages["benchmarks/a.md"]
+    assert (
+        "could not be read" in pages["benchmarks/b.md"]
+        and "1 result entries are not objects" in pages["benchmarks/a.md"]
+    )
     assert "| H200 |" in pages["benchmarks/a.md"] and "4096" in pages["benchmarks/a.md"]  # meta, unplotted record
     assert "](../img/a-verify.svg)" in pages["benchmarks/a.md"]
     summary = pages["benchmarks.md"]

@@ -38,15 +38,18 @@ def _rewrite(content: str) -> tuple[str, list[str]]:
     return out, warnings
 
 
-@pytest.mark.parametrize(("link", "on_the_site"), [
-    ('href="02-offsets-plan.ipynb"', 'href="../02-offsets-plan/"'),
-    ('href="../concepts/plans.md#the-1-rule"', 'href="../../concepts/plans/#the-1-rule"'),
-    ('src="../assets/figures/record.svg"', 'src="../../assets/figures/record.svg"'),
-    (f'href="{SITE}errors/KVC-P001/"', 'href="../../errors/KVC-P001/"'),
-    ('href="#exercises"', 'href="#exercises"'),
-    ('href="https://github.com/sgl-project/sglang"', 'href="https://github.com/sgl-project/sglang"'),
-    ('href="mailto:x@example.org"', 'href="mailto:x@example.org"'),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("link", "on_the_site"),
+    [
+        ('href="02-offsets-plan.ipynb"', 'href="../02-offsets-plan/"'),
+        ('href="../concepts/plans.md#the-1-rule"', 'href="../../concepts/plans/#the-1-rule"'),
+        ('src="../assets/figures/record.svg"', 'src="../../assets/figures/record.svg"'),
+        (f'href="{SITE}errors/KVC-P001/"', 'href="../../errors/KVC-P001/"'),
+        ('href="#exercises"', 'href="#exercises"'),
+        ('href="https://github.com/sgl-project/sglang"', 'href="https://github.com/sgl-project/sglang"'),
+        ('href="mailto:x@example.org"', 'href="mailto:x@example.org"'),
+    ],
+)
 def test_links_work_on_the_site(link, on_the_site):
     out, warnings = _rewrite(f"<p><a {link}>x</a></p>")
     assert out == f"<p><a {on_the_site}>x</a></p>" and warnings == []
@@ -72,18 +75,22 @@ def test_solution_cells_are_folded_whole():
     out, folded = docgen_notebooks.fold_solutions(CELLS + CELLS)
     assert folded == 2
     assert out.count("<summary>Solution to exercise 1</summary>") == out.count("exercise 2</summary>") == 1
-    out = out[:out.index("Next") + 4]
-    inside = out[out.index("<details"):out.index("</details>")]
+    out = out[: out.index("Next") + 4]
+    inside = out[out.index("<details") : out.index("</details>")]
     assert "assert x" in inside and "ok" in inside and "Exercise" not in inside and "Next" not in inside
     assert inside.count("<div") == inside.count("</div>"), "the fold closes exactly the cell's elements"
     assert docgen_notebooks.fold_solutions(CELLS.replace("celltag_solution", "celltag_other")) == (
-        CELLS.replace("celltag_solution", "celltag_other"), 0)
+        CELLS.replace("celltag_solution", "celltag_other"),
+        0,
+    )
 
 
 def test_cdn_loaders_are_dropped_and_other_scripts_kept():
-    content = ('<script src=""> </script><script type="text/x-mathjax-config">init_mathjax()</script>'
-               '<script type="module">import("https://cdn.example/mermaid.esm.mjs")</script>'
-               "<script>copyButtons()</script>")  # fmt: skip
+    content = (
+        '<script src=""> </script><script type="text/x-mathjax-config">init_mathjax()</script>'
+        '<script type="module">import("https://cdn.example/mermaid.esm.mjs")</script>'
+        "<script>copyButtons()</script>"
+    )
     out, removed = docgen_notebooks.strip_cdn_loaders(content)
     assert (out, removed) == ("<script>copyButtons()</script>", 3)
 
@@ -104,7 +111,7 @@ def _site() -> pathlib.Path:
 
 def _article(page: pathlib.Path) -> str:
     text = page.read_text(encoding="utf-8")
-    return text[text.index("<article"):text.index("</article>")]
+    return text[text.index("<article") : text.index("</article>")]
 
 
 NOTEBOOKS = sorted(TUTORIALS.glob("*.ipynb"))
@@ -155,7 +162,7 @@ def test_table_of_contents_links_land_on_headings(path):
     """The page's table of contents (built from the notebook's Markdown) names ids that exist."""
     page = _site() / "tutorials" / path.stem / "index.html"
     text = page.read_text(encoding="utf-8")
-    toc = text[text.index('data-md-component="toc"'):]
-    toc = toc[:toc.index("</nav>")]
+    toc = text[text.index('data-md-component="toc"') :]
+    toc = toc[: toc.index("</nav>")]
     anchors = re.findall(r'href="#([^"]+)"', toc)
     assert anchors and not set(anchors) - _ids(page), set(anchors) - _ids(page)

@@ -37,8 +37,10 @@ def test_sglang_page_has_the_sections_the_semantics_page_links():
     semantics = (DOCS / "concepts" / "semantics.md").read_text(encoding="utf-8")
     sglang = (DOCS / "concepts" / "sglang.md").read_text(encoding="utf-8")
     anchors = set(re.findall(r"\]\(sglang\.md#([\w-]+)\)", semantics))
-    headings = {re.sub(r"[^\w\s-]", "", h).strip().lower().replace(" ", "-")
-                for h in re.findall(r"^## (.+)$", sglang, re.MULTILINE)}  # fmt: skip
+    headings = {
+        re.sub(r"[^\w\s-]", "", h).strip().lower().replace(" ", "-")
+        for h in re.findall(r"^## (.+)$", sglang, re.MULTILINE)
+    }
     assert {"plan", "write", "verify", "hashes-and-the-fingerprint-fold", "the-violation-ring"} <= anchors
     assert anchors <= headings, anchors - headings
 
@@ -47,7 +49,11 @@ def test_result_files_cited_by_the_pages_exist():
     """A measurement cited as ``benchmarks/results/...`` names a file or folder of the repository,
     so a renamed or removed record shows up here, with the pages to update."""
     root = DOCS.parent
-    cited = {(path.rstrip(".,;:"), _ids(page)) for page in TEXT if page.suffix == ".md"
-             for path in re.findall(r"benchmarks/results/[\w./-]+", page.read_text(encoding="utf-8"))}  # fmt: skip
+    cited = {
+        (path.rstrip(".,;:"), _ids(page))
+        for page in TEXT
+        if page.suffix == ".md"
+        for path in re.findall(r"benchmarks/results/[\w./-]+", page.read_text(encoding="utf-8"))
+    }
     missing = sorted((path, page) for path, page in cited if not (root / path).exists())
     assert not missing, missing

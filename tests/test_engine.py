@@ -104,7 +104,9 @@ def test_same_seed_same_run():
         x, y = a.step(), b.step()
         np.testing.assert_array_equal(x.input_ids, y.input_ids)
         np.testing.assert_array_equal(x.out_cache_loc, y.out_cache_loc)
-    assert not np.array_equal(ToyEngine(EngineConfig(seed=12)).step().input_ids, ToyEngine(EngineConfig(seed=11)).step().input_ids)
+    assert not np.array_equal(
+        ToyEngine(EngineConfig(seed=12)).step().input_ids, ToyEngine(EngineConfig(seed=11)).step().input_ids
+    )
 
 
 def test_clean_run_of_1000_steps_reports_nothing():
@@ -119,7 +121,9 @@ def test_clean_run_of_1000_steps_reports_nothing():
 
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_clean_swa_run_with_v_half_and_sweeps_reports_nothing(page_size):
-    config = EngineConfig(page_size=page_size, shared_prefix_len=page_size, min_prompt_len=5, swa_window=3, num_pages=200 // page_size)
+    config = EngineConfig(
+        page_size=page_size, shared_prefix_len=page_size, min_prompt_len=5, swa_window=3, num_pages=200 // page_size
+    )
     engine = ToyEngine(config)
     monitor = engine.attach_monitor(mode="raise", v_half=True, sweep_interval=5, warmup_steps=3)
     engine.run(120)

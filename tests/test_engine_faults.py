@@ -28,7 +28,11 @@ def run(kind: str, swa_window: int):
 
 
 def at(violations, slot, tag=None, step=None):
-    return [v for v in violations if v.slot_idx == slot and (tag is None or v.tag == tag) and (step is None or v.step == step)]
+    return [
+        v
+        for v in violations
+        if v.slot_idx == slot and (tag is None or v.tag == tag) and (step is None or v.step == step)
+    ]
 
 
 @pytest.fixture(params=[0, 4], ids=["full", "full+swa"])
@@ -72,7 +76,10 @@ def test_slot_reuse_is_seen_in_the_same_step_then_breaks_the_owners_chain(swa_wi
 def test_stale_page_hit_reads_foreign_records(swa_window):
     engine, record, rows = run("stale_page", swa_window)
     hit = [v for v in rows if v.slot_idx in record.slots and v.group == "FULL"]
-    assert hit and all(v.bits & (F.VERIFY_CHAIN_HASH_MISMATCH | F.VERIFY_POSITION_MISMATCH | F.VERIFY_REAL_KV_HASH_MISMATCH) for v in hit)
+    assert hit and all(
+        v.bits & (F.VERIFY_CHAIN_HASH_MISMATCH | F.VERIFY_POSITION_MISMATCH | F.VERIFY_REAL_KV_HASH_MISMATCH)
+        for v in hit
+    )
     assert any(v.bits & F.VERIFY_CHAIN_HASH_MISMATCH for v in hit)
 
 

@@ -96,8 +96,14 @@ def example_outcomes() -> dict[str, list[str]]:
     if not _EXAMPLES:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)  # this checkout
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "PYTHONWARNINGS": "error", "PYTHONPATH": path}
-        proc = subprocess.run([sys.executable, str(ROOT / "tests" / "catalogue_examples.py")], cwd=ROOT,
-                              capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "catalogue_examples.py")],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr[-5000:]
         _EXAMPLES.update(json.loads(proc.stdout.splitlines()[-1]))
     return _EXAMPLES

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from interop_helpers import DlpackOnly, check_fault_caught, patch_public_calls, run_pipeline
 
-
 pytestmark = pytest.mark.gpu
 FAULTS = [None, "position", "real_kv", "token"]
 
@@ -113,17 +112,21 @@ def test_stream_argument_runs_the_flow_on_that_stream(monkeypatch, kind):
 def test_freed_cupy_pool_returns_its_memory_after_calls():
     import cupy
 
-    from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan
-    from kvcanary_numba import launch_canary_verify_kernel
+    from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, launch_canary_verify_kernel
 
     pool = cupy.get_default_memory_pool()
     _sync()
     before = pool.used_bytes()
     kv = cupy.zeros((4096, 4096), dtype=cupy.uint8)  # 16 MiB of "KV"
-    ctx = CanaryContext.allocate(num_slots=4096, slot_stride_bytes=32, ring_capacity=64, kernel_kind=0,
-                                 real_kv_sources=(RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=4096,
-                                                               read_bytes=64),),
-                                 real_kv_hash_mode=RealKvHashMode.ALL, device="cuda")  # fmt: skip
+    ctx = CanaryContext.allocate(
+        num_slots=4096,
+        slot_stride_bytes=32,
+        ring_capacity=64,
+        kernel_kind=0,
+        real_kv_sources=(RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=4096, read_bytes=64),),
+        real_kv_hash_mode=RealKvHashMode.ALL,
+        device="cuda",
+    )
     plan = VerifyPlan.allocate(verify_capacity=16, device="cuda")
     for _ in range(3):
         launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)
@@ -151,17 +154,21 @@ def test_dlpack_only_cuda_arrays_are_read_without_a_view_and_interned():
 def test_freed_dlpack_producer_returns_its_memory_after_calls():
     import cupy
 
-    from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan
-    from kvcanary_numba import launch_canary_verify_kernel
+    from kvcanary_numba import CanaryContext, RealKvHashMode, RealKvSource, VerifyPlan, launch_canary_verify_kernel
 
     pool = cupy.get_default_memory_pool()
     _sync()
     before = pool.used_bytes()
     kv = cupy.zeros((4096, 4096), dtype=cupy.uint8)
-    ctx = CanaryContext.allocate(num_slots=4096, slot_stride_bytes=32, ring_capacity=64, kernel_kind=0,
-                                 real_kv_sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1,
-                                                               num_bytes_per_token=4096, read_bytes=64),),
-                                 real_kv_hash_mode=RealKvHashMode.ALL, device="cuda")  # fmt: skip
+    ctx = CanaryContext.allocate(
+        num_slots=4096,
+        slot_stride_bytes=32,
+        ring_capacity=64,
+        kernel_kind=0,
+        real_kv_sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1, num_bytes_per_token=4096, read_bytes=64),),
+        real_kv_hash_mode=RealKvHashMode.ALL,
+        device="cuda",
+    )
     plan = VerifyPlan.allocate(verify_capacity=16, device="cuda")
     for _ in range(3):
         launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=False)

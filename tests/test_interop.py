@@ -8,15 +8,14 @@ import dataclasses
 import sys
 import types
 
+import interop_helpers
 import numpy as np
 import pytest
 from canary_helpers import FakeCudaArray, fake_launch_module, make_context, verify_plan, write_index
-import interop_helpers
-from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 from helpers import raises_code
+from interop_helpers import check_fault_caught, patch_public_calls, run_pipeline
 
-from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _validate
-from kvcanary_numba import launch_canary_verify_kernel
+from kvcanary_numba import RealKvHashMode, VerifyPlan, _interop, _validate, launch_canary_verify_kernel
 from kvcanary_numba.fast import memo as _memo
 
 
@@ -57,10 +56,20 @@ def driver(monkeypatch):
 
 def _cuda_verify_args(wrap):
     ctx, plan = make_context(8), verify_plan([1], [0], [-1], capacity=4)
-    fake_ctx = type(ctx)(**{f: getattr(ctx, f) for f in ("real_kv_sources", "real_kv_hash_mode", "kernel_kind")},
-                         **{f: wrap(getattr(ctx, f)) for f in ("canary_buf", "violation_ring", "violation_write_index",
-                                                               "slot_run_counter", "kernel_run_counter",
-                                                               "enable_chain_position_assert")})  # fmt: skip
+    fake_ctx = type(ctx)(
+        **{f: getattr(ctx, f) for f in ("real_kv_sources", "real_kv_hash_mode", "kernel_kind")},
+        **{
+            f: wrap(getattr(ctx, f))
+            for f in (
+                "canary_buf",
+                "violation_ring",
+                "violation_write_index",
+                "slot_run_counter",
+                "kernel_run_counter",
+                "enable_chain_position_assert",
+            )
+        },
+    )
     return fake_ctx, VerifyPlan(**{name: wrap(a) for name, a in plan.arrays().items()})
 
 
@@ -72,8 +81,9 @@ def test_cai_device_comes_from_the_pointer_not_the_library_attribute(driver, mon
     other = OnDevice(np.ones(1, np.int32))
     driver[other.__cuda_array_interface__["data"][0]] = 1  # memory the driver puts on GPU 1
     with raises_code("KVC-C007") as info:
-        launch_canary_verify_kernel(context=ctx, plan=VerifyPlan(**{**plan.arrays(), "enable": other}),
-                                    check_verify_expected_token=False)
+        launch_canary_verify_kernel(
+            context=ctx, plan=VerifyPlan(**{**plan.arrays(), "enable": other}), check_verify_expected_token=False
+        )
     assert "plan.enable is a cuda:1 array" in str(info.value)
 
 
@@ -138,11 +148,19 @@ class _Protocol:
             self.__cuda_stream__ = lambda: (0, handle)
 
 
-@pytest.mark.parametrize("stream, handle", [
-    (None, None), (0, 0), (np.int64(77), 77), (_Protocol(1234), 1234), (_Protocol(99, as_property=True), 99),
-    (type("CupyStream", (), {"ptr": 5})(), 5), (type("TorchStream", (), {"cuda_stream": 6})(), 6),
-    (type("NumbaStream", (), {"handle": ctypes.c_void_p(8)})(), 8),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "stream, handle",
+    [
+        (None, None),
+        (0, 0),
+        (np.int64(77), 77),
+        (_Protocol(1234), 1234),
+        (_Protocol(99, as_property=True), 99),
+        (type("CupyStream", (), {"ptr": 5})(), 5),
+        (type("TorchStream", (), {"cuda_stream": 6})(), 6),
+        (type("NumbaStream", (), {"handle": ctypes.c_void_p(8)})(), 8),
+    ],
+)
 def test_stream_handles(stream, handle):
     assert _validate.stream_handle("f", stream) == handle
 
@@ -204,8 +222,12 @@ def _cupy_snapshots(monkeypatch, imported: bool):
         monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=_FakeCupyArray))
     else:
         monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    arrays = [_FakeCupyArray(4096, (4,), (8,)), _FakeCupyArray(4096, (2, 2), (16, 8)),
-              _FakeCupyArray(8192, (4,), (8,)), _FakeCupyArray(4096, (4,), (8,), np.dtype(np.int32))]
+    arrays = [
+        _FakeCupyArray(4096, (4,), (8,)),
+        _FakeCupyArray(4096, (2, 2), (16, 8)),
+        _FakeCupyArray(8192, (4,), (8,)),
+        _FakeCupyArray(4096, (4,), (8,), np.dtype(np.int32)),
+    ]
     return [_memo.snapshot((a, holder(array=a, count=3), "cuda"))[0] for a in arrays]
 
 
@@ -229,8 +251,9 @@ def test_a_cai_over_memory_the_driver_does_not_map_is_refused(driver, monkeypatc
     host = OnDevice(np.ones(1, np.int32))
     driver[host.__cuda_array_interface__["data"][0]] = _interop.NOT_DEVICE_MEMORY
     with raises_code("KVC-C001") as info:
-        launch_canary_verify_kernel(context=ctx, plan=VerifyPlan(**{**plan.arrays(), "enable": host}),
-                                    check_verify_expected_token=False)
+        launch_canary_verify_kernel(
+            context=ctx, plan=VerifyPlan(**{**plan.arrays(), "enable": host}), check_verify_expected_token=False
+        )
     assert "not CUDA device memory" in str(info.value) and calls == []
 
 

@@ -84,8 +84,9 @@ def test_fused_step_at_gpu_launch_shapes(warps):
 def test_gpu_fused_decode_step_at_scale_equals_plain_launches_and_the_reference(seed, shared_ring):
     # 256 requests with up to 300 prefix entries each: every part strides over many entries and
     # requests, real-KV folds are staged, rings take thousands of rows.
-    step = random_world(seed, bs=256, prefix_max=300, extend_max=1, num_slots=1 << 17, shared_ring=shared_ring,
-                        nsrc=(2, 2))  # fmt: skip
+    step = random_world(
+        seed, bs=256, prefix_max=300, extend_max=1, num_slots=1 << 17, shared_ring=shared_ring, nsrc=(2, 2)
+    )
     runs = {path: run_step(step[0], step, path) for path in PATHS}
     for path in ("plain", "fused"):
         _same(runs[path][0], runs["reference"][0], path)

@@ -11,8 +11,7 @@ import pytest
 from canary_oracles import KNOWN_REAL_KV_HASH, known_source, random_source, scalar_real_kv_hash
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
-from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba import compute_real_kv_hash
+from kvcanary_numba import RealKvHashMode, RealKvSource, compute_real_kv_hash
 from kvcanary_numba.hashing import to_unsigned
 from kvcanary_numba.launch._launch import SIM_BLOCK, SIM_MAX_BLOCKS
 
@@ -70,7 +69,9 @@ def test_strided_rows_and_wider_dtype(rng):
 
 
 def test_single_row_source_with_odd_row_length(rng):
-    source = RealKvSource(tensor=rng.integers(0, 256, size=(1, 40), dtype=np.uint8), page_size=2, num_bytes_per_token=16, read_bytes=16)
+    source = RealKvSource(
+        tensor=rng.integers(0, 256, size=(1, 40), dtype=np.uint8), page_size=2, num_bytes_per_token=16, read_bytes=16
+    )
     assert fingerprints([source], ALL, [0, 1]) == [scalar_real_kv_hash([source], ALL, s) for s in (0, 1)]
 
 

@@ -48,32 +48,40 @@ SCENARIOS = {
     "multi_req_mixed_extend_decode": case([1, 2, 3], [0, 4, 10], [8, 1, 1]),
     "prev_slot_chain": case([2], [3], [1]),
     "seed_translated_through_permuted_lut": case([2], [5], [1], window=1000, lut=_permuted_lut(9 * WIDTH)),
-    "swa_window_head_prev_is_real_predecessor": case([1], [200], [1], rtt=linear_rtt(width=256), window=128,
-                                                     lut=_permuted_lut(9 * 256)),
+    "swa_window_head_prev_is_real_predecessor": case(
+        [1], [200], [1], rtt=linear_rtt(width=256), window=128, lut=_permuted_lut(9 * 256)
+    ),
     "padding_rows_contribute_zero": case([1, 0, 2], [5, 99, 3], [1, 1, 1]),
     "padding_row_with_garbage_prefix": case([1, 0, 2], [5, 99999, 3], [1, 7, 1]),
     "sparse_req_to_token": case([1, 2, 3], [12, 5, 9], [1, 2, 1], rtt=_sparse_rtt()),
-    "swa_clip_prefix_less_than_window": case([1], [3], [1], rtt=linear_rtt(width=256), window=128,
-                                             lut=np.arange(9 * 256, dtype=np.int64)),
+    "swa_clip_prefix_less_than_window": case(
+        [1], [3], [1], rtt=linear_rtt(width=256), window=128, lut=np.arange(9 * 256, dtype=np.int64)
+    ),
     "swa_lut_identity_plus_100": case([1], [3], [1], window=128, lut=padded_lut(np.arange(1000) + 100)),
-    "swa_covers_all_tokens_in_window": case([1, 2, 3, 4], [50, 128, 200, 1024], [1, 1, 1, 1], rtt=WIDE,
-                                            window=128, lut=np.arange(9 * 1024, dtype=np.int64)),
+    "swa_covers_all_tokens_in_window": case(
+        [1, 2, 3, 4], [50, 128, 200, 1024], [1, 1, 1, 1], rtt=WIDE, window=128, lut=np.arange(9 * 1024, dtype=np.int64)
+    ),
     "zero_prefix_has_no_verify_entries": case([1], [0], [3]),
     "verify_capacity_just_fits": case([1, 2], [3, 4], [1, 1], vcap=7),
     "verify_capacity_undershoot_by_one": case([1, 2], [3, 4], [1, 1], vcap=6),
     "zero_extend_writes_empty_write_plan": case([1, 2], [4, 6], [0, 0]),
     "padding_rows_in_write_plan": case([1, 0, 2, 0], [1, 1, 1, 1], [1, 1, 0, 1], wcap=6),
     "lut_translates_slot_zero_passes_negatives_reports_misses": case(
-        [1, 2], [4, 3], [1, 1], rtt=np.array([[0] * 4, [0, -1, 5, 9], [-7, 8, 0, 3]], dtype=np.int32), window=2,
-        lut=np.array([77, 1, 2, 3, 4, 55, 6, 7], dtype=np.int64)),  # the glue does not check lut[0]
+        [1, 2],
+        [4, 3],
+        [1, 1],
+        rtt=np.array([[0] * 4, [0, -1, 5, 9], [-7, 8, 0, 3]], dtype=np.int32),
+        window=2,
+        lut=np.array([77, 1, 2, 3, 4, 55, 6, 7], dtype=np.int64),
+    ),  # the glue does not check lut[0]
     "empty_batch": case([], [], [], wcap=3),
     "all_padding": case([0, 0, 0], [4, 5, 6], [1, 1, 1]),
     "negative_lengths_count_as_zero": case([1, 2], [-3, 4], [2, -1]),
     "expected_tokens_offset_0": case([1, 2], [5, 3], [1, 1], pool=token_pool(), lens=np.array([5, 16])),
-    "expected_tokens_offset_plus_1": case([1, 2], [5, 3], [1, 1], pool=token_pool(), lens=np.array([4, 16]),
-                                          offset=1),
-    "expected_tokens_beyond_bound": case([1, 2, 3], [8, 8, 8], [1, 1, 1], pool=token_pool(rows=3, width=6),
-                                         lens=np.array([3, 99, -1]), offset=-1),
+    "expected_tokens_offset_plus_1": case([1, 2], [5, 3], [1, 1], pool=token_pool(), lens=np.array([4, 16]), offset=1),
+    "expected_tokens_beyond_bound": case(
+        [1, 2, 3], [8, 8, 8], [1, 1, 1], pool=token_pool(rows=3, width=6), lens=np.array([3, 99, -1]), offset=-1
+    ),
 }
 
 
@@ -172,8 +180,12 @@ def test_replan_on_same_plans_shrinks_batch_and_repeats_byte_equal():
     plans = fresh_plans(first, KERNEL_DEVICE)
     got_first = run_both(first, plans=plans)
     assert run_both(first, plans=plans)[1]["write_offsets"].tolist() == got_first[1]["write_offsets"].tolist()
-    small = dict(first, req_pool_indices=first["req_pool_indices"][:3], prefix_lens=first["prefix_lens"][:3],
-                 extend_seq_lens=first["extend_seq_lens"][:3])
+    small = dict(
+        first,
+        req_pool_indices=first["req_pool_indices"][:3],
+        prefix_lens=first["prefix_lens"][:3],
+        extend_seq_lens=first["extend_seq_lens"][:3],
+    )
     if small["req_to_verify_expected_tokens_valid_lens"] is not None:
         small["req_to_verify_expected_tokens_valid_lens"] = small["req_to_verify_expected_tokens_valid_lens"][:3]
     _, w = run_both(small, plans=plans)

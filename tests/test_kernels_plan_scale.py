@@ -19,12 +19,11 @@ from kernel_pairs import (
 from numba import cuda
 
 from kvcanary_numba import plan as public
+from kvcanary_numba.fast.scratch import STREAM_SCRATCH
 from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.kernels import plan as kernels
 from kvcanary_numba.launch import plan as glue
-from kvcanary_numba.fast.scratch import STREAM_SCRATCH
 from kvcanary_numba.reference import plan as reference
-
 
 # --- batch sizes around the tile: the multi-block look-back -------------------
 
@@ -46,7 +45,7 @@ def _lookback_clear() -> bool:
     """Every look-back state cached for the default stream is back to zero (tickets, done count, tile flags)."""
     states = [to_host(arr) for key, arr in STREAM_SCRATCH.arrays(0).items() if key[0] == "lookback"]
     return bool(states) and all(
-        not s[:kernels.LOOKBACK_HEADER].any() and not s[kernels.LOOKBACK_HEADER::kernels.LOOKBACK_STRIDE].any()
+        not s[: kernels.LOOKBACK_HEADER].any() and not s[kernels.LOOKBACK_HEADER :: kernels.LOOKBACK_STRIDE].any()
         for s in states
     )
 
@@ -55,8 +54,9 @@ def _lookback_clear() -> bool:
 @pytest.mark.parametrize("offset_from_tile", ["zero", "one", "tile-1", "tile", "tile+1", "3tiles+2"])
 def test_bs_around_tile_size_equals_reference(small_tiles, offset_from_tile):
     tile = small_tiles
-    bs = {"zero": 0, "one": 1, "tile-1": tile - 1, "tile": tile, "tile+1": tile + 1,
-          "3tiles+2": 3 * tile + 2}[offset_from_tile]
+    bs = {"zero": 0, "one": 1, "tile-1": tile - 1, "tile": tile, "tile+1": tile + 1, "3tiles+2": 3 * tile + 2}[
+        offset_from_tile
+    ]
     rng = np.random.default_rng(bs)
     run_both(random_batch(rng, bs=bs) if bs else case([], [], [], wcap=2), scratch=STREAM_SCRATCH)
     if bs > tile:
@@ -89,11 +89,11 @@ def test_look_back_sums_aggregates_until_an_inclusive_prefix():
     head, stride = kernels.LOOKBACK_HEADER, kernels.LOOKBACK_STRIDE
     state = np.zeros(head + stride * 5, dtype=np.int64)
     for tile, row in enumerate([(2, 0, 0, 5, 50), (1, 3, 30, 0, 0), (1, 2, 20, 0, 0)]):
-        state[head + tile * stride: head + (tile + 1) * stride] = row
+        state[head + tile * stride : head + (tile + 1) * stride] = row
     state_dev, out = to_kernel(state), to_kernel(np.zeros(2, dtype=np.int64))
     _look_back_probe[1, 1](state_dev, 3, 7, 70, out)
     assert to_host(out).tolist() == [10, 100]
-    assert to_host(state_dev)[head + 3 * stride: head + 4 * stride].tolist() == [2, 7, 70, 17, 170]
+    assert to_host(state_dev)[head + 3 * stride : head + 4 * stride].tolist() == [2, 7, 70, 17, 170]
 
 
 @pytest.mark.simulator
@@ -109,8 +109,15 @@ def test_offsets_launch_equals_reference(seed):
         out_verify_enable=np.full(1, FILL, dtype=np.int32),
         out_write_num_valid_reqs=np.full(1, FILL, dtype=np.int32),
     )
-    names = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "full_to_swa_index_mapping",
-             "swa_window_size", "verify_capacity")
+    names = (
+        "req_pool_indices",
+        "prefix_lens",
+        "extend_seq_lens",
+        "req_to_token",
+        "full_to_swa_index_mapping",
+        "swa_window_size",
+        "verify_capacity",
+    )
     args = {name: inputs[name] for name in names}
     want = {k: v.copy() for k, v in outs.items()}
     reference.launch_plan_offsets_kernel(**args, **want)
@@ -130,11 +137,16 @@ def scale_batch(rng, bs, *, window=0, pool=False):
     rows = min(bs + 1, 2048)
     lut_len = 1 << 22
     return case(
-        rng.integers(0 if bs > 1 else 1, rows, bs), rng.integers(0, width + 1, bs), rng.integers(0, 5, bs),
-        rtt=rng.integers(1, lut_len, (rows, width)).astype(np.int32), window=window,
+        rng.integers(0 if bs > 1 else 1, rows, bs),
+        rng.integers(0, width + 1, bs),
+        rng.integers(0, 5, bs),
+        rtt=rng.integers(1, lut_len, (rows, width)).astype(np.int32),
+        window=window,
         lut=padded_lut(rng.permutation(lut_len)) if window else None,
         pool=rng.integers(0, 1 << 30, (rows, width)).astype(np.int32) if pool else None,
-        lens=rng.integers(0, width + 1, bs) if pool else None, vcap=1 << 21, wcap=bs + 7,
+        lens=rng.integers(0, width + 1, bs) if pool else None,
+        vcap=1 << 21,
+        wcap=bs + 7,
     )
 
 
@@ -168,12 +180,14 @@ def _captured_plan(inputs):
     plans = fresh_plans(inputs, "cuda")
     args = {k: to_kernel(v) for k, v in inputs.items() if k != "wcap"}
     with stream:  # the fast wing's scratch: allocated by the eager call, none during the capture
-        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args,
-                                        scratch=STREAM_SCRATCH)
+        glue.launch_canary_plan_kernels(
+            verify_plan_out=plans[0], write_plan_out=plans[1], **args, scratch=STREAM_SCRATCH
+        )
         stream.synchronize()
         stream.begin_capture()
-        glue.launch_canary_plan_kernels(verify_plan_out=plans[0], write_plan_out=plans[1], **args,
-                                        scratch=STREAM_SCRATCH)
+        glue.launch_canary_plan_kernels(
+            verify_plan_out=plans[0], write_plan_out=plans[1], **args, scratch=STREAM_SCRATCH
+        )
         graph = stream.end_capture()
     return graph, stream, plans, args
 

@@ -17,11 +17,10 @@ from canary_oracles import random_source
 from helpers import FILL
 from kernel_pairs import case, random_batch, run_both, to_kernel, verify, write
 
-from kvcanary_numba import RealKvHashMode
+from kvcanary_numba import RealKvHashMode, launch_plan_offsets_kernel
 from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.launch import plan as glue
-from kvcanary_numba import launch_plan_offsets_kernel
 from kvcanary_numba.plans import VerifyPlan
 
 pytestmark = pytest.mark.simulator
@@ -43,8 +42,15 @@ def _offsets_outputs(bs: int, capacity: int) -> dict:
 
 def _offsets_both(inputs: dict) -> dict:
     """Offsets step on the reference and the kernel; every output (scratch included) must be equal."""
-    keys = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "full_to_swa_index_mapping",
-            "swa_window_size", "verify_capacity")
+    keys = (
+        "req_pool_indices",
+        "prefix_lens",
+        "extend_seq_lens",
+        "req_to_token",
+        "full_to_swa_index_mapping",
+        "swa_window_size",
+        "verify_capacity",
+    )
     batch = {k: inputs[k] for k in keys}
     want = _offsets_outputs(batch["req_pool_indices"].shape[0], inputs["wcap"])
     got = {k: to_kernel(v) for k, v in want.items()}

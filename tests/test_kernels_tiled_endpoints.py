@@ -13,10 +13,10 @@ from endpoint_worlds import PATHS, TAGS, random_world, run_step
 from kernel_pairs import KERNEL_DEVICE, to_host
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.hashing import to_signed
-from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.fast.chain import SharedChain, long_step
 from kvcanary_numba.fast.endpoints import launch_endpoint_writes
+from kvcanary_numba.hashing import to_signed
+from kvcanary_numba.launch import _launch as _common
 
 pytestmark = pytest.mark.simulator
 
@@ -27,8 +27,11 @@ LONG = dict(bs=3, prefix_max=4, extend_min=40, extend_max=75)
 #: chain_publish, one tiled launch; TAIL verify and one tiled launch.
 CASES = [
     ("shared ring, ALL, tokens, assert", {}, (9, 5)),
-    ("own rings, PARTIAL, no token check", dict(shared_ring=False, mode=RealKvHashMode.PARTIAL, check_tokens=False),
-     (9, 5)),
+    (
+        "own rings, PARTIAL, no token check",
+        dict(shared_ring=False, mode=RealKvHashMode.PARTIAL, check_tokens=False),
+        (9, 5),
+    ),
     ("two sources each, no assert", dict(nsrc=(2, 2), asserted=False), (9, 5)),
     ("NONE mode", dict(mode=RealKvHashMode.NONE, check_tokens=False), (9, 5)),
     ("K and V fold different source counts", dict(nsrc=(1, 2)), (9, 7)),  # TAIL: a write_tiled per endpoint
@@ -137,13 +140,20 @@ def test_both_endpoints_stamp_from_the_published_chain():
     state = world.on(KERNEL_DEVICE)
     xp = np if KERNEL_DEVICE == "cpu" else __import__("cupy")
     wp = type(wplan)(**{k: xp.asarray(v.copy()) for k, v in wplan.arrays().items()})
-    inputs = dict(input_ids=xp.asarray(ids), positions=xp.asarray(pos), out_cache_loc=xp.asarray(loc),
-                  enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None)
+    inputs = dict(
+        input_ids=xp.asarray(ids),
+        positions=xp.asarray(pos),
+        out_cache_loc=xp.asarray(loc),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     chain = SharedChain(xp, tokens=ids.shape[0], requests=wplan.write_req_capacity)
     bs = int(wplan.write_num_valid_reqs[0])
     for stage, publish in (((TAGS[0], TAGS[1]), True), ((TAGS[2], TAGS[3]), False)):
-        launch_endpoint_writes(contexts=[state[t] for t in stage], plan=wp, chain=chain, publish=publish,
-                               requests=bs, **inputs)  # fmt: skip
+        launch_endpoint_writes(
+            contexts=[state[t] for t in stage], plan=wp, chain=chain, publish=publish, requests=bs, **inputs
+        )
         if publish:
             published = to_host(chain.published).copy()
             published[0, 50] = to_signed(0x1234)
@@ -162,8 +172,16 @@ def test_both_endpoints_stamp_from_the_published_chain():
 @pytest.mark.parametrize("plant", [False, True])
 def test_gpu_fused_prefill_step_at_scale(seed, mode, plant):
     # 8 x 8k as the monitor's prefill step: 16 tiles of 512 entries per request and endpoint.
-    step = random_world(seed, bs=8, prefix_max=64, extend_min=8192, extend_max=8192, num_slots=8 * (8192 + 64) + 16,
-                        mode=mode, check_tokens=False)  # fmt: skip
+    step = random_world(
+        seed,
+        bs=8,
+        prefix_max=64,
+        extend_min=8192,
+        extend_max=8192,
+        num_slots=8 * (8192 + 64) + 16,
+        mode=mode,
+        check_tokens=False,
+    )
     if plant:
         _plant_long(step, np.random.default_rng(seed))
     _check(step, (9, 5))

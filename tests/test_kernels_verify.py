@@ -52,7 +52,10 @@ def test_chain_head_anchor():
 def test_clean_chain_with_hand_computed_hashes():
     ctx = make_context()
     prevs = stamp_clean_chain(ctx, [1, 2, 3, 4, 5], [101, 202, 303, 404, 505])
-    assert prevs[:2] == [0xDE7FAE23A9A1B716, 0x542FE5061275A6AB]  # SGLang's pinned chain values (docs/concepts/sglang.md)
+    assert prevs[:2] == [
+        0xDE7FAE23A9A1B716,
+        0x542FE5061275A6AB,
+    ]  # SGLang's pinned chain values (docs/concepts/sglang.md)
     assert verify(ctx, chain_plan([1, 2, 3, 4, 5])) == []
 
 
@@ -167,7 +170,9 @@ def test_holes_and_none_mode_are_never_read(rng):
 @pytest.mark.parametrize("page_size", [4, 16])
 def test_paged_layout_with_strided_rows(rng, page_size):
     base = rng.integers(0, 256, size=(8, page_size * 32 + 48), dtype=np.uint8)
-    src = RealKvSource(tensor=base[::2, : page_size * 32 + 16], page_size=page_size, num_bytes_per_token=32, read_bytes=32)
+    src = RealKvSource(
+        tensor=base[::2, : page_size * 32 + 16], page_size=page_size, num_bytes_per_token=32, read_bytes=32
+    )
     slots = [page_size - 1, page_size, 2 * page_size + 1]
     ctx = make_context(4 * page_size, sources=(src,), mode=ALL)
     run_write(ctx, write_plan([3], [-1]), [1, 2, 3], [0, 1, 2], slots)

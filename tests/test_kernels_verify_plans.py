@@ -143,8 +143,12 @@ def test_random_garbage_plans_match_the_reference(seed):
     fields(ctx)[...] = rng.integers(-3, 50, size=fields(ctx).shape)
     stamp_clean_chain(ctx, [3, 4, 5, 6], [11, 22, 33, 44])
     n = 60
-    pick = lambda low, high: np.where(rng.random(n) < 0.1, rng.integers(-(2**63), 2**63 - 1, n), rng.integers(low, high, n))  # noqa: E731
-    plan = verify_plan(pick(-2, 44), pick(0, 5), pick(-2, 44), pick(-1, 50), capacity=70, num_valid=int(rng.integers(0, 71)))
+    pick = lambda low, high: np.where(
+        rng.random(n) < 0.1, rng.integers(-(2**63), 2**63 - 1, n), rng.integers(low, high, n)
+    )  # noqa: E731
+    plan = verify_plan(
+        pick(-2, 44), pick(0, 5), pick(-2, 44), pick(-1, 50), capacity=70, num_valid=int(rng.integers(0, 71))
+    )
     verify(ctx, plan, check=bool(seed % 2))  # ring capacity 8: overflow races are checked against the reference
 
 

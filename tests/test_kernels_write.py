@@ -89,7 +89,11 @@ def test_input_assert_rows():
     rows = write(ctx, write_plan([3], [-1]), [42, 7, 5], [0, 7, 2], [3, 4, 5], [99, 7, 6], [0, 0, 3])
     prevs = [to_signed(h) for h in chain_prev_hashes([42, 7, 5], [0, 7, 2])]
     # The seed is -1, so the chain-position assert is inactive: only input-assert rows.
-    assert rows == [(0, 3, 0, 42, 99, prevs[0], 0, WTOKEN), (0, 4, 7, 7, 7, prevs[1], 0, WPOS), (0, 5, 2, 5, 6, prevs[2], 3, WTOKEN | WPOS)]
+    assert rows == [
+        (0, 3, 0, 42, 99, prevs[0], 0, WTOKEN),
+        (0, 4, 7, 7, 7, prevs[1], 0, WPOS),
+        (0, 5, 2, 5, 6, prevs[2], 3, WTOKEN | WPOS),
+    ]
 
 
 def test_input_assert_off_never_reads_expected_arrays():
@@ -150,7 +154,15 @@ def test_more_requests_than_blocks_and_entries_than_threads(rng):
     ctx = make_context(total + 1, ring_capacity=256)
     slots = rng.permutation(np.arange(1, total + 1))
     tokens, positions = rng.integers(0, 1000, total), rng.integers(0, 3, total)
-    write(ctx, write_plan(lengths, [-1] * len(lengths)), tokens, positions, slots, tokens, positions + (rng.random(total) < 0.05))
+    write(
+        ctx,
+        write_plan(lengths, [-1] * len(lengths)),
+        tokens,
+        positions,
+        slots,
+        tokens,
+        positions + (rng.random(total) < 0.05),
+    )
     assert counters(ctx) == (total, 1)
 
 
@@ -229,7 +241,9 @@ def test_a_duplicate_slot_is_stored_once_per_chunk(monkeypatch):
     n = len(slots)
     ctx = make_context(64)
     write(ctx, write_plan([n], [-1]), range(1000, 1000 + n), range(n), slots)
-    assert sorted(stores) == sorted((s, 1000 + t) for t, s in enumerate(slots) if s not in slots[t + 1 : (t // CHUNK + 1) * CHUNK])
+    assert sorted(stores) == sorted(
+        (s, 1000 + t) for t, s in enumerate(slots) if s not in slots[t + 1 : (t // CHUNK + 1) * CHUNK]
+    )
     assert record(ctx, 4)[0] == 1000 + 31 and record(ctx, 6)[0] == 1000 + n - 1
 
 
@@ -269,9 +283,16 @@ def test_fold_order_matters(rng):
 
 @pytest.mark.parametrize(
     ("offsets", "rows"),
-    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([-2, 2], [(0, -1, -1, -2, 2, 0, 4, RANGE)]),
-     # empty ranges record nothing, even with bounds outside the 4 tokens (semantics.md, bit 256)
-     ([6, 6], []), ([-3, -3], []), ([9, 5], []), ([2, -1], [])],
+    [
+        ([3, 1], []),
+        ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]),
+        ([-2, 2], [(0, -1, -1, -2, 2, 0, 4, RANGE)]),
+        # empty ranges record nothing, even with bounds outside the 4 tokens (semantics.md, bit 256)
+        ([6, 6], []),
+        ([-3, -3], []),
+        ([9, 5], []),
+        ([2, -1], []),
+    ],
 )
 def test_ranges_outside_the_tokens(offsets, rows):
     ctx = make_context()

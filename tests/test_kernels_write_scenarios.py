@@ -32,7 +32,9 @@ PARTIAL, ALL = RealKvHashMode.PARTIAL, RealKvHashMode.ALL
 def test_random_garbage_matches_the_reference(seed, write_path):
     rng = np.random.default_rng(seed)
     sources = [random_source(rng, 48, page_size=4, nbytes=32, hole=16), random_source(rng, 48, nbytes=16)]
-    ctx = make_context(48, stride=40 + 8 * (seed % 2), sources=sources[: seed % 3], mode=[ALL, PARTIAL][seed % 2], ring_capacity=8)
+    ctx = make_context(
+        48, stride=40 + 8 * (seed % 2), sources=sources[: seed % 3], mode=[ALL, PARTIAL][seed % 2], ring_capacity=8
+    )
     ctx.enable_chain_position_assert[0] = seed % 2
     fields(ctx)[...] = rng.integers(-2, 60, size=fields(ctx).shape)
     bs, capacity, n = 5, 7, 36
@@ -62,13 +64,18 @@ def test_baseline_matches_the_reference(seed):
     n = int(lengths.sum())
     slots, seeds = candidates[:n], rng.choice(candidates[n:], 4)
     plan = write_plan(lengths, seeds, capacity=5)
-    kwargs = write_args(plan, rng.integers(0, 9, n), rng.integers(0, 9, n), slots, rng.integers(0, 9, n), rng.integers(0, 9, n))
+    kwargs = write_args(
+        plan, rng.integers(0, 9, n), rng.integers(0, 9, n), slots, rng.integers(0, 9, n), rng.integers(0, 9, n)
+    )
     device = to_device(ctx, KERNEL_DEVICE)
     launch_write_baseline(context=device, **{k: to_device(v, KERNEL_DEVICE) for k, v in kwargs.items()})
     reference_write(context=ctx, **kwargs)
     np.testing.assert_array_equal(to_host(device.canary_buf), ctx.canary_buf)
     assert counters(ctx) == tuple(int(to_host(a)[0]) for a in (device.slot_run_counter, device.kernel_run_counter))
-    got = sorted(tuple(int(v) for v in r) for r in to_host(device.violation_ring)[: int(to_host(device.violation_write_index)[0])])
+    got = sorted(
+        tuple(int(v) for v in r)
+        for r in to_host(device.violation_ring)[: int(to_host(device.violation_write_index)[0])]
+    )
     assert got == sorted(ring_rows(ctx))
 
 

@@ -11,9 +11,9 @@ import pytest
 from canary_helpers import HEAD, make_context, record, stamp, write_args, write_plan
 from kernel_pairs import KERNEL_DEVICE, to_device, to_host, write
 
-from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.fast import write as write_glue
 from kvcanary_numba.fast.chain import SharedChain, sharing
+from kvcanary_numba.hashing import to_signed
 
 pytestmark = pytest.mark.simulator
 
@@ -64,8 +64,9 @@ def test_consumer_reuses_the_published_chain(share):
     chain.published = to_device(published, KERNEL_DEVICE)
     ctx = to_device(_seeded(), KERNEL_DEVICE)
     with share(chain, False):
-        write_glue.launch_canary_write_kernel(context=ctx, **to_device_args(write_args(write_plan([N], [SEED]),
-                                                                                      *_inputs())))  # fmt: skip
+        write_glue.launch_canary_write_kernel(
+            context=ctx, **to_device_args(write_args(write_plan([N], [SEED]), *_inputs()))
+        )
     fields = to_host(ctx.canary_buf).view(np.int64)
     assert fields[41, 2] == 0x1234 and fields[40, 2] != 0x1234
 

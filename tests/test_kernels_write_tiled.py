@@ -14,10 +14,10 @@ from canary_oracles import random_source
 from kernel_pairs import KERNEL_DEVICE, _rows, to_device, to_host, write
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.fast import chain as chain_glue
 from kvcanary_numba.fast import write as write_glue
 from kvcanary_numba.fast.chain import SharedChain, own_tiled, sharing
+from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.launch import _launch as _common
 
 pytestmark = pytest.mark.simulator
@@ -92,8 +92,12 @@ def test_paths_by_shape():
         # The batch size decides: N tokens for N requests is decode-shaped, the serial kernel.
         with sharing(chain, publish=True, requests=N):
             write(_seeded(), plan, tokens, positions, _slots())
-    assert names == ["chain_publish", "write_tiled_assert0_src0", "write_tiled_assert0_src0",
-                     "write_shared_assert0_src0"]
+    assert names == [
+        "chain_publish",
+        "write_tiled_assert0_src0",
+        "write_tiled_assert0_src0",
+        "write_shared_assert0_src0",
+    ]
 
 
 def test_public_writes_by_length(monkeypatch):
@@ -155,8 +159,20 @@ def test_consumer_reuses_the_published_chain():
     assert fields[41, 2] == 0x1234 and fields[40, 2] != 0x1234
 
 
-CHANGES = ["none", "seed record", "seed of request 2", "token in tile 2", "position", "skipped", "unskipped",
-           "request 2 token", "out of range", "duplicates", "duplicate across the difference", "input assert"]
+CHANGES = [
+    "none",
+    "seed record",
+    "seed of request 2",
+    "token in tile 2",
+    "position",
+    "skipped",
+    "unskipped",
+    "request 2 token",
+    "out of range",
+    "duplicates",
+    "duplicate across the difference",
+    "input assert",
+]
 
 
 @pytest.mark.parametrize("warps", [1, 2])

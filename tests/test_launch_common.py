@@ -19,7 +19,9 @@ def test_array_layout_of_numpy_and_cuda_array_interface():
     assert _common.array_layout(view) == (view.ctypes.data, (2, 5), (48, 4), np.dtype(np.int32))
     fake = FakeCudaArray(base)  # C-contiguous: no strides in its interface
     assert _common.array_layout(fake) == (base.ctypes.data, (4, 6), (24, 4), np.dtype(np.int32))
-    cupy_like = types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), shape=(3,), strides=(8,), dtype=np.dtype("i8"))
+    cupy_like = types.SimpleNamespace(
+        data=types.SimpleNamespace(ptr=4096), shape=(3,), strides=(8,), dtype=np.dtype("i8")
+    )
     assert _common.array_layout(cupy_like) == (4096, (3,), (8,), np.dtype("i8"))
 
 
@@ -71,7 +73,12 @@ def test_check_signature_catches_type_drift():
     signature = "void(int64[:, ::1], uint64[::1], int64, UniTuple(int64, 2))"
     good = (np.zeros((2, 2), np.int64), np.zeros(3, np.uint64), 5, (1, 2))
     _common.check_signature(signature, good)
-    for index, bad in [(0, np.zeros(4, np.int64)), (1, np.zeros(6, np.uint64)[::2]), (1, np.zeros(3, np.int64)), (3, (1,))]:
+    for index, bad in [
+        (0, np.zeros(4, np.int64)),
+        (1, np.zeros(6, np.uint64)[::2]),
+        (1, np.zeros(3, np.int64)),
+        (3, (1,)),
+    ]:
         with pytest.raises(RuntimeError, match=f"argument {index}"):
             _common.check_signature(signature, good[:index] + (bad,) + good[index + 1 :])
     with pytest.raises(RuntimeError, match="arguments"):
@@ -86,8 +93,11 @@ def test_check_signature_reads_tuples_item_by_item():
     ro.flags.writeable = False
     good = ((np.zeros(2, np.int64), np.zeros(5, np.int64)), ((ro, ro), (np.zeros(1, np.uint64), ro)))
     _common.check_signature(signature, good)
-    for bad in [((np.zeros(2, np.int64),), good[1]), ((np.zeros(2, np.int64), np.zeros(5, np.int32)), good[1]),
-                (good[0], ((ro, ro), (ro, np.zeros((1, 1), np.uint64))))]:
+    for bad in [
+        ((np.zeros(2, np.int64),), good[1]),
+        ((np.zeros(2, np.int64), np.zeros(5, np.int32)), good[1]),
+        (good[0], ((ro, ro), (ro, np.zeros((1, 1), np.uint64)))),
+    ]:
         with pytest.raises(RuntimeError, match="argument"):
             _common.check_signature(signature, bad)
 
@@ -98,8 +108,10 @@ def test_grids_in_parts_share_what_stays_resident(monkeypatch):
     monkeypatch.setattr(_common, "sm_count", lambda: 132)
     assert _common.persistent_grid(10**6, 256) == 132 * 8
     assert _common.persistent_grid(10**6, 256, parts=2) == 132 * 4
-    assert _common.persistent_grid(3, 256, parts=2) == 1 and _common.persistent_grid(10**6, 32, blocks_per_sm=1,
-                                                                                     parts=3) == 44  # fmt: skip
+    assert (
+        _common.persistent_grid(3, 256, parts=2) == 1
+        and _common.persistent_grid(10**6, 32, blocks_per_sm=1, parts=3) == 44
+    )
 
 
 def test_every_kernel_is_declared_with_its_signatures():

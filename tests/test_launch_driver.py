@@ -16,23 +16,29 @@ from kvcanary_numba.fast import driver as _driver
 from kvcanary_numba.fast import prepared as prepared_module
 from kvcanary_numba.fast.prepared import PreparedLaunch
 
-
 # --- the kernel handle -----------------------------------------------------------
 
 
 def test_the_handle_path_exists_in_the_installed_numba_cuda():
     # Every attribute function_handle reads, on the real (not simulated) classes: an upgrade
     # that renames one fails here on a CPU instead of silently slowing every launch on a GPU.
-    script = ("from numba.cuda.dispatcher import _Kernel\n"
-              "from numba.cuda.codegen import CUDACodeLibrary\n"
-              "from numba.cuda.cudadrv.driver import CudaPythonFunction\n"
-              "from cuda.core import Kernel\n"
-              "assert isinstance(_Kernel.library, property)\n"
-              "assert callable(CUDACodeLibrary.get_cufunc)\n"
-              "assert 'kernel' in CudaPythonFunction.__slots__\n"
-              "assert hasattr(Kernel, 'handle')\n")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"))  # fmt: skip
+    script = (
+        "from numba.cuda.dispatcher import _Kernel\n"
+        "from numba.cuda.codegen import CUDACodeLibrary\n"
+        "from numba.cuda.cudadrv.driver import CudaPythonFunction\n"
+        "from cuda.core import Kernel\n"
+        "assert isinstance(_Kernel.library, property)\n"
+        "assert callable(CUDACodeLibrary.get_cufunc)\n"
+        "assert 'kernel' in CudaPythonFunction.__slots__\n"
+        "assert hasattr(Kernel, 'handle')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -117,7 +123,7 @@ def test_the_bindings_route_launches_through_cuda_bindings_and_reports_errors(mo
     driver = _driver.Driver(raw=True)
     driver.select(FakeHandle(3))
     driver.launch("func", 2, 64, 9, 0x5000)
-    (func, *shape, stream, params, extra), = calls
+    ((func, *shape, stream, params, extra),) = calls
     assert (func, shape, int(stream), params, extra) == ("func", [2, 1, 1, 64, 1, 1, 0], 9, 0x5000, 0)
     result[0] = cu.CUresult.CUDA_ERROR_INVALID_VALUE
     with pytest.raises(RuntimeError, match="cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"):

@@ -10,19 +10,21 @@ import numpy as np
 import pytest
 from launch_fakes import CU_LAUNCH_KERNEL, KERNEL_A, KERNEL_B, SIG, CaiArray, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba.fast.memo import Entry
 from kvcanary_numba.fast import driver as _driver
 from kvcanary_numba.fast import native as _native
 from kvcanary_numba.fast import replay as _kernel_launch
-from kvcanary_numba.launch import _launch
+from kvcanary_numba.fast.memo import Entry
 from kvcanary_numba.fast.prepared import PreparedLaunch
-from kvcanary_numba.launch._launch import LaunchSpec
 from kvcanary_numba.fast.table import LaunchTable
+from kvcanary_numba.launch import _launch
+from kvcanary_numba.launch._launch import LaunchSpec
 
 
 def _two_launches():
-    return [PreparedLaunch(KERNEL_A, SIG, 4, 128, args_for(0x10000)),
-            PreparedLaunch(KERNEL_B, SIG, 2, 64, args_for(0x30000, scalar=7))]
+    return [
+        PreparedLaunch(KERNEL_A, SIG, 4, 128, args_for(0x10000)),
+        PreparedLaunch(KERNEL_B, SIG, 2, 64, args_for(0x30000, scalar=7)),
+    ]
 
 
 def test_the_compiled_loop_launches_what_the_python_loop_launches(gpu):
@@ -102,7 +104,9 @@ def test_a_replayed_public_call_runs_its_launches_through_a_table(gpu):
     _kernel_launch.run_launches(entry, run, {}, 7)  # replayed: the compiled loop, the glue does not run
     assert lib.calls == 2 and len(runs) == 1
     assert [(e[2], e[3], e[4], e[5]) for e in gpu.log] == [
-        (1, 32, 7, expected_values(args_for(0x10000))), (3, 64, 7, expected_values(args_for(0x18000)))]
+        (1, 32, 7, expected_values(args_for(0x10000))),
+        (3, 64, 7, expected_values(args_for(0x18000))),
+    ]
 
 
 def test_the_loop_switch_and_the_native_address():
@@ -137,12 +141,28 @@ def test_the_compiled_loop_passes_the_c_arguments_in_order():
 
     c_function = CU_LAUNCH_KERNEL(record)
     address = ctypes.cast(c_function, ctypes.c_void_p).value
-    table = np.array([[0x7F00_0000_1000 + i, 5 + i, 96, 0x7F00_0000_9000 + 8 * i, 0x7F00_0000_7000 * (i % 2)]
-                      for i in range(4)], dtype=np.int64)
+    table = np.array(
+        [[0x7F00_0000_1000 + i, 5 + i, 96, 0x7F00_0000_9000 + 8 * i, 0x7F00_0000_7000 * (i % 2)] for i in range(4)],
+        dtype=np.int64,
+    )
     status = _native.compiled_launcher()(address, table, 0x7F00_DEAD_BEEF)
     assert _native.decode_status(status) == (2, 700)
-    assert calls == [(0x7F00_0000_1000 + i, 5 + i, 1, 1, 96, 1, 1, 0, 0x7F00_DEAD_BEEF, 0x7F00_0000_9000 + 8 * i,
-                      0x7F00_0000_7000 * (i % 2)) for i in range(3)]
+    assert calls == [
+        (
+            0x7F00_0000_1000 + i,
+            5 + i,
+            1,
+            1,
+            96,
+            1,
+            1,
+            0,
+            0x7F00_DEAD_BEEF,
+            0x7F00_0000_9000 + 8 * i,
+            0x7F00_0000_7000 * (i % 2),
+        )
+        for i in range(3)
+    ]
     calls.clear()
     assert _native.compiled_launcher()(address, table[:2], 1) == 0 and len(calls) == 2
     with pytest.raises(RuntimeError, match="5 columns"):

@@ -93,16 +93,22 @@ def package_imports(module: str) -> list[tuple[str, int]]:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down_the_layers(module):
     mine = LAYERS[layer_of(module)]
-    wrong = [f"line {line}: {target} ({layer_of(target)})" for target, line in package_imports(module)
-             if LAYERS[layer_of(target)] > mine]
+    wrong = [
+        f"line {line}: {target} ({layer_of(target)})"
+        for target, line in package_imports(module)
+        if LAYERS[layer_of(target)] > mine
+    ]
     assert not wrong, f"{module} ({layer_of(module)}) imports from above: {wrong}"
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) == "kernels"))
 def test_kernels_import_only_device_code(module):
     allowed = KERNEL_IMPORTS | {m for m in MODULES if layer_of(m) == "kernels"} | {"__future__"}
-    wrong = [f"line {line}: {target}" for target, line in imports_of(module)
-             if target not in allowed and target.split(".")[0] not in {"numba", "numpy", "llvmlite"}]
+    wrong = [
+        f"line {line}: {target}"
+        for target, line in imports_of(module)
+        if target not in allowed and target.split(".")[0] not in {"numba", "numpy", "llvmlite"}
+    ]
     assert not wrong, f"{module} imports outside the kernels' world: {wrong}"
 
 

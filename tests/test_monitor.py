@@ -6,7 +6,6 @@ Rejected input is in test_monitor_validation.py.
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 
 import numpy as np
@@ -249,13 +248,30 @@ def test_gpu_readback_is_one_step_late_and_flush_catches_up():
 
     d = Driver(has_v=False)  # host bookkeeping; the monitor below runs on the GPU
     d.k = cupy.asarray(d.k)
-    d.monitor = CanaryMonitor(full=KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(d.k),), has_v=False),
-                              device="cuda", write_req_capacity=3, health_interval=0)  # fmt: skip
+    d.monitor = CanaryMonitor(
+        full=KvGroup(kind="full", num_slots=NUM_SLOTS, k_sources=(source(d.k),), has_v=False),
+        device="cuda",
+        write_req_capacity=3,
+        health_interval=0,
+    )
     host = d.batch(PREFILL)  # built on the host, then moved whole (a batch is of one array kind)
-    names = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
-             "out_cache_loc", "token_ids_flat", "token_offsets")  # fmt: skip
-    batch = dataclasses.replace(host, expected_input_tokens=None, expected_input_positions=None,
-                                **{name: cupy.asarray(getattr(host, name)) for name in names})
+    names = (
+        "req_pool_indices",
+        "prefix_lens",
+        "extend_seq_lens",
+        "req_to_token",
+        "input_ids",
+        "positions",
+        "out_cache_loc",
+        "token_ids_flat",
+        "token_offsets",
+    )
+    batch = dataclasses.replace(
+        host,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+        **{name: cupy.asarray(getattr(host, name)) for name in names},
+    )
     with d.monitor.forward(batch):
         d.k[3:6] = 1
     d.monitor.end_step()

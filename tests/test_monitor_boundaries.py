@@ -60,8 +60,9 @@ def test_health_counts_phases_and_other_launches_per_step():
     report = checker.check(_snapshot(0, {int(CanaryLaunchTag.HEAD_K_FULL): 2, TAIL_K: 3}))
     assert report.launched == {"HEAD_K_FULL": 2, "TAIL_K_FULL": 3, "SWEEP_K_FULL": 1}  # as of step 0
     assert report.stalled == ("SWEEP_K_FULL",)
-    report = checker.check(_snapshot(1, {int(CanaryLaunchTag.HEAD_K_FULL): 4, TAIL_K: 6,
-                                         int(CanaryLaunchTag.SWEEP_K_FULL): 1}))  # fmt: skip
+    report = checker.check(
+        _snapshot(1, {int(CanaryLaunchTag.HEAD_K_FULL): 4, TAIL_K: 6, int(CanaryLaunchTag.SWEEP_K_FULL): 1})
+    )
     assert report.launched == {"HEAD_K_FULL": 2, "TAIL_K_FULL": 3} and report.ok  # since step 0
 
 
@@ -104,7 +105,10 @@ def test_first_health_check_through_the_monitor_after_one_warmup_step():
     d.step(PREFILL)
     assert d.monitor.health.last is None  # one step done: still warming up
     d.step(DECODE)
-    assert d.monitor.health.last is not None and (d.monitor.health.last.since_step, d.monitor.health.last.step) == (-1, 1)
+    assert d.monitor.health.last is not None and (d.monitor.health.last.since_step, d.monitor.health.last.step) == (
+        -1,
+        1,
+    )
 
 
 def test_health_interval_boundary():

@@ -45,16 +45,27 @@ def _plan(n, capacity, rng, *, enable=1, num_valid=None):
 
 def _entries(plan):
     n = int(plan.verify_num_valid[0])
-    cols = [plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
-            plan.verify_prev_slot_indices]  # fmt: skip
+    cols = [
+        plan.verify_slot_indices,
+        plan.verify_expected_tokens,
+        plan.verify_expected_positions,
+        plan.verify_prev_slot_indices,
+    ]
     return sorted(zip(*(c[:n].tolist() for c in cols)))
 
 
 @pytest.mark.parametrize(
     ("n", "capacity", "period", "step", "enable", "num_valid"),
-    [(40, 48, 3, 7, 1, None), (130, 140, 3, 4, 1, None), (48, 48, 1, 0, 1, None), (20, 24, 5, -3, 1, None), (20, 24, 4, 2, 0, None),
-     (24, 24, 2, 1, 1, 10**6), (0, 8, 3, 1, 1, -4)],
-)  # fmt: skip
+    [
+        (40, 48, 3, 7, 1, None),
+        (130, 140, 3, 4, 1, None),
+        (48, 48, 1, 0, 1, None),
+        (20, 24, 5, -3, 1, None),
+        (20, 24, 4, 2, 0, None),
+        (24, 24, 2, 1, 1, 10**6),
+        (0, 8, 3, 1, 1, -4),
+    ],
+)
 def test_kernel_selects_the_reference_set(n, capacity, period, step, enable, num_valid):
     rng = np.random.default_rng(n + period)
     a, c = seeded_affine(period, 3)
@@ -63,15 +74,27 @@ def test_kernel_selects_the_reference_set(n, capacity, period, step, enable, num
     for backend, device in (("numpy", "cpu"), ("cuda", KERNEL_DEVICE)):
         out = VerifyPlan.allocate(verify_capacity=capacity, device=device)
         scratch, steps = to_device(np.zeros(2, np.int64), device), to_device(np.array([step], np.int64), device)
-        select_verify_entries(plan=to_device(plan, device), out_plan=out, step=steps, scratch=scratch,
-                              period=period, multiplier=a, offset=c, backend=backend)  # fmt: skip
+        select_verify_entries(
+            plan=to_device(plan, device),
+            out_plan=out,
+            step=steps,
+            scratch=scratch,
+            period=period,
+            multiplier=a,
+            offset=c,
+            backend=backend,
+        )
         assert to_host(scratch).tolist() == [0, 0]  # the kernel leaves its counters reset for the next launch
         out = VerifyPlan(**{k: to_host(v) for k, v in out.arrays().items()})
         outs[backend] = (_entries(out), int(out.enable[0]))
     assert outs["cuda"] == outs["numpy"]
     # Independent expectation: the due entries of the active range, by the rule itself.
     active = min(max(int(plan.verify_num_valid[0]), 0), capacity) if enable else 0
-    due = [i for i in range(active) if (a * (int(plan.verify_expected_positions[i]) % period) + c + step % period) % period == 0]
+    due = [
+        i
+        for i in range(active)
+        if (a * (int(plan.verify_expected_positions[i]) % period) + c + step % period) % period == 0
+    ]
     assert len(outs["numpy"][0]) == len(due) and outs["numpy"][1] == enable
 
 
@@ -85,12 +108,17 @@ def test_budget_derives_k_and_reports_the_delay():
 
 @pytest.mark.parametrize(
     ("budget", "argument"),
-    [(VerifyBudget(), "period / budget_entries"), (VerifyBudget(period=2, budget_entries=3), "period / budget_entries"),
-     (VerifyBudget(period=0), "period"), (VerifyBudget(budget_entries=4), "expected_entries"),
-     (VerifyBudget(budget_bytes=16, expected_entries=10), "budget_bytes"),
-     (VerifyBudget(budget_entries=1, expected_entries=10**6, max_period=100), "period"),
-     (VerifyBudget(period=2, seed=-1), "seed"), (VerifyBudget(period=True), "period")],
-)  # fmt: skip
+    [
+        (VerifyBudget(), "period / budget_entries"),
+        (VerifyBudget(period=2, budget_entries=3), "period / budget_entries"),
+        (VerifyBudget(period=0), "period"),
+        (VerifyBudget(budget_entries=4), "expected_entries"),
+        (VerifyBudget(budget_bytes=16, expected_entries=10), "budget_bytes"),
+        (VerifyBudget(budget_entries=1, expected_entries=10**6, max_period=100), "period"),
+        (VerifyBudget(period=2, seed=-1), "seed"),
+        (VerifyBudget(period=True), "period"),
+    ],
+)
 def test_a_bad_budget_is_rejected_with_m021(budget, argument):
     with pytest.raises(KvCanaryError) as info:
         Driver(verify_budget=budget)
@@ -143,7 +171,6 @@ def test_the_benchmark_plans_meet_the_load_bound_and_cover_every_entry_once_per_
         sys.path.insert(0, root)
     from benchmarks.bench_budget import budget_entries
     from benchmarks.workloads import verify_case
-
     from kvcanary_numba import RealKvHashMode
 
     _, plan, _ = verify_case(np, entries=4 * 64, mode=RealKvHashMode.NONE, chain_len=64)
@@ -152,8 +179,15 @@ def test_the_benchmark_plans_meet_the_load_bound_and_cover_every_entry_once_per_
         seen = []
         for step in range(period):
             out = VerifyPlan.allocate(verify_capacity=4 * 64)
-            select_verify_entries(plan=plan, out_plan=out, step=np.array([step], np.int64),
-                                  scratch=np.zeros(2, np.int64), period=period, multiplier=a, offset=c)  # fmt: skip
+            select_verify_entries(
+                plan=plan,
+                out_plan=out,
+                step=np.array([step], np.int64),
+                scratch=np.zeros(2, np.int64),
+                period=period,
+                multiplier=a,
+                offset=c,
+            )
             assert int(out.verify_num_valid[0]) <= budget_entries(4, 64, period)
             seen += _entries(out)
         assert sorted(seen) == _entries(plan)  # K consecutive steps verify every entry exactly once

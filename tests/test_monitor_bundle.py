@@ -53,7 +53,9 @@ def test_replay_reproduces_the_row_field_for_field(tmp_path):
     assert r.reproduced(r.recorded[0])
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="replays build NumPy arrays: kernels need the simulator")
+@pytest.mark.skipif(
+    os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="replays build NumPy arrays: kernels need the simulator"
+)
 def test_replay_on_the_simulator_equals_the_numpy_replay(tmp_path):
     d = _kv_flip(tmp_path)
     d.step(DECODE)
@@ -125,9 +127,16 @@ def _bad_files(tmp_path):
     return {"missing": tmp_path / "nope.npz", "text": text, "partial": partial, "newer": newer, "shape": shape}
 
 
-@pytest.mark.parametrize(("case", "reason"), [("missing", "not a readable"), ("text", "not a readable"),
-                                              ("partial", "missing row_steps"), ("newer", "format 9"),
-                                              ("shape", "entries has shape (2, 3)")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("missing", "not a readable"),
+        ("text", "not a readable"),
+        ("partial", "missing row_steps"),
+        ("newer", "format 9"),
+        ("shape", "entries has shape (2, 3)"),
+    ],
+)
 def test_a_bad_bundle_file_is_rejected_with_m020(case, reason, tmp_path, capsys):
     path = _bad_files(tmp_path)[case]
     with pytest.raises(KvCanaryError) as info:
@@ -153,9 +162,11 @@ def test_write_rows_without_a_slot_are_kept_but_not_replayed(tmp_path):
     d = Driver()
     d.step(PREFILL)
     tag = int(CanaryLaunchTag.HEAD_K_FULL)
-    rows = [Violation(tag, -1, -1, 0, 9, 0, 3, int(F.WRITE_RANGE_OUT_OF_BOUNDS), step=0),  # clipped range
-            Violation(tag, 99, -1, -1, -1, 0, 16, int(F.PREV_SLOT_OUT_OF_RANGE), step=0),  # seed past the buffer
-            Violation(tag, 5, 9, 103, 103, 0, 2, int(F.WRITE_POSITION_MISMATCH), step=0)]  # fmt: skip
+    rows = [
+        Violation(tag, -1, -1, 0, 9, 0, 3, int(F.WRITE_RANGE_OUT_OF_BOUNDS), step=0),  # clipped range
+        Violation(tag, 99, -1, -1, -1, 0, 16, int(F.PREV_SLOT_OUT_OF_RANGE), step=0),  # seed past the buffer
+        Violation(tag, 5, 9, 103, 103, 0, 2, int(F.WRITE_POSITION_MISMATCH), step=0),
+    ]
     path = dump_bundle(d.monitor, rows, tmp_path, step=0)
     r = replay_bundle(path)
     assert load_bundle(path)["entries"].tolist() == [[tag, 5, 2, 0, 103]]  # the slot against the expected position

@@ -162,10 +162,26 @@ def test_a_replaced_batch_is_not_kept_alive(request, layer):
 @pytest.mark.simulator
 @simulated
 def test_host_step_on_the_eager_path_makes_every_launch_of_the_step():
-    done = subprocess.run([sys.executable, "-m", "benchmarks.host_step", "--path", "eager", "--steps", "20",
-                           "--requests", "3", "--prefix", "4"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.host_step",
+            "--path",
+            "eager",
+            "--steps",
+            "20",
+            "--requests",
+            "3",
+            "--prefix",
+            "4",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     # 2 plan launches, then per phase the fused verify and write of K and V: eager, packed or replayed.
     assert "eager path, launch layer as on a GPU, 6 raw launches per step" in done.stdout, done.stdout

@@ -43,8 +43,7 @@ def _step_launches(driver: Driver, new: dict) -> list[str]:
 
 def _kernel_driver(**options) -> Driver:
     # The kernels on NumPy arrays (simulator).
-    return Driver(check_verify_expected_token=True, max_requests=ROWS, max_context_len=WIDTH, backend="cuda",
-                  **options)  # fmt: skip
+    return Driver(check_verify_expected_token=True, max_requests=ROWS, max_context_len=WIDTH, backend="cuda", **options)
 
 
 @pytest.mark.simulator
@@ -52,8 +51,15 @@ def _kernel_driver(**options) -> Driver:
 def test_a_decode_step_with_k_and_v_issues_seven_launches():
     # Was 11: scatter, 2 plan, then per phase verify K, write K, verify V, write V.
     names = _step_launches(_kernel_driver(), DECODE)
-    assert names == ["scatter", "plan_offsets", "plan_entries", "verify_endpoints_tok1_src0",
-                     "write_endpoints_assert0_src0", "verify_endpoints_tok1_src1", "write_endpoints_assert0_src1"]
+    assert names == [
+        "scatter",
+        "plan_offsets",
+        "plan_entries",
+        "verify_endpoints_tok1_src0",
+        "write_endpoints_assert0_src0",
+        "verify_endpoints_tok1_src1",
+        "write_endpoints_assert0_src1",
+    ]
 
 
 @pytest.mark.simulator
@@ -76,8 +82,15 @@ def test_the_prepared_phases_hold_the_fused_launches():
 def test_a_k_only_pool_keeps_its_plain_launches():
     names = _step_launches(_kernel_driver(has_v=False), DECODE)
     # The plain writes of a phase share the step's chain: the fast wing's write_shared kernels.
-    assert names == ["scatter", "plan_offsets", "plan_entries", "verify_tok1_src0", "write_shared_assert0_src0",
-                     "verify_tok1_src1", "write_shared_assert0_src1"]
+    assert names == [
+        "scatter",
+        "plan_offsets",
+        "plan_entries",
+        "verify_tok1_src0",
+        "write_shared_assert0_src0",
+        "verify_tok1_src1",
+        "write_shared_assert0_src1",
+    ]
 
 
 @pytest.mark.simulator
@@ -86,8 +99,15 @@ def test_a_long_step_fuses_its_verifies_and_its_tiled_writes():
     # Was 9 launches (chain_publish, then a write_tiled per endpoint and phase): the tiled stamps of
     # K and V of a phase are one launch each now, 2 fewer.
     names = _long_step_launches(_long_workload())
-    assert names == ["plan_offsets", "plan_entries", "verify_endpoints_tok0_src0", "chain_publish",
-                     "tiled_endpoints_assert0_src0", "verify_endpoints_tok0_src1", "tiled_endpoints_assert0_src1"]
+    assert names == [
+        "plan_offsets",
+        "plan_entries",
+        "verify_endpoints_tok0_src0",
+        "chain_publish",
+        "tiled_endpoints_assert0_src0",
+        "verify_endpoints_tok0_src1",
+        "tiled_endpoints_assert0_src1",
+    ]
 
 
 @pytest.mark.simulator
@@ -130,8 +150,20 @@ def _engine_run(kernels: bool):
     options = {"backend": "cuda", "prepared": True} if kernels else {}
     monitor = engine.attach_monitor(mode="log", sweep_interval=3, v_half=True, **options)
     engine.run(STEPS)
-    rows = sorted((v.step, v.tag, v.slot_idx, v.position, int(v.bits), v.stored_token, v.expected_token,
-                   v.stored_chain_hash, v.expected_aux) for v in monitor.violations)  # fmt: skip
+    rows = sorted(
+        (
+            v.step,
+            v.tag,
+            v.slot_idx,
+            v.position,
+            int(v.bits),
+            v.stored_token,
+            v.expected_token,
+            v.stored_chain_hash,
+            v.expected_aux,
+        )
+        for v in monitor.violations
+    )
     return engine, rows
 
 

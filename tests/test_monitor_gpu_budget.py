@@ -16,8 +16,9 @@ PERIOD = 3
 def test_gpu_budget_run_catches_every_fault_within_k_steps_and_its_bundles_replay_on_the_cpu(kind, tmp_path):
     config = EngineConfig(seed=1, min_new_tokens=12, max_new_tokens=16, num_pages=96)
     engine = ToyEngine(config, device="cuda", faults={kind: 5})
-    monitor = engine.attach_monitor(mode="log", sweep_interval=3, bundle_dir=tmp_path,
-                                    verify_budget=VerifyBudget(period=PERIOD, seed=1))  # fmt: skip
+    monitor = engine.attach_monitor(
+        mode="log", sweep_interval=3, bundle_dir=tmp_path, verify_budget=VerifyBudget(period=PERIOD, seed=1)
+    )
     while not engine.faults and engine.step_index < 80:
         engine.step()
     engine.run(PERIOD + 3)

@@ -140,7 +140,9 @@ def test_a_failed_bind_forgets_the_bound_arrays_and_takes_the_validated_path(stu
 
 @pytest.mark.simulator
 @on_simulator
-@pytest.mark.parametrize("field, bad, code", BAD_FIELDS[:6], ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])])
+@pytest.mark.parametrize(
+    "field, bad, code", BAD_FIELDS[:6], ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])]
+)
 def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
     w, _ = stubbed
     m = w.monitor
@@ -156,8 +158,9 @@ def test_a_rejected_fast_path_step_changes_nothing(stubbed, field, bad, code):
 # --- the GPU readback against a fake runtime -----------------------------------------------------------
 
 
-def _readback(deferred: bool, compiled: bool = False, block: StatusBlock | None = None,
-              runtime: FakeRuntime | None = None):
+def _readback(
+    deferred: bool, compiled: bool = False, block: StatusBlock | None = None, runtime: FakeRuntime | None = None
+):
     """A CUDA readback of ``block`` (default: a new one) on a fake runtime; ``compiled``: its usual
     step goes through the compiled readback calls (ctypes callbacks into the same fake runtime)."""
     block = StatusBlock(np, 1) if block is None else block
@@ -212,10 +215,13 @@ def test_readback_behind_waits_only_for_the_copy_two_steps_old(compiled):
     assert snap.step == 3
 
 
-@pytest.mark.parametrize("call, code, name", [
-    ("cuEventQuery", 700, "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
-    ("cuMemcpyDtoHAsync_v2", 1, "cuMemcpyDtoHAsync_v2 failed: CUDA_ERROR_INVALID_VALUE"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, code, name",
+    [
+        ("cuEventQuery", 700, "cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
+        ("cuMemcpyDtoHAsync_v2", 1, "cuMemcpyDtoHAsync_v2 failed: CUDA_ERROR_INVALID_VALUE"),
+    ],
+)
 def test_a_failed_compiled_readback_call_raises_with_its_name(call, code, name):
     block, runtime, rb = _readback(deferred=False, compiled=True)
     rb.push(0)
@@ -244,12 +250,16 @@ def test_the_readback_calls_in_order_on_the_right_streams(compiled):
     (l0, c0, h0), (l1, c1, h1) = rb._buffers
     side, compute, device, nbytes = rb._copy[4], 7, block.words.ctypes.data, block.words.nbytes
     assert calls == [
-        ("eventRecord", l0, compute), ("streamWaitEvent", side, l0),
-        ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c0, side),
+        ("eventRecord", l0, compute),
+        ("streamWaitEvent", side, l0),
+        ("memcpyAsync", h0, device, nbytes, runtime.memcpyDeviceToHost, side),
+        ("eventRecord", c0, side),
         ("eventQuery", c0),  # step 1: the previous copy's event first, then step 1's calls on buffer 1
-        ("eventRecord", l1, compute), ("streamWaitEvent", side, l1),
-        ("memcpyAsync", h1, device, nbytes, runtime.memcpyDeviceToHost, side), ("eventRecord", c1, side),
-    ]  # fmt: skip
+        ("eventRecord", l1, compute),
+        ("streamWaitEvent", side, l1),
+        ("memcpyAsync", h1, device, nbytes, runtime.memcpyDeviceToHost, side),
+        ("eventRecord", c1, side),
+    ]
 
 
 @pytest.mark.parametrize("low", [0, 1, 7, 2**31 - 1, -1, -(2**31)])
@@ -296,8 +306,12 @@ def test_host_split_rows_count_the_launch_and_runtime_calls(stubbed, monkeypatch
     launch, table_launch = PreparedLaunch.launch, LaunchTable.launch
     bench_step._host_split(run, w, "decode")
     rows = {r["variant"].split(", ")[1]: r for r in run.records}
-    assert set(rows) == {"pre+post: launch calls", "pre+post: everything else", "end_step: runtime calls",
-                         "end_step: everything else"}  # fmt: skip
+    assert set(rows) == {
+        "pre+post: launch calls",
+        "pre+post: everything else",
+        "end_step: runtime calls",
+        "end_step: everything else",
+    }
     assert rows["pre+post: launch calls"]["launches"] == (2 if graph else 6)  # 2 plan, HEAD and TAIL: verify + write
     assert rows["end_step: runtime calls"]["launches"] == 5
     assert all(r["iters"] == bench_step._host_iters(run) == 9 for r in run.records)
@@ -392,10 +406,28 @@ def test_bound_arrays_without_a_shape_are_never_reused():
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="builds a C library")
 @pytest.mark.parametrize("loop", ["python", "compiled"])
 def test_host_step_with_the_fake_driver_makes_every_launch_of_the_step(loop):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.host_step", "--driver", "fake", "--loop", loop,
-                           "--steps", "20", "--requests", "3", "--prefix", "4"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"))  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.host_step",
+            "--driver",
+            "fake",
+            "--loop",
+            loop,
+            "--steps",
+            "20",
+            "--requests",
+            "3",
+            "--prefix",
+            "4",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, NUMBA_ENABLE_CUDASIM="1"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     launches = int(re.search(r"(\d+) prepared launches per step", done.stdout).group(1))
     calls = float(re.search(r"fake driver: ([\d.]+) cuLaunchKernel calls per step", done.stdout).group(1))

@@ -13,9 +13,9 @@ import logging
 import pathlib
 import sys
 
+import monitor_helpers
 import numpy as np
 import pytest
-import monitor_helpers
 from monitor_helpers import DECODE, PREFILL, Driver
 
 from kvcanary_numba.monitor import readback as readback_module
@@ -44,11 +44,11 @@ def gpu_readback(block: StatusBlock):
 QUIET_CASES = [
     (5, (1, 1), 5, True),
     (0, (1, 7), 0, True),
-    (6, (1, 1), 5, False),   # new rows since the last snapshot processed
-    (5, (1, 0), 5, False),   # group 1's plan overflowed
-    (5, (0, 1), 5, False),   # group 0's
+    (6, (1, 1), 5, False),  # new rows since the last snapshot processed
+    (5, (1, 0), 5, False),  # group 1's plan overflowed
+    (5, (0, 1), 5, False),  # group 0's
     (5, (1, 1), -1, False),  # the monitor asks for the snapshot (health check or re-check due)
-]  # fmt: skip
+]
 
 
 def _set_status(block: StatusBlock, index: int, enables) -> None:

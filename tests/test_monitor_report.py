@@ -13,8 +13,16 @@ from kvcanary_numba.monitor.report import reason_labels, tag_name
 F = FailReason
 
 
-def _row(tag=CanaryLaunchTag.TAIL_K_SWA, slot=53504, position=512, stored=7, expected=7,
-         chain=to_signed(CANARY_CHAIN_HEAD), aux=0x2100, bits=F.WRITE_POSITION_MISMATCH):  # fmt: skip
+def _row(
+    tag=CanaryLaunchTag.TAIL_K_SWA,
+    slot=53504,
+    position=512,
+    stored=7,
+    expected=7,
+    chain=to_signed(CANARY_CHAIN_HEAD),
+    aux=0x2100,
+    bits=F.WRITE_POSITION_MISMATCH,
+):
     return [int(tag), slot, position, stored, expected, chain, aux, int(bits)]
 
 

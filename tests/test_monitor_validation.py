@@ -42,8 +42,10 @@ def test_batch_larger_than_the_capacities_is_rejected():
         d.monitor.pre_forward({"input_ids": None})
 
 
-@pytest.mark.parametrize(("field", "source_field"), [("positions", "input_ids"), ("out_cache_loc", "input_ids"),
-                                                     ("prefix_lens", "req_pool_indices")])
+@pytest.mark.parametrize(
+    ("field", "source_field"),
+    [("positions", "input_ids"), ("out_cache_loc", "input_ids"), ("prefix_lens", "req_pool_indices")],
+)
 def test_a_length_mismatch_names_both_arrays(field, source_field):
     # A shorter input_ids makes positions "wrong" too: the message names the array its length came from.
     d = Driver()

@@ -61,8 +61,10 @@ def test_notebook_has_the_tutorial_shape(path):
     nb = read(path)
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
     text = markdown(nb)
-    marks = [text.find(mark) for mark in
-             ("**Motivation.**", "## The code", "## Check against", "## Measurement", "## Exercises")]  # fmt: skip
+    marks = [
+        text.find(mark)
+        for mark in ("**Motivation.**", "## The code", "## Check against", "## Measurement", "## Exercises")
+    ]
     assert all(m >= 0 for m in marks) and marks == sorted(marks), f"{path.name}: sections missing or out of order"
 
 
@@ -98,8 +100,12 @@ def test_tutorials_extra_brings_what_the_notebooks_need():
 def _imports(source: str) -> list[tuple[str, bool]]:
     """(top-level module, imported inside an ``if`` or a function) of every import in a cell."""
     tree = ast.parse(source)
-    guarded = {id(node) for branch in ast.walk(tree) if isinstance(branch, (ast.If, ast.FunctionDef))
-               for node in ast.walk(branch)}  # fmt: skip
+    guarded = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, (ast.If, ast.FunctionDef))
+        for node in ast.walk(branch)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -156,8 +162,10 @@ def test_exercises_have_folded_solutions_that_check_themselves(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
 def test_committed_outputs_are_complete_and_machine_independent(path):
     nb = read(path)
-    assert dict(nb.metadata) == {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                                 "language_info": {"name": "python"}}  # fmt: skip
+    assert dict(nb.metadata) == {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
     for number, cell in enumerate(code_cells(nb), start=1):
         assert cell.execution_count == number, f"{path.name}: run top to bottom once (--update)"
         assert "execution" not in cell.metadata, f"{path.name}: timing metadata churns"
@@ -225,5 +233,7 @@ def test_notebook_executes_and_its_outputs_are_the_committed_ones(path):
     if run_notebooks.gpu_present():
         return  # committed outputs are the CPU path's; a GPU prints other lines
     found = run_notebooks.differences(read(path), executed)
-    assert not found, (f"{path.name}: committed outputs are stale; run `python tests/run_notebooks.py --update "
-                       f"{path.stem[:2]}` and commit\n" + "\n".join(found[:60]))  # fmt: skip
+    assert not found, (
+        f"{path.name}: committed outputs are stale; run `python tests/run_notebooks.py --update "
+        f"{path.stem[:2]}` and commit\n" + "\n".join(found[:60])
+    )

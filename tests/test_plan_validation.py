@@ -11,17 +11,25 @@ import pytest
 from canary_helpers import FakeCudaArray, fake_launch_module
 from helpers import i64, linear_rtt, raises_code
 
-from kvcanary_numba import VerifyPlan, WritePlan
+from kvcanary_numba import VerifyPlan, WritePlan, launch_canary_plan_kernels, launch_plan_offsets_kernel
 from kvcanary_numba.plans import ENTRY_FIELDS
-from kvcanary_numba import launch_canary_plan_kernels, launch_plan_offsets_kernel
 
 
 def plan_kwargs(**changes):
     kwargs = dict(
-        verify_plan_out=VerifyPlan.allocate(verify_capacity=8), write_plan_out=WritePlan.allocate(write_req_capacity=4),
-        req_pool_indices=i64([1, 2]), prefix_lens=i64([1, 2]), extend_seq_lens=i64([1, 1]), req_to_token=linear_rtt(),
-        swa_window_size=0, full_to_swa_index_mapping=None, verify_capacity=8, req_to_verify_expected_tokens=None,
-        req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0, backend="numpy",
+        verify_plan_out=VerifyPlan.allocate(verify_capacity=8),
+        write_plan_out=WritePlan.allocate(write_req_capacity=4),
+        req_pool_indices=i64([1, 2]),
+        prefix_lens=i64([1, 2]),
+        extend_seq_lens=i64([1, 1]),
+        req_to_token=linear_rtt(),
+        swa_window_size=0,
+        full_to_swa_index_mapping=None,
+        verify_capacity=8,
+        req_to_verify_expected_tokens=None,
+        req_to_verify_expected_tokens_valid_lens=None,
+        kv_token_id_vs_position_offset=0,
+        backend="numpy",
     )
     kwargs.update(changes)
     return kwargs
@@ -29,19 +37,31 @@ def plan_kwargs(**changes):
 
 def offsets_kwargs(**changes):
     kwargs = dict(
-        req_pool_indices=i64([1, 2]), prefix_lens=i64([1, 2]), extend_seq_lens=i64([1, 1]), req_to_token=linear_rtt(),
-        full_to_swa_index_mapping=None, out_verify_offsets_scratch=np.zeros(3, np.int64),
-        out_write_offsets=np.zeros(5, np.int64), out_write_seed_slot_indices=np.zeros(4, np.int64),
-        out_verify_num_valid=np.zeros(1, np.int32), out_verify_enable=np.zeros(1, np.int32),
-        out_write_num_valid_reqs=np.zeros(1, np.int32), swa_window_size=0, verify_capacity=8, backend="numpy",
+        req_pool_indices=i64([1, 2]),
+        prefix_lens=i64([1, 2]),
+        extend_seq_lens=i64([1, 1]),
+        req_to_token=linear_rtt(),
+        full_to_swa_index_mapping=None,
+        out_verify_offsets_scratch=np.zeros(3, np.int64),
+        out_write_offsets=np.zeros(5, np.int64),
+        out_write_seed_slot_indices=np.zeros(4, np.int64),
+        out_verify_num_valid=np.zeros(1, np.int32),
+        out_verify_enable=np.zeros(1, np.int32),
+        out_write_num_valid_reqs=np.zeros(1, np.int32),
+        swa_window_size=0,
+        verify_capacity=8,
+        backend="numpy",
     )
     kwargs.update(changes)
     return kwargs
 
 
 def _wplan(offsets=5, seeds=4):
-    return WritePlan(write_offsets=np.zeros(offsets, np.int64), write_seed_slot_indices=np.zeros(seeds, np.int64),
-                     write_num_valid_reqs=np.zeros(1, np.int32))
+    return WritePlan(
+        write_offsets=np.zeros(offsets, np.int64),
+        write_seed_slot_indices=np.zeros(seeds, np.int64),
+        write_num_valid_reqs=np.zeros(1, np.int32),
+    )
 
 
 def _vplan(**changes):
@@ -62,6 +82,7 @@ POOL = np.zeros((9, 8), np.int32)
 
 def _pool_args(pool=POOL, lens=(4, 4)):
     return dict(req_to_verify_expected_tokens=pool, req_to_verify_expected_tokens_valid_lens=np.asarray(lens))
+
 
 PLAN_REJECTIONS = [
     ("KVC-P001", lambda: dict(write_plan_out=_wplan(offsets=0))),
@@ -104,21 +125,36 @@ PLAN_REJECTIONS = [
     ("KVC-C011", lambda: dict(kv_token_id_vs_position_offset=1.0)),
     ("KVC-C011", lambda: dict(kv_token_id_vs_position_offset=2**63)),
     ("KVC-C013", lambda: dict(verify_plan_out=_vplan(verify_slot_indices=_readonly(np.zeros(8, np.int64))))),
-    ("KVC-C013", lambda: dict(write_plan_out=WritePlan(write_offsets=np.zeros(5, np.int64),
-                                                       write_seed_slot_indices=np.zeros(4, np.int64),
-                                                       write_num_valid_reqs=_readonly(np.zeros(1, np.int32))))),
+    (
+        "KVC-C013",
+        lambda: dict(
+            write_plan_out=WritePlan(
+                write_offsets=np.zeros(5, np.int64),
+                write_seed_slot_indices=np.zeros(4, np.int64),
+                write_num_valid_reqs=_readonly(np.zeros(1, np.int32)),
+            )
+        ),
+    ),
 ]
 
 
 @pytest.mark.parametrize(("code", "changes"), PLAN_REJECTIONS)
 def test_plan_rejects_bad_arguments_before_writing(code, changes):
     kwargs = plan_kwargs(**changes())
-    before = [a.copy() for plan in ("verify_plan_out", "write_plan_out") if hasattr(kwargs[plan], "arrays")
-              for a in kwargs[plan].arrays().values()]
+    before = [
+        a.copy()
+        for plan in ("verify_plan_out", "write_plan_out")
+        if hasattr(kwargs[plan], "arrays")
+        for a in kwargs[plan].arrays().values()
+    ]
     with raises_code(code):
         launch_canary_plan_kernels(**kwargs)
-    after = [a for plan in ("verify_plan_out", "write_plan_out") if hasattr(kwargs[plan], "arrays")
-             for a in kwargs[plan].arrays().values()]
+    after = [
+        a
+        for plan in ("verify_plan_out", "write_plan_out")
+        if hasattr(kwargs[plan], "arrays")
+        for a in kwargs[plan].arrays().values()
+    ]
     for a, b in zip(before, after):
         np.testing.assert_array_equal(a, b)
 
@@ -126,8 +162,10 @@ def test_plan_rejects_bad_arguments_before_writing(code, changes):
 OFFSETS_REJECTIONS = [
     ("KVC-P001", lambda: dict(out_write_offsets=np.zeros(0, np.int64))),
     ("KVC-P002", lambda: dict(out_write_offsets=np.zeros(4, np.int64))),
-    ("KVC-P003", lambda: dict(out_write_offsets=np.zeros(2, np.int64),
-                              out_write_seed_slot_indices=np.zeros(1, np.int64))),
+    (
+        "KVC-P003",
+        lambda: dict(out_write_offsets=np.zeros(2, np.int64), out_write_seed_slot_indices=np.zeros(1, np.int64)),
+    ),
     ("KVC-P005", lambda: dict(swa_window_size=3)),
     ("KVC-P005", lambda: dict(full_to_swa_index_mapping=LUT)),
     ("KVC-P008", lambda: dict(swa_window_size=3, full_to_swa_index_mapping=LUT[::-1].copy())),
@@ -166,12 +204,21 @@ def _fake_cuda(kwargs):
     return {k: wrap(v) for k, v in kwargs.items()}
 
 
-@pytest.mark.parametrize(("function", "make"), [
-    (launch_canary_plan_kernels, lambda: plan_kwargs(backend="auto", swa_window_size=np.int64(4),
-                                                     full_to_swa_index_mapping=LUT,
-                                                     kv_token_id_vs_position_offset=np.int32(1))),
-    (launch_plan_offsets_kernel, lambda: offsets_kwargs(backend="cuda", verify_capacity=np.int64(8))),
-])
+@pytest.mark.parametrize(
+    ("function", "make"),
+    [
+        (
+            launch_canary_plan_kernels,
+            lambda: plan_kwargs(
+                backend="auto",
+                swa_window_size=np.int64(4),
+                full_to_swa_index_mapping=LUT,
+                kv_token_id_vs_position_offset=np.int32(1),
+            ),
+        ),
+        (launch_plan_offsets_kernel, lambda: offsets_kwargs(backend="cuda", verify_capacity=np.int64(8))),
+    ],
+)
 def test_cuda_arrays_dispatch_to_launch_glue(function, make, monkeypatch):
     calls = fake_launch_module(monkeypatch, "plan", "launch_canary_plan_kernels", "launch_plan_offsets_kernel")
     kwargs = _fake_cuda(make())
@@ -203,10 +250,13 @@ def test_lut_mapping_slot_zero_to_zero_is_accepted():
     assert int(kwargs["verify_plan_out"].enable[0]) == 1
 
 
-@pytest.mark.parametrize(("function", "make"), [
-    (launch_canary_plan_kernels, lambda lut: plan_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
-    (launch_plan_offsets_kernel, lambda lut: offsets_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
-])
+@pytest.mark.parametrize(
+    ("function", "make"),
+    [
+        (launch_canary_plan_kernels, lambda lut: plan_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
+        (launch_plan_offsets_kernel, lambda lut: offsets_kwargs(swa_window_size=4, full_to_swa_index_mapping=lut)),
+    ],
+)
 def test_lut_head_is_checked_on_every_call(function, make):
     """The validation memo remembers layouts, not values: a LUT whose entry 0 changed after a
     passing call of the same layout (same array edited in place, or a new one) is still refused."""

@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 from launch_fakes import KERNEL_A, KERNEL_B, SIG, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba import compute_real_kv_hash
-from kvcanary_numba.launch import _launch as _common
+from kvcanary_numba import RealKvHashMode, RealKvSource, compute_real_kv_hash
 from kvcanary_numba.fast.prepared import PreparedLaunch, pack_buffer
 from kvcanary_numba.fast.recording import recording
+from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.launch._launch import LaunchSpec, View
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -35,8 +34,13 @@ class CaiArray:
     """Just a ``__cuda_array_interface__`` (never launched): for layout arithmetic."""
 
     def __init__(self, shape, typestr, ptr, strides=None):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
-                                         "strides": strides, "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": 3,
+        }
 
 
 # --- parameter packing (no GPU, no simulator needed) ---------------------------------
@@ -57,16 +61,30 @@ for spec in sys.argv[1:]:
     out[spec] = re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z]+)(\d+)\s", entry)
 print(json.dumps(out))
 """
-_PTX_KERNELS = ("verify:verify_tok1_src2", "write:write_assert1_src1", "plan:plan_offsets", "plan:plan_entries",
-                "scatter:scatter", "scatter_lens:scatter_lens", "fingerprint:fingerprint_src1",
-                "endpoints:verify_endpoints_tok1_src2", "endpoints:write_endpoints_assert1_src1")
+_PTX_KERNELS = (
+    "verify:verify_tok1_src2",
+    "write:write_assert1_src1",
+    "plan:plan_offsets",
+    "plan:plan_entries",
+    "scatter:scatter",
+    "scatter_lens:scatter_lens",
+    "fingerprint:fingerprint_src1",
+    "endpoints:verify_endpoints_tok1_src2",
+    "endpoints:write_endpoints_assert1_src1",
+)
 
 
 @pytest.fixture(scope="module")
 def ptx_params() -> dict:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT, *_PTX_KERNELS], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PTX_SCRIPT, *_PTX_KERNELS],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -76,7 +94,9 @@ def test_packed_slots_match_the_kernel_parameters_of_the_sm90_build(spec, ptx_pa
     import importlib
 
     module_name, name = spec.split(":")
-    package = "kvcanary_numba.fast.kernels" if module_name in ("endpoints", "scatter_lens") else "kvcanary_numba.kernels"
+    package = (
+        "kvcanary_numba.fast.kernels" if module_name in ("endpoints", "scatter_lens") else "kvcanary_numba.kernels"
+    )
     module = importlib.import_module(f"{package}.{module_name}")
     types = _common._declared_types(module.SIGNATURES[name][0])
 
@@ -97,8 +117,9 @@ def test_array_slots_follow_numbas_abi():
 
     a2 = types.Array(types.int64, 2, "C")
     strided = CaiArray((4, 3), "<i8", 0x1000, strides=(64, 8))  # rows of a wider table
-    _, _, _, slots, starts = pack_buffer([a2, types.int32, a2, types.UniTuple(types.int64, 2)],
-                                         [CaiArray((4, 3), "<i8", 0x2000), -5, strided, (11, 12)])
+    _, _, _, slots, starts = pack_buffer(
+        [a2, types.int32, a2, types.UniTuple(types.int64, 2)], [CaiArray((4, 3), "<i8", 0x2000), -5, strided, (11, 12)]
+    )
     values = [s.value or 0 for s in slots]
     assert starts == [0, 9, 10, 19]
     assert values[:9] == [0, 0, 12, 8, 0x2000, 4, 3, 24, 8]  # meminfo, parent, nitems, itemsize, data, shape, strides
@@ -143,8 +164,17 @@ def test_stale_arguments_name_what_a_spec_would_launch_differently(gpu):
 
 
 def test_a_spec_is_immutable_and_names_its_per_call_arguments():
-    spec = LaunchSpec(KERNEL_A, SIG, 1, 32, (1, _common.kernel_array(CaiArray((3,), "<i8", 0x10)),
-                                             _common.kernel_array(CaiArray((3,), "<i8", 0x20), persistent=True)))
+    spec = LaunchSpec(
+        KERNEL_A,
+        SIG,
+        1,
+        32,
+        (
+            1,
+            _common.kernel_array(CaiArray((3,), "<i8", 0x10)),
+            _common.kernel_array(CaiArray((3,), "<i8", 0x20), persistent=True),
+        ),
+    )
     with pytest.raises(AttributeError):
         spec.grid = 2
     assert spec.transient_arguments() == [1] and LaunchSpec(KERNEL_A, SIG, 1, 32, ()).transient_arguments() == []
@@ -176,8 +206,10 @@ def _sources(n_slots: int = 64, row: int = 32):
 
 
 def _fingerprint_inputs(xp, slots):
-    sources = tuple(RealKvSource(tensor=xp.asarray(s.tensor), page_size=1, num_bytes_per_token=32, read_bytes=32)
-                    for s in _sources())
+    sources = tuple(
+        RealKvSource(tensor=xp.asarray(s.tensor), page_size=1, num_bytes_per_token=32, read_bytes=32)
+        for s in _sources()
+    )
     return sources, xp.asarray(np.asarray(slots, dtype=np.int64)), xp.zeros(len(slots), dtype=np.int64)
 
 
@@ -201,8 +233,9 @@ def test_recording_launches_nothing_and_restores_the_glue():
     assert not _common.sink_active()
     with recording() as rec:
         assert _common.sink_active()
-        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
-                             out=out, backend="cuda")
+        compute_real_kv_hash(
+            real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots, out=out, backend="cuda"
+        )
     assert not _host(out).any()  # nothing ran
     assert {name: getattr(_common, name) for name in originals} == originals
     (launch,) = rec.launches
@@ -226,8 +259,9 @@ def test_recording_refuses_a_tuple_holding_a_view_of_a_per_call_array():
         _common.launch(KERNEL_A, sig, 1, 32, (_common.persistent_views(kept, kept),))
     assert rec.launches[0].transient_arguments() == []
     with pytest.raises(RuntimeError, match="tuple argument .* per-call"), recording():
-        _common.launch(KERNEL_A, sig, 1, 32, ((_common.kernel_array(kept, persistent=True),
-                                               _common.kernel_array(per_call)),))
+        _common.launch(
+            KERNEL_A, sig, 1, 32, ((_common.kernel_array(kept, persistent=True), _common.kernel_array(per_call)),)
+        )
 
 
 @pytest.mark.simulator
@@ -239,8 +273,9 @@ def test_recording_leaves_other_threads_launches_alone():
     _, other_slots, other_out = _fingerprint_inputs(xp, [3, 4])
     kwargs = dict(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, backend="cuda")
     with recording() as rec:
-        worker = threading.Thread(target=lambda: compute_real_kv_hash(slot_indices=other_slots, out=other_out,
-                                                                      **kwargs))
+        worker = threading.Thread(
+            target=lambda: compute_real_kv_hash(slot_indices=other_slots, out=other_out, **kwargs)
+        )
         worker.start()
         worker.join()
         compute_real_kv_hash(slot_indices=slots, out=out, **kwargs)
@@ -286,11 +321,13 @@ def test_gpu_ordinary_launches_refill_one_raw_launch_per_kernel():
         for slots in slot_lists:
             host_slots = np.asarray(slots, dtype=np.int64)
             want, got = np.zeros(len(slots), dtype=np.int64), cupy.zeros(len(slots), dtype=np.int64)
-            compute_real_kv_hash(real_kv_sources=_sources(), real_kv_hash_mode=mode, slot_indices=host_slots,
-                                 out=want, backend="numpy")
+            compute_real_kv_hash(
+                real_kv_sources=_sources(), real_kv_hash_mode=mode, slot_indices=host_slots, out=want, backend="numpy"
+            )
             sources, device_slots, _ = _fingerprint_inputs(cupy, slots)
-            compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=device_slots,
-                                 out=got, backend="cuda")
+            compute_real_kv_hash(
+                real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=device_slots, out=got, backend="cuda"
+            )
             np.testing.assert_array_equal(got.get(), want, err_msg=f"{mode.name} {len(slots)} slots")
     cached = [p for p in driver.eager.by_kernel.values() if p.kernel.py_func.__name__ == "fingerprint_src1"]
     assert len(cached) == 1 and cached[0].raw, [p.fallback_reason for p in cached]
@@ -302,8 +339,12 @@ def test_gpu_views_materialize_with_the_layout_they_describe():
     import cupy
 
     pool = cupy.zeros((6, 48), dtype=np.uint8)[::2]  # rows 96 bytes apart
-    views = [_common.kernel_array(cupy.arange(5)), _common.reinterpret(cupy.zeros((4, 32), np.uint8), np.int64, (4, 4)),
-             _common.byte_span(pool, np.uint64), _common.kernel_array(pool)]
+    views = [
+        _common.kernel_array(cupy.arange(5)),
+        _common.reinterpret(cupy.zeros((4, 32), np.uint8), np.int64, (4, 4)),
+        _common.byte_span(pool, np.uint64),
+        _common.kernel_array(pool),
+    ]
     for view in views:
         cai = view.materialize().__cuda_array_interface__
         ptr, shape, strides, dtype = _common.array_layout(view)
@@ -358,12 +399,22 @@ def test_gpu_a_recorded_launch_runs_through_the_driver_and_a_table(monkeypatch, 
 
     slots = [1, 5, 63, 0, 64, 7]
     want = np.zeros(len(slots), dtype=np.int64)
-    compute_real_kv_hash(real_kv_sources=_sources(), real_kv_hash_mode=RealKvHashMode.ALL,
-                         slot_indices=np.asarray(slots, dtype=np.int64), out=want, backend="numpy")
+    compute_real_kv_hash(
+        real_kv_sources=_sources(),
+        real_kv_hash_mode=RealKvHashMode.ALL,
+        slot_indices=np.asarray(slots, dtype=np.int64),
+        out=want,
+        backend="numpy",
+    )
     sources, device_slots, out = _fingerprint_inputs(cupy, slots)
     with recording() as rec:
-        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL,
-                             slot_indices=device_slots, out=out, backend="cuda")
+        compute_real_kv_hash(
+            real_kv_sources=sources,
+            real_kv_hash_mode=RealKvHashMode.ALL,
+            slot_indices=device_slots,
+            out=out,
+            backend="cuda",
+        )
     (record,) = rec.launches
     monkeypatch.setattr(_driver, "DRIVER_CALLS", calls)
     monkeypatch.setattr(_driver, "driver", _driver.Driver())

@@ -62,15 +62,25 @@ def test_eager_compilation_names_every_kernel_a_monitor_step_launches(has_v, mon
     compiled = []
     monkeypatch.setattr(fast_driver, "bound_kernel", lambda kernel, signature: compiled.append(kernel))
     if has_v:
-        step = [endpoints.KERNELS[n] for src in (0, 1) for n in (endpoints.verify_name(False, src),
-                                                                  endpoints.write_name(False, src))]  # fmt: skip
+        step = [
+            endpoints.KERNELS[n]
+            for src in (0, 1)
+            for n in (endpoints.verify_name(False, src), endpoints.write_name(False, src))
+        ]
     else:
-        step = [m.KERNELS[name(False, src)] for src in (0, 1)
-                for m, name in ((verify, verify.kernel_name), (write_shared, write_shared.kernel_name))]
+        step = [
+            m.KERNELS[name(False, src)]
+            for src in (0, 1)
+            for m, name in ((verify, verify.kernel_name), (write_shared, write_shared.kernel_name))
+        ]
     tiled = tiled_endpoints if has_v else write_tiled
     tiled_name = tiled.kernel_name
-    expected = [*plan.KERNELS.values(), *step, chain.KERNELS["chain_publish"],
-                *(tiled.KERNELS[tiled_name(False, src)] for src in (0, 1))]
+    expected = [
+        *plan.KERNELS.values(),
+        *step,
+        chain.KERNELS["chain_publish"],
+        *(tiled.KERNELS[tiled_name(False, src)] for src in (0, 1)),
+    ]
     assert compile_monitor_kernels(Driver(has_v=has_v).monitor) == len(expected)
     assert sorted(map(id, compiled)) == sorted(map(id, expected))
 
@@ -107,9 +117,11 @@ def _assert_like_reference(runs: dict) -> None:
 
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATED, reason="drives NumPy arrays through the kernels")
-@pytest.mark.parametrize("options", [{}, {"swa_window": 2, "has_v": False}, _TOKENS,
-                                     {"swa_window": 2, "has_v": False, **_TOKENS}],
-                         ids=["full_kv", "full_plus_swa", "full_kv_tokens", "full_plus_swa_tokens"])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"swa_window": 2, "has_v": False}, _TOKENS, {"swa_window": 2, "has_v": False, **_TOKENS}],
+    ids=["full_kv", "full_plus_swa", "full_kv_tokens", "full_plus_swa_tokens"],
+)
 def test_fast_path_steps_equal_eager_kernel_and_reference_steps(options):
     runs = {kind: _run(_driver(kind, **options)) for kind in ("reference", "eager", "fast")}
     ref = runs["reference"].monitor
@@ -138,8 +150,9 @@ def test_fast_path_steps_make_no_public_scatter_and_no_array_operation(monkeypat
     calls, prepare = [], plan.prepare_inputs
     monkeypatch.setattr(steps, "scatter_req_token_ids", lambda **kw: calls.append("public scatter"))
     monkeypatch.setattr(groups, "translate_slots", lambda *a, **kw: calls.append("array translation"))
-    monkeypatch.setattr(plan, "prepare_inputs",
-                        lambda batch, eager=True: calls.append(eager) or prepare(batch, eager=eager))  # fmt: skip
+    monkeypatch.setattr(
+        plan, "prepare_inputs", lambda batch, eager=True: calls.append(eager) or prepare(batch, eager=eager)
+    )
     _run(driver)
     # Every step: inputs left to HEAD's first launches (token scatter and lengths, SWA translation).
     assert calls == [False] * len(_STEPS) and driver.monitor.fast.prepared == 2
@@ -159,8 +172,15 @@ def _run_in_place(driver: Driver) -> Driver:
         if batch is None:
             batch = step
         else:
-            for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "input_ids", "positions",
-                         "out_cache_loc", "token_offsets"):  # fmt: skip
+            for name in (
+                "req_pool_indices",
+                "prefix_lens",
+                "extend_seq_lens",
+                "input_ids",
+                "positions",
+                "out_cache_loc",
+                "token_offsets",
+            ):
                 getattr(batch, name)[...] = getattr(step, name)
             batch.token_ids_flat = step.token_ids_flat
         if fault == "flip":
@@ -225,8 +245,9 @@ def test_a_phase_with_a_per_call_argument_that_has_no_role_is_refused():
     sources = (RealKvSource(tensor=tensor, page_size=1, num_bytes_per_token=32, read_bytes=32),)
     slots, out = xp.arange(3, dtype=np.int64), xp.zeros(3, dtype=np.int64)
     with recording() as rec:
-        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
-                             out=out, backend="cuda")  # fmt: skip
+        compute_real_kv_hash(
+            real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots, out=out, backend="cuda"
+        )
     with pytest.raises(RuntimeError, match="argument 1 of .* per-call array that is not a role"):
         PreparedPhase(rec.launches, {"slot_indices": slots})
     phase = PreparedPhase(rec.launches, {"slot_indices": slots, "out": out})
@@ -290,8 +311,12 @@ def test_the_hooks_replay_a_graph_only_while_the_batch_holds_its_arrays():
     monitor = driver.monitor
     batch = driver.batch({1: [(11, 1)]})
     ran = []
-    graph = CapturedStep(batch, SimpleNamespace(launch=lambda: ran.append("head")),
-                         SimpleNamespace(launch=lambda: ran.append("tail")), roles=BATCH_ROLES)  # fmt: skip
+    graph = CapturedStep(
+        batch,
+        SimpleNamespace(launch=lambda: ran.append("head")),
+        SimpleNamespace(launch=lambda: ran.append("tail")),
+        roles=BATCH_ROLES,
+    )
     monitor.graph = graph
     captured_positions = batch.positions
 

@@ -36,7 +36,9 @@ def schedules(draw):
     num_reqs = draw(st.integers(1, 4))
     steps = draw(
         st.lists(
-            st.lists(st.tuples(st.integers(0, num_reqs), st.integers(0, 3)), max_size=5, unique_by=lambda t: t[0] or -1),
+            st.lists(
+                st.tuples(st.integers(0, num_reqs), st.integers(0, 3)), max_size=5, unique_by=lambda t: t[0] or -1
+            ),
             min_size=1,
             max_size=5,
         )

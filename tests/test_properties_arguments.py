@@ -19,10 +19,10 @@ from kvcanary_numba import (
     RealKvSource,
     VerifyPlan,
     WritePlan,
+    compute_real_kv_hash,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
 )
-from kvcanary_numba import compute_real_kv_hash
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
 
 # Examples are cheap but the first one compiles the write loop: no deadline.
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,7 +34,9 @@ JUNK = st.one_of(
     st.text(max_size=3),
     st.lists(st.integers(-2, 2), max_size=3),
     st.sampled_from([np.int64, np.float32, np.uint8, np.int32]).flatmap(
-        lambda dtype: st.sampled_from([(0,), (1,), (3,), (2, 8), (1, 1, 1), ()]).map(lambda shape: np.zeros(shape, dtype))
+        lambda dtype: st.sampled_from([(0,), (1,), (3,), (2, 8), (1, 1, 1), ()]).map(
+            lambda shape: np.zeros(shape, dtype)
+        )
     ),
 )
 
@@ -137,9 +139,19 @@ def _check(case, what: str = "") -> None:
 
 
 _CTX_FIELDS = sorted(CanaryContext.__dataclass_fields__)
-LAUNCH_KEYS = {op: sorted(kwargs) + ["context." + f for f in _CTX_FIELDS] for op, kwargs in zip(("verify", "write"), _valid_call()[1:])}
+LAUNCH_KEYS = {
+    op: sorted(kwargs) + ["context." + f for f in _CTX_FIELDS]
+    for op, kwargs in zip(("verify", "write"), _valid_call()[1:])
+}
 FINGERPRINT_KEYS = ["real_kv_sources", "real_kv_hash_mode", "slot_indices", "out"]
-CONTEXT_KEYS = ["num_slots", "slot_stride_bytes", "ring_capacity", "kernel_kind", "real_kv_sources", "real_kv_hash_mode"]
+CONTEXT_KEYS = [
+    "num_slots",
+    "slot_stride_bytes",
+    "ring_capacity",
+    "kernel_kind",
+    "real_kv_sources",
+    "real_kv_hash_mode",
+]
 
 
 @FAST
@@ -163,7 +175,8 @@ def test_bad_allocations_raise_only_canary_errors(what, junk):
 
 #: Every kind of junk JUNK draws, at its boundaries: checked for every argument, not sampled.
 JUNK_GRID = [None, -3, -1, 0, 1, 3, 4, 0.0, 1.5, "", "a", [], [0], [1, 2]] + [
-    np.zeros(shape, dtype) for dtype in (np.int64, np.float32, np.uint8, np.int32)
+    np.zeros(shape, dtype)
+    for dtype in (np.int64, np.float32, np.uint8, np.int32)
     for shape in ((0,), (1,), (3,), (2, 8), (1, 1, 1), ())
 ]
 
@@ -187,8 +200,12 @@ def test_every_junk_value_is_rejected_unless_valid(kind, op, key):
 
 @pytest.mark.parametrize(
     ("op", "key", "junk"),
-    [("verify", "context.kernel_kind", 3), ("write", "expected_input_tokens", None), ("allocate", "verify", 2),
-     ("fingerprint", "real_kv_sources", [])],
+    [
+        ("verify", "context.kernel_kind", 3),
+        ("write", "expected_input_tokens", None),
+        ("allocate", "verify", 2),
+        ("fingerprint", "real_kv_sources", []),
+    ],
 )
 def test_valid_junk_is_recognised(op, key, junk):
     # The oracle above lets through only documented values; everything else must be rejected.

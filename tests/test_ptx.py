@@ -25,11 +25,20 @@ import kvcanary_numba
 
 PACKAGE_DIR = pathlib.Path(kvcanary_numba.__file__).parent
 #: The kernel modules, as dotted names below ``kvcanary_numba``: the core's and the fast wing's.
-MODULES = sorted(f"{package}.{p.stem}" for package in ("kernels", "fast.kernels")
-                 for p in (PACKAGE_DIR / package.replace(".", "/")).glob("*.py") if p.stem != "__init__")
+MODULES = sorted(
+    f"{package}.{p.stem}"
+    for package in ("kernels", "fast.kernels")
+    for p in (PACKAGE_DIR / package.replace(".", "/")).glob("*.py")
+    if p.stem != "__init__"
+)
 #: Modules whose PTX must be call-free and stack-free, and vector-load real-KV bytes.
-CANARY_MODULES = ("fast.kernels.endpoints", "fast.kernels.write_shared", "kernels.fingerprint", "kernels.verify",
-                  "kernels.write")
+CANARY_MODULES = (
+    "fast.kernels.endpoints",
+    "fast.kernels.write_shared",
+    "kernels.fingerprint",
+    "kernels.verify",
+    "kernels.write",
+)
 #: Modules whose PTX must be call-free and stack-free and whose sm_90 build must not spill (the tiled writes:
 #: 16 warps x 1 entry per thread, one block per SM at their 76-112 registers).
 SPILL_FREE_MODULES = CANARY_MODULES + ("fast.kernels.tiled_endpoints", "fast.kernels.write_tiled")
@@ -102,7 +111,11 @@ def _start_all() -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     for module in MODULES:
         _running[module] = subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, module, str(int(module in SPILL_FREE_MODULES))], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            [sys.executable, "-c", SCRIPT, module, str(int(module in SPILL_FREE_MODULES))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
 
 
@@ -115,8 +128,13 @@ def _report(module: str) -> dict:
 
 def test_every_kernels_module_is_checked():
     core = {"kernels.fingerprint", "kernels.hashing", "kernels.verify", "kernels.write", "kernels.write_chunk"}
-    fast = {"fast.kernels.endpoints", "fast.kernels.share", "fast.kernels.tiled_endpoints",
-            "fast.kernels.write_shared", "fast.kernels.write_tiled"}
+    fast = {
+        "fast.kernels.endpoints",
+        "fast.kernels.share",
+        "fast.kernels.tiled_endpoints",
+        "fast.kernels.write_shared",
+        "fast.kernels.write_tiled",
+    }
     assert core | fast <= set(MODULES)
 
 

@@ -18,8 +18,7 @@ from canary_oracles import (
 )
 from helpers import raises_code
 
-from kvcanary_numba import RealKvHashMode, RealKvSource
-from kvcanary_numba import compute_real_kv_hash
+from kvcanary_numba import RealKvHashMode, RealKvSource, compute_real_kv_hash
 from kvcanary_numba.hashing import splitmix64, to_unsigned
 
 NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode.ALL
@@ -28,9 +27,12 @@ NONE, PARTIAL, ALL = RealKvHashMode.NONE, RealKvHashMode.PARTIAL, RealKvHashMode
 def hashes(sources, mode, slots) -> list[int]:
     out = np.full(len(slots), -5, dtype=np.int64)
     compute_real_kv_hash(
-        real_kv_sources=tuple(sources), real_kv_hash_mode=mode, slot_indices=np.array(slots, dtype=np.int64),
-        out=out, backend="numpy",
-    )  # fmt: skip
+        real_kv_sources=tuple(sources),
+        real_kv_hash_mode=mode,
+        slot_indices=np.array(slots, dtype=np.int64),
+        out=out,
+        backend="numpy",
+    )
     return [to_unsigned(v) for v in out]
 
 
@@ -133,9 +135,7 @@ def test_strided_rows_and_wider_dtype():
     view = wide[:, :32]  # 64 contiguous bytes per row, row stride 96
     src = RealKvSource(tensor=view, page_size=2, num_bytes_per_token=32, read_bytes=32)
     slots = list(range(16))
-    want = [
-        splitmix64(scalar_fold(wide[s // 2].tobytes()[(s % 2) * 32 : (s % 2) * 32 + 32])) for s in slots
-    ]
+    want = [splitmix64(scalar_fold(wide[s // 2].tobytes()[(s % 2) * 32 : (s % 2) * 32 + 32])) for s in slots]
     assert hashes([src], ALL, slots) == want
 
 
@@ -216,8 +216,9 @@ def test_context_sources_must_cover_every_slot():
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15
     assert "fewer than num_slots = 16" in str(excinfo.value)  # allocate has no canary_buf yet
     # ... and by verify, for a context whose sources were swapped after allocation
-    ctx = dataclasses.replace(make_context(16, sources=(known_source(rows=16),), mode=PARTIAL),
-                              real_kv_sources=(known_source(rows=15),))
+    ctx = dataclasses.replace(
+        make_context(16, sources=(known_source(rows=16),), mode=PARTIAL), real_kv_sources=(known_source(rows=15),)
+    )
     with raises_code("KVC-R007") as excinfo:
         run_verify(ctx, verify_plan([1], [0], [-1]))
     assert excinfo.value.fields["needed"] == 16 and excinfo.value.fields["got"] == 15

@@ -112,8 +112,15 @@ def test_swa_lut_translates_verify_slots_and_seed():
 
 def test_verify_covers_all_tokens_in_swa_window():
     rtt = linear_rtt(rows=5, width=1024)
-    vplan, _ = run_plan([1, 2, 3, 4], [50, 128, 200, 1024], [1] * 4, rtt, window=128, vcap=1024,
-                        lut=np.arange(5 * 1024 + 1, dtype=np.int64))
+    vplan, _ = run_plan(
+        [1, 2, 3, 4],
+        [50, 128, 200, 1024],
+        [1] * 4,
+        rtt,
+        window=128,
+        vcap=1024,
+        lut=np.arange(5 * 1024 + 1, dtype=np.int64),
+    )
     assert int(vplan.verify_num_valid[0]) == 50 + 128 + 128 + 128
 
 
@@ -133,8 +140,12 @@ def test_verify_capacity_fits_or_overflows(slack, enable):
     if enable:
         assert entries(vplan)["slots"] == [16, 17, 18, 19, *range(32, 39)]
     else:  # overflow: entries untouched, write plan still complete
-        for arr in (vplan.verify_slot_indices, vplan.verify_expected_tokens,
-                    vplan.verify_expected_positions, vplan.verify_prev_slot_indices):
+        for arr in (
+            vplan.verify_slot_indices,
+            vplan.verify_expected_tokens,
+            vplan.verify_expected_positions,
+            vplan.verify_prev_slot_indices,
+        ):
             assert (arr == FILL).all()
     assert wplan.write_offsets.tolist() == [0, 2, 5]
     assert wplan.write_seed_slot_indices.tolist() == [19, 38]

@@ -13,7 +13,6 @@ pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip insta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-
 # --- the per-entry loop on large, random and generated batches ---
 
 
@@ -40,8 +39,9 @@ def test_random_plans_match_loop(seed):
         pool = rng.integers(-5, 10**6, size=(int(rng.integers(1, rows + 2)), int(rng.integers(1, 30))), dtype=np.int32)
         lens, offset = rng.integers(-2, 35, size=bs), int(rng.integers(-2, 3))
     vcap, wcap = int(rng.integers(1, 60)), bs + int(rng.integers(1, 4))
-    vplan, wplan = run_plan(rpi, prefix, ext, rtt, window=window, lut=lut, vcap=vcap, wcap=wcap,
-                            pool=pool, lens=lens, offset=offset)
+    vplan, wplan = run_plan(
+        rpi, prefix, ext, rtt, window=window, lut=lut, vcap=vcap, wcap=wcap, pool=pool, lens=lens, offset=offset
+    )
     want = loop_plan(rpi, prefix, ext, rtt, window=window, lut=lut, pool=pool, lens=lens, offset=offset)
     assert_matches_loop(vplan, wplan, want)
     # Plan invariants (SGLang's _invariants.py).
@@ -76,8 +76,9 @@ def batches(draw):
 @given(batches())
 def test_plan_property_matches_loop(case):
     batch, extra, vcap = case
-    vplan, wplan = run_plan(batch["rpi"], batch["prefix"], batch["ext"], batch["rtt"], vcap=vcap,
-                            wcap=len(batch["rpi"]) + 1, **extra)
+    vplan, wplan = run_plan(
+        batch["rpi"], batch["prefix"], batch["ext"], batch["rtt"], vcap=vcap, wcap=len(batch["rpi"]) + 1, **extra
+    )
     assert_matches_loop(vplan, wplan, loop_plan(batch["rpi"], batch["prefix"], batch["ext"], batch["rtt"], **extra))
     if not int(vplan.enable[0]):  # overflow leaves every entry as it was
         assert (vplan.verify_slot_indices == FILL).all() and (vplan.verify_prev_slot_indices == FILL).all()
@@ -96,18 +97,28 @@ def test_plan_matches_golden_vectors(vectors_dir):
             p = f"s{step}_"
             check = bool(meta["check_tok"])
             vplan, wplan = run_plan(
-                data[p + "rpi"], data[p + "prefix"], data[p + "ext"], data[p + "req_to_token"],
-                window=int(meta["W"]), lut=data["lut"] if meta["swa"] else None, vcap=meta["verify_cap"],
-                wcap=meta["write_cap"], pool=data[p + "pool"] if check else None,
-                lens=data[p + "valid_lens"] if check else None, offset=int(meta["offset"]),
+                data[p + "rpi"],
+                data[p + "prefix"],
+                data[p + "ext"],
+                data[p + "req_to_token"],
+                window=int(meta["W"]),
+                lut=data["lut"] if meta["swa"] else None,
+                vcap=meta["verify_cap"],
+                wcap=meta["write_cap"],
+                pool=data[p + "pool"] if check else None,
+                lens=data[p + "valid_lens"] if check else None,
+                offset=int(meta["offset"]),
             )
             label = f"{path.name} step {step}"
             n, bs = int(data[p + "verify_num_valid"]), data[p + "rpi"].shape[0]
             assert int(vplan.verify_num_valid[0]) == n, label
             assert int(vplan.enable[0]) == int(data[p + "enable"]), label
-            for ours, theirs in [(vplan.verify_slot_indices, "v_slots"), (vplan.verify_expected_tokens, "v_tokens"),
-                                 (vplan.verify_expected_positions, "v_positions"),
-                                 (vplan.verify_prev_slot_indices, "v_prev")]:
+            for ours, theirs in [
+                (vplan.verify_slot_indices, "v_slots"),
+                (vplan.verify_expected_tokens, "v_tokens"),
+                (vplan.verify_expected_positions, "v_positions"),
+                (vplan.verify_prev_slot_indices, "v_prev"),
+            ]:
                 np.testing.assert_array_equal(ours[:n], data[p + theirs], err_msg=f"{label}: {theirs}")
             np.testing.assert_array_equal(wplan.write_offsets[: bs + 1], data[p + "w_offsets"], err_msg=label)
             np.testing.assert_array_equal(wplan.write_seed_slot_indices[:bs], data[p + "w_seeds"], err_msg=label)

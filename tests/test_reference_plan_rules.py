@@ -8,7 +8,6 @@ from helpers import FILL, OOR, entries, i64, linear_rtt, loop_plan, padded_lut, 
 
 from kvcanary_numba import launch_plan_offsets_kernel
 
-
 # --- expected-token pool (TestExpectedTokenPool) ---
 
 
@@ -21,11 +20,14 @@ def test_no_pool_means_every_token_unchecked():
     assert entries(vplan)["tokens"] == [-1] * 5
 
 
-@pytest.mark.parametrize(("offset", "want"), [
-    (0, [3000, 3001, 3002, 3003, -1, -1]),  # valid_lens 4 bounds the column
-    (1, [3001, 3002, 3003, -1, -1, -1]),  # EAGLE draft: token of position p + 1
-    (-1, [-1, 3000, 3001, 3002, 3003, -1]),
-])
+@pytest.mark.parametrize(
+    ("offset", "want"),
+    [
+        (0, [3000, 3001, 3002, 3003, -1, -1]),  # valid_lens 4 bounds the column
+        (1, [3001, 3002, 3003, -1, -1, -1]),  # EAGLE draft: token of position p + 1
+        (-1, [-1, 3000, 3001, 3002, 3003, -1]),
+    ],
+)
 def test_expected_tokens_gather_with_offset(offset, want):
     vplan, _ = run_plan([3], [6], [1], pool=_pool(), lens=i64([4]), offset=offset)
     assert entries(vplan)["tokens"] == want
@@ -93,16 +95,32 @@ def test_offsets_step_matches_full_plan(seed):
     vcap, cap = int(rng.integers(1, 40)), bs + 2
     vplan, wplan = run_plan(rpi, prefix, ext, rtt, window=window, lut=lut, vcap=vcap, wcap=cap)
     scratch = np.full(bs + 5, FILL, dtype=np.int64)
-    outs = dict(out_write_offsets=np.full(cap + 1, FILL), out_write_seed_slot_indices=np.full(cap, FILL),
-                out_verify_num_valid=np.full(1, 9, np.int32), out_verify_enable=np.full(1, 9, np.int32),
-                out_write_num_valid_reqs=np.full(1, 9, np.int32))
-    launch_plan_offsets_kernel(req_pool_indices=i64(rpi), prefix_lens=i64(prefix), extend_seq_lens=i64(ext),
-                               req_to_token=rtt, full_to_swa_index_mapping=lut, out_verify_offsets_scratch=scratch,
-                               swa_window_size=window, verify_capacity=vcap, backend="numpy", **outs)
+    outs = dict(
+        out_write_offsets=np.full(cap + 1, FILL),
+        out_write_seed_slot_indices=np.full(cap, FILL),
+        out_verify_num_valid=np.full(1, 9, np.int32),
+        out_verify_enable=np.full(1, 9, np.int32),
+        out_write_num_valid_reqs=np.full(1, 9, np.int32),
+    )
+    launch_plan_offsets_kernel(
+        req_pool_indices=i64(rpi),
+        prefix_lens=i64(prefix),
+        extend_seq_lens=i64(ext),
+        req_to_token=rtt,
+        full_to_swa_index_mapping=lut,
+        out_verify_offsets_scratch=scratch,
+        swa_window_size=window,
+        verify_capacity=vcap,
+        backend="numpy",
+        **outs,
+    )
     np.testing.assert_array_equal(outs["out_write_offsets"], wplan.write_offsets)
     np.testing.assert_array_equal(outs["out_write_seed_slot_indices"], wplan.write_seed_slot_indices)
-    for name, arr in [("out_verify_num_valid", vplan.verify_num_valid), ("out_verify_enable", vplan.enable),
-                      ("out_write_num_valid_reqs", wplan.write_num_valid_reqs)]:
+    for name, arr in [
+        ("out_verify_num_valid", vplan.verify_num_valid),
+        ("out_verify_enable", vplan.enable),
+        ("out_write_num_valid_reqs", wplan.write_num_valid_reqs),
+    ]:
         np.testing.assert_array_equal(outs[name], arr, err_msg=name)
     want = loop_plan(rpi, prefix, ext, rtt, window=window, lut=lut)
     # Each request's count is capped at verify_capacity + 1 (enough to overflow on its own).

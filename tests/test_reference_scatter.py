@@ -74,22 +74,30 @@ def test_tokens_are_cast_to_int32():
     assert pool[1, :3].tolist() == [7, -1, -(2**31)]
 
 
-@pytest.mark.parametrize(("rows", "offsets", "flat_len", "want_rows"), [
-    # Rows outside the pool are skipped, never wrapped around (row -1 is not the last row).
-    ([-1, 8, 2], [0, 2, 4, 6], 6, {2: [4, 5]}),
-    # An inverted range is empty.
-    ([1, 2], [0, 3, 1], 6, {1: [0, 1, 2]}),
-    # A range running past flat_in reads only the existing tokens; the other columns stay untouched.
-    ([1, 2], [0, 4, 9], 6, {1: [0, 1, 2, 3], 2: [4, 5, -9, -9, -9]}),
-    # A range starting before flat_in skips the negative flat indices.
-    ([3], [-2, 3], 6, {3: [-9, -9, 0, 1, 2]}),
-    # Hostile offsets far outside int32 range: nothing readable, nothing written.
-    ([1, 2], [2**62, -(2**62), 2**62], 6, {}),
-])
+@pytest.mark.parametrize(
+    ("rows", "offsets", "flat_len", "want_rows"),
+    [
+        # Rows outside the pool are skipped, never wrapped around (row -1 is not the last row).
+        ([-1, 8, 2], [0, 2, 4, 6], 6, {2: [4, 5]}),
+        # An inverted range is empty.
+        ([1, 2], [0, 3, 1], 6, {1: [0, 1, 2]}),
+        # A range running past flat_in reads only the existing tokens; the other columns stay untouched.
+        ([1, 2], [0, 4, 9], 6, {1: [0, 1, 2, 3], 2: [4, 5, -9, -9, -9]}),
+        # A range starting before flat_in skips the negative flat indices.
+        ([3], [-2, 3], 6, {3: [-9, -9, 0, 1, 2]}),
+        # Hostile offsets far outside int32 range: nothing readable, nothing written.
+        ([1, 2], [2**62, -(2**62), 2**62], 6, {}),
+    ],
+)
 def test_bad_rows_and_offsets_are_safe(rows, offsets, flat_len, want_rows):
     pool = np.full((8, 8), -9, np.int32)
-    scatter_req_token_ids(flat_in=np.arange(flat_len, dtype=np.int64), offsets=np.array(offsets, np.int64),
-                          req_pool_indices=np.array(rows, np.int64), pool_out=pool, backend="numpy")
+    scatter_req_token_ids(
+        flat_in=np.arange(flat_len, dtype=np.int64),
+        offsets=np.array(offsets, np.int64),
+        req_pool_indices=np.array(rows, np.int64),
+        pool_out=pool,
+        backend="numpy",
+    )
     want = np.full((8, 8), -9, np.int32)
     for row, values in want_rows.items():
         want[row, : len(values)] = values
@@ -113,8 +121,13 @@ def test_random_scatter_matches_loop(seed):
 
 
 def _kwargs(**changes):
-    kwargs = dict(flat_in=np.arange(4, dtype=np.int64), offsets=np.array([0, 1, 4], np.int64),
-                  req_pool_indices=np.array([1, 2], np.int64), pool_out=np.zeros((3, 4), np.int32), backend="numpy")
+    kwargs = dict(
+        flat_in=np.arange(4, dtype=np.int64),
+        offsets=np.array([0, 1, 4], np.int64),
+        req_pool_indices=np.array([1, 2], np.int64),
+        pool_out=np.zeros((3, 4), np.int32),
+        backend="numpy",
+    )
     kwargs.update(changes)
     return kwargs
 
@@ -125,23 +138,26 @@ def _readonly_pool():
     return pool
 
 
-@pytest.mark.parametrize(("code", "changes"), [
-    ("KVC-C001", dict(flat_in=[0, 1, 2, 3])),
-    ("KVC-C002", dict(flat_in=np.arange(4, dtype=np.int32))),
-    ("KVC-C002", dict(offsets=np.array([0, 1, 4], np.int32))),
-    ("KVC-C002", dict(req_pool_indices=np.array([1, 2], np.int32))),
-    ("KVC-C002", dict(pool_out=np.zeros((3, 4), np.int64))),
-    ("KVC-C003", dict(flat_in=np.arange(4, dtype=np.int64).reshape(2, 2))),
-    ("KVC-C003", dict(offsets=np.array([[0, 1, 4]], np.int64))),
-    ("KVC-C003", dict(req_pool_indices=np.array([[1, 2]], np.int64))),
-    ("KVC-C003", dict(pool_out=np.zeros(12, np.int32))),
-    ("KVC-S001", dict(offsets=np.array([0, 4], np.int64))),
-    ("KVC-S001", dict(offsets=np.array([0, 1, 4, 4], np.int64))),
-    ("KVC-C006", dict(pool_out=np.zeros((3, 8), np.int32)[:, ::2])),
-    ("KVC-C007", dict(pool_out=FakeCudaArray(np.zeros((3, 4), np.int32)))),
-    ("KVC-C009", dict(backend="gpu")),
-    ("KVC-C013", dict(pool_out=_readonly_pool())),
-])
+@pytest.mark.parametrize(
+    ("code", "changes"),
+    [
+        ("KVC-C001", dict(flat_in=[0, 1, 2, 3])),
+        ("KVC-C002", dict(flat_in=np.arange(4, dtype=np.int32))),
+        ("KVC-C002", dict(offsets=np.array([0, 1, 4], np.int32))),
+        ("KVC-C002", dict(req_pool_indices=np.array([1, 2], np.int32))),
+        ("KVC-C002", dict(pool_out=np.zeros((3, 4), np.int64))),
+        ("KVC-C003", dict(flat_in=np.arange(4, dtype=np.int64).reshape(2, 2))),
+        ("KVC-C003", dict(offsets=np.array([[0, 1, 4]], np.int64))),
+        ("KVC-C003", dict(req_pool_indices=np.array([[1, 2]], np.int64))),
+        ("KVC-C003", dict(pool_out=np.zeros(12, np.int32))),
+        ("KVC-S001", dict(offsets=np.array([0, 4], np.int64))),
+        ("KVC-S001", dict(offsets=np.array([0, 1, 4, 4], np.int64))),
+        ("KVC-C006", dict(pool_out=np.zeros((3, 8), np.int32)[:, ::2])),
+        ("KVC-C007", dict(pool_out=FakeCudaArray(np.zeros((3, 4), np.int32)))),
+        ("KVC-C009", dict(backend="gpu")),
+        ("KVC-C013", dict(pool_out=_readonly_pool())),
+    ],
+)
 def test_rejects_bad_arguments(code, changes):
     kwargs = _kwargs(**changes)
     with raises_code(code) as excinfo:

@@ -141,9 +141,16 @@ def test_negative_range_start_is_clipped():
 
 @pytest.mark.parametrize(
     ("offsets", "rows"),
-    [([3, 1], []), ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]), ([2, 2], []),
-     # empty ranges whose bounds lie outside the 4 tokens record nothing (semantics.md, bit 256)
-     ([6, 6], []), ([-3, -3], []), ([9, 5], []), ([2, -1], [])],
+    [
+        ([3, 1], []),
+        ([6, 9], [(0, -1, -1, 6, 9, 0, 4, RANGE)]),
+        ([2, 2], []),
+        # empty ranges whose bounds lie outside the 4 tokens record nothing (semantics.md, bit 256)
+        ([6, 6], []),
+        ([-3, -3], []),
+        ([9, 5], []),
+        ([2, -1], []),
+    ],
 )
 def test_empty_or_outside_ranges_write_nothing(offsets, rows):
     ctx = make_context()
@@ -180,6 +187,11 @@ def test_bad_values_never_raise(rng):
     plan = write_plan([3, 3, 3], [-5, 2**62, 3])
     plan.write_offsets[:4] = [-(2**62), 5, 2**62, -1]
     n = 6
-    run_write(ctx, plan, rng.integers(-(2**63), 2**63 - 1, n), rng.integers(-(2**63), 2**63 - 1, n),
-              [0, -1, 2**63 - 1, 15, 16, -(2**63)])  # fmt: skip
+    run_write(
+        ctx,
+        plan,
+        rng.integers(-(2**63), 2**63 - 1, n),
+        rng.integers(-(2**63), 2**63 - 1, n),
+        [0, -1, 2**63 - 1, 15, 16, -(2**63)],
+    )
     assert write_index(ctx) >= 1

@@ -44,7 +44,7 @@ REJECTED = {
     "scatter: offsets inside the pool": (SCATTER, {"offsets": ("pool_out", 16)}),
     "fingerprint: out = slot_indices": (FINGERPRINT, {"out": ("slot_indices", 0)}),
     "fingerprint: out inside the KV bytes": (FINGERPRINT, {"out": ("kv", 32)}),
-}  # fmt: skip
+}
 
 #: Inputs sharing memory with inputs only: accepted, with the result of unaliased copies.
 ACCEPTED = {
@@ -55,7 +55,7 @@ ACCEPTED = {
     "write: positions = input_ids, offsets in KV": (WRITE, {"positions": ("input_ids", 0), "write_offsets": ("kv", 0)}),
     "scatter: offsets inside flat_in": (SCATTER, {"offsets": ("flat_in", 8)}),
     "fingerprint: slots inside the KV bytes": (FINGERPRINT, {"slot_indices": ("kv", 16)}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -68,7 +68,7 @@ def test_an_output_sharing_memory_is_rejected_before_anything_is_written(case, b
     with raises_code("KVC-C017") as excinfo:
         call(function, arrays, backend)()
     np.testing.assert_array_equal(pool, before)  # every array of the call lives in the pool
-    (name, (target, _)), = rules.items()
+    ((name, (target, _)),) = rules.items()
     assert all(ARGUMENT.get(n, n) in str(excinfo.value) for n in (name, target))  # both arguments are named
 
 
@@ -87,8 +87,12 @@ def test_inputs_sharing_memory_give_the_unaliased_result(case, backend):
 def test_disjoint_views_of_one_buffer_are_separate_arrays(backend):
     # As the monitor's status block: write index, counters and plan lanes are neighbouring words of one array.
     function = "launch_canary_verify_kernel"
-    rules = {"slot_run_counter": ("violation_write_index", 8), "kernel_run_counter": ("violation_write_index", 16),
-             "verify_num_valid": ("violation_write_index", 4), "enable": ("violation_write_index", 24)}  # fmt: skip
+    rules = {
+        "slot_run_counter": ("violation_write_index", 8),
+        "kernel_run_counter": ("violation_write_index", 16),
+        "verify_num_valid": ("violation_write_index", 4),
+        "enable": ("violation_write_index", 24),
+    }
     _, arrays = carve(function, place(function, rules), seed=5)
     assert not shares(function, arrays)
     want = unaliased(function, arrays, backend)
@@ -100,8 +104,13 @@ def test_disjoint_views_of_one_buffer_are_separate_arrays(backend):
 def validations(monkeypatch):
     """Counts the full validations of the functions that take top-level NumPy arrays."""
     count = {"n": 0}
-    for name in ("launch_canary_write_kernel", "scatter_req_token_ids", "compute_real_kv_hash",
-                 "launch_plan_offsets_kernel", "launch_canary_plan_kernels"):
+    for name in (
+        "launch_canary_write_kernel",
+        "scatter_req_token_ids",
+        "compute_real_kv_hash",
+        "launch_plan_offsets_kernel",
+        "launch_canary_plan_kernels",
+    ):
         operation = OPERATIONS[name]
 
         def counted(*a, _f=operation.validate, **k):
@@ -115,16 +124,24 @@ def validations(monkeypatch):
 
 #: function, and the top-level arrays that replace the unaliased ones (same layouts: same snapshot).
 HITS = {
-    "write: input_ids inside the ring": ("launch_canary_write_kernel",
-                                         lambda a: {"input_ids": a["violation_ring"].reshape(-1)[1:4]}),
-    "plan: lens inside the verify prevs": ("launch_canary_plan_kernels",
-                                           lambda a: {"lens": a["verify_prev_slot_indices"][1:3]}),
-    "offsets: seeds = req_pool_indices": ("launch_plan_offsets_kernel",
-                                          lambda a: {"out_write_seed_slot_indices": a["req_pool_indices"]}),
-    "scatter: offsets inside pool_out": ("scatter_req_token_ids",
-                                         lambda a: {"offsets": a["pool_out"].reshape(-1).view(np.int64)[2:5]}),
+    "write: input_ids inside the ring": (
+        "launch_canary_write_kernel",
+        lambda a: {"input_ids": a["violation_ring"].reshape(-1)[1:4]},
+    ),
+    "plan: lens inside the verify prevs": (
+        "launch_canary_plan_kernels",
+        lambda a: {"lens": a["verify_prev_slot_indices"][1:3]},
+    ),
+    "offsets: seeds = req_pool_indices": (
+        "launch_plan_offsets_kernel",
+        lambda a: {"out_write_seed_slot_indices": a["req_pool_indices"]},
+    ),
+    "scatter: offsets inside pool_out": (
+        "scatter_req_token_ids",
+        lambda a: {"offsets": a["pool_out"].reshape(-1).view(np.int64)[2:5]},
+    ),
     "fingerprint: out = slot_indices": ("compute_real_kv_hash", lambda a: {"out": a["slot_indices"]}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", sorted(HITS))
@@ -167,11 +184,16 @@ def _seed2_inputs() -> dict:
         req_pool_indices=np.array([0, 2, 3, 1], dtype=np.int64),
         prefix_lens=np.array([3, 3, 1, 6], dtype=np.int64),
         extend_seq_lens=np.array([2, 2, 0, 1], dtype=np.int64),
-        req_to_token=np.array([[8, 5, 4, 5, 4, 11, 10], [8, 4, 1, 15, 9, 12, 8], [9, 10, 15, 10, 9, 12, 11],
-                               [9, 3, 11, 15, 11, 10, 7]], dtype=np.int32),
-        swa_window_size=0, full_to_swa_index_mapping=None, req_to_verify_expected_tokens=None,
-        req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0,
-    )  # fmt: skip
+        req_to_token=np.array(
+            [[8, 5, 4, 5, 4, 11, 10], [8, 4, 1, 15, 9, 12, 8], [9, 10, 15, 10, 9, 12, 11], [9, 3, 11, 15, 11, 10, 7]],
+            dtype=np.int32,
+        ),
+        swa_window_size=0,
+        full_to_swa_index_mapping=None,
+        req_to_verify_expected_tokens=None,
+        req_to_verify_expected_tokens_valid_lens=None,
+        kv_token_id_vs_position_offset=0,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -184,16 +206,21 @@ def test_the_seed2_plans_are_rejected_and_leave_every_array_as_it_was(alias, bac
         wplan = dataclasses.replace(wplan, write_seed_slot_indices=inputs["req_pool_indices"])
     else:
         vplan = dataclasses.replace(vplan, enable=wplan.write_num_valid_reqs)
-    named = {**{f"verify.{k}": v for k, v in vplan.arrays().items()},
-             **{f"write.{k}": v for k, v in wplan.arrays().items()},
-             **{k: v for k, v in inputs.items() if hasattr(v, "copy")}}  # fmt: skip
+    named = {
+        **{f"verify.{k}": v for k, v in vplan.arrays().items()},
+        **{f"write.{k}": v for k, v in wplan.arrays().items()},
+        **{k: v for k, v in inputs.items() if hasattr(v, "copy")},
+    }
     arrays = list(named.values())
     before = [a.copy() for a in arrays]
     with raises_code("KVC-C017"), mirrored(named, backend) as on:
         launch_canary_plan_kernels(
             verify_plan_out=VerifyPlan(**{k: on[f"verify.{k}"] for k in vplan.arrays()}),
             write_plan_out=WritePlan(**{k: on[f"write.{k}"] for k in wplan.arrays()}),
-            verify_capacity=4, backend=backend, **{**inputs, **{k: on[k] for k in inputs if k in on}})  # fmt: skip
+            verify_capacity=4,
+            backend=backend,
+            **{**inputs, **{k: on[k] for k in inputs if k in on}},
+        )
     for got, want in zip(arrays, before):
         np.testing.assert_array_equal(got, want)
 
@@ -204,15 +231,24 @@ def test_offsets_scratch_over_a_longer_req_pool_indices_is_rejected(backend):
     inputs = _seed2_inputs()
     rows = np.zeros(5, np.int64)
     rows[:4] = inputs["req_pool_indices"]
-    outs = dict(out_write_offsets=np.full(5, -7, np.int64), out_write_seed_slot_indices=np.full(4, -7, np.int64),
-                out_verify_num_valid=np.full(1, -7, np.int32), out_verify_enable=np.full(1, -7, np.int32),
-                out_write_num_valid_reqs=np.full(1, -7, np.int32))  # fmt: skip
+    outs = dict(
+        out_write_offsets=np.full(5, -7, np.int64),
+        out_write_seed_slot_indices=np.full(4, -7, np.int64),
+        out_verify_num_valid=np.full(1, -7, np.int32),
+        out_verify_enable=np.full(1, -7, np.int32),
+        out_write_num_valid_reqs=np.full(1, -7, np.int32),
+    )
     before = {name: array.copy() for name, array in outs.items()}
-    named = {"req_pool_indices": rows[:4], "out_verify_offsets_scratch": rows, **outs,
-             **{k: inputs[k] for k in ("prefix_lens", "extend_seq_lens", "req_to_token")}}  # fmt: skip
+    named = {
+        "req_pool_indices": rows[:4],
+        "out_verify_offsets_scratch": rows,
+        **outs,
+        **{k: inputs[k] for k in ("prefix_lens", "extend_seq_lens", "req_to_token")},
+    }
     with raises_code("KVC-C017"), mirrored(named, backend) as on:
-        launch_plan_offsets_kernel(**on, full_to_swa_index_mapping=None, swa_window_size=0, verify_capacity=20,
-                                   backend=backend)  # fmt: skip
+        launch_plan_offsets_kernel(
+            **on, full_to_swa_index_mapping=None, swa_window_size=0, verify_capacity=20, backend=backend
+        )
     np.testing.assert_array_equal(rows[:4], inputs["req_pool_indices"])
     for name, array in outs.items():
         np.testing.assert_array_equal(array, before[name], err_msg=name)

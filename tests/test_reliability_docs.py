@@ -53,14 +53,20 @@ def test_ci_runs_the_harness_with_those_settings_before_the_readme_command():
 
 
 def test_summary_counts_outcomes_and_keeps_signature_errors_apart():
-    records = [dict(target="f", outcome="OK"), dict(target="f", outcome="CODED", code="KVC-C002"),
-               dict(target="g", outcome="CODED", code="KVC-C004"), dict(target="g", outcome="OTHER", signature=True),
-               dict(target="g", outcome="PARTIAL_WRITE")]  # fmt: skip
+    records = [
+        dict(target="f", outcome="OK"),
+        dict(target="f", outcome="CODED", code="KVC-C002"),
+        dict(target="g", outcome="CODED", code="KVC-C004"),
+        dict(target="g", outcome="OTHER", signature=True),
+        dict(target="g", outcome="PARTIAL_WRITE"),
+    ]
     summary = fuzz_summary.summarize(records)
     assert summary["cases"] == 5 and summary["defects"] == 1 and summary["codes"] == 2
     assert summary["outcomes"]["OTHER"] == 0 and summary["outcomes"]["OTHER (call signature)"] == 1
-    assert summary["by_target"] == {"f": {"CODED": 1, "OK": 1},
-                                    "g": {"CODED": 1, "OTHER (call signature)": 1, "PARTIAL_WRITE": 1}}
+    assert summary["by_target"] == {
+        "f": {"CODED": 1, "OK": 1},
+        "g": {"CODED": 1, "OTHER (call signature)": 1, "PARTIAL_WRITE": 1},
+    }
 
 
 def test_cuda_fuzz_skips_cleanly_without_the_harness(tmp_path, capsys):

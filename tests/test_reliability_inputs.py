@@ -20,16 +20,22 @@ def _source(tensor, page_size=1, nbt=32, rb=32):
 
 def _hash(sources, slots, mode=RealKvHashMode.ALL):
     out = np.full(len(slots), -7, dtype=np.int64)
-    compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=np.array(slots, np.int64),
-                         out=out, backend="numpy")  # fmt: skip
+    compute_real_kv_hash(
+        real_kv_sources=sources,
+        real_kv_hash_mode=mode,
+        slot_indices=np.array(slots, np.int64),
+        out=out,
+        backend="numpy",
+    )
     return out
 
 
 # --- RealKvSource geometry -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("page_size, nbt", [(2, np.int64(2**62)), (np.int64(2**60), 16), (np.int64(2**62), 32),
-                                            (2**33, 2**31 * 16)])
+@pytest.mark.parametrize(
+    "page_size, nbt", [(2, np.int64(2**62)), (np.int64(2**60), 16), (np.int64(2**62), 32), (2**33, 2**31 * 16)]
+)
 def test_geometry_products_are_exact_so_they_cannot_wrap_past_the_row(page_size, nbt):
     # int64 products of these wrap to 0 or a negative number; the row holds 128 bytes.
     with raises_code("KVC-R006"):
@@ -38,8 +44,9 @@ def test_geometry_products_are_exact_so_they_cannot_wrap_past_the_row(page_size,
 
 def test_the_reported_segfault_input_is_rejected_before_any_read():
     with raises_code("KVC-R006"):
-        src = RealKvSource(tensor=np.zeros((4, 128), np.uint8), page_size=2, num_bytes_per_token=np.int64(2**62),
-                           read_bytes=32)  # fmt: skip
+        src = RealKvSource(
+            tensor=np.zeros((4, 128), np.uint8), page_size=2, num_bytes_per_token=np.int64(2**62), read_bytes=32
+        )
         _hash((src,), [0, 7])
 
 
@@ -51,8 +58,9 @@ def test_numpy_integers_are_accepted_and_stored_as_python_ints():
     np.testing.assert_array_equal(_hash((src,), [0, 1, 7]), _hash((plain,), [0, 1, 7]))
 
 
-@pytest.mark.parametrize("field, code", [("page_size", "KVC-R001"), ("num_bytes_per_token", "KVC-R002"),
-                                         ("read_bytes", "KVC-R003")])
+@pytest.mark.parametrize(
+    "field, code", [("page_size", "KVC-R001"), ("num_bytes_per_token", "KVC-R002"), ("read_bytes", "KVC-R003")]
+)
 @pytest.mark.parametrize("value", [True, np.bool_(True), 32.0, np.float64(32), "32", None])
 def test_bools_floats_and_strings_are_not_geometry(field, code, value):
     kw = dict(tensor=np.zeros((4, 64), np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)
@@ -97,8 +105,10 @@ def test_group_with_a_source_that_covers_too_few_slots_is_rejected_at_constructi
     assert "v_sources" in str(excinfo.value)
 
 
-@pytest.mark.parametrize("sources, code", [(None, "KVC-R009"), ("kv", "KVC-R009"), ((np.zeros((16, 32)),), "KVC-R009"),
-                                           ({"k": 1}, "KVC-R009")])
+@pytest.mark.parametrize(
+    "sources, code",
+    [(None, "KVC-R009"), ("kv", "KVC-R009"), ((np.zeros((16, 32)),), "KVC-R009"), ({"k": 1}, "KVC-R009")],
+)
 def test_group_sources_must_be_a_tuple_of_sources(sources, code):
     with raises_code(code):
         KvGroup(kind="full", num_slots=16, k_sources=sources)
@@ -113,8 +123,13 @@ def test_group_arrays_must_live_where_the_monitor_allocates():
     class HostPosingAsCuda:
         def __init__(self, a):
             self.shape, self.dtype = a.shape, a.dtype
-            self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
-                                             "data": (a.ctypes.data, False), "strides": None, "version": 3}
+            self.__cuda_array_interface__ = {
+                "shape": a.shape,
+                "typestr": a.dtype.str,
+                "data": (a.ctypes.data, False),
+                "strides": None,
+                "version": 3,
+            }
 
     lut = np.arange(17, dtype=np.int64)
     full = KvGroup(kind="full", num_slots=16)
@@ -134,24 +149,33 @@ def test_group_size_has_an_upper_bound(num_slots):
 
 def _batch(**changes):
     i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
-    fields = dict(req_pool_indices=i64([1]), prefix_lens=i64([0]), extend_seq_lens=i64([2]),
-                  req_to_token=np.zeros((2, 4), np.int32), input_ids=i64([5, 6]), positions=i64([0, 1]),
-                  out_cache_loc=i64([1, 2]))  # fmt: skip
+    fields = dict(
+        req_pool_indices=i64([1]),
+        prefix_lens=i64([0]),
+        extend_seq_lens=i64([2]),
+        req_to_token=np.zeros((2, 4), np.int32),
+        input_ids=i64([5, 6]),
+        positions=i64([0, 1]),
+        out_cache_loc=i64([1, 2]),
+    )
     fields.update(changes)
     return StepBatch(**fields)
 
 
-@pytest.mark.parametrize("field, value, code", [
-    ("positions", np.zeros(2, np.int32), "KVC-C002"),
-    ("positions", np.zeros(2, ">i8"), "KVC-C002"),
-    ("req_to_token", np.zeros((2, 4), np.int64), "KVC-C002"),
-    ("input_ids", np.int64(3), "KVC-C001"),
-    ("input_ids", np.zeros((), np.int64), "KVC-C003"),
-    ("out_cache_loc", np.zeros(3, np.int64), "KVC-C004"),
-    ("prefix_lens", [0], "KVC-C001"),
-    ("token_offsets", np.zeros(3, np.int64), "KVC-S001"),
-    ("expected_input_tokens", np.zeros(2, np.int64), "KVC-M011"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value, code",
+    [
+        ("positions", np.zeros(2, np.int32), "KVC-C002"),
+        ("positions", np.zeros(2, ">i8"), "KVC-C002"),
+        ("req_to_token", np.zeros((2, 4), np.int64), "KVC-C002"),
+        ("input_ids", np.int64(3), "KVC-C001"),
+        ("input_ids", np.zeros((), np.int64), "KVC-C003"),
+        ("out_cache_loc", np.zeros(3, np.int64), "KVC-C004"),
+        ("prefix_lens", [0], "KVC-C001"),
+        ("token_offsets", np.zeros(3, np.int64), "KVC-S001"),
+        ("expected_input_tokens", np.zeros(2, np.int64), "KVC-M011"),
+    ],
+)
 def test_step_batch_checks_every_field_at_construction(field, value, code):
     with raises_code(code):
         _batch(**{field: value})
@@ -166,16 +190,37 @@ def test_byte_swapped_dtypes_are_named_as_such():
 # --- sweep chains ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("slots", [[1.5, 2.5], np.array([1.0, 2.0]), [2**64], [-(2**63) - 1],
-                                   np.array([2**63], np.uint64), np.array([[1, 2]]), None, "ab", [True, False],
-                                   [[1], [2, 3]]])
+@pytest.mark.parametrize(
+    "slots",
+    [
+        [1.5, 2.5],
+        np.array([1.0, 2.0]),
+        [2**64],
+        [-(2**63) - 1],
+        np.array([2**63], np.uint64),
+        np.array([[1, 2]]),
+        None,
+        "ab",
+        [True, False],
+        [[1], [2, 3]],
+    ],
+)
 def test_chain_slots_must_be_int64_slot_indices(slots):
     with raises_code("KVC-M010"):
         SlotChain(slots=slots)
 
 
-@pytest.mark.parametrize("kw", [dict(start_position=-1), dict(start_position=1.0), dict(start_position=2**63),
-                                dict(prev_slot="x"), dict(prev_slot=2**70), dict(prev_slot=1.0)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(start_position=-1),
+        dict(start_position=1.0),
+        dict(start_position=2**63),
+        dict(prev_slot="x"),
+        dict(prev_slot=2**70),
+        dict(prev_slot=1.0),
+    ],
+)
 def test_chain_positions_and_predecessor_are_int64(kw):
     with raises_code("KVC-C011"):
         SlotChain(slots=[1, 2], **kw)
@@ -201,8 +246,12 @@ def test_reference_fingerprint_agrees_on_a_strided_source():
     kv = np.arange(8 * 64, dtype=np.uint8).reshape(8, 64)[:, :32]  # rows strided by 64 bytes
     src = _source(kv)
     out = np.zeros(3, np.int64)
-    reference_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,
-                   slot_indices=np.array([0, 4, 7], np.int64), out=out)  # fmt: skip
+    reference_hash(
+        real_kv_sources=(src,),
+        real_kv_hash_mode=RealKvHashMode.ALL,
+        slot_indices=np.array([0, 4, 7], np.int64),
+        out=out,
+    )
     np.testing.assert_array_equal(out, _hash((_source(np.ascontiguousarray(kv)),), [0, 4, 7]))
 
 

@@ -18,16 +18,19 @@ from kvcanary_numba.monitor import CanaryMonitor, KvGroup
 # --- sizes: documented upper bounds, coded allocation failures ------------------------------------------------
 
 
-@pytest.mark.parametrize("call", [
-    lambda: VerifyPlan.allocate(verify_capacity=2**64),
-    lambda: VerifyPlan.allocate(verify_capacity=2**31),
-    lambda: WritePlan.allocate(write_req_capacity=np.uint64(2**63)),
-    lambda: CanaryContext.allocate(num_slots=16, ring_capacity=2**31),
-    lambda: CanaryContext.allocate(num_slots=16, slot_stride_bytes=np.int64(2**62)),
-    lambda: CanaryContext.allocate(num_slots=2**31),
-    lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, ring_capacity=2**31),
-    lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, verify_capacity=2**64),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: VerifyPlan.allocate(verify_capacity=2**64),
+        lambda: VerifyPlan.allocate(verify_capacity=2**31),
+        lambda: WritePlan.allocate(write_req_capacity=np.uint64(2**63)),
+        lambda: CanaryContext.allocate(num_slots=16, ring_capacity=2**31),
+        lambda: CanaryContext.allocate(num_slots=16, slot_stride_bytes=np.int64(2**62)),
+        lambda: CanaryContext.allocate(num_slots=2**31),
+        lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, ring_capacity=2**31),
+        lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, verify_capacity=2**64),
+    ],
+)
 def test_sizes_beyond_their_bound_are_coded_errors(call):
     with raises_code("KVC-C011"):
         call()
@@ -47,11 +50,14 @@ def _address_space_limit(extra_bytes: int):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs RLIMIT_AS and /proc")
-@pytest.mark.parametrize("call", [
-    lambda: VerifyPlan.allocate(verify_capacity=2**31 - 1),
-    lambda: CanaryContext.allocate(num_slots=2**31 - 1),
-    lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, ring_capacity=2**31 - 1),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: VerifyPlan.allocate(verify_capacity=2**31 - 1),
+        lambda: CanaryContext.allocate(num_slots=2**31 - 1),
+        lambda: CanaryMonitor(full=KvGroup(kind="full", num_slots=16), write_req_capacity=2, ring_capacity=2**31 - 1),
+    ],
+)
 def test_an_allocation_that_does_not_fit_is_a_coded_error(call):
     with _address_space_limit(1 << 30), raises_code("KVC-C015") as excinfo:
         call()
@@ -59,16 +65,26 @@ def test_an_allocation_that_does_not_fit_is_a_coded_error(call):
 
 
 def test_allocation_error_message_names_the_size():
-    text = str(error("KVC-C015", function="f", argument="ring_capacity", got=9, what="ring", nbytes=576,
-                     reason="MemoryError"))  # fmt: skip
+    text = str(
+        error("KVC-C015", function="f", argument="ring_capacity", got=9, what="ring", nbytes=576, reason="MemoryError")
+    )
     assert text.startswith("f: ring_capacity=9 needs a ring of 576 bytes")
 
 
 # --- toy engine -----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw", [dict(num_layers=2**62), dict(num_layers=np.int64(2**62)), dict(num_pages=2**31),
-                                dict(max_running=2**31), dict(min_prompt_len=2**31), dict(bytes_per_token=2**40)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(num_layers=2**62),
+        dict(num_layers=np.int64(2**62)),
+        dict(num_pages=2**31),
+        dict(max_running=2**31),
+        dict(min_prompt_len=2**31),
+        dict(bytes_per_token=2**40),
+    ],
+)
 def test_engine_sizes_have_upper_bounds(kw):
     with raises_code("KVC-C011"):  # at once: before, num_layers=2**62 tried to allocate 2**62 layers
         EngineConfig(**kw)
@@ -102,9 +118,17 @@ def test_engine_arguments_of_the_wrong_type(kw):
         ToyEngine(**kw)
 
 
-@pytest.mark.parametrize("kw, code", [(dict(ring_capacity=0), "KVC-C011"), (dict(mode="x"), "KVC-M001"),
-                                      (dict(v_half=1), "KVC-C010"), (dict(write_input_assert=None), "KVC-C010"),
-                                      (dict(real_kv_hash_mode=7), "KVC-C011"), (dict(health_interval=-3), "KVC-C011")])
+@pytest.mark.parametrize(
+    "kw, code",
+    [
+        (dict(ring_capacity=0), "KVC-C011"),
+        (dict(mode="x"), "KVC-M001"),
+        (dict(v_half=1), "KVC-C010"),
+        (dict(write_input_assert=None), "KVC-C010"),
+        (dict(real_kv_hash_mode=7), "KVC-C011"),
+        (dict(health_interval=-3), "KVC-C011"),
+    ],
+)
 def test_rejected_attach_monitor_leaves_the_engine_as_it_was(kw, code):
     engine = ToyEngine(EngineConfig(seed=3))
     before = (engine.monitor, engine.sweep_interval, engine.oracle)
@@ -120,4 +144,3 @@ def test_attach_monitor_has_no_hidden_options():
     with pytest.raises(TypeError, match="bogus_option"):
         ToyEngine().attach_monitor(bogus_option=1)
     assert ToyEngine().attach_monitor(ring_capacity=8, warmup_steps=1).ring.shape[0] == 8
-

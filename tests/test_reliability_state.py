@@ -17,10 +17,18 @@ import pytest
 from canary_helpers import make_context
 from monitor_helpers import DECODE, PREFILL, Driver, token_bytes
 
-from kvcanary_numba import (KvCanaryError, RealKvHashMode, RealKvSource, VerifyPlan, WritePlan,
-                            compute_real_kv_hash, launch_canary_plan_kernels, launch_canary_verify_kernel,
-                            launch_canary_write_kernel, scatter_req_token_ids)
-
+from kvcanary_numba import (
+    KvCanaryError,
+    RealKvHashMode,
+    RealKvSource,
+    VerifyPlan,
+    WritePlan,
+    compute_real_kv_hash,
+    launch_canary_plan_kernels,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+    scatter_req_token_ids,
+)
 
 #: Not state: modules (the monitor's ``xp``), functions, classes, loggers.
 _OPAQUE = (types.ModuleType, types.FunctionType, types.MethodType, types.BuiltinFunctionType, type, logging.Logger)
@@ -138,8 +146,9 @@ def test_pre_forward_rejects_a_bad_batch_before_the_first_launch(field, bad, cod
     _finish_clean(d, batch)
 
 
-@pytest.mark.parametrize("field, bad, code", BAD_FIELDS[:6],
-                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])])
+@pytest.mark.parametrize(
+    "field, bad, code", BAD_FIELDS[:6], ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_FIELDS[:6])]
+)
 def test_post_forward_rejects_a_field_reassigned_since_pre_forward(field, bad, code):
     d = _driver()
     batch = _decode_batch(d)
@@ -166,8 +175,14 @@ def test_rejected_sweep_changes_nothing():
 
 
 def _sources(rows=17):
-    return (RealKvSource(tensor=np.arange(rows * 32, dtype=np.uint8).reshape(rows, 32), page_size=1,
-                         num_bytes_per_token=32, read_bytes=32),)  # fmt: skip
+    return (
+        RealKvSource(
+            tensor=np.arange(rows * 32, dtype=np.uint8).reshape(rows, 32),
+            page_size=1,
+            num_bytes_per_token=32,
+            read_bytes=32,
+        ),
+    )
 
 
 def _verify_kwargs():
@@ -184,9 +199,16 @@ def _write_kwargs():
     plan.write_offsets[:] = [0, 2, 3]
     plan.write_num_valid_reqs[0] = 2
     i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
-    return dict(context=ctx, plan=plan, input_ids=i64([5, 6, 7]), positions=i64([0, 1, 0]),
-                out_cache_loc=i64([1, 2, 3]), enable_write_input_assert=False, expected_input_tokens=None,
-                expected_input_positions=None)  # fmt: skip
+    return dict(
+        context=ctx,
+        plan=plan,
+        input_ids=i64([5, 6, 7]),
+        positions=i64([0, 1, 0]),
+        out_cache_loc=i64([1, 2, 3]),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
 
 
 def _readonly(a):
@@ -200,8 +222,11 @@ VERIFY_BAD = [
     ("plan", lambda kw: dataclasses.replace(kw["plan"], verify_prev_slot_indices=np.zeros(3, np.int64)), "KVC-C004"),
     ("context", lambda kw: kw["context"].replace(real_kv_sources=_sources(8)), "KVC-R007"),
     ("context", lambda kw: kw["context"].replace(violation_ring=_readonly(kw["context"].violation_ring)), "KVC-C013"),
-    ("context", lambda kw: kw["context"].replace(kernel_run_counter=_readonly(kw["context"].kernel_run_counter)),
-     "KVC-C013"),
+    (
+        "context",
+        lambda kw: kw["context"].replace(kernel_run_counter=_readonly(kw["context"].kernel_run_counter)),
+        "KVC-C013",
+    ),
     ("check_verify_expected_token", lambda kw: 1, "KVC-C010"),
 ]
 WRITE_BAD = [
@@ -210,18 +235,25 @@ WRITE_BAD = [
     ("expected_input_tokens", lambda kw: kw["input_ids"], "KVC-W003"),
     ("context", lambda kw: kw["context"].replace(real_kv_sources=_sources(8)), "KVC-R007"),
     ("context", lambda kw: kw["context"].replace(canary_buf=_readonly(kw["context"].canary_buf)), "KVC-C013"),
-    ("context", lambda kw: kw["context"].replace(slot_run_counter=_readonly(kw["context"].slot_run_counter)),
-     "KVC-C013"),
+    (
+        "context",
+        lambda kw: kw["context"].replace(slot_run_counter=_readonly(kw["context"].slot_run_counter)),
+        "KVC-C013",
+    ),
 ]
 
 
 LAUNCH_CASES = [(launch_canary_verify_kernel, _verify_kwargs, bad) for bad in VERIFY_BAD] + [
-    (launch_canary_write_kernel, _write_kwargs, bad) for bad in WRITE_BAD]
+    (launch_canary_write_kernel, _write_kwargs, bad) for bad in WRITE_BAD
+]
 
 
 @pytest.mark.parametrize("backend", ["numpy", "cuda"])
-@pytest.mark.parametrize("launch, kwargs, bad", LAUNCH_CASES,
-                         ids=[f"{f.__name__.split('_')[2]}-{b[0]}-{b[2]}-{i}" for i, (f, _, b) in enumerate(LAUNCH_CASES)])
+@pytest.mark.parametrize(
+    "launch, kwargs, bad",
+    LAUNCH_CASES,
+    ids=[f"{f.__name__.split('_')[2]}-{b[0]}-{b[2]}-{i}" for i, (f, _, b) in enumerate(LAUNCH_CASES)],
+)
 def test_rejected_verify_or_write_changes_no_argument(launch, kwargs, bad, backend):
     kw = kwargs()
     name, mutate, code = bad
@@ -232,20 +264,38 @@ def test_rejected_verify_or_write_changes_no_argument(launch, kwargs, bad, backe
 @pytest.mark.parametrize("backend", ["numpy", "cuda"])
 def test_read_only_outputs_are_rejected_up_front_on_every_backend(backend):
     slots = np.array([1, 2], np.int64)
-    kw = dict(real_kv_sources=_sources(), real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
-              out=_readonly(np.full(2, -7, np.int64)))  # fmt: skip
+    kw = dict(
+        real_kv_sources=_sources(),
+        real_kv_hash_mode=RealKvHashMode.ALL,
+        slot_indices=slots,
+        out=_readonly(np.full(2, -7, np.int64)),
+    )
     assert_rejected_without_change(kw, lambda: compute_real_kv_hash(**kw, backend=backend), "KVC-C013")
     pool = _readonly(np.full((3, 4), -1, np.int32))
-    kw = dict(flat_in=np.arange(3, dtype=np.int64), offsets=np.array([0, 3], np.int64),
-              req_pool_indices=np.array([1], np.int64), pool_out=pool)  # fmt: skip
+    kw = dict(
+        flat_in=np.arange(3, dtype=np.int64),
+        offsets=np.array([0, 3], np.int64),
+        req_pool_indices=np.array([1], np.int64),
+        pool_out=pool,
+    )
     assert_rejected_without_change(kw, lambda: scatter_req_token_ids(**kw, backend=backend), "KVC-C013")
     vplan, wplan = VerifyPlan.allocate(verify_capacity=4), WritePlan.allocate(write_req_capacity=2)
     vplan = dataclasses.replace(vplan, verify_expected_positions=_readonly(vplan.verify_expected_positions))
     i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
-    kw = dict(verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=i64([1]), prefix_lens=i64([2]),
-              extend_seq_lens=i64([1]), req_to_token=np.arange(8, dtype=np.int32).reshape(2, 4), swa_window_size=0,
-              full_to_swa_index_mapping=None, verify_capacity=4, req_to_verify_expected_tokens=None,
-              req_to_verify_expected_tokens_valid_lens=None, kv_token_id_vs_position_offset=0)  # fmt: skip
+    kw = dict(
+        verify_plan_out=vplan,
+        write_plan_out=wplan,
+        req_pool_indices=i64([1]),
+        prefix_lens=i64([2]),
+        extend_seq_lens=i64([1]),
+        req_to_token=np.arange(8, dtype=np.int32).reshape(2, 4),
+        swa_window_size=0,
+        full_to_swa_index_mapping=None,
+        verify_capacity=4,
+        req_to_verify_expected_tokens=None,
+        req_to_verify_expected_tokens_valid_lens=None,
+        kv_token_id_vs_position_offset=0,
+    )
     assert_rejected_without_change(kw, lambda: launch_canary_plan_kernels(**kw, backend=backend), "KVC-C013")
 
 
@@ -255,8 +305,9 @@ def test_read_only_inputs_run_on_the_simulator_as_on_the_cpu():
     outs = []
     for backend in ("numpy", "cuda"):
         out = np.full(3, -7, np.int64)
-        compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots,
-                             out=out, backend=backend)  # fmt: skip
+        compute_real_kv_hash(
+            real_kv_sources=sources, real_kv_hash_mode=RealKvHashMode.ALL, slot_indices=slots, out=out, backend=backend
+        )
         outs.append(out)
     np.testing.assert_array_equal(outs[0], outs[1])
     assert (outs[0] != -7).all() and len(set(outs[0].tolist())) == 3

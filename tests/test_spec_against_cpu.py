@@ -62,8 +62,9 @@ SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[Heal
 
 def assert_same_bytes(name: str, ours: np.ndarray, theirs: np.ndarray) -> None:
     """Equal dtype, shape and bytes (NaN patterns and -0.0 included)."""
-    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype}{ours.shape} vs " \
-        f"{theirs.dtype}{theirs.shape}"  # fmt: skip
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, (
+        f"{name}: {ours.dtype}{ours.shape} vs {theirs.dtype}{theirs.shape}"
+    )
     a = np.ascontiguousarray(ours).view(np.uint8).reshape(-1)
     b = np.ascontiguousarray(theirs).view(np.uint8).reshape(-1)
     if not np.array_equal(a, b):
@@ -72,8 +73,14 @@ def assert_same_bytes(name: str, ours: np.ndarray, theirs: np.ndarray) -> None:
         raise AssertionError(f"{name} differs first at {at}: spec {ours[at]!r}, cpu {theirs[at]!r}")
 
 
-CONTEXT_ARRAYS = ("canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter",
-                  "enable_chain_position_assert")  # fmt: skip
+CONTEXT_ARRAYS = (
+    "canary_buf",
+    "violation_ring",
+    "violation_write_index",
+    "slot_run_counter",
+    "kernel_run_counter",
+    "enable_chain_position_assert",
+)
 
 
 def assert_same_context(ours: CanaryContext, theirs: CanaryContext) -> None:
@@ -134,8 +141,17 @@ def make_sources(rng, slots: int, count: int) -> tuple[RealKvSource, ...]:
 # --- contexts ------------------------------------------------------------------
 
 
-def make_context(rng, *, num_slots: int, mode=RealKvHashMode.NONE, sources=(), ring_capacity: int = 16,
-                 write_index: int = 0, chain_assert: int = 1, stride: int = 32) -> CanaryContext:  # fmt: skip
+def make_context(
+    rng,
+    *,
+    num_slots: int,
+    mode=RealKvHashMode.NONE,
+    sources=(),
+    ring_capacity: int = 16,
+    write_index: int = 0,
+    chain_assert: int = 1,
+    stride: int = 32,
+) -> CanaryContext:
     """A context with garbage everywhere the launches must not look (ring rows, stride padding)."""
     buf = aligned_empty((num_slots, stride), np.uint8)
     buf[...] = rng.integers(0, 256, buf.shape, dtype=np.uint8)
@@ -269,13 +285,16 @@ def test_fingerprint_matches(seed, mode, nsrc, n, short):
     slots[inside] = rng.integers(0, covered, int(inside.sum()))
     ours = rng.integers(INT64_MIN, INT64_MAX, n, dtype=np.int64, endpoint=True)
     theirs = ours.copy()
-    spec_fingerprint.compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=slots,
-                                          out=ours)  # fmt: skip
-    fast("fingerprint").compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=slots,
-                                             out=theirs)  # fmt: skip
+    spec_fingerprint.compute_real_kv_hash(real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=slots, out=ours)
+    fast("fingerprint").compute_real_kv_hash(
+        real_kv_sources=sources, real_kv_hash_mode=mode, slot_indices=slots, out=theirs
+    )
     assert_same_bytes("out", ours, theirs)
-    assert_same_bytes("fold_slots", spec_fingerprint.fold_slots(sources, mode, slots),
-                      fast("fingerprint").fold_slots(sources, mode, slots))  # fmt: skip
+    assert_same_bytes(
+        "fold_slots",
+        spec_fingerprint.fold_slots(sources, mode, slots),
+        fast("fingerprint").fold_slots(sources, mode, slots),
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -306,8 +325,15 @@ def make_verify_case(rng, n: int, mode, nsrc: int):
     num_slots = int(rng.integers(1, 300))
     capacity, start = ring_setup(rng)
     sources = make_sources(rng, num_slots, nsrc)
-    ctx = make_context(rng, num_slots=num_slots, mode=mode, sources=sources, ring_capacity=capacity,
-                       write_index=start, stride=int(rng.choice([32, 40, 64])))  # fmt: skip
+    ctx = make_context(
+        rng,
+        num_slots=num_slots,
+        mode=mode,
+        sources=sources,
+        ring_capacity=capacity,
+        write_index=start,
+        stride=int(rng.choice([32, 40, 64])),
+    )
     chains = stamp_chains(rng, ctx, fast("fingerprint").fold_slots)
     fields = records(ctx)
     entries = []  # the entries a plan lists: slot, expected token, position, prev
@@ -393,9 +419,16 @@ def make_write_case(rng, num_tokens: int, num_reqs: int, mode, nsrc: int):
     num_slots = int(rng.integers(1, 120))
     capacity, start = ring_setup(rng)
     sources = make_sources(rng, num_slots, nsrc)
-    ctx = make_context(rng, num_slots=num_slots, mode=mode, sources=sources, ring_capacity=capacity,
-                       write_index=start, chain_assert=int(rng.choice([1, 1, 0, 5])),
-                       stride=int(rng.choice([32, 48])))  # fmt: skip
+    ctx = make_context(
+        rng,
+        num_slots=num_slots,
+        mode=mode,
+        sources=sources,
+        ring_capacity=capacity,
+        write_index=start,
+        chain_assert=int(rng.choice([1, 1, 0, 5])),
+        stride=int(rng.choice([32, 48])),
+    )
     stamp_chains(rng, ctx, fast("fingerprint").fold_slots)
     fields = records(ctx)
     # Requests split the tokens at sorted cut points; seeds continue a stored slot or anchor.
@@ -411,14 +444,17 @@ def make_write_case(rng, num_tokens: int, num_reqs: int, mode, nsrc: int):
         first = int(fields[seeds[r], 1]) + 1 if 0 <= seeds[r] < num_slots else int(rng.integers(0, 3))
         positions[lo:hi] = (np.arange(hi - lo, dtype=np.uint64) + np.uint64(first % 2**64)).view(np.int64)
     out_cache_loc = rng.integers(0, num_slots, num_tokens)  # duplicates: num_slots is small
-    for array, values in ((out_cache_loc, [-1, -1, -7, 0, num_slots, OUT_OF_RANGE_SLOT]),
-                          (positions, [0, INT64_MAX, INT64_MIN, -1]),
-                          (input_ids, [-1, INT64_MIN, 99])):  # fmt: skip
+    for array, values in (
+        (out_cache_loc, [-1, -1, -7, 0, num_slots, OUT_OF_RANGE_SLOT]),
+        (positions, [0, INT64_MAX, INT64_MIN, -1]),
+        (input_ids, [-1, INT64_MIN, 99]),
+    ):
         bad = rng.random(num_tokens) < 0.07
         array[bad] = rng.choice(np.array(values, dtype=np.int64), int(bad.sum()))
     hostile = rng.random(num_reqs + 1) < 0.1  # ranges out of the arrays, reversed, or wrapping
-    offsets[hostile] = rng.choice(np.array([-3, num_tokens + 2, INT64_MIN, INT64_MAX, 2**62], dtype=np.int64),
-                                  int(hostile.sum()))  # fmt: skip
+    offsets[hostile] = rng.choice(
+        np.array([-3, num_tokens + 2, INT64_MIN, INT64_MAX, 2**62], dtype=np.int64), int(hostile.sum())
+    )
     assert_inputs = bool(rng.random() < 0.6)
     expected_tokens = expected_positions = None
     if assert_inputs:
@@ -433,11 +469,20 @@ def make_write_case(rng, num_tokens: int, num_reqs: int, mode, nsrc: int):
         write_num_valid_reqs=np.array([rng.choice([num_reqs] * 4 + [-2, num_reqs + extra, 2**31 - 1])], np.int32),
     )
     if plan.write_seed_slot_indices.shape[0] == 0:  # a plan holds at least one request
-        plan = WritePlan(write_offsets=np.zeros(2, np.int64), write_seed_slot_indices=np.full(1, -1, np.int64),
-                         write_num_valid_reqs=plan.write_num_valid_reqs)  # fmt: skip
-    kwargs = {"plan": plan, "input_ids": input_ids, "positions": positions, "out_cache_loc": out_cache_loc,
-                  "enable_write_input_assert": assert_inputs, "expected_input_tokens": expected_tokens,
-                  "expected_input_positions": expected_positions}  # fmt: skip
+        plan = WritePlan(
+            write_offsets=np.zeros(2, np.int64),
+            write_seed_slot_indices=np.full(1, -1, np.int64),
+            write_num_valid_reqs=plan.write_num_valid_reqs,
+        )
+    kwargs = {
+        "plan": plan,
+        "input_ids": input_ids,
+        "positions": positions,
+        "out_cache_loc": out_cache_loc,
+        "enable_write_input_assert": assert_inputs,
+        "expected_input_tokens": expected_tokens,
+        "expected_input_positions": expected_positions,
+    }
     return ctx, kwargs
 
 
@@ -475,8 +520,10 @@ def test_write_matches_edge_sizes(num_tokens, num_reqs):
     mode = MODES[(num_tokens + num_reqs) % 3]
     ctx, kwargs = make_write_case(rng, num_tokens, num_reqs, mode, 1 + num_tokens % 4)
     kwargs["plan"].write_num_valid_reqs[0] = num_reqs
-    ctx = ctx.replace(violation_ring=np.zeros((3 * num_tokens + 2 * num_reqs + 1, 8), np.int64),
-                      violation_write_index=np.zeros(1, np.int32))  # fmt: skip
+    ctx = ctx.replace(
+        violation_ring=np.zeros((3 * num_tokens + 2 * num_reqs + 1, 8), np.int64),
+        violation_write_index=np.zeros(1, np.int32),
+    )
     ours, theirs = run_write(ctx, kwargs)
     assert_same_context(ours, theirs)
 
@@ -506,11 +553,16 @@ def make_plan_case(rng, bs: int):
         pool = rng.integers(-2, 1000, (int(rng.integers(1, rows + 3)), int(rng.integers(1, cols + 4)))).astype(np.int32)
         lens = rng.integers(-2, cols + 6, bs)
     return {
-        "req_pool_indices": rpi, "prefix_lens": prefix, "extend_seq_lens": extend, "req_to_token": req_to_token,
-        "swa_window_size": window, "full_to_swa_index_mapping": lut, "req_to_verify_expected_tokens": pool,
+        "req_pool_indices": rpi,
+        "prefix_lens": prefix,
+        "extend_seq_lens": extend,
+        "req_to_token": req_to_token,
+        "swa_window_size": window,
+        "full_to_swa_index_mapping": lut,
+        "req_to_verify_expected_tokens": pool,
         "req_to_verify_expected_tokens_valid_lens": lens,
         "kv_token_id_vs_position_offset": int(rng.choice([0, 0, 1, -1, 3, INT64_MAX, INT64_MIN])),
-    }  # fmt: skip
+    }
 
 
 def stale_plans(rng, bs: int, verify_capacity: int) -> tuple[VerifyPlan, WritePlan]:
@@ -521,12 +573,18 @@ def stale_plans(rng, bs: int, verify_capacity: int) -> tuple[VerifyPlan, WritePl
         return rng.integers(-7777, 7777, n)
 
     vplan = VerifyPlan(
-        verify_slot_indices=stale(verify_capacity), verify_expected_tokens=stale(verify_capacity),
-        verify_expected_positions=stale(verify_capacity), verify_prev_slot_indices=stale(verify_capacity),
-        verify_num_valid=np.array([-5], np.int32), enable=np.array([9], np.int32),
-    )  # fmt: skip
-    wplan = WritePlan(write_offsets=stale(write_capacity + 1), write_seed_slot_indices=stale(write_capacity),
-                      write_num_valid_reqs=np.array([-5], np.int32))  # fmt: skip
+        verify_slot_indices=stale(verify_capacity),
+        verify_expected_tokens=stale(verify_capacity),
+        verify_expected_positions=stale(verify_capacity),
+        verify_prev_slot_indices=stale(verify_capacity),
+        verify_num_valid=np.array([-5], np.int32),
+        enable=np.array([9], np.int32),
+    )
+    wplan = WritePlan(
+        write_offsets=stale(write_capacity + 1),
+        write_seed_slot_indices=stale(write_capacity),
+        write_num_valid_reqs=np.array([-5], np.int32),
+    )
     return vplan, wplan
 
 
@@ -538,8 +596,9 @@ def run_plan(rng, bs: int):
     results = []
     for implementation in (spec_plan, fast("plan")):
         ours_v, ours_w = copy_plan(vplan), copy_plan(wplan)
-        implementation.launch_canary_plan_kernels(verify_plan_out=ours_v, write_plan_out=ours_w,
-                                                  verify_capacity=verify_capacity, **case)  # fmt: skip
+        implementation.launch_canary_plan_kernels(
+            verify_plan_out=ours_v, write_plan_out=ours_w, verify_capacity=verify_capacity, **case
+        )
         results.append((ours_v, ours_w))
     for name, value in inputs.items():
         assert_same_bytes(f"{name} (only read)", case[name], value)
@@ -573,12 +632,23 @@ def test_plan_offsets_matches(seed, bs, tail):
     _, wplan = stale_plans(rng, bs, 1)
     outputs = {
         "out_verify_offsets_scratch": rng.integers(-7777, 7777, bs + 1 + tail),
-        "out_write_offsets": wplan.write_offsets, "out_write_seed_slot_indices": wplan.write_seed_slot_indices,
-        "out_verify_num_valid": np.array([-5], np.int32), "out_verify_enable": np.array([9], np.int32),
+        "out_write_offsets": wplan.write_offsets,
+        "out_write_seed_slot_indices": wplan.write_seed_slot_indices,
+        "out_verify_num_valid": np.array([-5], np.int32),
+        "out_verify_enable": np.array([9], np.int32),
         "out_write_num_valid_reqs": np.array([-5], np.int32),
-    }  # fmt: skip
-    inputs = {name: case[name] for name in ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token",
-                                            "full_to_swa_index_mapping", "swa_window_size")}  # fmt: skip
+    }
+    inputs = {
+        name: case[name]
+        for name in (
+            "req_pool_indices",
+            "prefix_lens",
+            "extend_seq_lens",
+            "req_to_token",
+            "full_to_swa_index_mapping",
+            "swa_window_size",
+        )
+    }
     results = []
     for implementation in (spec_plan, fast("plan")):
         out = {name: array.copy() for name, array in outputs.items()}
@@ -586,8 +656,11 @@ def test_plan_offsets_matches(seed, bs, tail):
         results.append(out)
     for name in outputs:
         assert_same_bytes(name, results[0][name], results[1][name])
-    assert_same_bytes("scratch tail (untouched)", results[0]["out_verify_offsets_scratch"][bs + 1 :],
-                      outputs["out_verify_offsets_scratch"][bs + 1 :])  # fmt: skip
+    assert_same_bytes(
+        "scratch tail (untouched)",
+        results[0]["out_verify_offsets_scratch"][bs + 1 :],
+        outputs["out_verify_offsets_scratch"][bs + 1 :],
+    )
 
 
 def test_plan_output_sharing_an_input_reads_the_inputs_first():
@@ -596,17 +669,22 @@ def test_plan_output_sharing_an_input_reads_the_inputs_first():
     rng = np.random.default_rng(5)
     bs = 6
     case = make_plan_case(rng, bs)
-    case.update(req_pool_indices=np.arange(bs, dtype=np.int64) % 3 + 1, prefix_lens=np.full(bs, 4, np.int64),
-                extend_seq_lens=np.ones(bs, np.int64))  # fmt: skip
+    case.update(
+        req_pool_indices=np.arange(bs, dtype=np.int64) % 3 + 1,
+        prefix_lens=np.full(bs, 4, np.int64),
+        extend_seq_lens=np.ones(bs, np.int64),
+    )
     stale_v, stale_w = stale_plans(rng, bs, 64)
     clean_v, clean_w = copy_plan(stale_v), copy_plan(stale_w)
     spec_plan.launch_canary_plan_kernels(verify_plan_out=clean_v, write_plan_out=clean_w, verify_capacity=64, **case)
     for implementation in (spec_plan, fast("plan")):
         v = copy_plan(stale_v)
         # The write offsets' first bs values are the prefix lengths' memory.
-        w = WritePlan(write_offsets=np.concatenate([case["prefix_lens"], [0]]),
-                      write_seed_slot_indices=stale_w.write_seed_slot_indices[:bs].copy(),
-                      write_num_valid_reqs=stale_w.write_num_valid_reqs.copy())  # fmt: skip
+        w = WritePlan(
+            write_offsets=np.concatenate([case["prefix_lens"], [0]]),
+            write_seed_slot_indices=stale_w.write_seed_slot_indices[:bs].copy(),
+            write_num_valid_reqs=stale_w.write_num_valid_reqs.copy(),
+        )
         aliased = dict(case, prefix_lens=w.write_offsets[:bs])
         implementation.launch_canary_plan_kernels(verify_plan_out=v, write_plan_out=w, verify_capacity=64, **aliased)
         assert int(v.verify_num_valid[0]) > 0
@@ -656,22 +734,35 @@ def small_context(num_slots=8, ring_capacity=8) -> CanaryContext:
 
 def verify_plan(entries, num_valid=None) -> VerifyPlan:
     table = np.array(entries, dtype=np.int64).reshape(-1, 4)
-    return VerifyPlan(verify_slot_indices=table[:, 0].copy(), verify_expected_tokens=table[:, 1].copy(),
-                      verify_expected_positions=table[:, 2].copy(), verify_prev_slot_indices=table[:, 3].copy(),
-                      verify_num_valid=np.array([len(table) if num_valid is None else num_valid], np.int32),
-                      enable=np.ones(1, np.int32))  # fmt: skip
+    return VerifyPlan(
+        verify_slot_indices=table[:, 0].copy(),
+        verify_expected_tokens=table[:, 1].copy(),
+        verify_expected_positions=table[:, 2].copy(),
+        verify_prev_slot_indices=table[:, 3].copy(),
+        verify_num_valid=np.array([len(table) if num_valid is None else num_valid], np.int32),
+        enable=np.ones(1, np.int32),
+    )
 
 
 def test_write_then_verify_documented_rows():
     """A chain written by the spec verifies clean; each documented fault gives its documented row."""
     ctx = small_context()
     kind = int(ctx.kernel_kind)
-    plan = WritePlan(write_offsets=np.array([0, 3], np.int64), write_seed_slot_indices=np.array([-1], np.int64),
-                     write_num_valid_reqs=np.ones(1, np.int32))  # fmt: skip
-    spec_write.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=np.array([11, 12, 13]),
-                                          positions=np.array([0, 1, 2]), out_cache_loc=np.array([3, 5, 2]),
-                                          enable_write_input_assert=False, expected_input_tokens=None,
-                                          expected_input_positions=None)  # fmt: skip
+    plan = WritePlan(
+        write_offsets=np.array([0, 3], np.int64),
+        write_seed_slot_indices=np.array([-1], np.int64),
+        write_num_valid_reqs=np.ones(1, np.int32),
+    )
+    spec_write.launch_canary_write_kernel(
+        context=ctx,
+        plan=plan,
+        input_ids=np.array([11, 12, 13]),
+        positions=np.array([0, 1, 2]),
+        out_cache_loc=np.array([3, 5, 2]),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     fields = records(ctx)
     head = to_signed(CANARY_CHAIN_HEAD)
     assert fields[3, :4].tolist() == [11, 0, head, 0]
@@ -696,13 +787,21 @@ def test_write_then_verify_documented_rows():
 def test_write_documented_extension_rows():
     ctx = small_context(num_slots=4)
     kind = int(ctx.kernel_kind)
-    plan = WritePlan(write_offsets=np.array([-1, 2, 2, 9], np.int64),
-                     write_seed_slot_indices=np.array([6, -1, 1], np.int64),
-                     write_num_valid_reqs=np.array([3], np.int32))  # fmt: skip
-    spec_write.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=np.array([1, 2, 3]),
-                                          positions=np.array([0, 1, 7]), out_cache_loc=np.array([1, 4, -1]),
-                                          enable_write_input_assert=False, expected_input_tokens=None,
-                                          expected_input_positions=None)  # fmt: skip
+    plan = WritePlan(
+        write_offsets=np.array([-1, 2, 2, 9], np.int64),
+        write_seed_slot_indices=np.array([6, -1, 1], np.int64),
+        write_num_valid_reqs=np.array([3], np.int32),
+    )
+    spec_write.launch_canary_write_kernel(
+        context=ctx,
+        plan=plan,
+        input_ids=np.array([1, 2, 3]),
+        positions=np.array([0, 1, 7]),
+        out_cache_loc=np.array([1, 4, -1]),
+        enable_write_input_assert=False,
+        expected_input_tokens=None,
+        expected_input_positions=None,
+    )
     running = splitmix64_mix3(CANARY_CHAIN_HEAD, 1, 0)
     rows = ctx.violation_ring[: int(ctx.violation_write_index[0])].tolist()
     assert rows == [

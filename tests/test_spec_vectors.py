@@ -36,8 +36,9 @@ def _verify_without_token_check(**kwargs):
 
 
 def _write_without_chain_assert(*, context, **kwargs):
-    write.launch_canary_write_kernel(context=context.replace(enable_chain_position_assert=np.zeros(1, np.int32)),
-                                     **kwargs)  # fmt: skip
+    write.launch_canary_write_kernel(
+        context=context.replace(enable_chain_position_assert=np.zeros(1, np.int32)), **kwargs
+    )
 
 
 def _plan_without_window(**kwargs):

@@ -13,9 +13,13 @@ from canary_helpers import make_context, verify_plan, write_args, write_index, w
 from canary_pipeline import Pipeline
 from helpers import raises_code
 
-from kvcanary_numba import CanaryContext, RealKvHashMode, VerifyPlan
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba import (
+    CanaryContext,
+    RealKvHashMode,
+    VerifyPlan,
+    launch_canary_verify_kernel,
+    launch_canary_write_kernel,
+)
 from kvcanary_numba.fast.calls import OPERATIONS
 
 
@@ -61,11 +65,14 @@ def test_per_step_arrays_of_the_same_layout_share_one_validation(validations):
         launch_canary_write_kernel(context=ctx, **{**args, "positions": np.zeros(3, np.int64)})
 
 
-@pytest.mark.parametrize("change, code", [
-    (lambda ctx: setattr(ctx.violation_ring, "shape", (16, 4)), "KVC-C004"),  # same object, new shape
-    (lambda ctx: setattr(ctx.violation_ring.flags, "writeable", False), "KVC-C013"),  # made read-only
-    (lambda ctx: setattr(ctx.slot_run_counter, "dtype", np.int32), "KVC-C002"),  # new dtype (2 x int32)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        (lambda ctx: setattr(ctx.violation_ring, "shape", (16, 4)), "KVC-C004"),  # same object, new shape
+        (lambda ctx: setattr(ctx.violation_ring.flags, "writeable", False), "KVC-C013"),  # made read-only
+        (lambda ctx: setattr(ctx.slot_run_counter, "dtype", np.int32), "KVC-C002"),  # new dtype (2 x int32)
+    ],
+)
 def test_an_array_changed_in_place_is_validated_again(validations, change, code):
     ctx, plan = make_context(8, ring_capacity=8), verify_plan([1], [0], [-1], capacity=4)
     _verify(ctx, plan)
@@ -92,7 +99,9 @@ def test_an_array_freed_and_replaced_at_the_same_address_is_validated_again(vali
     else:
         pytest.skip("no id was recycled")
     good = make_context(8)
-    bad = CanaryContext(**{**{f: getattr(good, f) for f in CanaryContext.__dataclass_fields__}, "canary_buf": misaligned})
+    bad = CanaryContext(
+        **{**{f: getattr(good, f) for f in CanaryContext.__dataclass_fields__}, "canary_buf": misaligned}
+    )
     with raises_code("KVC-C014"):
         _verify(bad, plan)
 
@@ -113,8 +122,16 @@ def test_freed_pools_and_buffers_are_collected_after_calls():
     pipe.tokens[1, :8] = np.arange(100, 108)
     pipe.step([1], [0], [4])
     pipe.step([1], [4], [2])
-    refs = [weakref.ref(a) for a in (pipe.kv, pipe.ctx.canary_buf, pipe.ctx.violation_ring,
-                                      pipe.vplan.verify_slot_indices, pipe.req_to_token)]  # fmt: skip
+    refs = [
+        weakref.ref(a)
+        for a in (
+            pipe.kv,
+            pipe.ctx.canary_buf,
+            pipe.ctx.violation_ring,
+            pipe.vplan.verify_slot_indices,
+            pipe.req_to_token,
+        )
+    ]
     del pipe
     gc.collect()
     assert [r() is None for r in refs] == [True] * len(refs)
@@ -126,8 +143,11 @@ def test_dlpack_producers_are_collected_after_calls():
     from kvcanary_numba import RealKvSource
 
     kv = np.zeros((8, 32), np.uint8)
-    ctx = make_context(8, sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1, num_bytes_per_token=32,
-                                                read_bytes=32),), mode=RealKvHashMode.ALL)  # fmt: skip
+    ctx = make_context(
+        8,
+        sources=(RealKvSource(tensor=DlpackOnly(kv), page_size=1, num_bytes_per_token=32, read_bytes=32),),
+        mode=RealKvHashMode.ALL,
+    )
     plan = verify_plan([1], [0], [-1], capacity=4)
     wrapped = VerifyPlan(**{name: DlpackOnly(a) for name, a in plan.arrays().items()})
     producer = wrapped.enable
@@ -150,10 +170,14 @@ def _numba_like_class(module: str) -> type:
         self.gpu_data = Pointer()
         self.shape, self.strides, self.dtype = (8,), (8,), np.dtype(np.int64)
 
-    cai = property(lambda self: {"data": (0x7F0000001000, False), "shape": (8,), "strides": None,
-                                 "typestr": "<i8", "version": 3})  # fmt: skip
-    return type("DeviceNDArray", (), {"__module__": module, "__cuda_ndarray__": True, "__init__": __init__,
-                                      "__cuda_array_interface__": cai})  # fmt: skip
+    cai = property(
+        lambda self: {"data": (0x7F0000001000, False), "shape": (8,), "strides": None, "typestr": "<i8", "version": 3}
+    )
+    return type(
+        "DeviceNDArray",
+        (),
+        {"__module__": module, "__cuda_ndarray__": True, "__init__": __init__, "__cuda_array_interface__": cai},
+    )
 
 
 @pytest.mark.parametrize("module", ["numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"])

@@ -21,9 +21,7 @@ import numpy as np
 import pytest
 from vectors import Ops, replay, scenario_paths, vectors_folder
 
-from kvcanary_numba import launch_canary_plan_kernels
-from kvcanary_numba import launch_canary_verify_kernel
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba import launch_canary_plan_kernels, launch_canary_verify_kernel, launch_canary_write_kernel
 
 #: Scenario names at collection time, from the folder the vectors_dir fixture returns too.
 SCENARIOS = [path.name for path in scenario_paths(vectors_folder())]
@@ -161,11 +159,11 @@ def test_vector_full_ring_check_catches_a_change(vectors_dir, sequential, change
     path = _full_ring_scenario(vectors_dir)
     honest = _ops("honest", "numpy", sequential=sequential)
     assert replay(path, honest, REFERENCE) >= 1
-    tampered = Ops(name="tampered", plan=honest.plan, verify=honest.verify, write=_tampering_write(change),
-                   sequential=sequential)
+    tampered = Ops(
+        name="tampered", plan=honest.plan, verify=honest.verify, write=_tampering_write(change), sequential=sequential
+    )
     with pytest.raises(AssertionError):
         replay(path, tampered, REFERENCE)
-
 
 
 def _shrunk_ring(path, capacity: int, folder):
@@ -195,8 +193,10 @@ def _racy(launch):
         cap = context.violation_ring.shape[0]
         before = int(context.violation_write_index[0])
         unbounded = context.replace(
-            canary_buf=context.canary_buf.copy(), violation_ring=np.zeros((1 << 12, 8), np.int64),
-            violation_write_index=np.zeros(1, np.int32), slot_run_counter=context.slot_run_counter.copy(),
+            canary_buf=context.canary_buf.copy(),
+            violation_ring=np.zeros((1 << 12, 8), np.int64),
+            violation_write_index=np.zeros(1, np.int32),
+            slot_run_counter=context.slot_run_counter.copy(),
             kernel_run_counter=context.kernel_run_counter.copy(),
         )
         launch(context=unbounded, backend="numpy", **kwargs)
@@ -217,8 +217,13 @@ def test_vector_racy_partial_overflow_then_full_ring_passes(vectors_dir, tmp_pat
         pytest.skip(f"{path.name} (a ring of 64 rows, 54 recorded) is not in {vectors_dir}")
     shrunk = _shrunk_ring(path, 16, tmp_path)  # step 4's verify goes from 12 to 20 rows: part-way
     assert replay(shrunk, REFERENCE) >= 1  # sequential: exactly SGLang's first 16 rows
-    racy = Ops(name="racy", plan=REFERENCE.plan, verify=_racy(launch_canary_verify_kernel),
-               write=_racy(launch_canary_write_kernel), sequential=False)
+    racy = Ops(
+        name="racy",
+        plan=REFERENCE.plan,
+        verify=_racy(launch_canary_verify_kernel),
+        write=_racy(launch_canary_write_kernel),
+        sequential=False,
+    )
     assert replay(shrunk, racy, REFERENCE) >= 1
     sequential_racy = Ops(name="racy", plan=REFERENCE.plan, verify=racy.verify, write=racy.write)
     with pytest.raises(AssertionError, match="ring rows differ"):

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from canary_helpers import (
-    FakeCudaArray, counters, make_context, run_verify, verify_plan, write_index, write_plan,
-)  # fmt: skip
+    FakeCudaArray,
+    counters,
+    make_context,
+    run_verify,
+    verify_plan,
+    write_index,
+    write_plan,
+)
 from canary_oracles import random_source
 from helpers import raises_code
 
@@ -148,10 +154,18 @@ def test_backend_resolution():
     with raises_code("KVC-C007"):
         run_verify(ctx, fake_plan)
     fake_ctx = ctx.replace(
-        **{f: FakeCudaArray(getattr(ctx, f)) for f in ("canary_buf", "violation_ring", "violation_write_index",
-                                                      "slot_run_counter", "kernel_run_counter",
-                                                      "enable_chain_position_assert")}
-    )  # fmt: skip
+        **{
+            f: FakeCudaArray(getattr(ctx, f))
+            for f in (
+                "canary_buf",
+                "violation_ring",
+                "violation_write_index",
+                "slot_run_counter",
+                "kernel_run_counter",
+                "enable_chain_position_assert",
+            )
+        }
+    )
     with raises_code("KVC-C008"):
         run_verify(fake_ctx, fake_plan, backend="numpy")
     assert counters(ctx) == (0, 0)

@@ -29,8 +29,10 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.fake_launch import gpu_launch_layer  # noqa: E402
 
-pytestmark = [pytest.mark.simulator,
-              pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue")]
+pytestmark = [
+    pytest.mark.simulator,
+    pytest.mark.skipif(not _common.ON_SIMULATOR, reason="drives NumPy arrays through the kernel glue"),
+]
 
 LENGTHS = [40, 3, 21]  # request 1 is short; the capacity of 3 averages 21 tokens per request
 SEEDS = [50, -1, 51]
@@ -57,8 +59,18 @@ def test_glue_packed_and_replayed_long_writes_equal_the_reference(monkeypatch, v
     monkeypatch.setattr(PreparedLaunch, "launch", run_packed)
     monkeypatch.setattr(calls.OPERATIONS["launch_canary_write_kernel"], "memo", Memo())  # the first call runs the glue
     want, kwargs = _case()
-    got = want.replace(**{name: getattr(want, name).copy() for name in (
-        "canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter")})
+    got = want.replace(
+        **{
+            name: getattr(want, name).copy()
+            for name in (
+                "canary_buf",
+                "violation_ring",
+                "violation_write_index",
+                "slot_run_counter",
+                "kernel_run_counter",
+            )
+        }
+    )
     launched.clear()
     restore = gpu_launch_layer()
     try:
@@ -75,8 +87,10 @@ def test_glue_packed_and_replayed_long_writes_equal_the_reference(monkeypatch, v
     assert sorted(map(tuple, got.violation_ring[:rows])) == sorted(map(tuple, want.violation_ring[:rows]))
     # chain_publish, then the tiled stamp, each call, on the same published scratch.
     stamp_signature = write_tiled.SIGNATURES[write_tiled.kernel_name(False, 0)][0]
-    assert [signature for signature, _ in launched] == [chain_kernels.SIGNATURES["chain_publish"][0],
-                                                        stamp_signature] * 3
+    assert [signature for signature, _ in launched] == [
+        chain_kernels.SIGNATURES["chain_publish"][0],
+        stamp_signature,
+    ] * 3
     published = [a for key, a in STREAM_SCRATCH.arrays(0).items() if key[0] == "published"]
     pointers = {a.ctypes.data for a in published}
     assert all(pointers & set(ptrs) for _, ptrs in launched)

@@ -7,8 +7,7 @@ import pytest
 from canary_helpers import FakeCudaArray, counters, make_context, write_plan
 from helpers import raises_code
 
-from kvcanary_numba import VerifyPlan, WritePlan
-from kvcanary_numba import launch_canary_write_kernel
+from kvcanary_numba import VerifyPlan, WritePlan, launch_canary_write_kernel
 
 
 def _write_kwargs(**changes):

@@ -17,8 +17,9 @@ import json
 import os
 import pathlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,9 @@ def _sources(data, prefix: str, meta: dict, ops: Ops) -> tuple[RealKvSource, ...
     )
 
 
-def _check_ring(ops, oracle, label, ring_before, widx_before, ring_after, widx_after, want_ring, want_widx, launch_rows):
+def _check_ring(
+    ops, oracle, label, ring_before, widx_before, ring_after, widx_after, want_ring, want_widx, launch_rows
+):
     cap = ring_after.shape[0]
     assert widx_after == want_widx, f"{label}: write index {widx_after} != {want_widx}"
     stored = min(widx_after, cap)
@@ -100,7 +103,6 @@ def replay(path: pathlib.Path, ops: Ops, oracle: Ops | None = None) -> int:
     """Replay one scenario file; returns the number of steps checked."""
     data = np.load(path)
     meta = json.loads(str(data["meta"]))
-    host = np.asarray
     ctx = CanaryContext.allocate(
         num_slots=meta["canary_slots"],
         slot_stride_bytes=meta["stride"],
@@ -128,7 +130,9 @@ def replay(path: pathlib.Path, ops: Ops, oracle: Ops | None = None) -> int:
             full_to_swa_index_mapping=lut,
             verify_capacity=int(meta["verify_cap"]),
             req_to_verify_expected_tokens=ops.to_device(data[p + "pool"]) if meta["check_tok"] else None,
-            req_to_verify_expected_tokens_valid_lens=ops.to_device(data[p + "valid_lens"]) if meta["check_tok"] else None,
+            req_to_verify_expected_tokens_valid_lens=ops.to_device(data[p + "valid_lens"])
+            if meta["check_tok"]
+            else None,
             kv_token_id_vs_position_offset=int(meta["offset"]),
         )
         ops.plan(verify_plan_out=vplan, write_plan_out=wplan, **plan_kwargs)
@@ -143,7 +147,9 @@ def replay(path: pathlib.Path, ops: Ops, oracle: Ops | None = None) -> int:
         ]:
             np.testing.assert_array_equal(ops.to_host(ours)[:num_valid], data[p + theirs], err_msg=f"{label}: {theirs}")
         np.testing.assert_array_equal(ops.to_host(wplan.write_offsets)[: bs + 1], data[p + "w_offsets"], err_msg=label)
-        np.testing.assert_array_equal(ops.to_host(wplan.write_seed_slot_indices)[:bs], data[p + "w_seeds"], err_msg=label)
+        np.testing.assert_array_equal(
+            ops.to_host(wplan.write_seed_slot_indices)[:bs], data[p + "w_seeds"], err_msg=label
+        )
         assert int(ops.to_host(wplan.write_num_valid_reqs)[0]) == int(data[p + "w_num_valid"]), label
 
         for stage, launch, kwargs in [
@@ -210,7 +216,12 @@ def _oracle_rows(oracle: Ops, stage: str, ctx: CanaryContext, ops: Ops, buf: np.
         real_kv_hash_mode=ctx.real_kv_hash_mode,
     ).replace(
         real_kv_sources=tuple(
-            RealKvSource(tensor=host(s.tensor), page_size=s.page_size, num_bytes_per_token=s.num_bytes_per_token, read_bytes=s.read_bytes)
+            RealKvSource(
+                tensor=host(s.tensor),
+                page_size=s.page_size,
+                num_bytes_per_token=s.num_bytes_per_token,
+                read_bytes=s.read_bytes,
+            )
             for s in ctx.real_kv_sources
         )
     )

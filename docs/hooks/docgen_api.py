@@ -20,14 +20,27 @@ SECTIONS: dict[str, str] = {
     "Numba-CUDA kernels": "kernels",
 }
 #: A Sphinx cross-reference role before a code span, as rendered from a docstring.
-_ROLE = re.compile(r":(?:class|func|meth|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
+_ROLE = re.compile(
+    r":(?:class|func|meth|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>"
+)
 #: Subpackages not listed as one page of the public API: sections of their own, and the launch glue.
 #: The monitor is both: its package page is the public API, its modules a section.
 SUBPACKAGES = frozenset(s for s in SECTIONS.values() if s) - {"monitor"} | {"launch"}
 #: Reading order of the public modules; anything else follows alphabetically.
 PREFERRED = (
-    "plan", "write", "verify", "scatter", "fingerprint", "plans", "context",
-    "monitor", "engine", "cli", "constants", "hashing", "errors",
+    "plan",
+    "write",
+    "verify",
+    "scatter",
+    "fingerprint",
+    "plans",
+    "context",
+    "monitor",
+    "engine",
+    "cli",
+    "constants",
+    "hashing",
+    "errors",
 )
 
 
@@ -59,7 +72,12 @@ def discover(package_dir: pathlib.Path) -> dict[str, list[tuple[str, str]]]:
                 continue
             if path.suffix == ".py":
                 source, name = path, path.stem
-            elif path.is_dir() and (path / "__init__.py").is_file() and not sub and path.name not in SUBPACKAGES:
+            elif (
+                path.is_dir()
+                and (path / "__init__.py").is_file()
+                and not sub
+                and path.name not in SUBPACKAGES
+            ):
                 source, name = path / "__init__.py", path.name
             else:
                 continue
@@ -99,4 +117,6 @@ def render_index(found: dict[str, list[tuple[str, str]]]) -> str:
 
 def plain_roles(html: str) -> str:
     """Render Sphinx roles (``:class:`~a.B```) that mkdocstrings leaves as text as plain code (``B``)."""
-    return _ROLE.sub(lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html)
+    return _ROLE.sub(
+        lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html
+    )

@@ -24,15 +24,21 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import pathlib
+import re
 import sys
 from collections import defaultdict
 
 OP_KEYS = ("op", "kernel", "name")
 SIZE_KEYS = ("size", "entries", "bs", "tokens", "n")
 VARIANT_KEYS = ("variant", "impl", "mode", "backend")
-TIME_KEYS = (("median_us", 1.0), ("time_us", 1.0), ("us", 1.0), ("median_ms", 1e3), ("time_ms", 1e3))
+TIME_KEYS = (
+    ("median_us", 1.0),
+    ("time_us", 1.0),
+    ("us", 1.0),
+    ("median_ms", 1e3),
+    ("time_ms", 1e3),
+)
 
 LINE_STYLES = ("-", "--", ":", "-.")
 #: Operations plotted on the summary page (from the latest run), in this order.
@@ -41,7 +47,7 @@ SUMMARY_OPS = ("verify", "write", "plan")
 PLOT_VERSION = 1
 
 NO_RESULTS = (
-    "!!! note \"No results yet\"\n"
+    '!!! note "No results yet"\n'
     "    No benchmark results are committed yet. Run the benchmark suite on a GPU "
     "(`kvcanary bench`) and commit its JSON under `benchmarks/results/`; this page is rebuilt from it."
 )
@@ -68,21 +74,37 @@ def load(path: pathlib.Path) -> tuple[dict, list[dict], str | None]:
     if not isinstance(records, list):
         return (meta if isinstance(meta, dict) else {}), [], "has no list of results"
     kept = [r for r in records if isinstance(r, dict)]
-    problem = f"{len(records) - len(kept)} result entries are not objects" if len(kept) < len(records) else None
+    problem = (
+        f"{len(records) - len(kept)} result entries are not objects"
+        if len(kept) < len(records)
+        else None
+    )
     return (meta if isinstance(meta, dict) else {}), kept, problem
 
 
 def series(records: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """op -> variant -> sorted [(size, time_us)] of the plottable records."""
-    out: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    out: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for r in records:
         op, size = _first(r, OP_KEYS), _number(_first(r, SIZE_KEYS))
-        time_us = next((_number(r.get(k)) * f for k, f in TIME_KEYS if _number(r.get(k)) is not None), None)
+        time_us = next(
+            (
+                _number(r.get(k)) * f
+                for k, f in TIME_KEYS
+                if _number(r.get(k)) is not None
+            ),
+            None,
+        )
         if op is None or size is None or time_us is None or size <= 0 or time_us <= 0:
             continue
         variant = str(_first(r, VARIANT_KEYS) or "default")
         out[str(op)][variant].append((size, time_us))
-    return {op: distinct({v: sorted(pts) for v, pts in vs.items()}) for op, vs in out.items()}
+    return {
+        op: distinct({v: sorted(pts) for v, pts in vs.items()})
+        for op, vs in out.items()
+    }
 
 
 def distinct(lines: dict[str, list]) -> dict[str, list]:
@@ -102,12 +124,18 @@ def distinct(lines: dict[str, list]) -> dict[str, list]:
 
 def size_key(records: list[dict], op: str) -> str:
     """The size field the records of ``op`` use (axis label), ``size`` when they disagree."""
-    keys = {next((k for k in SIZE_KEYS if k in r), None) for r in records if _first(r, OP_KEYS) == op}
+    keys = {
+        next((k for k in SIZE_KEYS if k in r), None)
+        for r in records
+        if _first(r, OP_KEYS) == op
+    }
     keys.discard(None)
     return keys.pop() if len(keys) == 1 else "size"
 
 
-def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str = "size") -> bytes:
+def plot_svg(
+    op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str = "size"
+) -> bytes:
     """Log-log time-versus-size plot of one operation, as SVG bytes."""
     import matplotlib
 
@@ -118,7 +146,13 @@ def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str =
     for index, (variant, points) in enumerate(sorted(lines.items())):
         xs, ys = zip(*points)
         # The colour cycle has 10 entries: later lines change their dash instead.
-        ax.plot(xs, ys, marker="o", label=variant, linestyle=LINE_STYLES[index // 10 % len(LINE_STYLES)])
+        ax.plot(
+            xs,
+            ys,
+            marker="o",
+            label=variant,
+            linestyle=LINE_STYLES[index // 10 % len(LINE_STYLES)],
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(xlabel)
@@ -132,14 +166,22 @@ def plot_svg(op: str, lines: dict[str, list[tuple[float, float]]], xlabel: str =
     return buf.getvalue()
 
 
-def cached_plot(op: str, lines: dict, xlabel: str, cache_dir: pathlib.Path | None) -> bytes:
+def cached_plot(
+    op: str, lines: dict, xlabel: str, cache_dir: pathlib.Path | None
+) -> bytes:
     """:func:`plot_svg`, read from ``cache_dir/<hash>.svg`` when the same plot was drawn before.
 
     The key hashes everything the plot shows (operation, points, axis label) and
     :data:`PLOT_VERSION`; a changed result file changes its key, nothing else does.
     """
-    payload = json.dumps([PLOT_VERSION, op, xlabel, sorted(lines.items())], sort_keys=True)
-    path = cache_dir / f"{hashlib.sha256(payload.encode()).hexdigest()[:32]}.svg" if cache_dir else None
+    payload = json.dumps(
+        [PLOT_VERSION, op, xlabel, sorted(lines.items())], sort_keys=True
+    )
+    path = (
+        cache_dir / f"{hashlib.sha256(payload.encode()).hexdigest()[:32]}.svg"
+        if cache_dir
+        else None
+    )
     if path is not None and path.is_file():
         return path.read_bytes()
     data = plot_svg(op, lines, xlabel)
@@ -161,7 +203,9 @@ def _table(records: list[dict]) -> list[str]:
     for r in records:
         columns += [k for k in r if k not in columns]
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    rows += ["| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in records]
+    rows += [
+        "| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in records
+    ]
     return rows
 
 
@@ -174,16 +218,39 @@ def _natural(name: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _run_page(path: pathlib.Path, meta, records, problem, plots: list[tuple[str, str]]) -> str:
-    parts = [f"# Benchmark run `{path.stem}`", "", f"From `benchmarks/results/{path.name}`; "
-             "the summary of all runs is on the [benchmarks page](../benchmarks.md).", ""]
+def _run_page(
+    path: pathlib.Path, meta, records, problem, plots: list[tuple[str, str]]
+) -> str:
+    parts = [
+        f"# Benchmark run `{path.stem}`",
+        "",
+        f"From `benchmarks/results/{path.name}`; "
+        "the summary of all runs is on the [benchmarks page](../benchmarks.md).",
+        "",
+    ]
     if problem:
-        parts += [f"!!! warning \"Partial results\"\n    `{path.name}` {problem}.", ""]
+        parts += [f'!!! warning "Partial results"\n    `{path.name}` {problem}.', ""]
     if meta:
-        parts += ["## Run", "", "| run | |", "|---|---|", *(f"| {k} | {_cell(v)} |" for k, v in meta.items()), ""]
+        parts += [
+            "## Run",
+            "",
+            "| run | |",
+            "|---|---|",
+            *(f"| {k} | {_cell(v)} |" for k, v in meta.items()),
+            "",
+        ]
     if plots:
-        parts += ["## Plots", "", *(f"![{op}: time versus size](../{name})\n" for op, name in plots)]
-    parts += ["## Records", "", *(_table(records) if records else ["No result records in this file."]), ""]
+        parts += [
+            "## Plots",
+            "",
+            *(f"![{op}: time versus size](../{name})\n" for op, name in plots),
+        ]
+    parts += [
+        "## Records",
+        "",
+        *(_table(records) if records else ["No result records in this file."]),
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -195,8 +262,9 @@ def _run_line(path: pathlib.Path, page: str, meta: dict, records: list, problem)
     return f"- [`{path.stem}`]({page}): {', '.join(facts)}"
 
 
-def render(results_dir: pathlib.Path, image_dir: str,
-           cache_dir: pathlib.Path | None = None) -> tuple[dict[str, str], dict[str, bytes]]:  # fmt: skip
+def render(
+    results_dir: pathlib.Path, image_dir: str, cache_dir: pathlib.Path | None = None
+) -> tuple[dict[str, str], dict[str, bytes]]:
     """(docs-relative page path -> Markdown, image path -> SVG bytes).
 
     ``benchmarks.md`` (docs root) is the summary page; each results file gets
@@ -204,7 +272,11 @@ def render(results_dir: pathlib.Path, image_dir: str,
     plots; ``cache_dir`` (optional) keeps rendered plots between builds.
     """
     summary = ["# Benchmarks", "", '--8<-- "benchmarks-intro.md"', ""]
-    files = [(path, *load(path)) for path in results_dir.glob("*.json")] if results_dir.is_dir() else []
+    files = (
+        [(path, *load(path)) for path in results_dir.glob("*.json")]
+        if results_dir.is_dir()
+        else []
+    )
     if not files:
         return {"benchmarks.md": "\n".join(summary + [NO_RESULTS, ""])}, {}
     # Oldest first by the run's recorded date (names mix devices: h100-... sorts before h200-...);
@@ -227,11 +299,20 @@ def render(results_dir: pathlib.Path, image_dir: str,
     if latest is not None:
         path, plots = latest
         chosen = [p for op in SUMMARY_OPS for p in plots if p[0] == op] or plots[:3]
-        summary += [f"## Latest run: `{path.stem}`", "",
-                    f"Median time against size, one line per variant; every plot and record of the run is on "
-                    f"[its page](benchmarks/{path.stem}.md).", ""]  # fmt: skip
+        summary += [
+            f"## Latest run: `{path.stem}`",
+            "",
+            f"Median time against size, one line per variant; every plot and record of the run is on "
+            f"[its page](benchmarks/{path.stem}.md).",
+            "",
+        ]
         summary += [f"![{op}: time versus size]({name})\n" for op, name in chosen]
-    summary += ["## All runs", "", "One page per results file (metadata, every plot, every record), oldest first:", ""]
+    summary += [
+        "## All runs",
+        "",
+        "One page per results file (metadata, every plot, every record), oldest first:",
+        "",
+    ]
     pages["benchmarks.md"] = "\n".join(summary + runs + [""])
     return pages, images
 
@@ -241,7 +322,9 @@ def main(argv: list[str]) -> int:
     pages, images = render(results, "img")
     for name, data in {**pages, **images}.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
-        (out / name).write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+        (out / name).write_bytes(
+            data if isinstance(data, bytes) else data.encode("utf-8")
+        )
     print(f"wrote {len(pages)} pages and {len(images)} plots under {out}")
     return 0
 

@@ -140,9 +140,13 @@ def render_entry(entry, registry: Mapping) -> str:
         parts += ["SGLang's kv-canary rejects the same input with:", ""]
         parts += [sglang_heading(m, i) for i, m in enumerate(entry.sglang, 1)]
     elif entry.extension:
-        parts.append("None: SGLang has no such check; this is an extension of kvcanary_numba.")
+        parts.append(
+            "None: SGLang has no such check; this is an extension of kvcanary_numba."
+        )
     else:
-        parts.append("SGLang performs the same check without a message of its own (a generic tensor check).")
+        parts.append(
+            "SGLang performs the same check without a message of its own (a generic tensor check)."
+        )
     parts += ["", f"Extension: **{'yes' if entry.extension else 'no'}**.", ""]
     return "\n".join(parts)
 
@@ -150,7 +154,9 @@ def render_entry(entry, registry: Mapping) -> str:
 def _table(entries) -> list[str]:
     rows = ["| Code | Title | Message |", "|---|---|---|"]
     for e in entries:
-        rows.append(f"| [{e.code}]({e.code}.md) | {escape(e.title)} | {code_span(e.message)} |")
+        rows.append(
+            f"| [{e.code}]({e.code}.md) | {escape(e.title)} | {code_span(e.message)} |"
+        )
     return rows
 
 
@@ -197,6 +203,11 @@ def link_codes(html: str, to_root: str, registry: Mapping) -> str:
                 in_link -= 1
         elif not in_link and "KVC-" in part:
             parts[i] = _ERROR_CODE.sub(
-                lambda m: f'<a href="{to_root}errors/{m[0]}/">{m[0]}</a>' if m[0] in registry else m[0], part
+                lambda m: (
+                    f'<a href="{to_root}errors/{m[0]}/">{m[0]}</a>'
+                    if m[0] in registry
+                    else m[0]
+                ),
+                part,
             )
     return "".join(parts)

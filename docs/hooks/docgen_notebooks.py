@@ -37,12 +37,16 @@ DOWNLOAD_ICON = (
 def download_link(filename: str) -> str:
     """The link to the page's notebook (a file beside the page, so the link is relative)."""
     name = html.escape(filename)
-    return (f'<p class="kvc-download"><a class="md-button" href="{name}" download="{name}" '
-            f'title="Download this notebook to run it in Jupyter">{DOWNLOAD_ICON} '
-            f"Download <code>{name}</code></a></p>\n")  # fmt: skip
+    return (
+        f'<p class="kvc-download"><a class="md-button" href="{name}" download="{name}" '
+        f'title="Download this notebook to run it in Jupyter">{DOWNLOAD_ICON} '
+        f"Download <code>{name}</code></a></p>\n"
+    )
 
 
-def target_url(url: str, src_dir: str, site_url: str, pages: dict[str, str]) -> str | None:
+def target_url(
+    url: str, src_dir: str, site_url: str, pages: dict[str, str]
+) -> str | None:
     """The site URL (from the site root) a notebook link means, or ``None`` if it names no page.
 
     ``pages`` maps source paths (``tutorials/01-quickstart.ipynb``, ``assets/x.svg``)
@@ -50,10 +54,12 @@ def target_url(url: str, src_dir: str, site_url: str, pages: dict[str, str]) -> 
     """
     path, hash_, anchor = url.partition("#")
     if path.startswith(site_url):
-        site_path = path[len(site_url):]
+        site_path = path[len(site_url) :]
         found = pages.get(site_path) or pages.get(site_path.rstrip("/") + "/")
     else:
-        found = pages.get(posixpath.normpath(posixpath.join(src_dir, urllib.parse.unquote(path))))
+        found = pages.get(
+            posixpath.normpath(posixpath.join(src_dir, urllib.parse.unquote(path)))
+        )
     return None if found is None else found + hash_ + anchor
 
 
@@ -62,11 +68,19 @@ def is_rewritable(url: str, site_url: str) -> bool:
     if url.startswith(site_url):
         return True
     parts = urllib.parse.urlsplit(url)
-    return not (parts.scheme or parts.netloc or url.startswith(("#", "/")) or not parts.path)
+    return not (
+        parts.scheme or parts.netloc or url.startswith(("#", "/")) or not parts.path
+    )
 
 
-def rewrite_links(content: str, page_url: str, src_dir: str, site_url: str, pages: dict[str, str],
-                  warn) -> str:  # fmt: skip
+def rewrite_links(
+    content: str,
+    page_url: str,
+    src_dir: str,
+    site_url: str,
+    pages: dict[str, str],
+    warn,
+) -> str:
     """``content`` with every rewritable link relative to the page at ``page_url``.
 
     ``warn(message)`` is called for a link that names no page (left as it is).
@@ -119,7 +133,9 @@ def element_end(content: str, start: int) -> int:
     raise ValueError(f"unclosed <div> at {start}")
 
 
-def fold_solutions(content: str, summary: str = "Solution to exercise {n}") -> tuple[str, int]:
+def fold_solutions(
+    content: str, summary: str = "Solution to exercise {n}"
+) -> tuple[str, int]:
     """Code cells tagged ``solution`` wrapped in ``<details>``; (new content, cells folded).
 
     The n-th folded cell's summary is ``summary.format(n=n)``: a notebook's solutions
@@ -133,8 +149,12 @@ def fold_solutions(content: str, summary: str = "Solution to exercise {n}") -> t
     while (match := marker.search(content, pos)) is not None:
         end = element_end(content, match.start())
         label = html.escape(summary.format(n=folded + 1))
-        out += [content[pos:match.start()], f'<details class="kvc-solution"><summary>{label}</summary>\n',
-                content[match.start():end], "\n</details>"]  # fmt: skip
+        out += [
+            content[pos : match.start()],
+            f'<details class="kvc-solution"><summary>{label}</summary>\n',
+            content[match.start() : end],
+            "\n</details>",
+        ]
         pos, folded = end, folded + 1
     out.append(content[pos:])
     return "".join(out), folded

@@ -51,14 +51,23 @@ def _nav_errors(errors) -> list:
     nav: list = ["errors/index.md"]
     for letter, entries in groups.items():
         title = _short(errors.OPERATIONS.get(letter, letter))
-        nav.append({title: [{e.code: docgen_errors.page_path(e.code)} for e in entries]})
+        nav.append(
+            {title: [{e.code: docgen_errors.page_path(e.code)} for e in entries]}
+        )
     return nav
 
 
 def _nav_api() -> list:
     nav: list = ["api/index.md"]
     for title, modules in docgen_api.discover(PACKAGE_DIR).items():
-        nav.append({title: [{dotted.rsplit(".", 1)[1]: docgen_api.page_path(dotted)} for dotted, _ in modules]})
+        nav.append(
+            {
+                title: [
+                    {dotted.rsplit(".", 1)[1]: docgen_api.page_path(dotted)}
+                    for dotted, _ in modules
+                ]
+            }
+        )
     return nav
 
 
@@ -77,11 +86,16 @@ def check_site_url(site_url: str, docs_url: str, command: str) -> None:
     """
     want = docs_url.rstrip("/") + "/"
     if command == "serve":
-        got, want = urllib.parse.urlsplit(site_url or "").path, urllib.parse.urlsplit(want).path
+        got, want = (
+            urllib.parse.urlsplit(site_url or "").path,
+            urllib.parse.urlsplit(want).path,
+        )
     else:
         got = site_url
     if got != want:
-        raise PluginError(f"site_url is {site_url!r} but error messages link to {want!r}")
+        raise PluginError(
+            f"site_url is {site_url!r} but error messages link to {want!r}"
+        )
 
 
 def on_config(config, **kwargs):
@@ -96,7 +110,9 @@ def on_config(config, **kwargs):
     return config
 
 
-def _add(files: Files, config, src_uri: str, content: str | bytes, *, in_nav: bool = True) -> None:
+def _add(
+    files: Files, config, src_uri: str, content: str | bytes, *, in_nav: bool = True
+) -> None:
     existing = files.get_file_from_path(src_uri)
     if existing is not None:
         files.remove(existing)
@@ -107,16 +123,36 @@ def _add(files: Files, config, src_uri: str, content: str | bytes, *, in_nav: bo
 def on_files(files: Files, config, **kwargs):
     errors = _registry()
     registry = errors.REGISTRY
-    _add(files, config, "errors/index.md", docgen_errors.render_index(registry, errors.OPERATIONS, INTRO))
+    _add(
+        files,
+        config,
+        "errors/index.md",
+        docgen_errors.render_index(registry, errors.OPERATIONS, INTRO),
+    )
     for code, entry in registry.items():
-        _add(files, config, docgen_errors.page_path(code), docgen_errors.render_entry(entry, registry))
+        _add(
+            files,
+            config,
+            docgen_errors.page_path(code),
+            docgen_errors.render_entry(entry, registry),
+        )
     found = docgen_api.discover(PACKAGE_DIR)
     _add(files, config, "api/index.md", docgen_api.render_index(found))
     for modules in found.values():
         for dotted, _ in modules:
-            _add(files, config, docgen_api.page_path(dotted), docgen_api.render_module(dotted))
+            _add(
+                files,
+                config,
+                docgen_api.page_path(dotted),
+                docgen_api.render_module(dotted),
+            )
     pages, images = docgen_bench.render(RESULTS_DIR, "assets/benchmarks", PLOT_CACHE)
-    for src_uri, text in pages.items():  # run pages are linked from benchmarks.md, not listed in the nav
+    for (
+        src_uri,
+        text,
+    ) in (
+        pages.items()
+    ):  # run pages are linked from benchmarks.md, not listed in the nav
         _add(files, config, src_uri, text, in_nav=src_uri == "benchmarks.md")
     for name, data in images.items():
         _add(files, config, name, data)
@@ -139,8 +175,9 @@ def _finish_notebook(html: str, page, config, files) -> str:
     def warn(message: str) -> None:
         log.warning(f"{src}: {message}")  # a warning fails the strict build
 
-    html = docgen_notebooks.rewrite_links(html, page.url, posixpath.dirname(src), config.site_url,
-                                          _site_urls(files), warn)  # fmt: skip
+    html = docgen_notebooks.rewrite_links(
+        html, page.url, posixpath.dirname(src), config.site_url, _site_urls(files), warn
+    )
     html, _ = docgen_notebooks.fold_solutions(html)
     html, _ = docgen_notebooks.strip_cdn_loaders(html)
     return docgen_notebooks.download_link(posixpath.basename(src)) + html
@@ -163,4 +200,6 @@ def on_post_page(output: str, page, config, **kwargs):
     """
     if not page.file.src_uri.startswith("api/"):
         return output
-    return docgen_errors.link_codes(output, "../" * page.url.count("/"), _registry().REGISTRY)
+    return docgen_errors.link_codes(
+        output, "../" * page.url.count("/"), _registry().REGISTRY
+    )

@@ -7,7 +7,7 @@ skip_without_gpu()
 import cupy
 
 side = cupy.cuda.Stream(non_blocking=True)
-ctx = two_steps(cupy.asarray, stream=side)           # every launch is queued on `side`
+ctx = two_steps(cupy.asarray, stream=side)  # every launch is queued on `side`
 side.synchronize()
 print(ring(ctx, cupy.asnumpy))
 # --8<-- [end:cupy]

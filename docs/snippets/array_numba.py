@@ -6,7 +6,7 @@ skip_without_gpu()
 # --8<-- [start:numba]
 from numba import cuda
 
-ctx = two_steps(cuda.to_device)       # the device comes from the pointer, not from CuPy
+ctx = two_steps(cuda.to_device)  # the device comes from the pointer, not from CuPy
 cuda.synchronize()
 print(ring(ctx, lambda a: a.copy_to_host()))
 # --8<-- [end:numba]

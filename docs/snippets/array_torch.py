@@ -12,8 +12,9 @@ if importlib.util.find_spec("torch") is None:
 # --8<-- [start:torch]
 import torch
 
-ctx = two_steps(lambda a: torch.from_numpy(a).cuda(),
-                stream=torch.cuda.current_stream())
+ctx = two_steps(
+    lambda a: torch.from_numpy(a).cuda(), stream=torch.cuda.current_stream()
+)
 torch.cuda.synchronize()
 print(ring(ctx, lambda t: t.cpu().numpy()))
 # --8<-- [end:torch]

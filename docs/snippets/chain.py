@@ -1,7 +1,6 @@
 """The canary record and its hash chain, computed by hand (concepts/record-and-chain.md)."""
 
 import numpy as np
-
 from kvcanary_numba import CANARY_CHAIN_ANCHOR, CANARY_CHAIN_HEAD
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 
@@ -13,7 +12,7 @@ assert head == CANARY_CHAIN_HEAD == 0xDE7FAE23A9A1B716
 
 # --8<-- [start:link]
 # Two tokens of one request: 101 at position 0, then 202 at position 1.
-prev_hash_0 = head                                  # position 0 stores the chain head
+prev_hash_0 = head  # position 0 stores the chain head
 prev_hash_1 = splitmix64_mix3(prev_hash_0, 101, 0)  # S(S(S(prev_hash) ^ token) ^ pos)
 print(hex(prev_hash_1))  # 0x542fe5061275a6ab
 # --8<-- [end:link]

@@ -15,11 +15,20 @@ _FN = "EngineConfig"
 
 #: Upper bound of each size field (the toy engine is a test bench, not a model).
 LIMITS = {
-    "page_size": 2**16, "num_pages": 2**24, "max_running": 2**12, "min_prompt_len": 2**16,
-    "max_prompt_len": 2**16, "min_new_tokens": 2**16, "max_new_tokens": 2**16, "shared_prefix_len": 2**16,
-    "num_shared_prefixes": 2**10, "num_layers": 2**10, "bytes_per_token": 2**16, "swa_window": 2**16,
+    "page_size": 2**16,
+    "num_pages": 2**24,
+    "max_running": 2**12,
+    "min_prompt_len": 2**16,
+    "max_prompt_len": 2**16,
+    "min_new_tokens": 2**16,
+    "max_new_tokens": 2**16,
+    "shared_prefix_len": 2**16,
+    "num_shared_prefixes": 2**10,
+    "num_layers": 2**10,
+    "bytes_per_token": 2**16,
+    "swa_window": 2**16,
     "max_admit_per_step": 2**12,
-}  # fmt: skip
+}
 #: Largest KV pool plus tables the toy engine allocates (KVC-E005).
 MAX_POOL_BYTES = 2**32
 
@@ -101,8 +110,15 @@ class EngineConfig:
             return getattr(self, name)
 
         checked("seed", 0, 2**63 - 1)
-        for name in ("page_size", "num_pages", "max_running", "min_prompt_len", "min_new_tokens", "num_layers",
-                     "max_admit_per_step"):
+        for name in (
+            "page_size",
+            "num_pages",
+            "max_running",
+            "min_prompt_len",
+            "min_new_tokens",
+            "num_layers",
+            "max_admit_per_step",
+        ):
             checked(name, 1, LIMITS[name])
         # Lower bounds from the paired minimum, upper bounds documented in LIMITS.
         for name, low in (("max_prompt_len", self.min_prompt_len), ("max_new_tokens", self.min_new_tokens)):
@@ -112,9 +128,7 @@ class EngineConfig:
         checked("vocab_size", 2, 2**31 - 1)
         bpt = checked("bytes_per_token", REAL_KV_ALIGN_BYTES, LIMITS["bytes_per_token"])
         if bpt % REAL_KV_ALIGN_BYTES:
-            raise error(
-                "KVC-C011", function=_FN, argument="bytes_per_token", expected="a multiple of 16", got=bpt
-            )
+            raise error("KVC-C011", function=_FN, argument="bytes_per_token", expected="a multiple of 16", got=bpt)
         shared = self.shared_prefix_len
         if shared % self.page_size or shared >= self.min_prompt_len:
             raise error(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import error
 from .config import EngineConfig
@@ -28,9 +28,9 @@ SWEEP_INTERVAL = 4
 #: Keys are regular expressions matched as whole words.
 TERMS: dict[str, str] = {
     r"HEAD_[KV]_(?:FULL|SWA)": "launch before the forward pass: verifies the prefix, stamps the new slots "
-                               "(K or V buffer, FULL or SWA pool)",
+    "(K or V buffer, FULL or SWA pool)",
     r"TAIL_[KV]_(?:FULL|SWA)": "launch after the forward pass wrote the KV: verifies again, now against the "
-                               "real KV bytes, then stamps the new slots with their KV fingerprints",
+    "real KV bytes, then stamps the new slots with their KV fingerprints",
     r"SWEEP_[KV]_(?:FULL|SWA)": f"periodic check of idle cached slots (every {SWEEP_INTERVAL} steps here)",
     r"violation row\(s\)": "rows the monitor read back from the violation ring (one per failed check and slot)",
     r"launch_tag": "which launch wrote the row (one of the HEAD / TAIL / SWEEP names above)",
@@ -39,7 +39,7 @@ TERMS: dict[str, str] = {
     r"stored_token": "token id recorded in the slot's canary record (expected_token: what it should be)",
     r"stored_chain_hash": "chain hash recorded in the slot (hash of its predecessor's record)",
     r"expected_aux": "what the check expected instead: the chain hash for verify rows, the position for "
-                     "write rows (hex)",
+    "write rows (hex)",
 }
 
 
@@ -80,8 +80,14 @@ def _quiet_monitor():
         log.setLevel(level)
 
 
-def run_demo(*, steps: int, faults: Sequence[str], device: str, config: EngineConfig,
-             progress: Callable[[str, int, int], None] | None = None) -> list[DemoRun]:  # fmt: skip
+def run_demo(
+    *,
+    steps: int,
+    faults: Sequence[str],
+    device: str,
+    config: EngineConfig,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> list[DemoRun]:
     """Run the clean run and one run per fault; returns the outcomes in that order.
 
     Raises
@@ -163,12 +169,14 @@ def format_report(runs: list[DemoRun], *, device: str, config: EngineConfig) -> 
     caught = sum(1 for r in runs if r.fault is not None and r.ok)
     total = sum(1 for r in runs if r.fault is not None)
     clean = runs[0].ok if runs and runs[0].fault is None else True
-    lines.append(f"summary: {caught}/{total} fault classes caught; clean run {'reported nothing' if clean else 'FAILED'}")
+    lines.append(
+        f"summary: {caught}/{total} fault classes caught; clean run {'reported nothing' if clean else 'FAILED'}"
+    )
     return "\n".join(lines)
 
 
 def glossary(text: str) -> list[str]:
-    """"terms:" lines explaining each :data:`TERMS` entry that ``text`` uses ([] when none), then a blank line."""
+    """ "terms:" lines explaining each :data:`TERMS` entry that ``text`` uses ([] when none), then a blank line."""
     found = [(sorted(set(re.findall(rf"\b{pattern}", text))), meaning) for pattern, meaning in TERMS.items()]
     found = [(", ".join(names), meaning) for names, meaning in found if names]
     if not found:

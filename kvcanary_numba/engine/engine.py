@@ -10,13 +10,12 @@ chosen step; a clean run must report nothing.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
+from .._runtime import array_module, coded_allocation
 from .._validate import check_bool, check_int
-from .._runtime import array_module
-from .._runtime import coded_allocation
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch
@@ -49,8 +48,13 @@ def _fault_schedule(faults, fault_step: int) -> dict[str, int]:
     elif isinstance(faults, (list, tuple, set, frozenset)):
         schedule = dict.fromkeys(faults, fault_step)
     else:  # a bare string would be read letter by letter
-        raise error("KVC-E004", function=_FN, argument="faults",
-                    expected="a list of fault names or a mapping of name to step", got=type(faults).__name__)
+        raise error(
+            "KVC-E004",
+            function=_FN,
+            argument="faults",
+            expected="a list of fault names or a mapping of name to step",
+            got=type(faults).__name__,
+        )
     for name, at in schedule.items():
         if name not in FAULT_CLASSES:
             raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(FAULT_CLASSES), got=name)
@@ -81,23 +85,39 @@ class ToyEngine:
         EngineConfig's codes.
     """
 
-    def __init__(self, config: EngineConfig | None = None, *, device: str = "cpu",
-                 faults: Iterable[str] | Mapping[str, int] = (), fault_step: int = 8):  # fmt: skip
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        device: str = "cpu",
+        faults: Iterable[str] | Mapping[str, int] = (),
+        fault_step: int = 8,
+    ):
         c = config if config is not None else EngineConfig()
         if not isinstance(c, EngineConfig):
-            raise error("KVC-E004", function=_FN, argument="config", expected="an EngineConfig",
-                        got=type(c).__name__)  # fmt: skip
+            raise error("KVC-E004", function=_FN, argument="config", expected="an EngineConfig", got=type(c).__name__)
         xp = array_module(_FN, device)
         schedule = _fault_schedule(faults, check_int(_FN, "fault_step", fault_step, low=0))
         self.config, self.device, self.xp = c, device, xp
         with coded_allocation(_FN, "config.num_pages", c.num_pages, what="KV pool", nbytes=c.pool_bytes):
             self.sched = Scheduler(c)
-            self.kv = KvPool(num_slots=c.num_slots, page_size=c.page_size, bytes_per_token=c.bytes_per_token,
-                             num_layers=c.num_layers, xp=xp)  # fmt: skip
+            self.kv = KvPool(
+                num_slots=c.num_slots,
+                page_size=c.page_size,
+                bytes_per_token=c.bytes_per_token,
+                num_layers=c.num_layers,
+                xp=xp,
+            )
             self.swa_kv = None
             if c.swa_window:
-                self.swa_kv = KvPool(num_slots=c.num_slots, page_size=1, bytes_per_token=c.bytes_per_token,
-                                     num_layers=c.num_layers, xp=xp, lane_offset=2 * c.num_layers)  # fmt: skip
+                self.swa_kv = KvPool(
+                    num_slots=c.num_slots,
+                    page_size=1,
+                    bytes_per_token=c.bytes_per_token,
+                    num_layers=c.num_layers,
+                    xp=xp,
+                    lane_offset=2 * c.num_layers,
+                )
         on_host = xp is np
         self.req_to_token = self.sched.req_to_token if on_host else xp.asarray(self.sched.req_to_token)
         self.lut = self.sched.lut if on_host else xp.asarray(self.sched.lut)
@@ -111,17 +131,34 @@ class ToyEngine:
     def _device_buffers(self) -> dict:
         c = self.config
         sizes = dict.fromkeys(_BATCH_FIELDS, c.max_batch_tokens)
-        sizes.update(req_pool_indices=c.max_running, prefix_lens=c.max_running, extend_seq_lens=c.max_running,
-                     token_offsets=c.max_running + 1, token_ids_flat=c.max_running * c.max_tokens)  # fmt: skip
+        sizes.update(
+            req_pool_indices=c.max_running,
+            prefix_lens=c.max_running,
+            extend_seq_lens=c.max_running,
+            token_offsets=c.max_running + 1,
+            token_ids_flat=c.max_running * c.max_tokens,
+        )
         return {name: self.xp.zeros(n, dtype=np.int64) for name, n in sizes.items()}
 
     # --- monitor ------------------------------------------------------------------
-    def attach_monitor(self, *, mode: str = "log", real_kv_hash_mode: RealKvHashMode = RealKvHashMode.ALL,
-                       check_tokens: bool = True, write_input_assert: bool = True, sweep_interval: int = 0,
-                       v_half: bool = False, ring_capacity: int = DEFAULT_RING_CAPACITY, warmup_steps: int = 0,
-                       health_interval: int = 100, health_warmup_steps: int = 100, bundle_dir=None,
-                       verify_budget=None, backend: str = "auto",
-                       prepared: bool | None = None) -> CanaryMonitor:  # fmt: skip
+    def attach_monitor(
+        self,
+        *,
+        mode: str = "log",
+        real_kv_hash_mode: RealKvHashMode = RealKvHashMode.ALL,
+        check_tokens: bool = True,
+        write_input_assert: bool = True,
+        sweep_interval: int = 0,
+        v_half: bool = False,
+        ring_capacity: int = DEFAULT_RING_CAPACITY,
+        warmup_steps: int = 0,
+        health_interval: int = 100,
+        health_warmup_steps: int = 100,
+        bundle_dir=None,
+        verify_budget=None,
+        backend: str = "auto",
+        prepared: bool | None = None,
+    ) -> CanaryMonitor:
         """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
 
         Everything is validated and the monitor built before the engine changes:
@@ -155,29 +192,48 @@ class ToyEngine:
             KVC-C010, KVC-C011, and CanaryMonitor's codes.
         """
         c = self.config
-        mode_ = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0,
-                                         high=len(RealKvHashMode) - 1))  # fmt: skip
+        mode_ = RealKvHashMode(
+            check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
+        )
         sweep_interval = check_int(_FN, "sweep_interval", sweep_interval, low=0)
         oracle = check_bool(_FN, "write_input_assert", write_input_assert)
         v_half = check_bool(_FN, "v_half", v_half)
 
         def group(kind: str, pool: KvPool, **extra) -> KvGroup:
             v_sources = pool.sources("v", mode_) if v_half else ()
-            return KvGroup(kind=kind, num_slots=c.num_slots, k_sources=pool.sources("k", mode_),
-                           v_sources=v_sources, has_v=v_half, **extra)  # fmt: skip
+            return KvGroup(
+                kind=kind,
+                num_slots=c.num_slots,
+                k_sources=pool.sources("k", mode_),
+                v_sources=v_sources,
+                has_v=v_half,
+                **extra,
+            )
 
         full = group("full", self.kv)
         swa = None
         if self.swa_kv is not None:
             swa = group("swa", self.swa_kv, swa_window_size=c.swa_window, full_to_swa_index_mapping=self.lut)
         monitor = CanaryMonitor(
-            full=full, swa=swa, device=self.device, mode=mode, real_kv_hash_mode=mode_,
-            write_req_capacity=c.max_running, write_token_capacity=c.max_batch_tokens,
-            check_verify_expected_token=check_tokens, max_requests=c.req_rows, max_context_len=c.max_tokens,
-            ring_capacity=ring_capacity, warmup_steps=warmup_steps, health_interval=health_interval,
-            health_warmup_steps=health_warmup_steps, bundle_dir=bundle_dir, verify_budget=verify_budget,
-            backend=backend, prepared=prepared,
-        )  # fmt: skip
+            full=full,
+            swa=swa,
+            device=self.device,
+            mode=mode,
+            real_kv_hash_mode=mode_,
+            write_req_capacity=c.max_running,
+            write_token_capacity=c.max_batch_tokens,
+            check_verify_expected_token=check_tokens,
+            max_requests=c.req_rows,
+            max_context_len=c.max_tokens,
+            ring_capacity=ring_capacity,
+            warmup_steps=warmup_steps,
+            health_interval=health_interval,
+            health_warmup_steps=health_warmup_steps,
+            bundle_dir=bundle_dir,
+            verify_budget=verify_budget,
+            backend=backend,
+            prepared=prepared,
+        )
         self.monitor, self.sweep_interval, self.oracle = monitor, sweep_interval, oracle
         return monitor
 

@@ -24,18 +24,26 @@ _SEEN_BY_VERIFY = (
 
 #: Fault class -> (one-line description, bits that count as catching it).
 FAULT_CLASSES: dict[str, tuple[str, FailReason]] = {
-    "token_flip": ("the forward is fed a wrong token id for one new token", F.WRITE_TOKEN_MISMATCH | F.VERIFY_TOKEN_MISMATCH),
-    "position_flip": ("one new token is written with position + 1 (off by one)",
-                      F.WRITE_POSITION_MISMATCH | F.VERIFY_POSITION_MISMATCH),
+    "token_flip": (
+        "the forward is fed a wrong token id for one new token",
+        F.WRITE_TOKEN_MISMATCH | F.VERIFY_TOKEN_MISMATCH,
+    ),
+    "position_flip": (
+        "one new token is written with position + 1 (off by one)",
+        F.WRITE_POSITION_MISMATCH | F.VERIFY_POSITION_MISMATCH,
+    ),
     "slot_reuse": ("the allocator hands a page still owned by a running request to another one", _SEEN_BY_VERIFY),
     "stale_page": ("a cached prefix is freed but stays in the prefix index; a new request hits it", _SEEN_BY_VERIFY),
-    "kv_byte_flip": ("one KV byte of a running request changes after it was written",
-                     F.VERIFY_REAL_KV_HASH_MISMATCH),
-    "cached_kv_flip": ("one KV byte of an idle cached prefix changes (only a sweep looks there)",
-                       F.VERIFY_REAL_KV_HASH_MISMATCH),
-    "req_to_token": ("a req_to_token entry of a running request is trampled to another slot",
-                     _SEEN_BY_VERIFY | F.WRITE_POSITION_MISMATCH),
-}  # fmt: skip
+    "kv_byte_flip": ("one KV byte of a running request changes after it was written", F.VERIFY_REAL_KV_HASH_MISMATCH),
+    "cached_kv_flip": (
+        "one KV byte of an idle cached prefix changes (only a sweep looks there)",
+        F.VERIFY_REAL_KV_HASH_MISMATCH,
+    ),
+    "req_to_token": (
+        "a req_to_token entry of a running request is trampled to another slot",
+        _SEEN_BY_VERIFY | F.WRITE_POSITION_MISMATCH,
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +130,9 @@ class FaultInjector:
         if armed is not None:
             victim, target = armed
             new_slot = victim.slots[victim.kv_len]
-            self._record("req_to_token", step, (target, new_slot), f"row {victim.row} pos {victim.kv_len - 1} -> {target}")
+            self._record(
+                "req_to_token", step, (target, new_slot), f"row {victim.row} pos {victim.kv_len - 1} -> {target}"
+            )
         for kind in ("token_flip", "position_flip"):
             if self._due(kind, step):
                 self._flip_input(kind, step, batch)

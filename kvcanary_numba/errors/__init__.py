@@ -79,6 +79,18 @@ def error(code: str, **fields: Any) -> KvCanaryError:
 
 # Registering modules, one per operation (imported for their side effect).
 from . import (  # noqa: E402,F401
-    arguments, batch, buffers, common, engine, fingerprint, monitor, plan, plan_inputs, scatter, sources, triage,
-    verify, write,
+    arguments,
+    batch,
+    buffers,
+    common,
+    engine,
+    fingerprint,
+    monitor,
+    plan,
+    plan_inputs,
+    scatter,
+    sources,
+    triage,
+    verify,
+    write,
 )

@@ -45,10 +45,7 @@ define(
 define(
     "KVC-M003",
     title="Step has more tokens than write_token_capacity",
-    message=(
-        "{function}: {argument} holds {got} tokens but the monitor was built for "
-        "write_token_capacity={capacity}"
-    ),
+    message=("{function}: {argument} holds {got} tokens but the monitor was built for write_token_capacity={capacity}"),
     meaning=(
         "Token-sized scratch (the SWA-translated out_cache_loc of each step) is allocated once at "
         "write_token_capacity, the largest number of new tokens one step writes. A longer step "
@@ -60,9 +57,7 @@ define(
         "A prefill chunk longer than the configured capacity.",
         "Speculative decoding that writes several draft tokens per request.",
     ),
-    solutions=(
-        "Build the monitor with write_token_capacity = max(max_bs * draft_tokens, max prefill tokens).",
-    ),
+    solutions=("Build the monitor with write_token_capacity = max(max_bs * draft_tokens, max prefill tokens).",),
     before=(
         "monitor = CanaryMonitor(**monitor_args(write_token_capacity=2))\n"
         "monitor.pre_forward(batch())  # a 4-token prefill"
@@ -97,8 +92,7 @@ define(
         "Split the chains over several sweep() calls.",
     ),
     before=(
-        "monitor = CanaryMonitor(**monitor_args(sweep_capacity=2))\n"
-        "monitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
+        "monitor = CanaryMonitor(**monitor_args(sweep_capacity=2))\nmonitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
     ),
     after=(
         "monitor = CanaryMonitor(**monitor_args())  # sweep_capacity defaults to num_slots\n"

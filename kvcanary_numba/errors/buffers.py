@@ -17,7 +17,10 @@ define(
         "allowed (the extra bytes are never touched); the stride must be a multiple of 8 so that every "
         "field is an aligned 8-byte word on the GPU (SGLang does not check this; it is an extension)."
     ),
-    triggers=("Allocating [num_slots, 16] or a 1-column buffer.", "A stride such as 36 or 40 + 4 that is not a multiple of 8."),
+    triggers=(
+        "Allocating [num_slots, 16] or a 1-column buffer.",
+        "A stride such as 36 or 40 + 4 that is not a multiple of 8.",
+    ),
     solutions=("Allocate uint8 [num_slots, 32], or use CanaryContext.allocate.",),
     before=(
         "canary_buf = xp.zeros((num_slots, 16), dtype=xp.uint8)\n"
@@ -78,8 +81,7 @@ define(
     ),
     triggers=(
         "A uint8 view that starts at an odd byte offset of a larger allocation.",
-        "An int64 / int32 CUDA array whose address is not a multiple of 8 / 4 bytes (a view built "
-        "from a byte offset).",
+        "An int64 / int32 CUDA array whose address is not a multiple of 8 / 4 bytes (a view built from a byte offset).",
     ),
     solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
     before=(

@@ -98,14 +98,8 @@ define(
         "Flatten vectors with .reshape(-1) (a view when contiguous).",
         "View a KV layer as [rows, bytes]: layer.view(numpy.uint8).reshape(rows, -1).",
     ),
-    before=(
-        "flat = xp.asarray([5, 6, 7, 8])\n"
-        "scatter_req_token_ids(**scatter_args(flat_in=flat.reshape(1, -1)))"
-    ),
-    after=(
-        "flat = xp.asarray([5, 6, 7, 8])\n"
-        "scatter_req_token_ids(**scatter_args(flat_in=flat.reshape(-1)))"
-    ),
+    before=("flat = xp.asarray([5, 6, 7, 8])\nscatter_req_token_ids(**scatter_args(flat_in=flat.reshape(1, -1)))"),
+    after=("flat = xp.asarray([5, 6, 7, 8])\nscatter_req_token_ids(**scatter_args(flat_in=flat.reshape(-1)))"),
     defensive="assert_1d = flat.reshape(-1)  # explicit flatten at the engine boundary",
     prevention="Keep a table of the documented shapes next to the engine's buffer definitions.",
     related=("KVC-C004",),

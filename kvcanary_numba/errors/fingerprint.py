@@ -76,8 +76,7 @@ define(
     prevention="Derive read_bytes from the mode: PARTIAL -> 16, ALL -> num_bytes_per_token.",
     related=("KVC-R002",),
     sglang=(
-        "kv-canary: RealKvSource.read_bytes must be a positive multiple of 16 in "
-        "(0, num_bytes_per_token={n}], got {r}",
+        "kv-canary: RealKvSource.read_bytes must be a positive multiple of 16 in (0, num_bytes_per_token={n}], got {r}",
         "kv-canary: read_bytes must be non-negative, got {n}",
         "kv-canary: read_bytes must be <= num_bytes_per_token ({n}), got {r}",
         "kv-canary: read_bytes must be a multiple of 16, got {r}",

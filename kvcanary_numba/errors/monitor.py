@@ -27,10 +27,7 @@ define(
         "To run without checks, skip creating the monitor and its hooks.",
     ),
     before="CanaryMonitor(**monitor_args(mode='none'))",
-    after=(
-        "enabled = False\n"
-        "monitor = CanaryMonitor(**monitor_args(mode='log')) if enabled else None"
-    ),
+    after=("enabled = False\nmonitor = CanaryMonitor(**monitor_args(mode='log')) if enabled else None"),
     defensive="mode = os.environ.get('KV_CANARY', 'log').strip().lower()",
     prevention="Parse the mode once from configuration with an explicit list of choices.",
     related=("KVC-C009",),
@@ -58,10 +55,7 @@ define(
         "Call the three hooks once per step in order, or use `with monitor.forward(batch): ...` "
         "followed by monitor.end_step().",
     ),
-    before=(
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.pre_forward(batch()); monitor.end_step()"
-    ),
+    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.pre_forward(batch()); monitor.end_step()"),
     after=(
         "monitor = CanaryMonitor(**monitor_args())\n"
         "monitor.pre_forward(batch()); monitor.post_forward(); monitor.end_step()"
@@ -123,9 +117,7 @@ define(
     defensive="lut = pool.full_to_swa if kind == 'swa' else None",
     prevention="Keep the LUT with the SWA sub-pool object and build the group from it.",
     related=("KVC-M006",),
-    sglang=(
-        "kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when swa_window_size > 0",
-    ),
+    sglang=("kv-canary: launch_canary_plan_kernels requires full_to_swa_index_mapping when swa_window_size > 0",),
 )
 
 define(
@@ -178,14 +170,8 @@ define(
         "Wrap the arrays: StepBatch(**arrays).",
         "Wrap each chain: SlotChain(slots=[...], start_position=0).",
     ),
-    before=(
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.sweep([[10, 11, 12]])"
-    ),
-    after=(
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.sweep([SlotChain(slots=[10, 11, 12])])"
-    ),
+    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([[10, 11, 12]])"),
+    after=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([SlotChain(slots=[10, 11, 12])])"),
     defensive="chains = [c if isinstance(c, SlotChain) else SlotChain(slots=c) for c in chains]",
     prevention="Build the bundles in the one adapter between the engine and the monitor.",
     related=("KVC-V001",),

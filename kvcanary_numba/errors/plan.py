@@ -10,9 +10,7 @@ from .registry import define
 define(
     "KVC-P001",
     title="write_offsets is empty",
-    message=(
-        "{function}: {argument} length must be positive (write_req_capacity + 1 entries), got {got}"
-    ),
+    message=("{function}: {argument} length must be positive (write_req_capacity + 1 entries), got {got}"),
     meaning=(
         "write_offsets is an exclusive prefix sum with one entry more than the number of requests "
         "it can describe: request r owns the token range [write_offsets[r], write_offsets[r + 1]). "
@@ -85,9 +83,7 @@ define(
         "plan = WritePlan.allocate(write_req_capacity=cap)  # device='cuda' on a GPU\n"
         "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
     ),
-    defensive=(
-        "assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1"
-    ),
+    defensive=("assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1"),
     prevention=(
         "Keep write_req_capacity in one place and derive both lengths from it, or always let "
         "WritePlan.allocate build the plan."
@@ -99,10 +95,7 @@ define(
 define(
     "KVC-P003",
     title="Batch larger than the write plan",
-    message=(
-        "{function}: req_pool_indices has bs={got} requests but {argument} holds "
-        "write_req_capacity={expected}"
-    ),
+    message=("{function}: req_pool_indices has bs={got} requests but {argument} holds write_req_capacity={expected}"),
     meaning=(
         "The plan writes one write range and one chain seed per request of the batch "
         "(padding rows included), so the write plan must have room for bs requests. "
@@ -150,9 +143,7 @@ define(
 define(
     "KVC-P004",
     title="verify_capacity does not match the verify plan",
-    message=(
-        "{function}: verify_capacity must equal the length of {argument} ({expected}), got {got!r}"
-    ),
+    message=("{function}: verify_capacity must equal the length of {argument} ({expected}), got {got!r}"),
     meaning=(
         "verify_capacity is the overflow threshold of the plan: when a step needs more verify "
         "entries than this, the plan sets verify_num_valid = verify_capacity and enable = 0 and "

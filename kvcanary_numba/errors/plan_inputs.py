@@ -7,9 +7,7 @@ from .registry import define
 define(
     "KVC-P005",
     title="SWA LUT presence does not match swa_window_size",
-    message=(
-        "{function}: full_to_swa_index_mapping must be {expected} when swa_window_size={window}, got {got}"
-    ),
+    message=("{function}: full_to_swa_index_mapping must be {expected} when swa_window_size={window}, got {got}"),
     meaning=(
         "A sliding-window (SWA) pool group keeps its own, smaller canary buffer indexed by SWA slots, "
         "so every slot, predecessor and seed the plan emits must be translated through the group's "
@@ -32,12 +30,10 @@ define(
         "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
     ),
     defensive=(
-        "lut = group.full_to_swa_index_mapping if group.is_swa else None\n"
-        "window = group.window if group.is_swa else 0"
+        "lut = group.full_to_swa_index_mapping if group.is_swa else None\nwindow = group.window if group.is_swa else 0"
     ),
     prevention=(
-        "Keep (swa_window_size, LUT, canary buffers) together in one per-group object so they cannot "
-        "be mixed up."
+        "Keep (swa_window_size, LUT, canary buffers) together in one per-group object so they cannot be mixed up."
     ),
     related=("KVC-C005", "KVC-P006"),
     sglang=(
@@ -126,9 +122,7 @@ define(
 define(
     "KVC-P008",
     title="SWA LUT does not map padding slot 0 to 0",
-    message=(
-        "{function}: full_to_swa_index_mapping[0] must be 0 (padding slot 0 maps to SWA slot 0), got {got}"
-    ),
+    message=("{function}: full_to_swa_index_mapping[0] must be 0 (padding slot 0 maps to SWA slot 0), got {got}"),
     meaning=(
         "KV slot 0 is the padding slot: padded tokens write into it and verify never checks it. The "
         "plan translates every full-pool slot through the SWA LUT, so lut[0] must be 0 for padding "

@@ -73,9 +73,7 @@ class ErrorEntry:
     @property
     def fields(self) -> tuple[str, ...]:
         """Names of the template fields a raise site must supply."""
-        return tuple(
-            name for _, name, _, _ in string.Formatter().parse(self.message) if name
-        )
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.message) if name)
 
 
 REGISTRY: dict[str, ErrorEntry] = {}

@@ -54,9 +54,7 @@ define(
 define(
     "KVC-W002",
     title="Write-input assert on but expected inputs missing",
-    message=(
-        "{function}: {argument} is required when enable_write_input_assert=True, got None"
-    ),
+    message=("{function}: {argument} is required when enable_write_input_assert=True, got None"),
     meaning=(
         "With enable_write_input_assert=True the write kernel compares every entry's token and "
         "position with expected_input_tokens[i] and expected_input_positions[i] (the token "
@@ -101,9 +99,7 @@ define(
 define(
     "KVC-W003",
     title="Write-input assert off but expected inputs given",
-    message=(
-        "{function}: {argument} must be None when enable_write_input_assert=False"
-    ),
+    message=("{function}: {argument} must be None when enable_write_input_assert=False"),
     meaning=(
         "Expected inputs are only read when enable_write_input_assert=True. Passing them with the "
         "flag off almost always means the flag was meant to be on (the check would silently not "

@@ -92,13 +92,15 @@ def _exact_test(arrays: tuple) -> Callable[[tuple], bool]:
         names = ", ".join(f"a{i}" for i in range(n))
         tests = [f"a{i} is o{i}" for i in range(n)] + [f"o{i}.shape == s{i}" for i in distinct]
         params = [f"o{i}" for i in range(n)] + [f"s{i}" for i in distinct]
-        source = (f"def make({', '.join(params)}):\n"
-                  f"    def exact(new):\n"
-                  f"        if len(new) != {n}:\n"
-                  f"            return False\n"
-                  f"        {names}, = new\n"
-                  f"        return {' and '.join(tests)}\n"
-                  f"    return exact\n")  # fmt: skip
+        source = (
+            f"def make({', '.join(params)}):\n"
+            f"    def exact(new):\n"
+            f"        if len(new) != {n}:\n"
+            f"            return False\n"
+            f"        {names}, = new\n"
+            f"        return {' and '.join(tests)}\n"
+            f"    return exact\n"
+        )
         scope: dict = {}
         exec(source, scope)  # noqa: S102 - names generated above, no outside input
         make = _MAKERS[(n, distinct)] = scope["make"]

@@ -22,7 +22,8 @@ Docstrings, signatures and errors are the core's (``functools.wraps``): read tho
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import fingerprint as _fingerprint
 from .. import plan as _plan
@@ -41,9 +42,16 @@ from .cpu import write as cpu_write
 from .memo import Memo, checked
 from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
 
-__all__ = ["OPERATIONS", "Operation", "compute_real_kv_hash", "launch_canary_plan_kernels",
-           "launch_canary_verify_kernel", "launch_canary_write_kernel", "launch_plan_offsets_kernel",
-           "scatter_req_token_ids"]
+__all__ = [
+    "OPERATIONS",
+    "Operation",
+    "compute_real_kv_hash",
+    "launch_canary_plan_kernels",
+    "launch_canary_verify_kernel",
+    "launch_canary_write_kernel",
+    "launch_plan_offsets_kernel",
+    "scatter_req_token_ids",
+]
 
 
 class Operation:
@@ -51,8 +59,16 @@ class Operation:
     ``glue()``: the launch glue, imported on the kernel path only since it needs numba-cuda),
     scalar normalisation and the value checks a memo hit still owes."""
 
-    def __init__(self, function: str, validate: Callable, cpu_run: Callable, glue: Callable[[], Callable], *,
-                 normalize: dict[str, Callable] | None = None, value_checks: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        function: str,
+        validate: Callable,
+        cpu_run: Callable,
+        glue: Callable[[], Callable],
+        *,
+        normalize: dict[str, Callable] | None = None,
+        value_checks: Callable[[dict], None] | None = None,
+    ):
         self.function, self.validate, self.cpu_run, self.glue = function, validate, cpu_run, glue
         self.normalize, self.value_checks = normalize or {}, value_checks
         self.memo = Memo()
@@ -109,81 +125,176 @@ def _fingerprint_glue() -> Callable:
     return glue.compute_real_kv_hash
 
 
-_OFFSETS = Operation(_plan.OFFSETS, _plan.validate_offsets, cpu_plan.launch_plan_offsets_kernel, _offsets_glue,
-                      normalize={"swa_window_size": int, "verify_capacity": int},
-                      value_checks=functools.partial(_plan.check_values, _plan.OFFSETS))
-_PLAN = Operation(_plan.PLAN, _plan.validate_plan, cpu_plan.launch_canary_plan_kernels, _plan_glue,
-                   normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
-                   value_checks=functools.partial(_plan.check_values, _plan.PLAN))
-_VERIFY = Operation(_verify.FUNCTION, _verify.validate, cpu_verify.launch_canary_verify_kernel, _verify_glue,
-                     normalize={"check_verify_expected_token": bool})
-_WRITE = Operation(_write.FUNCTION, _write.validate, cpu_write.launch_canary_write_kernel, _write_glue,
-                    normalize={"enable_write_input_assert": bool})
+_OFFSETS = Operation(
+    _plan.OFFSETS,
+    _plan.validate_offsets,
+    cpu_plan.launch_plan_offsets_kernel,
+    _offsets_glue,
+    normalize={"swa_window_size": int, "verify_capacity": int},
+    value_checks=functools.partial(_plan.check_values, _plan.OFFSETS),
+)
+_PLAN = Operation(
+    _plan.PLAN,
+    _plan.validate_plan,
+    cpu_plan.launch_canary_plan_kernels,
+    _plan_glue,
+    normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
+    value_checks=functools.partial(_plan.check_values, _plan.PLAN),
+)
+_VERIFY = Operation(
+    _verify.FUNCTION,
+    _verify.validate,
+    cpu_verify.launch_canary_verify_kernel,
+    _verify_glue,
+    normalize={"check_verify_expected_token": bool},
+)
+_WRITE = Operation(
+    _write.FUNCTION,
+    _write.validate,
+    cpu_write.launch_canary_write_kernel,
+    _write_glue,
+    normalize={"enable_write_input_assert": bool},
+)
 _SCATTER = Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
-_FINGERPRINT = Operation(_fingerprint.FUNCTION, _fingerprint.validate, cpu_fingerprint.compute_real_kv_hash,
-                          _fingerprint_glue, normalize={"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))})
+_FINGERPRINT = Operation(
+    _fingerprint.FUNCTION,
+    _fingerprint.validate,
+    cpu_fingerprint.compute_real_kv_hash,
+    _fingerprint_glue,
+    normalize={"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))},
+)
 #: Every operation by its public function's name (tests count validations, clear memos).
 OPERATIONS = {op.function: op for op in (_OFFSETS, _PLAN, _VERIFY, _WRITE, _SCATTER, _FINGERPRINT)}
 
 
 @functools.wraps(_plan.launch_plan_offsets_kernel)
-def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                               full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
-                               out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
-                               out_write_num_valid_reqs, swa_window_size, verify_capacity, backend: str = "auto",
-                               stream=None) -> None:
-    _OFFSETS(dict(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
-        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
-        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
-        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
-    ), backend, stream)
+def launch_plan_offsets_kernel(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+    backend: str = "auto",
+    stream=None,
+) -> None:
+    _OFFSETS(
+        dict(
+            req_pool_indices=req_pool_indices,
+            prefix_lens=prefix_lens,
+            extend_seq_lens=extend_seq_lens,
+            req_to_token=req_to_token,
+            full_to_swa_index_mapping=full_to_swa_index_mapping,
+            out_verify_offsets_scratch=out_verify_offsets_scratch,
+            out_write_offsets=out_write_offsets,
+            out_write_seed_slot_indices=out_write_seed_slot_indices,
+            out_verify_num_valid=out_verify_num_valid,
+            out_verify_enable=out_verify_enable,
+            out_write_num_valid_reqs=out_write_num_valid_reqs,
+            swa_window_size=swa_window_size,
+            verify_capacity=verify_capacity,
+        ),
+        backend,
+        stream,
+    )
 
 
 @functools.wraps(_plan.launch_canary_plan_kernels)
-def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens,
-                               req_to_token, swa_window_size, full_to_swa_index_mapping, verify_capacity,
-                               req_to_verify_expected_tokens, req_to_verify_expected_tokens_valid_lens,
-                               kv_token_id_vs_position_offset, backend: str = "auto", stream=None) -> None:
-    _PLAN(dict(
-        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
-        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
-        req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
-        kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
-    ), backend, stream)
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+    backend: str = "auto",
+    stream=None,
+) -> None:
+    _PLAN(
+        dict(
+            verify_plan_out=verify_plan_out,
+            write_plan_out=write_plan_out,
+            req_pool_indices=req_pool_indices,
+            prefix_lens=prefix_lens,
+            extend_seq_lens=extend_seq_lens,
+            req_to_token=req_to_token,
+            swa_window_size=swa_window_size,
+            full_to_swa_index_mapping=full_to_swa_index_mapping,
+            verify_capacity=verify_capacity,
+            req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+            req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
+            kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
+        ),
+        backend,
+        stream,
+    )
 
 
 @functools.wraps(_verify.launch_canary_verify_kernel)
-def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token, backend: str = "auto",
-                                stream=None) -> None:
-    _VERIFY(dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token), backend,
-            stream)
+def launch_canary_verify_kernel(
+    *, context, plan, check_verify_expected_token, backend: str = "auto", stream=None
+) -> None:
+    _VERIFY(dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token), backend, stream)
 
 
 @functools.wraps(_write.launch_canary_write_kernel)
-def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert,
-                               expected_input_tokens, expected_input_positions, backend: str = "auto",
-                               stream=None) -> None:
-    _WRITE(dict(
-        context=context, plan=plan, input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
-        enable_write_input_assert=enable_write_input_assert, expected_input_tokens=expected_input_tokens,
-        expected_input_positions=expected_input_positions,
-    ), backend, stream)
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert,
+    expected_input_tokens,
+    expected_input_positions,
+    backend: str = "auto",
+    stream=None,
+) -> None:
+    _WRITE(
+        dict(
+            context=context,
+            plan=plan,
+            input_ids=input_ids,
+            positions=positions,
+            out_cache_loc=out_cache_loc,
+            enable_write_input_assert=enable_write_input_assert,
+            expected_input_tokens=expected_input_tokens,
+            expected_input_positions=expected_input_positions,
+        ),
+        backend,
+        stream,
+    )
 
 
 @functools.wraps(_scatter.scatter_req_token_ids)
-def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto",
-                          stream=None) -> None:
-    _SCATTER(dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out), backend,
-             stream)
+def scatter_req_token_ids(*, flat_in, offsets, req_pool_indices, pool_out, backend: str = "auto", stream=None) -> None:
+    _SCATTER(
+        dict(flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out), backend, stream
+    )
 
 
 @functools.wraps(_fingerprint.compute_real_kv_hash)
-def compute_real_kv_hash(*, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto",
-                         stream=None) -> None:
-    _FINGERPRINT(dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode,
-                      slot_indices=slot_indices, out=out), backend, stream)
+def compute_real_kv_hash(
+    *, real_kv_sources, real_kv_hash_mode, slot_indices, out, backend: str = "auto", stream=None
+) -> None:
+    _FINGERPRINT(
+        dict(real_kv_sources=real_kv_sources, real_kv_hash_mode=real_kv_hash_mode, slot_indices=slot_indices, out=out),
+        backend,
+        stream,
+    )

@@ -13,8 +13,17 @@ from ..launch import _launch as _common
 from . import replay
 from .scratch import STREAM_SCRATCH
 
-__all__ = ["OWN_TILED_MIN_TOKENS", "TILED_MIN_EXTRA_TOKENS", "SharedChain", "launch_chain_publish", "long_step",
-           "own_tiled", "replay_key", "sharing", "write_chain"]
+__all__ = [
+    "OWN_TILED_MIN_TOKENS",
+    "TILED_MIN_EXTRA_TOKENS",
+    "SharedChain",
+    "launch_chain_publish",
+    "long_step",
+    "own_tiled",
+    "replay_key",
+    "sharing",
+    "write_chain",
+]
 
 # The monitor builds and enters shared chains on the CPU path too, where numba.cuda may be missing
 # (pip install . without the gpu extra): the kernel modules are imported only by the launch side.
@@ -125,8 +134,10 @@ def own_scratch(num_tokens: int, capacity: int, stream: int) -> tuple:
     (``fast/scratch.py``), one array per power-of-two size class, never freed (a replayed
     call or a captured graph keeps its pointers)."""
     width, seeds = 1 << (int(num_tokens) - 1).bit_length(), 1 << (max(int(capacity), 1) - 1).bit_length()
-    return (STREAM_SCRATCH.zeros("published", (ENTRY_ROWS, width), np.int64, stream),
-            STREAM_SCRATCH.zeros("published_seeds", (SEED_ROWS, seeds), np.int64, stream))
+    return (
+        STREAM_SCRATCH.zeros("published", (ENTRY_ROWS, width), np.int64, stream),
+        STREAM_SCRATCH.zeros("published_seeds", (SEED_ROWS, seeds), np.int64, stream),
+    )
 
 
 def long_step(num_tokens: int, requests: int) -> bool:
@@ -142,5 +153,11 @@ def launch_chain_publish(args: tuple, capacity: int, stream: int) -> None:
     block = _kernels.PUBLISH_WARPS * WARP_SIZE
     grid = _common.persistent_grid(capacity, _kernels.PUBLISH_WARPS, blocks_per_sm=_common.THREADS_PER_SM // block)
     name = "chain_publish"
-    _common.launch(_kernels.KERNELS[name], _kernels.SIGNATURES[name][0], grid, block,
-                   (buf, offsets, seeds, nvr, tokens, positions, locs, args[-2], args[-1]), stream)
+    _common.launch(
+        _kernels.KERNELS[name],
+        _kernels.SIGNATURES[name][0],
+        grid,
+        block,
+        (buf, offsets, seeds, nvr, tokens, positions, locs, args[-2], args[-1]),
+        stream,
+    )

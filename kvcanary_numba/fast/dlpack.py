@@ -119,13 +119,25 @@ class DlpackView:
         The DLPack device id (the pointer's driver attribute is what validation trusts).
     """
 
-    __slots__ = ("__cuda_array_interface__", "shape", "strides", "dtype", "device_id", "_kvcanary_layout",
-                 "__weakref__")  # fmt: skip
+    __slots__ = (
+        "__cuda_array_interface__",
+        "shape",
+        "strides",
+        "dtype",
+        "device_id",
+        "_kvcanary_layout",
+        "__weakref__",
+    )
 
     def __init__(self, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype, device_id: int, read_only: bool):
         self.shape, self.strides, self.dtype, self.device_id = shape, strides, dtype, device_id
-        self.__cuda_array_interface__ = {"shape": shape, "strides": strides, "typestr": dtype.str,
-                                         "data": (ptr, read_only), "version": 3}  # fmt: skip
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "strides": strides,
+            "typestr": dtype.str,
+            "data": (ptr, read_only),
+            "version": 3,
+        }
         # What array_layout reads: no interface dict to parse per launch.
         self._kvcanary_layout = (ptr, shape, strides, dtype)
 

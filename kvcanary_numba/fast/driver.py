@@ -26,12 +26,26 @@ import ctypes
 import logging
 import sys
 import threading
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache
+from typing import Any
 
-__all__ = ["AbiMismatch", "DRIVER_CALLS", "Driver", "PARAM_BUFFER", "argument_types", "bound_kernel", "check_types",
-           "compiled_calls", "driver", "function_handle", "libcuda_function", "libcuda_functions", "native_address",
-           "type_of"]
+__all__ = [
+    "AbiMismatch",
+    "DRIVER_CALLS",
+    "Driver",
+    "PARAM_BUFFER",
+    "argument_types",
+    "bound_kernel",
+    "check_types",
+    "compiled_calls",
+    "driver",
+    "function_handle",
+    "libcuda_function",
+    "libcuda_functions",
+    "native_address",
+    "type_of",
+]
 
 #: Launch tables pass each kernel's parameters as ONE buffer (``cuLaunchKernel``'s ``extra``:
 #: ``CU_LAUNCH_PARAM_BUFFER_POINTER``) instead of an array of pointers to each of them (the
@@ -93,7 +107,7 @@ def native_address(fn) -> int | None:
 # --- compiled kernels ---------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def bound_kernel(kernel, signature: str):
     """``kernel`` compiled for ``signature`` and loaded into the current context now (a module
     load is not allowed later, inside CUDA-graph capture)."""

@@ -43,7 +43,7 @@ the first call runs the glue, the second packs its launches, later ones replay t
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -96,22 +96,38 @@ def _contexts(contexts: Sequence[CanaryContext], fallback) -> tuple[int, tuple]:
     return parts[0][0], tuple(_each(c) for c in ([w for _, w, _ in parts], *columns, spans, params))
 
 
-def launch_endpoint_verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan,
-                             check_verify_expected_token: bool, stream: int | None = None) -> None:
+def launch_endpoint_verifies(
+    *, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool, stream: int | None = None
+) -> None:
     """Verify ``plan`` against every context in ``contexts``: one launch when they fuse
     (:func:`fused_count`), else the plain verify per context, in order.
 
     A call repeated with the same arguments replays the launches of the first ones
     (:func:`.glue_memo.run_memoised`): the monitor's eager path makes it every step.
     """
-    run_memoised("verifies", _verifies, dict(contexts=contexts, plan=plan,
-                                             check_verify_expected_token=check_verify_expected_token), stream)
+    run_memoised(
+        "verifies",
+        _verifies,
+        dict(contexts=contexts, plan=plan, check_verify_expected_token=check_verify_expected_token),
+        stream,
+    )
 
 
-def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, positions,
-                           out_cache_loc, enable_write_input_assert: bool, expected_input_tokens,
-                           expected_input_positions, chain: SharedChain | None = None, publish: bool = False,
-                           requests: int | None = None, stream: int | None = None) -> None:
+def launch_endpoint_writes(
+    *,
+    contexts: Sequence[CanaryContext],
+    plan: WritePlan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert: bool,
+    expected_input_tokens,
+    expected_input_positions,
+    chain: SharedChain | None = None,
+    publish: bool = False,
+    requests: int | None = None,
+    stream: int | None = None,
+) -> None:
     """Stamp the step's entries into every context in ``contexts`` (see the module docstring).
 
     ``chain``: the step's shared chain (None: every endpoint runs its own);
@@ -119,20 +135,31 @@ def launch_endpoint_writes(*, contexts: Sequence[CanaryContext], plan: WritePlan
     ``requests``: the step's batch size (None: the plan's capacity), which with the
     token count picks the path. Repeated calls replay as :func:`launch_endpoint_verifies`'s.
     """
-    kwargs = dict(contexts=contexts, plan=plan, input_ids=input_ids, positions=positions,
-                  out_cache_loc=out_cache_loc, enable_write_input_assert=enable_write_input_assert,
-                  expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions,
-                  chain=chain, publish=publish, requests=requests)
+    kwargs = dict(
+        contexts=contexts,
+        plan=plan,
+        input_ids=input_ids,
+        positions=positions,
+        out_cache_loc=out_cache_loc,
+        enable_write_input_assert=enable_write_input_assert,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+        chain=chain,
+        publish=publish,
+        requests=requests,
+    )
     run_memoised("writes", _writes, kwargs, stream)
 
 
-def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool,
-              stream: int | None) -> None:
+def _verifies(
+    *, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_verify_expected_token: bool, stream: int | None
+) -> None:
     count = fused_count(contexts)
     if not count:
         for context in contexts:
-            _verify.launch_canary_verify_kernel(context=context, plan=plan, stream=stream,
-                                                check_verify_expected_token=check_verify_expected_token)
+            _verify.launch_canary_verify_kernel(
+                context=context, plan=plan, stream=stream, check_verify_expected_token=check_verify_expected_token
+            )
         return
     fallback = _common.reinterpret(plan.verify_slot_indices, np.uint64, persistent=True)  # read-only alias
     nsrc, (bufs, *per_endpoint) = _contexts(contexts, fallback)
@@ -143,8 +170,12 @@ def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_veri
     args = (
         bufs,
         *_common.persistent_views(
-            plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
-            plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable,
+            plan.verify_slot_indices,
+            plan.verify_expected_tokens,
+            plan.verify_expected_positions,
+            plan.verify_prev_slot_indices,
+            plan.verify_num_valid,
+            plan.enable,
         ),
         *per_endpoint,
         per,
@@ -152,22 +183,47 @@ def _verifies(*, contexts: Sequence[CanaryContext], plan: VerifyPlan, check_veri
     _common.launch(kernel, signature, per * count, block, args, stream)
 
 
-def _writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, positions, out_cache_loc,
-            enable_write_input_assert: bool, expected_input_tokens, expected_input_positions,
-            chain: SharedChain | None, publish: bool, requests: int | None, stream: int) -> None:
-    kwargs = dict(input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc,
-                  expected_input_tokens=expected_input_tokens, expected_input_positions=expected_input_positions)
+def _writes(
+    *,
+    contexts: Sequence[CanaryContext],
+    plan: WritePlan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert: bool,
+    expected_input_tokens,
+    expected_input_positions,
+    chain: SharedChain | None,
+    publish: bool,
+    requests: int | None,
+    stream: int,
+) -> None:
+    kwargs = dict(
+        input_ids=input_ids,
+        positions=positions,
+        out_cache_loc=out_cache_loc,
+        expected_input_tokens=expected_input_tokens,
+        expected_input_positions=expected_input_positions,
+    )
     kwargs = {name: native_views(value) for name, value in kwargs.items()}  # DLPack-only: as the public path
     capacity = plan.write_seed_slot_indices.shape[0]
     count = fused_count(contexts)
     tiled = chain is not None and long_step(int(input_ids.shape[0]), capacity if requests is None else requests)
     if not count:
         for i, context in enumerate(contexts):
-            shared = contextlib.nullcontext() if chain is None else sharing(chain, publish=publish and i == 0,
-                                                                             requests=requests)
+            shared = (
+                contextlib.nullcontext()
+                if chain is None
+                else sharing(chain, publish=publish and i == 0, requests=requests)
+            )
             with shared:
-                _write.launch_canary_write_kernel(context=context, plan=plan, stream=stream,
-                                                  enable_write_input_assert=enable_write_input_assert, **kwargs)
+                _write.launch_canary_write_kernel(
+                    context=context,
+                    plan=plan,
+                    stream=stream,
+                    enable_write_input_assert=enable_write_input_assert,
+                    **kwargs,
+                )
         return
     tokens = _common.kernel_array(kwargs["input_ids"])
     token_positions = _common.kernel_array(kwargs["positions"])
@@ -196,7 +252,13 @@ def _writes(*, contexts: Sequence[CanaryContext], plan: WritePlan, input_ids, po
         tokens if expected_tokens is None else _common.kernel_array(expected_tokens),
         token_positions if expected_positions is None else _common.kernel_array(expected_positions),
         _each(list(_common.persistent_views(*(c.enable_chain_position_assert for c in contexts)))),
-        rings, indices, slot_counters, kernel_counters, kinds, spans, params,
+        rings,
+        indices,
+        slot_counters,
+        kernel_counters,
+        kinds,
+        spans,
+        params,
         _each(roles),
         *scratch,
     )

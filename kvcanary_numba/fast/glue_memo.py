@@ -32,7 +32,8 @@ object that cannot be weakly referenced: ``Uncacheable``) the glue runs.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import replay
 from .chain import SharedChain

@@ -32,12 +32,19 @@ def translate_slots(*, lut, index, out, stream: int | None = None) -> None:
         return
     block = common.block_size(TRANSLATE_BLOCK)
     grid = common.persistent_grid(n, block)
-    common.launch(kernels.translate_kernel, kernels.SIGNATURES["translate"][0], grid, block,
-                  (common.kernel_array(lut, persistent=True), common.kernel_array(index), common.kernel_array(out)),
-                  stream)
+    common.launch(
+        kernels.translate_kernel,
+        kernels.SIGNATURES["translate"][0],
+        grid,
+        block,
+        (common.kernel_array(lut, persistent=True), common.kernel_array(index), common.kernel_array(out)),
+        stream,
+    )
 
 
-def scatter_tokens_and_lens(*, flat_in, offsets, req_pool_indices, pool_out, lens_out, stream: int | None = None) -> None:
+def scatter_tokens_and_lens(
+    *, flat_in, offsets, req_pool_indices, pool_out, lens_out, stream: int | None = None
+) -> None:
     """The monitor's per-step token work in one launch: :func:`scatter_req_token_ids`, and
     ``lens_out[:bs] = offsets[1:] - offsets[:-1]`` (what the plans read as valid lengths).
 

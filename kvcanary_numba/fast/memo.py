@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .dlpack import native_array, native_views
 from .overlap import recheck_for
-from .tokens import Uncacheable, TOKENS, token
+from .tokens import TOKENS, Uncacheable, token
 
 __all__ = ["Entry", "Memo", "Uncacheable", "checked", "snapshot", "token"]
 
@@ -37,12 +38,12 @@ __all__ = ["Entry", "Memo", "Uncacheable", "checked", "snapshot", "token"]
 # ``state`` is a one-item list holding a dict: id(DLPack-only producer) -> the view the
 # snapshot read it through (the wrapper hands those views on, without exporting again).
 
+
 def _numpy(x, depth, state):
     if depth == 0:
         return (x.shape, x.strides, x.dtype, x.flags.writeable)
     hit = TOKENS.get(id(x))  # token(x), inlined: this is the hot path
-    return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype,
-            x.flags.writeable)
+    return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype, x.flags.writeable)
 
 
 def _cupy(x, depth, state):
@@ -105,8 +106,10 @@ for _t in _SCALARS:
 
 #: Straight-line snapshot of a NumPy array held at depth > 0 (what :func:`_numpy` returns there),
 #: inlined into generated walkers: NumPy arrays are most of what a call holds.
-_NUMPY_AT_DEPTH = ("(h[1] if (h := _tget(id(v))) is not None and h[0]() is v else _token(v), "
-                   "v.shape, v.strides, v.dtype, v.flags.writeable)")
+_NUMPY_AT_DEPTH = (
+    "(h[1] if (h := _tget(id(v))) is not None and h[0]() is v else _token(v), "
+    "v.shape, v.strides, v.dtype, v.flags.writeable)"
+)
 _CUPY_INLINE = "(v.data.ptr, v.shape, v.strides, v.dtype)"  #: _cupy's snapshot, inlined in the same way
 
 
@@ -116,12 +119,23 @@ def _dataclass_walker(cls: type) -> Callable:
     lines = ["def walk(x, depth, state):", "    d = depth + 1"]
     names = [f.name for f in dataclasses.fields(cls)]
     for i, name in enumerate(names):
-        lines += [f"    v = x.{name}", "    t = type(v)",
-                  f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else {_CUPY_INLINE} if t is _cupy_t else (t, v) "
-                  f"if t in _scalars else None if v is None else (_get(t) or _walker(v))(v, d, state)"]
+        lines += [
+            f"    v = x.{name}",
+            "    t = type(v)",
+            f"    s{i} = {_NUMPY_AT_DEPTH} if t is _ndarray else {_CUPY_INLINE} if t is _cupy_t else (t, v) "
+            f"if t in _scalars else None if v is None else (_get(t) or _walker(v))(v, d, state)",
+        ]
     lines.append(f"    return (cls, {''.join(f's{i}, ' for i in range(len(names)))})")
-    scope = {"cls": cls, "_get": _WALKERS.get, "_walker": _register, "_ndarray": np.ndarray, "_tget": TOKENS.get,
-             "_token": token, "_scalars": _SCALARS, "_cupy_t": _cupy_array_type()}
+    scope = {
+        "cls": cls,
+        "_get": _WALKERS.get,
+        "_walker": _register,
+        "_ndarray": np.ndarray,
+        "_tget": TOKENS.get,
+        "_token": token,
+        "_scalars": _SCALARS,
+        "_cupy_t": _cupy_array_type(),
+    }
     exec("\n".join(lines) + "\n", scope)  # noqa: S102 - field names come from the dataclass definition
     return scope["walk"]
 
@@ -130,8 +144,12 @@ def _is_numba_device_array(cls: type) -> bool:
     # ``gpu_data`` is an instance attribute; the class marks itself with ``__cuda_ndarray__``.
     # The simulator's arrays carry the mark too but hold a NumPy array, not a device pointer.
     module = cls.__module__
-    return (module.split(".")[0] in ("numba", "numba_cuda") and "simulator" not in module
-            and getattr(cls, "__cuda_ndarray__", False) is True and hasattr(cls, "__cuda_array_interface__"))
+    return (
+        module.split(".")[0] in ("numba", "numba_cuda")
+        and "simulator" not in module
+        and getattr(cls, "__cuda_ndarray__", False) is True
+        and hasattr(cls, "__cuda_array_interface__")
+    )
 
 
 def _walker_for(cls: type) -> Callable:
@@ -239,8 +257,14 @@ class Memo:
         self._last_key = self._last = None
 
 
-def checked(function: str, memo: Memo, validate: Callable[..., tuple], kwargs: dict, backend: str,
-            value_checks: Callable[[dict], None] | None = None) -> tuple[Entry, dict]:
+def checked(
+    function: str,
+    memo: Memo,
+    validate: Callable[..., tuple],
+    kwargs: dict,
+    backend: str,
+    value_checks: Callable[[dict], None] | None = None,
+) -> tuple[Entry, dict]:
     """Validate ``kwargs`` unless their snapshot passed before; returns the snapshot's :class:`Entry`
     and the arguments to run with (DLPack-only arrays as NumPy views or :class:`.dlpack.DlpackView`).
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from llvmlite import ir
 from numba import types
@@ -144,8 +144,7 @@ def _quiet(words, expect, first_plan_word, nwords):
 
 
 @cpu_jit()
-def _readback_step(fns, query, queried, first_plan_word, launched, copied, side, host, device, nbytes, compute,
-                   expect):  # fmt: skip
+def _readback_step(fns, query, queried, first_plan_word, launched, copied, side, host, device, nbytes, compute, expect):
     status = 0
     if query != 0:
         status = _call_1(fns[0], query)

@@ -47,8 +47,7 @@ class Recheck:
         Spans of the other non-empty arrays, as validated (their addresses are in the snapshot).
     """
 
-    __slots__ = ("function", "inputs", "outputs", "pinned", "los", "his", "pinned_outputs", "names", "passed",
-                 "_token")
+    __slots__ = ("function", "inputs", "outputs", "pinned", "los", "his", "pinned_outputs", "names", "passed", "_token")
 
     def __init__(self, function: str, loose: list, pinned: list):
         self._token, self.names, self.passed = token, tuple(name for name, *_ in loose), None
@@ -86,7 +85,10 @@ class Recheck:
                 if i < count and los[i] < hi:
                     raise shared(self.function, (lo, hi, index, name, False), self.pinned_outputs[i])
         if self.outputs:  # top-level outputs (offsets, scatter, fingerprint): against every other array
-            spans = [(*span_of(kwargs[name]), index, name, output) for output, group in
-                     ((False, self.inputs), (True, self.outputs)) for name, index, span_of in group]
+            spans = [
+                (*span_of(kwargs[name]), index, name, output)
+                for output, group in ((False, self.inputs), (True, self.outputs))
+                for name, index, span_of in group
+            ]
             spans = sorted(span for span in spans + self.pinned if span[0] != span[1])
             disjoint(self.function, spans)

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from numba.core import types  # once here: the packers below run per argument of every eager launch
 
@@ -48,6 +49,7 @@ logger = logging.getLogger("kvcanary_numba.fast")
 
 # --- packing --------------------------------------------------------------------
 # An array's layout is ``array_layout(x)``: (data pointer, shape, strides in bytes, dtype).
+
 
 def _array_values(layout: tuple) -> list[int]:
     ptr, shape, strides, dtype = layout
@@ -129,6 +131,7 @@ def _packed(ty, value):
 
 # --- the prepared launch --------------------------------------------------------
 
+
 class PreparedLaunch:
     """One kernel launch with its parameter buffer packed once.
 
@@ -152,9 +155,28 @@ class PreparedLaunch:
         ``_func`` and ``_params`` are what the driver takes for it and for the parameter array.
     """
 
-    __slots__ = ("kernel", "signature", "grid", "block", "args", "raw", "fallback_reason", "packed", "handle",
-                 "_func", "_slots", "_starts", "_pointers", "_params", "_types", "_arrays", "_tabled", "_buffer",
-                 "_size", "_extra")
+    __slots__ = (
+        "kernel",
+        "signature",
+        "grid",
+        "block",
+        "args",
+        "raw",
+        "fallback_reason",
+        "packed",
+        "handle",
+        "_func",
+        "_slots",
+        "_starts",
+        "_pointers",
+        "_params",
+        "_types",
+        "_arrays",
+        "_tabled",
+        "_buffer",
+        "_size",
+        "_extra",
+    )
 
     def __init__(self, kernel, signature: str, grid: int, block: int, args: Sequence[Any]):
         self.kernel, self.signature = kernel, signature
@@ -192,7 +214,7 @@ class PreparedLaunch:
         self.raw = True
 
     @classmethod
-    def from_spec(cls, spec: LaunchSpec) -> "PreparedLaunch":
+    def from_spec(cls, spec: LaunchSpec) -> PreparedLaunch:
         """The packed launch of ``spec`` (its arguments' types checked against its signature)."""
         return cls(spec.kernel, spec.signature, spec.grid, spec.block, spec.args)
 
@@ -254,8 +276,11 @@ class PreparedLaunch:
             return []
         if (spec.kernel, spec.signature) != (self.kernel, self.signature):
             return [f"kernel {spec.signature} instead of {self.signature}"]
-        out = [f"{name} {new} instead of {old}" for name, new, old in
-               (("grid", spec.grid, self.grid), ("block", spec.block, self.block)) if new != old]
+        out = [
+            f"{name} {new} instead of {old}"
+            for name, new, old in (("grid", spec.grid, self.grid), ("block", spec.block, self.block))
+            if new != old
+        ]
         for index, (ty, value) in enumerate(zip(self._types, spec.args)):
             now = _packed(ty, value)
             if now != self.packed[index]:
@@ -273,4 +298,3 @@ class PreparedLaunch:
             run(LaunchSpec(self.kernel, self.signature, self.grid, self.block, tuple(self.args), handle))
             return
         _numba.driver.launch(self._func, self.grid, self.block, handle, self._params)
-

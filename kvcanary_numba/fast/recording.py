@@ -36,8 +36,10 @@ class _Recording:
             if isinstance(item, tuple):
                 self._check_members(spec, item)
             elif isinstance(item, View) and not item.persistent:
-                raise RuntimeError(f"recording: a tuple argument of {spec.signature} holds a view of a per-call "
-                                   "array; tuples may hold only persistent views (a replay could not rebind it)")
+                raise RuntimeError(
+                    f"recording: a tuple argument of {spec.signature} holds a view of a per-call "
+                    "array; tuples may hold only persistent views (a replay could not rebind it)"
+                )
 
 
 @contextlib.contextmanager

@@ -31,7 +31,8 @@ Under the simulator nothing is packed: the glue runs every call, through the cor
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..launch._launch import LaunchSpec, current_stream, run, sink, sink_active
 from . import driver as _numba

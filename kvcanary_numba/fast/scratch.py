@@ -38,6 +38,7 @@ _CAPTURE_REASON = (
 #: CUresult codes 900-908: the stream (or another in global mode) is capturing, or a capture broke.
 _CAPTURE_ERRORS = range(900, 909)
 
+
 class StreamScratch:
     """Zeroed arrays by (device, stream, name, shape, dtype), allocated on first use, never freed.
 
@@ -67,8 +68,15 @@ class StreamScratch:
         if hit is None:
             if stream_capturing(stream):
                 nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-                raise error("KVC-C015", function=CAPTURE_FUNCTION, argument=name, got=shape,
-                            what="launch scratch array", nbytes=nbytes, reason=_CAPTURE_REASON)
+                raise error(
+                    "KVC-C015",
+                    function=CAPTURE_FUNCTION,
+                    argument=name,
+                    got=shape,
+                    what="launch scratch array",
+                    nbytes=nbytes,
+                    reason=_CAPTURE_REASON,
+                )
             hit = np.zeros(shape, dtype=dtype)
             if not ON_SIMULATOR:
                 from numba import cuda

@@ -119,8 +119,10 @@ class PreparedPhase:
                     self.bindings.setdefault(name, []).append((launch, index, origin))
             for index in record.transient_arguments():
                 if owner.get(id(record.args[index].source)) is None:
-                    raise RuntimeError(f"prepared phase: argument {index} of {record.signature} views a per-call "
-                                       "array that is not a role: every step would reuse its first pointer")
+                    raise RuntimeError(
+                        f"prepared phase: argument {index} of {record.signature} views a per-call "
+                        "array that is not a role: every step would reuse its first pointer"
+                    )
         self.free = tuple(name for name in free if name in self.bindings)
         self._bound = {name: roles[name] for name in self.bindings}
         self._kinds = {name: _kind(name, roles[name]) for name in self.bindings}
@@ -157,8 +159,10 @@ def _key(asserted: bool, roles: dict[str, Any], free: tuple[str, ...]) -> tuple:
     ids = [None if a is None else id(a) for a in arrays]
     alias = tuple(-1 if i is None else ids.index(i) for i in ids)
     # Not an array (no shape): a key of its own; recording then raises the validated path's error.
-    shapes = tuple(None if a is None else "free" if name in free else tuple(getattr(a, "shape", (-1,)))
-                   for name, a in roles.items())  # fmt: skip
+    shapes = tuple(
+        None if a is None else "free" if name in free else tuple(getattr(a, "shape", (-1,)))
+        for name, a in roles.items()
+    )
     return asserted, shapes, alias
 
 
@@ -194,8 +198,10 @@ def compile_monitor_kernels(plan) -> int:
     count += compile_eagerly(verify, [verify.kernel_name(check, n) for n in sorted(plain)])
     # A plain (unfused) phase's writes share the step's chain: the fast wing's write_shared kernel.
     count += compile_eagerly(write_shared, [write_shared.kernel_name(False, n) for n in sorted(plain)])
-    count += compile_eagerly(endpoints, [name for n in sorted(fused) for name in
-                                         (endpoints.verify_name(check, n), endpoints.write_name(False, n))])
+    count += compile_eagerly(
+        endpoints,
+        [name for n in sorted(fused) for name in (endpoints.verify_name(check, n), endpoints.write_name(False, n))],
+    )
     count += compile_eagerly(chain, ["chain_publish"])
     if check:  # the HEAD phase's token scatter and valid lengths
         count += compile_eagerly(scatter_lens)

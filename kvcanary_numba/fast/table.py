@@ -52,8 +52,12 @@ class LaunchTable:
             return
         buffers = _numba.PARAM_BUFFER
         try:
-            rows = [(int(p.handle), p.grid, p.block, 0, ctypes.addressof(p._extra)) if buffers and p._extra is not None
-                    else (int(p.handle), p.grid, p.block, ctypes.addressof(p._pointers), 0) for p in self.launches]
+            rows = [
+                (int(p.handle), p.grid, p.block, 0, ctypes.addressof(p._extra))
+                if buffers and p._extra is not None
+                else (int(p.handle), p.grid, p.block, ctypes.addressof(p._pointers), 0)
+                for p in self.launches
+            ]
         except (TypeError, ValueError):  # a handle that is not an address: each launch's own route
             return
         self.table = np.array(rows, dtype=np.int64)
@@ -89,4 +93,6 @@ class LaunchTable:
         if status:
             row, err = _native.decode_status(status)
             p = self.launches[row]
-            raise RuntimeError(f"cuLaunchKernel failed: {_numba.driver.error_name(err)} (grid {p.grid}, block {p.block})")
+            raise RuntimeError(
+                f"cuLaunchKernel failed: {_numba.driver.error_name(err)} (grid {p.grid}, block {p.block})"
+            )

@@ -47,8 +47,18 @@ def unshared_scratch(words):
     return np.zeros((1, 1), dtype=np.int64) if ON_SIMULATOR else words
 
 
-def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert: bool,
-                               expected_input_tokens, expected_input_positions, stream: int | None = None) -> None:
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert: bool,
+    expected_input_tokens,
+    expected_input_positions,
+    stream: int | None = None,
+) -> None:
     """Queue the write of validated arguments on ``stream`` (None: the current stream; see the module docstring)."""
     stream = current_stream() if stream is None else int(stream)  # a long write's scratch is per stream
     capacity = plan.write_seed_slot_indices.shape[0]
@@ -56,14 +66,21 @@ def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache
     # publishes its own (fast/chain.py).
     tiled, chain = write_chain(int(input_ids.shape[0]), capacity, stream)
     if chain is None:  # a short public write: the core's plain kernel
-        _core.launch_canary_write_kernel(context=context, plan=plan, input_ids=input_ids, positions=positions,
-                                         out_cache_loc=out_cache_loc,
-                                         enable_write_input_assert=enable_write_input_assert,
-                                         expected_input_tokens=expected_input_tokens,
-                                         expected_input_positions=expected_input_positions, stream=stream)
+        _core.launch_canary_write_kernel(
+            context=context,
+            plan=plan,
+            input_ids=input_ids,
+            positions=positions,
+            out_cache_loc=out_cache_loc,
+            enable_write_input_assert=enable_write_input_assert,
+            expected_input_tokens=expected_input_tokens,
+            expected_input_positions=expected_input_positions,
+            stream=stream,
+        )
         return
-    nsrc, args = write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
-                                 expected_input_positions)
+    nsrc, args = write_arguments(
+        context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+    )
     args = (*args, *chain)
     if tiled is not None:
         _launch_tiled(tiled, args, capacity, enable_write_input_assert, nsrc, stream)

@@ -49,6 +49,7 @@ __all__ = ["ON_SIMULATOR", "is_kernel"]
 #: True when Numba's CUDA simulator is active (fixed at import, as Numba does).
 ON_SIMULATOR: bool = bool(_numba_config.ENABLE_CUDASIM)
 
+
 def is_kernel(obj) -> bool:
     """True for a ``@cuda.jit`` kernel (not a device function), real or simulated."""
     if hasattr(obj, "_device") and hasattr(obj, "fn"):  # simulator FakeCUDAKernel

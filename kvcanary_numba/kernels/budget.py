@@ -14,9 +14,25 @@ SIGNATURES = {"select": (f"void({_PLAN}, {_PLAN}, int64[::1], int64[::1], int64,
 
 
 @cuda.jit
-def select_kernel(slots, tokens, positions, prevs, num_valid, enable,
-                  out_slots, out_tokens, out_positions, out_prevs, out_num_valid, out_enable,
-                  step, scratch, period, multiplier, offset):  # fmt: skip
+def select_kernel(
+    slots,
+    tokens,
+    positions,
+    prevs,
+    num_valid,
+    enable,
+    out_slots,
+    out_tokens,
+    out_positions,
+    out_prevs,
+    out_num_valid,
+    out_enable,
+    step,
+    scratch,
+    period,
+    multiplier,
+    offset,
+):
     """Grid-stride over tiles of ``blockDim.x`` entries; one global atomic per block and tile.
 
     ``scratch[0]`` counts the entries reserved so far, ``scratch[1]`` the blocks

@@ -32,9 +32,17 @@ from . import ON_SIMULATOR
 from .hashing import MINUS_ONE, ONE, ZERO, splitmix64
 
 __all__ = [
-    "KERNELS", "SIGNATURES", "TILE_PITCH", "TILE_WORDS", "fold_source", "load_pair", "real_kv_hash", "slot_base",
-    "warp_real_kv_hash", "warp_sync",
-]  # fmt: skip
+    "KERNELS",
+    "SIGNATURES",
+    "TILE_PITCH",
+    "TILE_WORDS",
+    "fold_source",
+    "load_pair",
+    "real_kv_hash",
+    "slot_base",
+    "warp_real_kv_hash",
+    "warp_sync",
+]
 
 _TWO, _FOUR, _SIX, _EIGHT = np.int64(2), np.int64(4), np.int64(6), np.int64(8)
 

@@ -13,8 +13,13 @@ from __future__ import annotations
 from numba import cuda, int64
 
 __all__ = [
-    "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "atomic_load", "block_inclusive_scan2", "look_back", "release_lookback",
-]  # fmt: skip
+    "LOOKBACK_HEADER",
+    "LOOKBACK_STRIDE",
+    "atomic_load",
+    "block_inclusive_scan2",
+    "look_back",
+    "release_lookback",
+]
 
 # Look-back scratch (int64): [ticket, done, then per tile: status, agg_v, agg_w, inc_v, inc_w].
 LOOKBACK_HEADER = 2

@@ -27,7 +27,16 @@ from . import ON_SIMULATOR
 from .lookback import LOOKBACK_HEADER, LOOKBACK_STRIDE, block_inclusive_scan2, look_back, release_lookback
 
 # The look-back layout is part of this module's interface (the launch glue sizes its scratch).
-__all__ = ["ENTRIES_PER_THREAD", "ENTRIES_PER_TILE", "KERNELS", "LOOKBACK_HEADER", "LOOKBACK_STRIDE", "MAX_SCAN_BLOCK", "SIGNATURES", "look_back"]
+__all__ = [
+    "ENTRIES_PER_THREAD",
+    "ENTRIES_PER_TILE",
+    "KERNELS",
+    "LOOKBACK_HEADER",
+    "LOOKBACK_STRIDE",
+    "MAX_SCAN_BLOCK",
+    "SIGNATURES",
+    "look_back",
+]
 
 #: Entries of one warp's tile in the entries kernel (4 per lane: measured best of 2, 4, 8).
 ENTRIES_PER_TILE = 4 * WARP_SIZE
@@ -95,9 +104,22 @@ def resolve_slot(req_to_token, rp, pos, lut, has_lut):
 
 @cuda.jit
 def plan_offsets_kernel(
-    req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, has_lut, window,
-    verify_capacity, items, out_verify_offsets, out_write_offsets, out_write_seed_slot_indices,
-    out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, lookback,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    lut,
+    has_lut,
+    window,
+    verify_capacity,
+    items,
+    out_verify_offsets,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    lookback,
 ):
     """Exclusive sums, seeds, counts and flags of one batch; grid = ceil(bs / tile) blocks.
 
@@ -195,8 +217,25 @@ def owner(verify_offsets, lo, hi, e):
 
 
 @cuda.jit(device=True, inline=True)
-def emit_entry(e, r, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
-               has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev):  # fmt: skip
+def emit_entry(
+    e,
+    r,
+    req_pool_indices,
+    prefix_lens,
+    req_to_token,
+    lut,
+    has_lut,
+    window,
+    pool,
+    valid_lens,
+    has_pool,
+    token_offset,
+    verify_offsets,
+    out_slots,
+    out_tokens,
+    out_positions,
+    out_prev,
+):
     """Write verify entry ``e`` of request ``r``."""
     rp = int64(req_pool_indices[r])
     prefix = max(int64(prefix_lens[r]), int64(0))
@@ -218,9 +257,22 @@ def emit_entry(e, r, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, 
 
 @cuda.jit
 def plan_entries_kernel(
-    req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
-    has_pool, token_offset, verify_offsets, verify_enable, out_slots, out_tokens,
-    out_positions, out_prev,
+    req_pool_indices,
+    prefix_lens,
+    req_to_token,
+    lut,
+    has_lut,
+    window,
+    pool,
+    valid_lens,
+    has_pool,
+    token_offset,
+    verify_offsets,
+    verify_enable,
+    out_slots,
+    out_tokens,
+    out_positions,
+    out_prev,
 ):
     """Fill verify entries ``[0, verify_offsets[bs])``; nothing when disabled.
 
@@ -244,8 +296,25 @@ def plan_entries_kernel(
         for e in range(first + lane, min(first + _TILE, total), _WARP):
             if r < last and verify_offsets[r + 1] <= e:
                 r = owner(verify_offsets, r + 1, last, e)
-            emit_entry(e, r, req_pool_indices, prefix_lens, req_to_token, lut, has_lut, window, pool, valid_lens,
-                       has_pool, token_offset, verify_offsets, out_slots, out_tokens, out_positions, out_prev)  # fmt: skip
+            emit_entry(
+                e,
+                r,
+                req_pool_indices,
+                prefix_lens,
+                req_to_token,
+                lut,
+                has_lut,
+                window,
+                pool,
+                valid_lens,
+                has_pool,
+                token_offset,
+                verify_offsets,
+                out_slots,
+                out_tokens,
+                out_positions,
+                out_prev,
+            )
 
 
 KERNELS = {"plan_offsets": plan_offsets_kernel, "plan_entries": plan_entries_kernel}

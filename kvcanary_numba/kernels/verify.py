@@ -22,15 +22,25 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int32, int64, uint64
 
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
 from ..constants import (  # fail bits as int64 scalars, under this module's short names
     FAIL_CHAIN as _CHAIN_BIT,
+)
+from ..constants import (
     FAIL_POSITION as _POSITION_BIT,
-    FAIL_REAL_KV as _REAL_KV_BIT,
-    FAIL_TOKEN as _TOKEN_BIT,
-    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+)
+from ..constants import (
     FAIL_PREV_RANGE as _PREV_RANGE_BIT,
 )
+from ..constants import (
+    FAIL_REAL_KV as _REAL_KV_BIT,
+)
+from ..constants import (
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+)
+from ..constants import (
+    FAIL_TOKEN as _TOKEN_BIT,
+)
+from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
 from ..hashing import to_signed
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
@@ -104,9 +114,24 @@ def _check_entry(buf, num_slots, slot, token, position, prev, nsrc, real, ring, 
 
 def _make_verify(check_token: bool, nsrc: int):
     def verify(
-        buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
-        ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
-    ):  # fmt: skip
+        buf,
+        slots,
+        expected_tokens,
+        expected_positions,
+        prev_slots,
+        num_valid,
+        enable,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+    ):
         tid = cuda.grid(1)
         if tid == 0:
             cuda.atomic.add(kernel_counter, 0, int64(1))
@@ -124,8 +149,19 @@ def _make_verify(check_token: bool, nsrc: int):
                 slot = slots[i]
                 if slot != ZERO:  # padding slot: never verified
                     token = expected_tokens[i] if check_token else MINUS_ONE
-                    _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, ZERO,
-                                 ring, write_index, kind)  # fmt: skip
+                    _check_entry(
+                        buf,
+                        num_slots,
+                        slot,
+                        token,
+                        expected_positions[i],
+                        prev_slots[i],
+                        nsrc,
+                        ZERO,
+                        ring,
+                        write_index,
+                        kind,
+                    )
             return
         # Real-KV variants: a warp per 32 consecutive entries, so that the warp can fold
         # its lanes' slots together (warp_real_kv_hash); every lane runs every tile.
@@ -141,8 +177,19 @@ def _make_verify(check_token: bool, nsrc: int):
             real = warp_real_kv_hash(tile, bases, lane, slot, fold, nsrc, w0, w1, w2, w3, params)
             if slot != ZERO:
                 token = expected_tokens[i] if check_token else MINUS_ONE
-                _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, real,
-                             ring, write_index, kind)  # fmt: skip
+                _check_entry(
+                    buf,
+                    num_slots,
+                    slot,
+                    token,
+                    expected_positions[i],
+                    prev_slots[i],
+                    nsrc,
+                    real,
+                    ring,
+                    write_index,
+                    kind,
+                )
 
     verify.__name__ = verify.__qualname__ = kernel_name(check_token, nsrc)
     return cuda.jit(verify, **launch_options(check_token, nsrc))

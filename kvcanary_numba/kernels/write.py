@@ -47,8 +47,16 @@ from .fingerprint import SOURCE_SIGNATURE, warp_sync
 from .hashing import ONE, ZERO
 from .write_chunk import chunk_chain, entry_checks, load_entry, real_kv, request_range, seed_state, store_record
 
-__all__ = ["ARGUMENTS", "KERNELS", "MAX_WRITE_WARPS", "SIGNATURE", "SIGNATURES", "WRITE_WARPS", "kernel_name",
-           "walk_chunks"]  # fmt: skip
+__all__ = [
+    "ARGUMENTS",
+    "KERNELS",
+    "MAX_WRITE_WARPS",
+    "SIGNATURE",
+    "SIGNATURES",
+    "WRITE_WARPS",
+    "kernel_name",
+    "walk_chunks",
+]
 
 #: Warps per block of ``write``; each warp walks its own requests (one under the
 #: simulator, which has no warp barrier and so synchronises whole blocks).
@@ -60,9 +68,34 @@ _WARP = np.int64(WARP_SIZE)
 
 
 @cuda.jit(device=True)
-def walk_chunks(lane, lo, hi, running, prev_position, track, s_slot, s_token, s_position, buf, out_cache_loc,
-                input_ids, positions, expected_tokens, expected_positions, input_assert, nsrc, w0, w1, w2, w3,
-                params, ring, write_index, kind, num_slots):  # fmt: skip
+def walk_chunks(
+    lane,
+    lo,
+    hi,
+    running,
+    prev_position,
+    track,
+    s_slot,
+    s_token,
+    s_position,
+    buf,
+    out_cache_loc,
+    input_ids,
+    positions,
+    expected_tokens,
+    expected_positions,
+    input_assert,
+    nsrc,
+    w0,
+    w1,
+    w2,
+    w3,
+    params,
+    ring,
+    write_index,
+    kind,
+    num_slots,
+):
     """One warp walks entries ``[lo, hi)`` of a request in chunks of 32 (steps 1-3 above).
 
     ``running``, ``prev_position``: the chain state before ``lo`` (the seed's).
@@ -70,8 +103,9 @@ def walk_chunks(lane, lo, hi, running, prev_position, track, s_slot, s_token, s_
     on every lane).
     """
     stored = ZERO
-    nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions,
-                     input_assert)  # fmt: skip
+    nxt = load_entry(
+        lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert
+    )
     for c0 in range(lo, hi, _WARP):
         n = min(_WARP, hi - c0)
         slot, token, position, expected_token, expected_position = nxt
@@ -81,16 +115,37 @@ def walk_chunks(lane, lo, hi, running, prev_position, track, s_slot, s_token, s_
         s_position[lane] = position
         warp_sync()
         # The next chunk's loads are issued now and land while the chain runs.
-        nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
-                         expected_positions, input_assert)  # fmt: skip
+        nxt = load_entry(
+            c0 + _WARP + lane,
+            hi,
+            out_cache_loc,
+            input_ids,
+            positions,
+            expected_tokens,
+            expected_positions,
+            input_assert,
+        )
         running, prev_position, counted, chain_hash, chain_position, last = chunk_chain(
             lane, n, slot, s_slot, s_token, s_position, running, prev_position, num_slots
         )
         stored += counted
         if slot >= ZERO:
             real = real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
-            ok = entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                              expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
+            ok = entry_checks(
+                ring,
+                write_index,
+                kind,
+                slot,
+                token,
+                position,
+                chain_hash,
+                input_assert,
+                expected_token,
+                expected_position,
+                track,
+                chain_position,
+                num_slots,
+            )
             if ok and last:
                 store_record(buf, slot, token, position, chain_hash, real)
     return stored
@@ -98,10 +153,27 @@ def walk_chunks(lane, lo, hi, running, prev_position, track, s_slot, s_token, s_
 
 def _make_write(input_assert: bool, nsrc: int):
     def write(
-        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params,
-    ):  # fmt: skip
+        buf,
+        offsets,
+        seeds,
+        num_valid_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        expected_tokens,
+        expected_positions,
+        chain_flag,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+    ):
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         warp = cuda.threadIdx.x // WARP_SIZE
         s_slot = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
@@ -127,10 +199,34 @@ def _make_write(input_assert: bool, nsrc: int):
             track = chain_on and seed >= ZERO and seed < num_slots
             # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
             running, prev_position = seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
-            stored += walk_chunks(lane, lo, hi, running, prev_position, track, s_slot, s_token, s_position, buf,
-                                  out_cache_loc, input_ids, positions, expected_tokens, expected_positions,
-                                  input_assert, nsrc, w0, w1, w2, w3, params, ring, write_index, kind,
-                                  num_slots)  # fmt: skip
+            stored += walk_chunks(
+                lane,
+                lo,
+                hi,
+                running,
+                prev_position,
+                track,
+                s_slot,
+                s_token,
+                s_position,
+                buf,
+                out_cache_loc,
+                input_ids,
+                positions,
+                expected_tokens,
+                expected_positions,
+                input_assert,
+                nsrc,
+                w0,
+                w1,
+                w2,
+                w3,
+                params,
+                ring,
+                write_index,
+                kind,
+                num_slots,
+            )
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
@@ -143,9 +239,7 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
     return f"write_assert{int(bool(input_assert))}_src{int(nsrc)}"
 
 
-KERNELS = {
-    kernel_name(flag, n): _make_write(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
-}
+KERNELS = {kernel_name(flag, n): _make_write(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)}
 #: The kernel's arguments as Numba types (``launch/write.py`` builds them); kernels that
 #: take these and more (the fast wing's, the benchmarks' baseline) extend this list.
 ARGUMENTS = (

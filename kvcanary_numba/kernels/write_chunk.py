@@ -10,14 +10,22 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import WARP_SIZE
-from ..constants import (  # fail bits as int64 scalars, under this module's short names
-    FAIL_WRITE_TOKEN as _TOKEN_BIT,
-    FAIL_WRITE_POSITION as _POSITION_BIT,
-    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+from ..constants import (
     FAIL_PREV_RANGE as _SEED_RANGE_BIT,
+)
+from ..constants import (
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+)
+from ..constants import (
+    FAIL_WRITE_POSITION as _POSITION_BIT,
+)
+from ..constants import (
     FAIL_WRITE_RANGE as _RANGE_BIT,
 )
+from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_WRITE_TOKEN as _TOKEN_BIT,
+)
+from ..constants import WARP_SIZE
 from .fingerprint import real_kv_hash
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation
@@ -28,8 +36,21 @@ _WARP = np.int64(WARP_SIZE)
 
 
 @cuda.jit(device=True)
-def entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert, expected_token,
-                 expected_position, track, chain_position, num_slots):  # fmt: skip
+def entry_checks(
+    ring,
+    write_index,
+    kind,
+    slot,
+    token,
+    position,
+    chain_hash,
+    input_assert,
+    expected_token,
+    expected_position,
+    track,
+    chain_position,
+    num_slots,
+):
     """Rows of one non-skipped entry, in the reference's order; True if its slot can be stored."""
     if input_assert:
         bits = ZERO
@@ -42,8 +63,9 @@ def entry_checks(ring, write_index, kind, slot, token, position, chain_hash, inp
                 ring, write_index, kind, slot, position, token, expected_token, chain_hash, expected_position, bits
             )
     if track and position != chain_position:
-        record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, chain_position,
-                         _POSITION_BIT)  # fmt: skip
+        record_violation(
+            ring, write_index, kind, slot, position, token, token, chain_hash, chain_position, _POSITION_BIT
+        )
     if slot >= num_slots:
         record_violation(ring, write_index, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_RANGE_BIT)
         return False
@@ -77,8 +99,9 @@ def seed_state(buf, seed, num_slots, ring, write_index, kind, report):
     """(running hash, stored seed position) at a request's start; records the seed row if ``report``."""
     if seed >= num_slots:
         if report:
-            record_violation(ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots,
-                             _SEED_RANGE_BIT)  # fmt: skip
+            record_violation(
+                ring, write_index, kind, seed, MINUS_ONE, MINUS_ONE, MINUS_ONE, ZERO, num_slots, _SEED_RANGE_BIT
+            )
     elif seed >= ZERO:
         return slot_hash(buf, seed), buf[seed, POSITION]
     return CHAIN_HEAD, ZERO

@@ -21,20 +21,44 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from functools import cache, lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._validate import c_strides
 from ..kernels import ON_SIMULATOR
 
-__all__ = ["LaunchSpec", "ON_SIMULATOR", "SIM_BLOCK", "SIM_MAX_BLOCKS", "THREADS_PER_SM", "View", "array_layout",
-           "block_size", "byte_span", "check_signature", "compile_kernel", "current_stream", "grid_for",
-           "kernel_array", "launch", "persistent_grid", "persistent_views", "reinterpret", "resident_grid", "run",
-           "sim_shape", "simulated_shapes", "sink", "sink_active", "sm_count"]
+__all__ = [
+    "LaunchSpec",
+    "ON_SIMULATOR",
+    "SIM_BLOCK",
+    "SIM_MAX_BLOCKS",
+    "THREADS_PER_SM",
+    "View",
+    "array_layout",
+    "block_size",
+    "byte_span",
+    "check_signature",
+    "compile_kernel",
+    "current_stream",
+    "grid_for",
+    "kernel_array",
+    "launch",
+    "persistent_grid",
+    "persistent_views",
+    "reinterpret",
+    "resident_grid",
+    "run",
+    "sim_shape",
+    "simulated_shapes",
+    "sink",
+    "sink_active",
+    "sm_count",
+]
 
 SIM_BLOCK = 32  # threads per block under the simulator (one warp: a simulated thread costs ~0.2 ms)
 SIM_MAX_BLOCKS = 2  # largest grid-stride grid under the simulator (two blocks still exercise the stride)
@@ -235,8 +259,9 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any], s
     """Launch ``kernel`` (declared ``signature``) on ``grid`` x ``block`` threads on CUDA stream
     ``stream`` (None: :func:`current_stream`): the description goes to this thread's sink when
     one is active, else :func:`run` runs it now."""
-    spec = LaunchSpec(kernel, signature, int(grid), int(block), tuple(args),
-                      current_stream() if stream is None else int(stream))
+    spec = LaunchSpec(
+        kernel, signature, int(grid), int(block), tuple(args), current_stream() if stream is None else int(stream)
+    )
     take = getattr(_sink, "take", None)
     if take is not None:
         take(spec)
@@ -264,7 +289,7 @@ def run(spec: LaunchSpec) -> None:
 # --- grids ---------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def sm_count() -> int:
     """Multiprocessors of the current device (1 under the simulator)."""
     if ON_SIMULATOR:
@@ -296,7 +321,7 @@ def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = Non
     return min(grid_for(n_items, block), max(1, sm_count() * per_sm // int(parts)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _resident_blocks(kernel, signature: str, block: int) -> int:
     return max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(block)))
 
@@ -317,7 +342,7 @@ def resident_grid(kernel, signature: str, n_items: int, block: int, *, parts: in
 # --- compilation and argument types ------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def compile_kernel(kernel, signature: str):
     """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator."""
     if ON_SIMULATOR:
@@ -325,7 +350,7 @@ def compile_kernel(kernel, signature: str):
     return kernel.compile(signature)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _declared_types(signature: str):
     from numba.core import sigutils  # public: numba's signature strings
 
@@ -336,8 +361,11 @@ def same_type(declared, actual) -> bool:
     from numba.core.types import BaseTuple
 
     if hasattr(declared, "ndim"):  # array: ignore mutability / alignment flags
-        return (hasattr(actual, "ndim")
-                and (declared.dtype, declared.ndim, declared.layout) == (actual.dtype, actual.ndim, actual.layout))
+        return hasattr(actual, "ndim") and (declared.dtype, declared.ndim, declared.layout) == (
+            actual.dtype,
+            actual.ndim,
+            actual.layout,
+        )
     if isinstance(declared, BaseTuple):  # item by item (a read-only array makes a heterogeneous Tuple)
         return isinstance(actual, BaseTuple) and len(actual) == len(declared) and all(map(same_type, declared, actual))
     return declared == actual

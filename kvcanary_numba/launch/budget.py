@@ -17,12 +17,19 @@ __all__ = ["select_verify_entries", "SELECT_BLOCK"]
 SELECT_BLOCK = 256
 
 _SIG = kernels.SIGNATURES["select"][0]
-_FIELDS = ("verify_slot_indices", "verify_expected_tokens", "verify_expected_positions",
-           "verify_prev_slot_indices", "verify_num_valid", "enable")
+_FIELDS = (
+    "verify_slot_indices",
+    "verify_expected_tokens",
+    "verify_expected_positions",
+    "verify_prev_slot_indices",
+    "verify_num_valid",
+    "enable",
+)
 
 
-def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multiplier: int, offset: int,
-                          stream: int | None = None) -> None:
+def select_verify_entries(
+    *, plan, out_plan, step, scratch, period: int, multiplier: int, offset: int, stream: int | None = None
+) -> None:
     """Compact the due entries on the device (see :mod:`kvcanary_numba.reference.budget`)."""
     block = _common.block_size(SELECT_BLOCK)
     grid = _common.resident_grid(kernels.select_kernel, _SIG, plan.verify_slot_indices.shape[0], block)
@@ -30,6 +37,8 @@ def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multipl
         *_common.persistent_views(*(getattr(plan, f) for f in _FIELDS)),
         *_common.persistent_views(*(getattr(out_plan, f) for f in _FIELDS)),
         *_common.persistent_views(step, scratch),
-        int(period), int(multiplier), int(offset),
+        int(period),
+        int(multiplier),
+        int(offset),
     )
     _common.launch(kernels.select_kernel, _SIG, grid, block, args, stream)

@@ -8,7 +8,8 @@ words). A source slot that is not folded gets ``fallback``, a span the kernel ne
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,8 +57,12 @@ def source_args(sources: Sequence[Any], mode: RealKvHashMode, fallback) -> tuple
     for source in used[:MAX_REAL_KV_SOURCES]:
         read = PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(source.read_bytes)
         spans.append(byte_span(source.tensor, np.uint64, persistent=True))
-        params += [_row_stride_words(source), int(source.page_size), int(source.num_bytes_per_token) // _WORD,
-                   read // _WORD]
+        params += [
+            _row_stride_words(source),
+            int(source.page_size),
+            int(source.num_bytes_per_token) // _WORD,
+            read // _WORD,
+        ]
         covered = int(source.tensor.shape[0]) * int(source.page_size)
         limit = covered if limit is None else min(limit, covered)
     nsrc = len(spans)
@@ -76,8 +81,9 @@ def context_args(context, fallback) -> tuple[int, Any, tuple]:
     words = reinterpret(buf, np.int64, (buf.shape[0], buf.shape[1] // 8), persistent=True)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
     tail = (
-        *persistent_views(context.violation_ring, context.violation_write_index, context.slot_run_counter,
-                          context.kernel_run_counter),
+        *persistent_views(
+            context.violation_ring, context.violation_write_index, context.slot_run_counter, context.kernel_run_counter
+        ),
         int(context.kernel_kind),
         *spans,
         params,

@@ -73,7 +73,9 @@ def offsets_shape() -> tuple[int, int]:
     return min(block, kernels.MAX_SCAN_BLOCK), items
 
 
-def _batch(scratch, stream: int, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping):
+def _batch(
+    scratch, stream: int, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping
+):
     """Kernel arguments of the batch metadata: (rpi, prefix, extend, req_to_token, lut, has_lut)."""
     arr = common.kernel_array
     if full_to_swa_index_mapping is None:
@@ -81,8 +83,14 @@ def _batch(scratch, stream: int, req_pool_indices, prefix_lens, extend_seq_lens,
     else:
         lut, has_lut = arr(full_to_swa_index_mapping, persistent=True), 1
     # The per-step metadata is not cached (a new array each step); the tables are long-lived.
-    return (arr(req_pool_indices), arr(prefix_lens), arr(extend_seq_lens), arr(req_to_token, persistent=True),
-            lut, has_lut)
+    return (
+        arr(req_pool_indices),
+        arr(prefix_lens),
+        arr(extend_seq_lens),
+        arr(req_to_token, persistent=True),
+        lut,
+        has_lut,
+    )
 
 
 def _run_offsets(scratch, stream: int, batch: tuple, outputs: tuple, *, swa_window_size, verify_capacity) -> None:
@@ -99,11 +107,24 @@ def _run_offsets(scratch, stream: int, batch: tuple, outputs: tuple, *, swa_wind
     common.launch(kernels.plan_offsets_kernel, _OFFSETS_SIG, common.grid_for(bs, tile), block, args, stream)
 
 
-def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                               full_to_swa_index_mapping, out_verify_offsets_scratch, out_write_offsets,
-                               out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
-                               out_write_num_valid_reqs, swa_window_size, verify_capacity, stream: int | None = None,
-                               scratch=None) -> None:
+def launch_plan_offsets_kernel(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+    stream: int | None = None,
+    scratch=None,
+) -> None:
     """Offsets step on the device (see :func:`kvcanary_numba.plan.launch_plan_offsets_kernel`).
 
     The output arrays are the caller's and may be per-call, so their device
@@ -111,19 +132,40 @@ def launch_plan_offsets_kernel(*, req_pool_indices, prefix_lens, extend_seq_lens
     """
     stream = common.current_stream() if stream is None else stream
     scratch = CallScratch() if scratch is None else scratch
-    batch = _batch(scratch, stream, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                   full_to_swa_index_mapping)
-    outputs = tuple(common.kernel_array(x) for x in (
-        out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid,
-        out_verify_enable, out_write_num_valid_reqs))
+    batch = _batch(
+        scratch, stream, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping
+    )
+    outputs = tuple(
+        common.kernel_array(x)
+        for x in (
+            out_verify_offsets_scratch,
+            out_write_offsets,
+            out_write_seed_slot_indices,
+            out_verify_num_valid,
+            out_verify_enable,
+            out_write_num_valid_reqs,
+        )
+    )
     _run_offsets(scratch, stream, batch, outputs, swa_window_size=swa_window_size, verify_capacity=verify_capacity)
 
 
-def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens,
-                               extend_seq_lens, req_to_token, swa_window_size, full_to_swa_index_mapping,
-                               verify_capacity, req_to_verify_expected_tokens,
-                               req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset,
-                               stream: int | None = None, scratch=None) -> None:
+def launch_canary_plan_kernels(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+    stream: int | None = None,
+    scratch=None,
+) -> None:
     """Full plan on the device (see :func:`kvcanary_numba.plan.launch_canary_plan_kernels`).
 
     Two launches, no host sync: the entries kernel reads the entry count and
@@ -132,27 +174,54 @@ def launch_canary_plan_kernels(*, verify_plan_out, write_plan_out, req_pool_indi
     vplan, wplan = verify_plan_out, write_plan_out
     stream = common.current_stream() if stream is None else stream
     scratch = CallScratch() if scratch is None else scratch
-    batch = _batch(scratch, stream, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-                   full_to_swa_index_mapping)
-    verify_offsets = scratch.zeros("verify_offsets", (wplan.write_req_capacity + 1,), np.int64, stream)  # bs <= capacity
+    batch = _batch(
+        scratch, stream, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping
+    )
+    verify_offsets = scratch.zeros(
+        "verify_offsets", (wplan.write_req_capacity + 1,), np.int64, stream
+    )  # bs <= capacity
     arr = common.kernel_array
-    outputs = (verify_offsets, *common.persistent_views(
-        wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
-        wplan.write_num_valid_reqs))
+    outputs = (
+        verify_offsets,
+        *common.persistent_views(
+            wplan.write_offsets,
+            wplan.write_seed_slot_indices,
+            vplan.verify_num_valid,
+            vplan.enable,
+            wplan.write_num_valid_reqs,
+        ),
+    )
     _run_offsets(scratch, stream, batch, outputs, swa_window_size=swa_window_size, verify_capacity=verify_capacity)
 
     pool = req_to_verify_expected_tokens
     if pool is None:
-        pool, lens, has_pool = (scratch.zeros("dummy", (1, 1), np.int32, stream),
-                                scratch.zeros("dummy", (1,), np.int64, stream), 0)
+        pool, lens, has_pool = (
+            scratch.zeros("dummy", (1, 1), np.int32, stream),
+            scratch.zeros("dummy", (1,), np.int64, stream),
+            0,
+        )
     else:
         pool, lens, has_pool = arr(pool, persistent=True), arr(req_to_verify_expected_tokens_valid_lens), 1
     rpi, prefix, _, rtt, lut, has_lut = batch
     args = (
-        rpi, prefix, rtt, lut, has_lut, int(swa_window_size), pool, lens, has_pool,
-        int(kv_token_id_vs_position_offset), verify_offsets, outputs[4],
-        *common.persistent_views(vplan.verify_slot_indices, vplan.verify_expected_tokens,
-                                 vplan.verify_expected_positions, vplan.verify_prev_slot_indices),
+        rpi,
+        prefix,
+        rtt,
+        lut,
+        has_lut,
+        int(swa_window_size),
+        pool,
+        lens,
+        has_pool,
+        int(kv_token_id_vs_position_offset),
+        verify_offsets,
+        outputs[4],
+        *common.persistent_views(
+            vplan.verify_slot_indices,
+            vplan.verify_expected_tokens,
+            vplan.verify_expected_positions,
+            vplan.verify_prev_slot_indices,
+        ),
     )
     block = common.block_size(ENTRIES_BLOCK)
     # ENTRIES_PER_THREAD entries per thread and tile; no more blocks than the device keeps resident.

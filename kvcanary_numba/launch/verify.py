@@ -47,8 +47,14 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token: b
     grid = resident_grid(kernel, signature, plan.verify_slot_indices.shape[0], block)
     args = (
         words,
-        *persistent_views(plan.verify_slot_indices, plan.verify_expected_tokens, plan.verify_expected_positions,
-                          plan.verify_prev_slot_indices, plan.verify_num_valid, plan.enable),
+        *persistent_views(
+            plan.verify_slot_indices,
+            plan.verify_expected_tokens,
+            plan.verify_expected_positions,
+            plan.verify_prev_slot_indices,
+            plan.verify_num_valid,
+            plan.enable,
+        ),
         *tail,
     )
     launch(kernel, signature, grid, block, args, stream)

@@ -11,15 +11,24 @@ import numpy as np
 
 from ..constants import WARP_SIZE
 from ..kernels import write as kernels
-from ._launch import (ON_SIMULATOR, THREADS_PER_SM, kernel_array, launch, persistent_grid, persistent_views,
-                      reinterpret, sim_shape)
+from ._launch import (
+    ON_SIMULATOR,
+    THREADS_PER_SM,
+    kernel_array,
+    launch,
+    persistent_grid,
+    persistent_views,
+    reinterpret,
+    sim_shape,
+)
 from .context import context_args
 
 __all__ = ["launch_canary_write_kernel", "write_arguments", "write_shape"]
 
 
-def write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
-                    expected_input_positions) -> tuple[int, tuple]:
+def write_arguments(
+    context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+) -> tuple[int, tuple]:
     """(real-KV sources folded, the write kernel's arguments; the fast wing's write kernels take more)."""
     tokens = kernel_array(input_ids)
     token_positions = kernel_array(positions)
@@ -49,8 +58,18 @@ def write_shape() -> tuple[int, int]:
     return block, THREADS_PER_SM // block
 
 
-def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache_loc, enable_write_input_assert: bool,
-                               expected_input_tokens, expected_input_positions, stream: int | None = None) -> None:
+def launch_canary_write_kernel(
+    *,
+    context,
+    plan,
+    input_ids,
+    positions,
+    out_cache_loc,
+    enable_write_input_assert: bool,
+    expected_input_tokens,
+    expected_input_positions,
+    stream: int | None = None,
+) -> None:
     """Queue the warp-per-request write kernel on ``stream``.
 
     Parameters
@@ -71,8 +90,9 @@ def launch_canary_write_kernel(*, context, plan, input_ids, positions, out_cache
     stream : int or None
         CUDA stream handle (None: CuPy's current stream).
     """
-    nsrc, args = write_arguments(context, plan, input_ids, positions, out_cache_loc, expected_input_tokens,
-                                 expected_input_positions)
+    nsrc, args = write_arguments(
+        context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
+    )
     name = kernels.kernel_name(enable_write_input_assert, nsrc)
     block, per_sm = write_shape()
     # One warp per request, requests spread over the blocks first (one block per request

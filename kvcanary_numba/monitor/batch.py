@@ -8,9 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_array, check_int
-from .._validate import resolve_backend
 from .._runtime import INT32_MAX, coded_allocation
+from .._validate import check_array, check_int, resolve_backend
 from ..errors import error
 from ..fast.bound import identity_test
 
@@ -64,6 +63,7 @@ class StepBatch:
     expected_input_positions: Any = None
     token_ids_flat: Any = None
     token_offsets: Any = None
+
     def __post_init__(self) -> None:
         self.check_arrays("StepBatch")
 
@@ -114,8 +114,13 @@ class StepBatch:
         if self.req_pool_indices.shape[0] > write_req_capacity:
             raise error("KVC-M002", function=function, got=self.batch_size, capacity=write_req_capacity)
         if self.input_ids.shape[0] > write_token_capacity:
-            raise error("KVC-M003", function=function, argument="batch.input_ids", got=self.num_tokens,
-                        capacity=write_token_capacity)  # fmt: skip
+            raise error(
+                "KVC-M003",
+                function=function,
+                argument="batch.input_ids",
+                got=self.num_tokens,
+                capacity=write_token_capacity,
+            )
         if check_tokens and (self.token_ids_flat is None or self.token_offsets is None):
             for name in ("token_ids_flat", "token_offsets"):
                 if getattr(self, name) is None:
@@ -123,8 +128,19 @@ class StepBatch:
 
 
 #: Field names in declaration order (request arrays, table, token arrays, oracle, token snapshot).
-_FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
-           "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_ids_flat", "token_offsets")
+_FIELDS = (
+    "req_pool_indices",
+    "prefix_lens",
+    "extend_seq_lens",
+    "req_to_token",
+    "input_ids",
+    "positions",
+    "out_cache_loc",
+    "expected_input_tokens",
+    "expected_input_positions",
+    "token_ids_flat",
+    "token_offsets",
+)
 _GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
 
 
@@ -144,9 +160,11 @@ class _Placement:
 
 def _check_fields(function: str, batch: StepBatch) -> list:
     """[(name, ArrayInfo)] of every present field, each checked against the others' lengths."""
+
     def one(name, dtype, ndim=1, shape=None, shape_of=None):
-        info = check_array(function, f"batch.{name}", getattr(batch, name), dtype=dtype, ndim=ndim, shape=shape,
-                           shape_of=shape_of)  # fmt: skip
+        info = check_array(
+            function, f"batch.{name}", getattr(batch, name), dtype=dtype, ndim=ndim, shape=shape, shape_of=shape_of
+        )
         infos.append((f"batch.{name}", info))
         return info.shape
 
@@ -171,8 +189,9 @@ def _check_fields(function: str, batch: StepBatch) -> list:
     if batch.token_offsets is not None:
         offsets = check_array(function, "batch.token_offsets", batch.token_offsets, dtype=np.int64, ndim=1)
         if offsets.shape[0] != bs + 1:
-            raise error("KVC-S001", function=function, argument="batch.token_offsets", expected=bs + 1,
-                        got=offsets.shape[0])  # fmt: skip
+            raise error(
+                "KVC-S001", function=function, argument="batch.token_offsets", expected=bs + 1, got=offsets.shape[0]
+            )
         infos.append(("batch.token_offsets", offsets))
     return infos
 

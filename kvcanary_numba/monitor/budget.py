@@ -26,8 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import inspect_array
-from .._validate import resolve_backend
+from .._validate import inspect_array, resolve_backend
 from ..constants import CANARY_SLOT_BYTES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
 from ..hashing import splitmix64
@@ -76,11 +75,17 @@ class VerifyBudget:
         def bad(argument: str, problem: str, got):
             return error("KVC-M021", function=function, argument=argument, problem=problem, got=got)
 
-        given = {k: getattr(self, k) for k in ("period", "budget_entries", "budget_bytes") if getattr(self, k) is not None}
+        given = {
+            k: getattr(self, k) for k in ("period", "budget_entries", "budget_bytes") if getattr(self, k) is not None
+        }
         if len(given) != 1:
             raise bad("period / budget_entries / budget_bytes", "must be given exactly once", tuple(given) or None)
         for name, value in (*given.items(), ("seed", self.seed), ("max_period", self.max_period)):
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < (0 if name == "seed" else 1):
+            if (
+                not isinstance(value, (int, np.integer))
+                or isinstance(value, bool)
+                or value < (0 if name == "seed" else 1)
+            ):
                 raise bad(name, "must be a positive int" if name != "seed" else "must be an int >= 0", value)
         if self.max_period > 1 << 31:
             raise bad("max_period", "must be <= 2**31", self.max_period)
@@ -90,7 +95,9 @@ class VerifyBudget:
             n = self.expected_entries
             if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
                 raise bad("expected_entries", "must be a positive int when a budget is given", n)
-            per_step = int(self.budget_entries) if self.budget_entries is not None else int(self.budget_bytes) // entry_bytes
+            per_step = (
+                int(self.budget_entries) if self.budget_entries is not None else int(self.budget_bytes) // entry_bytes
+            )
             if per_step < 1:
                 raise bad("budget_bytes", f"is less than one verify entry ({entry_bytes} bytes)", self.budget_bytes)
             k = max(1, math.ceil(int(n) / per_step))
@@ -106,8 +113,14 @@ def verify_entry_bytes(monitor) -> int:
     for g in monitor.groups:
         for endpoint in g.tail:
             ctx = endpoint.context
-            per = [PARTIAL_READ_BYTES if ctx.real_kv_hash_mode == RealKvHashMode.PARTIAL else int(s.read_bytes)
-                   for s in ctx.real_kv_sources] if ctx.real_kv_hash_mode != RealKvHashMode.NONE else []  # fmt: skip
+            per = (
+                [
+                    PARTIAL_READ_BYTES if ctx.real_kv_hash_mode == RealKvHashMode.PARTIAL else int(s.read_bytes)
+                    for s in ctx.real_kv_sources
+                ]
+                if ctx.real_kv_hash_mode != RealKvHashMode.NONE
+                else []
+            )
             folded = max(folded, sum(per))
     return 32 + 2 * CANARY_SLOT_BYTES + folded
 
@@ -123,13 +136,15 @@ def seeded_affine(period: int, seed: int) -> tuple[int, int]:
     return a, offset
 
 
-def select_verify_entries(*, plan, out_plan, step, scratch, period: int, multiplier: int, offset: int,
-                          backend: str = "auto") -> None:
+def select_verify_entries(
+    *, plan, out_plan, step, scratch, period: int, multiplier: int, offset: int, backend: str = "auto"
+) -> None:
     """Compact the entries of ``plan`` due at ``step[0]`` into ``out_plan`` (NumPy reference or kernel)."""
     fn = "select_verify_entries"
     arrays = [(name, inspect_array(fn, name, a)) for name, a in (("plan", plan.verify_slot_indices), ("step", step))]
-    kwargs = dict(plan=plan, out_plan=out_plan, step=step, scratch=scratch, period=period, multiplier=multiplier,
-                  offset=offset)
+    kwargs = dict(
+        plan=plan, out_plan=out_plan, step=step, scratch=scratch, period=period, multiplier=multiplier, offset=offset
+    )
     if resolve_backend(fn, backend, arrays) == "numpy":
         reference_budget.select_verify_entries(**kwargs)
     else:
@@ -147,8 +162,14 @@ class BudgetState:
         if budget is None:
             return None
         check_type(function, "verify_budget", budget, VerifyBudget)
-        return cls(budget, xp=monitor.xp, device=monitor.device, groups=monitor.groups, function=function,
-                   entry_bytes=verify_entry_bytes(monitor))  # fmt: skip
+        return cls(
+            budget,
+            xp=monitor.xp,
+            device=monitor.device,
+            groups=monitor.groups,
+            function=function,
+            entry_bytes=verify_entry_bytes(monitor),
+        )
 
     def __init__(self, budget: VerifyBudget, *, xp, device: str, groups, entry_bytes: int, function: str):
         self.budget = budget
@@ -160,9 +181,16 @@ class BudgetState:
 
     def select(self, index: int, group, backend: str) -> None:
         """Fill group ``index``'s budget plan from its verify plan (one launch; no host reads)."""
-        select_verify_entries(plan=group.verify_plan, out_plan=self.plans[index], step=self.step,
-                              scratch=self.scratch, period=self.period, multiplier=self.multiplier,
-                              offset=self.offset, backend=backend)  # fmt: skip
+        select_verify_entries(
+            plan=group.verify_plan,
+            out_plan=self.plans[index],
+            step=self.step,
+            scratch=self.scratch,
+            period=self.period,
+            multiplier=self.multiplier,
+            offset=self.offset,
+            backend=backend,
+        )
 
     def advance(self, xp) -> None:
         """Next monitor step (a device add on a GPU: no sync)."""

@@ -51,8 +51,12 @@ def _plan_entries(monitor, state, stage: str) -> np.ndarray:
     """The active entries of the plan a stage verified: int64 [n, 4] (slot, position, prev, token)."""
     plan = state.sweep_plan if stage == "SWEEP" else state.verify_plan
     n = min(max(int(_host(monitor.xp, plan.verify_num_valid)[0]), 0), plan.verify_capacity)
-    cols = (plan.verify_slot_indices, plan.verify_expected_positions, plan.verify_prev_slot_indices,
-            plan.verify_expected_tokens)  # fmt: skip
+    cols = (
+        plan.verify_slot_indices,
+        plan.verify_expected_positions,
+        plan.verify_prev_slot_indices,
+        plan.verify_expected_tokens,
+    )
     return np.stack([_host(monitor.xp, c[:n]) for c in cols], axis=1).astype(np.int64)
 
 
@@ -98,9 +102,22 @@ def _slot_bytes(monitor, endpoint, slots) -> tuple[np.ndarray, np.ndarray]:
 
 def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
     """The bundle arrays of ``violations`` (rows of one readback) from the monitor's current state."""
-    rows = np.array([[v.kernel_kind, v.slot_idx, v.position, v.stored_token, v.expected_token,
-                      v.stored_chain_hash, v.expected_aux, v.fail_reason] for v in violations],
-                    dtype=np.int64).reshape(-1, 8)  # fmt: skip
+    rows = np.array(
+        [
+            [
+                v.kernel_kind,
+                v.slot_idx,
+                v.position,
+                v.stored_token,
+                v.expected_token,
+                v.stored_chain_hash,
+                v.expected_aux,
+                v.fail_reason,
+            ]
+            for v in violations
+        ],
+        dtype=np.int64,
+    ).reshape(-1, 8)
     entries, origins, records, kv, kv_lengths = [], [], [], [], []
     for tag in dict.fromkeys(v.kernel_kind for v in violations):
         tag_rows = [v for v in violations if v.kernel_kind == tag]
@@ -127,17 +144,24 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
     from .. import __version__  # the package imports this module while it initialises
 
     config = {
-        "format": BUNDLE_FORMAT, "kvcanary_numba": __version__, "step": int(step), "device": monitor.device,
-        "real_kv_hash_mode": int(monitor.real_kv_hash_mode), "check_verify_expected_token": monitor.check_tokens,
+        "format": BUNDLE_FORMAT,
+        "kvcanary_numba": __version__,
+        "step": int(step),
+        "device": monitor.device,
+        "real_kv_hash_mode": int(monitor.real_kv_hash_mode),
+        "check_verify_expected_token": monitor.check_tokens,
         "num_slots": {g.kind.upper(): int(g.group.num_slots) for g in monitor.groups},
-    }  # fmt: skip
+    }
     return dict(
-        rows=rows, row_steps=np.array([v.step for v in violations], dtype=np.int64),
-        entries=np.array(entries, dtype=np.int64).reshape(-1, 5), entry_origin=np.array(origins, dtype=np.int64),
-        records=np.array(records, dtype=np.int64).reshape(-1, 6), kv=kv_all,
+        rows=rows,
+        row_steps=np.array([v.step for v in violations], dtype=np.int64),
+        entries=np.array(entries, dtype=np.int64).reshape(-1, 5),
+        entry_origin=np.array(origins, dtype=np.int64),
+        records=np.array(records, dtype=np.int64).reshape(-1, 6),
+        kv=kv_all,
         kv_lengths=np.concatenate(kv_lengths) if kv_lengths else np.zeros((0, MAX_REAL_KV_SOURCES), np.int64),
         config=np.array(json.dumps(config, sort_keys=True)),
-    )  # fmt: skip
+    )
 
 
 def dump_bundle(monitor, violations, directory: pathlib.Path, step: int) -> pathlib.Path:

@@ -15,17 +15,22 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_array, check_bool, check_int, inspect_array
-from .._validate import resolve_backend
 from .._runtime import INT32_MAX
+from .._validate import check_array, check_bool, check_int, inspect_array, resolve_backend
 from ..constants import CANARY_SLOT_BYTES, NUM_LAUNCH_TAGS, OUT_OF_RANGE_SLOT, CanaryLaunchTag, RealKvHashMode
-from ..context import CanaryContext, RealKvSource
+from ..context import CanaryContext, RealKvSource, check_real_kv_sources
 from ..errors import error
-from ..context import check_real_kv_sources
 from ..plans import VerifyPlan, WritePlan
 
-__all__ = ["KvGroup", "GroupState", "Endpoint", "check_group_placement", "check_groups", "check_type",
-           "translate_slots"]
+__all__ = [
+    "KvGroup",
+    "GroupState",
+    "Endpoint",
+    "check_group_placement",
+    "check_groups",
+    "check_type",
+    "translate_slots",
+]
 
 _KINDS = ("full", "swa")
 _LOC_VIEWS = 64  # token counts whose translated-slot views a group keeps
@@ -79,9 +84,13 @@ class KvGroup:
         swa = self.kind == "swa"
         if swa != (window > 0):
             raise error(
-                "KVC-M006", function=fn, argument="swa_window_size", expected="> 0" if swa else "0",
-                kind=self.kind, got=window,
-            )  # fmt: skip
+                "KVC-M006",
+                function=fn,
+                argument="swa_window_size",
+                expected="> 0" if swa else "0",
+                kind=self.kind,
+                got=window,
+            )
         lut = self.full_to_swa_index_mapping
         if swa != (lut is not None):
             got = "None" if lut is None else f"an array of shape {getattr(lut, 'shape', '?')}"
@@ -98,8 +107,11 @@ class KvGroup:
 
     def arrays(self) -> list[tuple[str, Any]]:
         """(name, array) of every array the group holds: the LUT and the source tensors."""
-        out = [] if self.full_to_swa_index_mapping is None else [("full_to_swa_index_mapping",
-                                                                    self.full_to_swa_index_mapping)]
+        out = (
+            []
+            if self.full_to_swa_index_mapping is None
+            else [("full_to_swa_index_mapping", self.full_to_swa_index_mapping)]
+        )
         for name in ("k_sources", "v_sources"):
             out += [(f"{name}[{i}].tensor", source.tensor) for i, source in enumerate(getattr(self, name))]
         return out
@@ -137,8 +149,10 @@ def check_group_placement(function: str, groups: list[KvGroup], xp) -> Any:
     here = inspect_array(function, "device", probe)
     infos = [("the monitor's buffers", here)]
     for group in groups:
-        infos += [(f"{group.kind}.{name}", inspect_array(function, f"{group.kind}.{name}", array))
-                  for name, array in group.arrays()]  # fmt: skip
+        infos += [
+            (f"{group.kind}.{name}", inspect_array(function, f"{group.kind}.{name}", array))
+            for name, array in group.arrays()
+        ]
     resolve_backend(function, "auto", infos)
     return here
 
@@ -151,7 +165,9 @@ def check_groups(function: str, full: Any, swa: Any) -> list[KvGroup]:
             continue
         check_type(function, argument, group, KvGroup)
         if group.kind != argument:
-            raise error("KVC-C009", function=function, argument=f"{argument}.kind", expected=(argument,), got=group.kind)
+            raise error(
+                "KVC-C009", function=function, argument=f"{argument}.kind", expected=(argument,), got=group.kind
+            )
         groups.append(group)
     return groups
 
@@ -188,9 +204,19 @@ class GroupState:
         Plan and scratch sizes.
     """
 
-    def __init__(self, group: KvGroup, *, xp, shared: dict, mode: RealKvHashMode, device: str,
-                 verify_capacity: int, write_req_capacity: int, write_token_capacity: int,
-                 sweep_capacity: int):  # fmt: skip
+    def __init__(
+        self,
+        group: KvGroup,
+        *,
+        xp,
+        shared: dict,
+        mode: RealKvHashMode,
+        device: str,
+        verify_capacity: int,
+        write_req_capacity: int,
+        write_token_capacity: int,
+        sweep_capacity: int,
+    ):
         self.group, self.kind = group, group.kind
         self.window = group.swa_window_size
         self.lut = group.full_to_swa_index_mapping
@@ -229,13 +255,17 @@ class GroupState:
         self.sweep_plan = VerifyPlan.allocate(verify_capacity=sweep_capacity, device=device)
         # SWA groups write through the LUT: scratch for the translated slots of one step.
         scratch = write_token_capacity if self.lut is not None else 0
-        self.loc_scratch = (xp.zeros(scratch, dtype=np.int64), xp.zeros(scratch, dtype=np.int64),
-                            xp.zeros(scratch, dtype=bool))  # fmt: skip
+        self.loc_scratch = (
+            xp.zeros(scratch, dtype=np.int64),
+            xp.zeros(scratch, dtype=np.int64),
+            xp.zeros(scratch, dtype=bool),
+        )
         self._loc_views: dict[int, tuple] = {}  # n -> the scratch views of n tokens: same objects every step
 
     @staticmethod
-    def allocation_bytes(group: KvGroup, *, verify_capacity: int, write_req_capacity: int,
-                         write_token_capacity: int, sweep_capacity: int) -> int:  # fmt: skip
+    def allocation_bytes(
+        group: KvGroup, *, verify_capacity: int, write_req_capacity: int, write_token_capacity: int, sweep_capacity: int
+    ) -> int:
         """Bytes a group's buffers, plans and scratch take (for the allocation error's message)."""
         buffers = (4 if group.has_v else 2) * group.num_slots * CANARY_SLOT_BYTES
         plans = VerifyPlan.allocation_bytes(verify_capacity) + VerifyPlan.allocation_bytes(sweep_capacity)

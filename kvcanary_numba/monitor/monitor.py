@@ -133,14 +133,30 @@ class CanaryMonitor:
         KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
     """
 
-    def __init__(self, *, full: KvGroup, swa: KvGroup | None = None, device: str = "cpu", mode: str = "log",
-                 real_kv_hash_mode: RealKvHashMode | None = None, ring_capacity: int = DEFAULT_RING_CAPACITY,
-                 write_req_capacity: int, write_token_capacity: int | None = None,
-                 verify_capacity: int | None = None, sweep_capacity: int | None = None,
-                 check_verify_expected_token: bool = False, max_requests: int | None = None,
-                 max_context_len: int | None = None, warmup_steps: int = 0, health_interval: int = 100,
-                 health_warmup_steps: int = 100, bundle_dir=None, verify_budget: VerifyBudget | None = None,
-                 backend: str = "auto", prepared: bool | None = None):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        full: KvGroup,
+        swa: KvGroup | None = None,
+        device: str = "cpu",
+        mode: str = "log",
+        real_kv_hash_mode: RealKvHashMode | None = None,
+        ring_capacity: int = DEFAULT_RING_CAPACITY,
+        write_req_capacity: int,
+        write_token_capacity: int | None = None,
+        verify_capacity: int | None = None,
+        sweep_capacity: int | None = None,
+        check_verify_expected_token: bool = False,
+        max_requests: int | None = None,
+        max_context_len: int | None = None,
+        warmup_steps: int = 0,
+        health_interval: int = 100,
+        health_warmup_steps: int = 100,
+        bundle_dir=None,
+        verify_budget: VerifyBudget | None = None,
+        backend: str = "auto",
+        prepared: bool | None = None,
+    ):
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -168,38 +184,61 @@ class CanaryMonitor:
         self._placement = check_group_placement(_FN, groups, xp)
         self.backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
         if prepared is not None and check_bool(_FN, "prepared", prepared) and self.backend != "cuda":
-            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared,
-                        reason="prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under "
-                               "the simulator)")  # fmt: skip
+            raise error(
+                "KVC-C008",
+                function=_FN,
+                argument="prepared",
+                got=prepared,
+                reason="prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)",
+            )
         prepared = self.backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
-        caps = dict(verify_capacity=verify_capacity, write_req_capacity=self.write_req_capacity,
-                    write_token_capacity=self.write_token_capacity, sweep_capacity=self.sweep_capacity)
+        caps = dict(
+            verify_capacity=verify_capacity,
+            write_req_capacity=self.write_req_capacity,
+            write_token_capacity=self.write_token_capacity,
+            sweep_capacity=self.sweep_capacity,
+        )
         nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
-        with coded_allocation(_FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans",
-                              nbytes=nbytes):  # fmt: skip
+        with coded_allocation(
+            _FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans", nbytes=nbytes
+        ):
             self._allocate(groups, xp, device, ring_capacity, caps)
         self.token_pool = self.valid_lens = None
         if self.check_tokens:
             self.token_pool, self.valid_lens = allocate_token_pool(
-                _FN, xp, max_requests=max_requests, max_context_len=max_context_len,
+                _FN,
+                xp,
+                max_requests=max_requests,
+                max_context_len=max_context_len,
                 write_req_capacity=self.write_req_capacity,
-            )  # fmt: skip
+            )
         self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
         self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
-        self.health = HealthChecker(interval=health_interval, warmup_steps=health_warmup_steps,
-                                    phases=self.phase_launches)  # fmt: skip
+        self.health = HealthChecker(
+            interval=health_interval, warmup_steps=health_warmup_steps, phases=self.phase_launches
+        )
         self.pump = ViolationPump(
-            mode=mode, ring=self.ring, readback=self.readback, health=self.health,
+            mode=mode,
+            ring=self.ring,
+            readback=self.readback,
+            health=self.health,
             plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
-        )  # fmt: skip
+        )
         self.step = self.sweeps = 0
         self._phase, self._batch, self._tail = _IDLE, None, None
         self._checked = None  # (batch, its field objects) of the last successful array check
         self.budget = BudgetState.build(self, verify_budget, _FN)
         self.step_plan = EagerSteps(
-            groups=self.groups, xp=xp, backend=self.backend, check_tokens=self.check_tokens, budget=self.budget,
-            token_pool=self.token_pool, valid_lens=self.valid_lens, write_req_capacity=self.write_req_capacity,
-            write_token_capacity=self.write_token_capacity)  # fmt: skip
+            groups=self.groups,
+            xp=xp,
+            backend=self.backend,
+            check_tokens=self.check_tokens,
+            budget=self.budget,
+            token_pool=self.token_pool,
+            valid_lens=self.valid_lens,
+            write_req_capacity=self.write_req_capacity,
+            write_token_capacity=self.write_token_capacity,
+        )
         self.graph = None
         # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
         self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
@@ -212,9 +251,17 @@ class CanaryMonitor:
         self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
         self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
         shared = dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert)
-        self.groups = [GroupState(g, xp=xp, device=device, mode=self.real_kv_hash_mode,
-                                  shared=dict(shared, **self.status.launch_views(i)), **caps)
-                       for i, g in enumerate(groups)]  # fmt: skip
+        self.groups = [
+            GroupState(
+                g,
+                xp=xp,
+                device=device,
+                mode=self.real_kv_hash_mode,
+                shared=dict(shared, **self.status.launch_views(i)),
+                **caps,
+            )
+            for i, g in enumerate(groups)
+        ]
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -340,8 +387,13 @@ class CanaryMonitor:
         fn = "CanaryMonitor.capture_graph"
         self.graph = None
         if self.fast is None or self.xp is np:
-            raise error("KVC-C008", function=fn, argument="device", got=self.device,
-                        reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps")
+            raise error(
+                "KVC-C008",
+                function=fn,
+                argument="device",
+                got=self.device,
+                reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps",
+            )
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self._check_batch(fn, batch)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from .health import CanaryStalledError, HealthChecker
-from .status import Snapshot
 from .report import Violation, decode_rows
+from .status import Snapshot
 
 __all__ = ["CanaryViolationError", "ViolationPump", "logger"]
 
@@ -76,8 +76,10 @@ class ViolationPump:
                     logger.warning(
                         "kv-canary: per-forward verify skipped at step %d for the %s group: the plan "
                         "overflowed verify_capacity=%d; raise verify_capacity",
-                        snapshot.step, name, capacity,
-                    )  # fmt: skip
+                        snapshot.step,
+                        name,
+                        capacity,
+                    )
         index, capacity = snapshot.write_index, self._capacity
         self._index_seen = index
         stored = min(index, capacity)

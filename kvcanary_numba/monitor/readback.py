@@ -92,8 +92,10 @@ class CudaReadback:
         self._record, self._wait, self._query = runtime.eventRecord, runtime.streamWaitEvent, runtime.eventQuery
         self._current_stream = cupy.cuda.get_current_stream
         self._copy = (runtime.memcpyAsync, device_ptr, self._words.nbytes, runtime.memcpyDeviceToHost, self._side)
-        self._buffers = [(launched.ptr, copied.ptr, host.ctypes.data)
-                         for launched, copied, host in zip(self._launched, self._copied, self._host)]  # fmt: skip
+        self._buffers = [
+            (launched.ptr, copied.ptr, host.ctypes.data)
+            for launched, copied, host in zip(self._launched, self._copied, self._host)
+        ]
         step = None if functions is None or None in functions else _native.compiled_readback()
         #: (compiled readback step, int64 function addresses), or None: CuPy's runtime calls.
         self.native = None if step is None else (step, np.array(functions, dtype=np.int64))
@@ -101,9 +103,13 @@ class CudaReadback:
             # The compiled call's arguments but the compute stream and ``expect``, per buffer: with no
             # copy in flight, and with the other buffer's copy to query.
             fns, size = self.native[1], self._words.nbytes
-            self._fixed = [[(fns, *query, FIRST_PLAN_WORD, launched, copied, self._side, host, device_ptr, size)
-                            for query in ((0, 0), self._buffers[1 - i][1:])]
-                           for i, (launched, copied, host) in enumerate(self._buffers)]  # fmt: skip
+            self._fixed = [
+                [
+                    (fns, *query, FIRST_PLAN_WORD, launched, copied, self._side, host, device_ptr, size)
+                    for query in ((0, 0), self._buffers[1 - i][1:])
+                ]
+                for i, (launched, copied, host) in enumerate(self._buffers)
+            ]
 
     def _issue(self, step: int) -> None:
         i = step & 1

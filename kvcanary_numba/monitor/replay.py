@@ -26,15 +26,18 @@ from ..constants import (
     RealKvHashMode,
 )
 from ..context import CanaryContext, RealKvSource
-from ..plans import VerifyPlan
 from ..fast.calls import launch_canary_verify_kernel
+from ..plans import VerifyPlan
 from .bundle import load_bundle
 from .report import decode_rows, tag_name
 
 __all__ = ["Replay", "replay_bundle", "explain_bundle"]
 
 F = FailReason
-_WRITE_TO_VERIFY = {F.WRITE_TOKEN_MISMATCH: F.VERIFY_TOKEN_MISMATCH, F.WRITE_POSITION_MISMATCH: F.VERIFY_POSITION_MISMATCH}
+_WRITE_TO_VERIFY = {
+    F.WRITE_TOKEN_MISMATCH: F.VERIFY_TOKEN_MISMATCH,
+    F.WRITE_POSITION_MISMATCH: F.VERIFY_POSITION_MISMATCH,
+}
 
 
 @dataclass
@@ -97,11 +100,17 @@ def _replay_tag(bundle: dict, tag: int, backend: str) -> np.ndarray:
             rows[1:] = kv[:, j, :width]
             sources.append(_source(rows))
     ring = np.zeros((n, 8), dtype=np.int64)
-    ctx = CanaryContext(canary_buf=buf, kernel_kind=tag, violation_ring=ring,
-                        violation_write_index=np.zeros(1, np.int32), slot_run_counter=np.zeros(1, np.int64),
-                        kernel_run_counter=np.zeros(1, np.int64), real_kv_sources=tuple(sources),
-                        real_kv_hash_mode=mode if sources else RealKvHashMode.NONE,
-                        enable_chain_position_assert=np.ones(1, np.int32))  # fmt: skip
+    ctx = CanaryContext(
+        canary_buf=buf,
+        kernel_kind=tag,
+        violation_ring=ring,
+        violation_write_index=np.zeros(1, np.int32),
+        slot_run_counter=np.zeros(1, np.int64),
+        kernel_run_counter=np.zeros(1, np.int64),
+        real_kv_sources=tuple(sources),
+        real_kv_hash_mode=mode if sources else RealKvHashMode.NONE,
+        enable_chain_position_assert=np.ones(1, np.int32),
+    )
     launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=True, backend=backend)
     rows = ring[: min(int(ctx.violation_write_index[0]), n)].copy()
     back = {v: k for k, v in compact.items()}
@@ -121,8 +130,11 @@ def replay_bundle(path_or_bundle, *, backend: str = "numpy") -> Replay:
     """
     bundle = path_or_bundle if isinstance(path_or_bundle, dict) else load_bundle(path_or_bundle)
     recorded = [dataclasses.replace(v, step=int(s)) for v, s in zip(decode_rows(bundle["rows"]), bundle["row_steps"])]
-    rows = [_replay_tag(bundle, int(t), backend) for t in dict.fromkeys(bundle["entries"][:, 0].tolist())
-            if 0 <= int(t) < NUM_LAUNCH_TAGS]  # fmt: skip
+    rows = [
+        _replay_tag(bundle, int(t), backend)
+        for t in dict.fromkeys(bundle["entries"][:, 0].tolist())
+        if 0 <= int(t) < NUM_LAUNCH_TAGS
+    ]
     replayed = decode_rows(np.concatenate(rows) if rows else np.zeros((0, 8), np.int64))
     return Replay(bundle, recorded, replayed)
 
@@ -131,9 +143,12 @@ def explain_bundle(path_or_bundle) -> str:
     """The text ``kvcanary inspect`` prints: config, each recorded row with its triage, the replay verdict."""
     r = replay_bundle(path_or_bundle)
     c = r.bundle["config"]
-    lines = [f"bundle of step {c['step']} ({c['device']} run, kvcanary_numba {c['kvcanary_numba']}): "
-             f"{len(r.recorded)} row(s), {r.bundle['entries'].shape[0]} entries, {r.bundle['records'].shape[0]} "
-             f"records; real_kv_hash_mode={RealKvHashMode(c['real_kv_hash_mode']).name}", ""]  # fmt: skip
+    lines = [
+        f"bundle of step {c['step']} ({c['device']} run, kvcanary_numba {c['kvcanary_numba']}): "
+        f"{len(r.recorded)} row(s), {r.bundle['entries'].shape[0]} entries, {r.bundle['records'].shape[0]} "
+        f"records; real_kv_hash_mode={RealKvHashMode(c['real_kv_hash_mode']).name}",
+        "",
+    ]
     for v in r.recorded:
         d = v.diagnosis
         lines += [v.summary(), f"  triage:     {d.category}: {d.cause}"]

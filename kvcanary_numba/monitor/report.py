@@ -49,8 +49,7 @@ BIT_EXPLANATIONS: dict[FailReason, str] = {
         "the KV memory changed after the write (overwrite, stray copy, bit flip)"
     ),
     FailReason.WRITE_TOKEN_MISMATCH: (
-        "the token written into the slot differs from the token the oracle expected for this "
-        "position (expected_token)"
+        "the token written into the slot differs from the token the oracle expected for this position (expected_token)"
     ),
     FailReason.WRITE_POSITION_MISMATCH: (
         "the position written differs from the expected one (expected_aux): either the oracle's "
@@ -65,8 +64,7 @@ BIT_EXPLANATIONS: dict[FailReason, str] = {
         "read or written (extension)"
     ),
     FailReason.PREV_SLOT_OUT_OF_RANGE: (
-        "the predecessor / seed slot index is outside the canary buffer, so the chain could not be "
-        "checked (extension)"
+        "the predecessor / seed slot index is outside the canary buffer, so the chain could not be checked (extension)"
     ),
     FailReason.WRITE_RANGE_OUT_OF_BOUNDS: (
         "a request's write range [stored_token, expected_token) ran past the token arrays "

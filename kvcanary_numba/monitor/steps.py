@@ -40,9 +40,19 @@ from .groups import GroupState
 __all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays), by role name.
-BATCH_ROLES = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "req_to_token", "input_ids", "positions",
-               "out_cache_loc", "expected_input_tokens", "expected_input_positions", "token_offsets",
-               "token_ids_flat")  # fmt: skip
+BATCH_ROLES = (
+    "req_pool_indices",
+    "prefix_lens",
+    "extend_seq_lens",
+    "req_to_token",
+    "input_ids",
+    "positions",
+    "out_cache_loc",
+    "expected_input_tokens",
+    "expected_input_positions",
+    "token_offsets",
+    "token_ids_flat",
+)
 #: Roles whose length is no part of which launches a step makes (they read it from the array
 #: argument): the flat token list grows every decode step.
 FREE_ROLES = ("token_ids_flat",)
@@ -84,8 +94,19 @@ class EagerSteps:
     batch_roles = BATCH_ROLES
     free_roles = FREE_ROLES
 
-    def __init__(self, *, groups: list[GroupState], xp, backend: str, check_tokens: bool, token_pool, valid_lens,
-                 budget, write_req_capacity: int, write_token_capacity: int):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        groups: list[GroupState],
+        xp,
+        backend: str,
+        check_tokens: bool,
+        token_pool,
+        valid_lens,
+        budget,
+        write_req_capacity: int,
+        write_token_capacity: int,
+    ):
         self.groups, self.xp, self.backend, self.budget = groups, xp, backend, budget
         self.check_tokens, self.token_pool, self.valid_lens = check_tokens, token_pool, valid_lens
         self.kernels = backend == "cuda"  # the fused endpoint glue; else the public calls per endpoint
@@ -116,9 +137,13 @@ class EagerSteps:
         if self.check_tokens:
             pool, lens = self.token_pool, self.valid_lens[: batch.batch_size]
             if eager:
-                scatter_req_token_ids(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
-                                      req_pool_indices=batch.req_pool_indices, pool_out=pool,
-                                      backend=self.backend)  # fmt: skip
+                scatter_req_token_ids(
+                    flat_in=batch.token_ids_flat,
+                    offsets=batch.token_offsets,
+                    req_pool_indices=batch.req_pool_indices,
+                    pool_out=pool,
+                    backend=self.backend,
+                )
                 self.xp.subtract(batch.token_offsets[1:], batch.token_offsets[:-1], out=lens)
         n = batch.num_tokens
         self.locs = [g.translate_loc(self.xp, batch.out_cache_loc, n, eager=eager) for g in self.groups]
@@ -142,8 +167,13 @@ class EagerSteps:
         from ..fast.inputs import scatter_tokens_and_lens, translate_slots
 
         if self.check_tokens:
-            scatter_tokens_and_lens(flat_in=batch.token_ids_flat, offsets=batch.token_offsets,
-                                    req_pool_indices=batch.req_pool_indices, pool_out=pool, lens_out=lens)  # fmt: skip
+            scatter_tokens_and_lens(
+                flat_in=batch.token_ids_flat,
+                offsets=batch.token_offsets,
+                req_pool_indices=batch.req_pool_indices,
+                pool_out=pool,
+                lens_out=lens,
+            )
         for g, loc in zip(self.groups, self.locs):
             if g.lut is not None:
                 translate_slots(lut=g.lut, index=batch.out_cache_loc, out=loc)
@@ -161,14 +191,20 @@ class EagerSteps:
         asserted = batch.expected_input_tokens is not None
         for i, (g, loc) in enumerate(zip(self.groups, self.locs)):
             launch_canary_plan_kernels(
-                verify_plan_out=g.verify_plan, write_plan_out=g.write_plan,
-                req_pool_indices=batch.req_pool_indices, prefix_lens=batch.prefix_lens,
-                extend_seq_lens=batch.extend_seq_lens, req_to_token=batch.req_to_token,
-                swa_window_size=g.window, full_to_swa_index_mapping=g.lut,
-                verify_capacity=g.verify_plan.verify_capacity, req_to_verify_expected_tokens=pool,
-                req_to_verify_expected_tokens_valid_lens=lens, kv_token_id_vs_position_offset=0,
+                verify_plan_out=g.verify_plan,
+                write_plan_out=g.write_plan,
+                req_pool_indices=batch.req_pool_indices,
+                prefix_lens=batch.prefix_lens,
+                extend_seq_lens=batch.extend_seq_lens,
+                req_to_token=batch.req_to_token,
+                swa_window_size=g.window,
+                full_to_swa_index_mapping=g.lut,
+                verify_capacity=g.verify_plan.verify_capacity,
+                req_to_verify_expected_tokens=pool,
+                req_to_verify_expected_tokens_valid_lens=lens,
+                kv_token_id_vs_position_offset=0,
                 backend=self.backend,
-            )  # fmt: skip
+            )
             if self.budget is not None:  # budgeted mode: verify only the entries due this step
                 self.budget.select(i, g, self.backend)
             self._endpoints(i, g.head, batch, loc, asserted, publish=True)
@@ -209,20 +245,32 @@ class EagerSteps:
             contexts = [endpoint.context for endpoint in endpoints]
             glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)
             glue.launch_endpoint_writes(
-                contexts=contexts, plan=g.write_plan, input_ids=batch.input_ids, positions=batch.positions,
-                out_cache_loc=loc, enable_write_input_assert=asserted,
+                contexts=contexts,
+                plan=g.write_plan,
+                input_ids=batch.input_ids,
+                positions=batch.positions,
+                out_cache_loc=loc,
+                enable_write_input_assert=asserted,
                 expected_input_tokens=batch.expected_input_tokens,
-                expected_input_positions=batch.expected_input_positions, chain=chain, publish=publish,
+                expected_input_positions=batch.expected_input_positions,
+                chain=chain,
+                publish=publish,
                 requests=batch.batch_size,
-            )  # fmt: skip
+            )
             return
         for i, endpoint in enumerate(endpoints):
-            launch_canary_verify_kernel(context=endpoint.context, plan=plan,
-                                        check_verify_expected_token=self.check_tokens, backend=self.backend)  # fmt: skip
+            launch_canary_verify_kernel(
+                context=endpoint.context, plan=plan, check_verify_expected_token=self.check_tokens, backend=self.backend
+            )
             with sharing(chain, publish=publish and i == 0, requests=batch.batch_size):
                 launch_canary_write_kernel(
-                    context=endpoint.context, plan=g.write_plan, input_ids=batch.input_ids,
-                    positions=batch.positions, out_cache_loc=loc, enable_write_input_assert=asserted,
+                    context=endpoint.context,
+                    plan=g.write_plan,
+                    input_ids=batch.input_ids,
+                    positions=batch.positions,
+                    out_cache_loc=loc,
+                    enable_write_input_assert=asserted,
                     expected_input_tokens=batch.expected_input_tokens,
-                    expected_input_positions=batch.expected_input_positions, backend=self.backend,
-                )  # fmt: skip
+                    expected_input_positions=batch.expected_input_positions,
+                    backend=self.backend,
+                )

@@ -10,8 +10,8 @@ verify skips), as SGLang's sweep does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -99,8 +99,13 @@ def build_sweep_entries(function: str, chains: Sequence[SlotChain], capacity: in
         the checks would use it up), KVC-M004 when the chains hold more than ``capacity`` slots.
     """
     if not isinstance(chains, (list, tuple)):
-        raise error("KVC-M009", function=function, argument="chains", expected="list or tuple of SlotChain",
-                    got=type(chains).__name__)  # fmt: skip
+        raise error(
+            "KVC-M009",
+            function=function,
+            argument="chains",
+            expected="list or tuple of SlotChain",
+            got=type(chains).__name__,
+        )
     for i, chain in enumerate(chains):
         check_type(function, f"chains[{i}]", chain, SlotChain)
     total = sum(len(chain.slots) for chain in chains)

@@ -38,9 +38,19 @@ from ..fast.calls import compute_real_kv_hash
 from ..hashing import to_unsigned
 
 __all__ = [
-    "BLIND_SPOT_MESSAGE", "CATEGORIES", "PERSISTENCE", "CanaryBlindSpotWarning", "Diagnosis", "Rechecker",
-    "diagnose", "read_slots", "recheck_row", "rewritten", "slot_view", "warn_blind_spot",
-]  # fmt: skip
+    "BLIND_SPOT_MESSAGE",
+    "CATEGORIES",
+    "PERSISTENCE",
+    "CanaryBlindSpotWarning",
+    "Diagnosis",
+    "Rechecker",
+    "diagnose",
+    "read_slots",
+    "recheck_row",
+    "rewritten",
+    "slot_view",
+    "warn_blind_spot",
+]
 
 logger = logging.getLogger("kvcanary_numba.monitor")
 
@@ -77,15 +87,21 @@ class Diagnosis:
 
 def _addressing_cause(bits: FailReason, stage: str) -> str:
     if bits & F.VERIFY_POSITION_MISMATCH:
-        return ("the slot holds a record of another position: req_to_token points at a slot of another "
-                "sequence or position, the slot was reused by another request, or a freed page is still "
-                "referenced (stale page / prefix-cache entry)")  # fmt: skip
+        return (
+            "the slot holds a record of another position: req_to_token points at a slot of another "
+            "sequence or position, the slot was reused by another request, or a freed page is still "
+            "referenced (stale page / prefix-cache entry)"
+        )
     if bits & F.VERIFY_CHAIN_HASH_MISMATCH:
         where = " (seen by a sweep: a cached prefix)" if stage == "SWEEP" else ""
-        return ("the slot's record does not continue its predecessor's chain: req_to_token points at a slot "
-                f"of another sequence, or a prefix-cache hit mixed two sequences{where}")  # fmt: skip
-    return ("the slot holds a record of the right position but another token: a prefix-cache hit on a "
-            "different prompt, or the slot was rewritten with another sequence's token")  # fmt: skip
+        return (
+            "the slot's record does not continue its predecessor's chain: req_to_token points at a slot "
+            f"of another sequence, or a prefix-cache hit mixed two sequences{where}"
+        )
+    return (
+        "the slot holds a record of the right position but another token: a prefix-cache hit on a "
+        "different prompt, or the slot was rewritten with another sequence's token"
+    )
 
 
 def diagnose(fail_reason: int, tag: str = "", *, rewritten: bool = False) -> Diagnosis:
@@ -116,18 +132,27 @@ def diagnose(fail_reason: int, tag: str = "", *, rewritten: bool = False) -> Dia
         return Diagnosis("addressing", _addressing_cause(bits, stage))
     if bits & _WRITE:
         if bits & F.WRITE_TOKEN_MISMATCH:
-            return Diagnosis("write_path", "the forward wrote a token id other than the oracle's (sampler or "
-                                           "input-id bookkeeping)")  # fmt: skip
-        return Diagnosis("write_path", "the written position is not the expected one (off-by-one in positions, "
-                                       "or the predecessor slot in req_to_token belongs to another position)")  # fmt: skip
+            return Diagnosis(
+                "write_path", "the forward wrote a token id other than the oracle's (sampler or input-id bookkeeping)"
+            )
+        return Diagnosis(
+            "write_path",
+            "the written position is not the expected one (off-by-one in positions, "
+            "or the predecessor slot in req_to_token belongs to another position)",
+        )
     if bits & F.VERIFY_REAL_KV_HASH_MISMATCH:
         if rewritten:
-            return Diagnosis("data_corruption", "the KV bytes changed and the slot holds a new record since: "
-                                                "another request writing into a slot this one still owned (slot "
-                                                "reuse, an addressing bug) looks like this; so does a slot freed "
-                                                "and reallocated after a corruption")  # fmt: skip
-        return Diagnosis("data_corruption", "the KV bytes of the slot changed after they were written (stray "
-                                            "copy, overwrite by a kernel, bit flip)")  # fmt: skip
+            return Diagnosis(
+                "data_corruption",
+                "the KV bytes changed and the slot holds a new record since: "
+                "another request writing into a slot this one still owned (slot "
+                "reuse, an addressing bug) looks like this; so does a slot freed "
+                "and reallocated after a corruption",
+            )
+        return Diagnosis(
+            "data_corruption",
+            "the KV bytes of the slot changed after they were written (stray copy, overwrite by a kernel, bit flip)",
+        )
     return Diagnosis("unknown", CATEGORIES["unknown"])
 
 
@@ -173,7 +198,6 @@ def recheck_row(violation, record, live_fingerprint: int | None) -> str:
     return "persistent" if still else "transient"
 
 
-
 def slot_view(monitor, violation):
     """(group state, endpoint, canary buffer) whose record the row compared, or None (foreign tag / group)."""
     stage, half, group = (violation.tag.split("_") + ["", "", ""])[:3]
@@ -198,8 +222,9 @@ def read_slots(monitor, endpoint, slots) -> tuple[np.ndarray, np.ndarray | None]
     if not ctx.real_kv_sources or ctx.real_kv_hash_mode == RealKvHashMode.NONE:
         return records, None
     live = xp.zeros(index.shape[0], dtype=np.int64)
-    compute_real_kv_hash(real_kv_sources=ctx.real_kv_sources, real_kv_hash_mode=ctx.real_kv_hash_mode,
-                         slot_indices=index, out=live)  # fmt: skip
+    compute_real_kv_hash(
+        real_kv_sources=ctx.real_kv_sources, real_kv_hash_mode=ctx.real_kv_hash_mode, slot_indices=index, out=live
+    )
     return records, host(live)
 
 
@@ -227,10 +252,19 @@ class Rechecker:
             records, live = read_slots(monitor, endpoint, [found[i].slot_idx for i in rows])
             for j, i in enumerate(rows):
                 v = found[i] = dataclasses.replace(
-                    found[i], persistence=recheck_row(found[i], records[j], None if live is None else live[j]),
-                    rewritten=rewritten(found[i], records[j]))  # fmt: skip
-                logger.warning("kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
-                               step, v.tag, v.slot_idx, v.position, v.persistence, v.diagnosis.category)  # fmt: skip
+                    found[i],
+                    persistence=recheck_row(found[i], records[j], None if live is None else live[j]),
+                    rewritten=rewritten(found[i], records[j]),
+                )
+                logger.warning(
+                    "kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
+                    step,
+                    v.tag,
+                    v.slot_idx,
+                    v.position,
+                    v.persistence,
+                    v.diagnosis.category,
+                )
         self.pending = []
 
 

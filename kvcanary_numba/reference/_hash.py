@@ -42,4 +42,3 @@ def splitmix64_words(x: np.ndarray) -> np.ndarray:
         h *= _MUL2
         h ^= h >> _S31
     return h
-

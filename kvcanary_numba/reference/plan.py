@@ -114,8 +114,9 @@ class OffsetsStep(NamedTuple):
     overflow: bool  # total > verify_capacity
 
 
-def offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
-                 verify_capacity) -> OffsetsStep:  # fmt: skip
+def offsets_step(
+    req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size, verify_capacity
+) -> OffsetsStep:
     """Per-request lengths, their exclusive sums and the write seeds of one batch."""
     bs = req_pool_indices.shape[0]
     active = req_pool_indices != REQ_POOL_IDX_PADDING
@@ -133,12 +134,20 @@ def offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, l
     seeds = np.full(bs, NO_PREDECESSOR, dtype=np.int64)
     seeded = active & (write_len > 0) & (prefix > 0)
     seeds[seeded] = resolve_slots(req_to_token, lut, req_pool_indices[seeded], prefix[seeded] - 1)
-    return OffsetsStep(start, verify_len, verify_offsets, exclusive_sum(write_len), seeds, total,
-                       total > verify_capacity)  # fmt: skip
+    return OffsetsStep(
+        start, verify_len, verify_offsets, exclusive_sum(write_len), seeds, total, total > verify_capacity
+    )
 
 
-def store_offsets_step(step: OffsetsStep, verify_capacity, write_offsets, seed_slot_indices, verify_num_valid,
-                       verify_enable, write_num_valid_reqs) -> None:  # fmt: skip
+def store_offsets_step(
+    step: OffsetsStep,
+    verify_capacity,
+    write_offsets,
+    seed_slot_indices,
+    verify_num_valid,
+    verify_enable,
+    write_num_valid_reqs,
+) -> None:
     """Write the offsets step's outputs, whole arrays included (tails: offsets 0, seeds -1)."""
     bs = step.seeds.shape[0]
     verify_num_valid[0] = verify_capacity if step.overflow else step.total
@@ -187,11 +196,25 @@ def launch_plan_offsets_kernel(
     verify_capacity : int
         Overflow threshold.
     """
-    step = offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
-                        swa_window_size, verify_capacity)  # fmt: skip
+    step = offsets_step(
+        req_pool_indices,
+        prefix_lens,
+        extend_seq_lens,
+        req_to_token,
+        full_to_swa_index_mapping,
+        swa_window_size,
+        verify_capacity,
+    )
     out_verify_offsets_scratch[: step.verify_offsets.shape[0]] = step.verify_offsets
-    store_offsets_step(step, verify_capacity, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid,
-                       out_verify_enable, out_write_num_valid_reqs)  # fmt: skip
+    store_offsets_step(
+        step,
+        verify_capacity,
+        out_write_offsets,
+        out_write_seed_slot_indices,
+        out_verify_num_valid,
+        out_verify_enable,
+        out_write_num_valid_reqs,
+    )
 
 
 def verify_entries(step: OffsetsStep, req_pool_indices, req_to_token, lut, pool, pool_lens, offset):
@@ -256,15 +279,30 @@ def launch_canary_plan_kernels(
     """
     vplan, wplan = verify_plan_out, write_plan_out
     lut = full_to_swa_index_mapping
-    step = offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
-                        verify_capacity)  # fmt: skip
+    step = offsets_step(
+        req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size, verify_capacity
+    )
     entries = None
     if not step.overflow and step.total > 0:  # on overflow the entries stay as they were
-        entries = verify_entries(step, req_pool_indices, req_to_token, lut, req_to_verify_expected_tokens,
-                                 req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset)  # fmt: skip
+        entries = verify_entries(
+            step,
+            req_pool_indices,
+            req_to_token,
+            lut,
+            req_to_verify_expected_tokens,
+            req_to_verify_expected_tokens_valid_lens,
+            kv_token_id_vs_position_offset,
+        )
     # Written only now: every value above came from the inputs as they were at the call.
-    store_offsets_step(step, verify_capacity, wplan.write_offsets, wplan.write_seed_slot_indices,
-                       vplan.verify_num_valid, vplan.enable, wplan.write_num_valid_reqs)  # fmt: skip
+    store_offsets_step(
+        step,
+        verify_capacity,
+        wplan.write_offsets,
+        wplan.write_seed_slot_indices,
+        vplan.verify_num_valid,
+        vplan.enable,
+        wplan.write_num_valid_reqs,
+    )
     if entries is not None:
         slots, tokens, positions, prevs = entries
         vplan.verify_slot_indices[: step.total] = slots

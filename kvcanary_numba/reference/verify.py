@@ -150,5 +150,12 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
         if slot == TOKEN_TO_KV_SLOT_PADDING:  # padding slot: never verified
             continue
         token = int(plan.verify_expected_tokens[i]) if check_verify_expected_token else EXPECTED_TOKEN_UNCHECKED
-        check_entry(context, records, slot, token, int(plan.verify_expected_positions[i]),
-                    int(plan.verify_prev_slot_indices[i]), int(real[i]))  # fmt: skip
+        check_entry(
+            context,
+            records,
+            slot,
+            token,
+            int(plan.verify_expected_positions[i]),
+            int(plan.verify_prev_slot_indices[i]),
+            int(real[i]),
+        )

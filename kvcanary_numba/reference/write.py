@@ -87,8 +87,19 @@ def seed_state(context, records, seed: int) -> tuple[int, int]:
     return CANARY_CHAIN_HEAD, 0
 
 
-def entry_checks(context, num_slots, slot, token, position, chain_hash, input_assert, expected_token,
-                 expected_position, track, chain_position) -> bool:  # fmt: skip
+def entry_checks(
+    context,
+    num_slots,
+    slot,
+    token,
+    position,
+    chain_hash,
+    input_assert,
+    expected_token,
+    expected_position,
+    track,
+    chain_position,
+) -> bool:
     """Rows of one non-skipped entry, in order; True when its slot can be stored."""
     if input_assert:
         bits = 0
@@ -99,11 +110,13 @@ def entry_checks(context, num_slots, slot, token, position, chain_hash, input_as
         if bits:
             record_violation(context, slot, position, token, expected_token, chain_hash, expected_position, int(bits))
     if track and position != chain_position:
-        record_violation(context, slot, position, token, token, chain_hash, chain_position,
-                         int(FailReason.WRITE_POSITION_MISMATCH))  # fmt: skip
+        record_violation(
+            context, slot, position, token, token, chain_hash, chain_position, int(FailReason.WRITE_POSITION_MISMATCH)
+        )
     if slot >= num_slots:
-        record_violation(context, slot, position, token, token, chain_hash, num_slots,
-                         int(FailReason.SLOT_OUT_OF_RANGE))  # fmt: skip
+        record_violation(
+            context, slot, position, token, token, chain_hash, num_slots, int(FailReason.SLOT_OUT_OF_RANGE)
+        )
         return False
     return True
 
@@ -172,8 +185,19 @@ def launch_canary_write_kernel(
             expected_token = int(expected_input_tokens[i]) if enable_write_input_assert else 0
             expected_position = int(expected_input_positions[i]) if enable_write_input_assert else 0
             chain_position = to_signed(prev_position + 1)  # int64 wrap-around, as on the device
-            if entry_checks(context, num_slots, slot, token, position, chain_hash, enable_write_input_assert,
-                            expected_token, expected_position, track, chain_position):  # fmt: skip
+            if entry_checks(
+                context,
+                num_slots,
+                slot,
+                token,
+                position,
+                chain_hash,
+                enable_write_input_assert,
+                expected_token,
+                expected_position,
+                track,
+                chain_position,
+            ):
                 store_record(records, slot, token, position, chain_hash, int(real[i]))
                 stored += 1
             prev_position = position

@@ -10,7 +10,7 @@ NONE mode, or no source at all, gives 0 without reading a byte.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numba import prange
@@ -83,9 +83,7 @@ _fold_source_serial = cpu_jit(nogil=True)(twin(_fold_source_loop, "_serial"))
 SERIAL_FOLD_SLOTS = 1024
 
 
-def fold_slots(
-    real_kv_sources: Sequence[RealKvSource], real_kv_hash_mode: int, slots: np.ndarray
-) -> np.ndarray:
+def fold_slots(real_kv_sources: Sequence[RealKvSource], real_kv_hash_mode: int, slots: np.ndarray) -> np.ndarray:
     """Multi-source real-KV hash of each slot.
 
     Parameters
@@ -117,8 +115,16 @@ def fold_slots(
         words, row_stride = _word_span(src)
         # Word offsets: slot s starts at (s // page) * row_stride + (s % page) * words_per_token;
         # only its first _bytes_per_slot bytes are read, never the holes.
-        fold(words, slots, limit, row_stride, int(src.page_size), int(src.num_bytes_per_token) // 8,
-             _bytes_per_slot(src, mode) // 8, out)  # fmt: skip
+        fold(
+            words,
+            slots,
+            limit,
+            row_stride,
+            int(src.page_size),
+            int(src.num_bytes_per_token) // 8,
+            _bytes_per_slot(src, mode) // 8,
+            out,
+        )
     return out
 
 

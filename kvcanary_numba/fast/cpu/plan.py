@@ -108,19 +108,39 @@ def launch_plan_offsets_kernel(
     :func:`~.plan_loop.offsets_small_batch`, the same bytes from a compiled loop.
     """
     if req_pool_indices.shape[0] <= SMALL_BATCH and offsets_small_batch(
-        req_pool_indices=req_pool_indices, prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens,
-        req_to_token=req_to_token, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        out_verify_offsets_scratch=out_verify_offsets_scratch, out_write_offsets=out_write_offsets,
-        out_write_seed_slot_indices=out_write_seed_slot_indices, out_verify_num_valid=out_verify_num_valid,
-        out_verify_enable=out_verify_enable, out_write_num_valid_reqs=out_write_num_valid_reqs,
-        swa_window_size=swa_window_size, verify_capacity=verify_capacity,
-    ):  # fmt: skip
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        out_verify_offsets_scratch=out_verify_offsets_scratch,
+        out_write_offsets=out_write_offsets,
+        out_write_seed_slot_indices=out_write_seed_slot_indices,
+        out_verify_num_valid=out_verify_num_valid,
+        out_verify_enable=out_verify_enable,
+        out_write_num_valid_reqs=out_write_num_valid_reqs,
+        swa_window_size=swa_window_size,
+        verify_capacity=verify_capacity,
+    ):
         return
-    step = _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
-                         swa_window_size, verify_capacity)  # fmt: skip
+    step = _offsets_step(
+        req_pool_indices,
+        prefix_lens,
+        extend_seq_lens,
+        req_to_token,
+        full_to_swa_index_mapping,
+        swa_window_size,
+        verify_capacity,
+    )
     out_verify_offsets_scratch[: step.verify_offsets.shape[0]] = step.verify_offsets
-    _write_offsets_step(step, out_write_offsets, out_write_seed_slot_indices, out_verify_num_valid, out_verify_enable,
-                        out_write_num_valid_reqs)  # fmt: skip
+    _write_offsets_step(
+        step,
+        out_write_offsets,
+        out_write_seed_slot_indices,
+        out_verify_num_valid,
+        out_verify_enable,
+        out_write_num_valid_reqs,
+    )
 
 
 class _OffsetsStep(NamedTuple):
@@ -136,8 +156,9 @@ class _OffsetsStep(NamedTuple):
     verify_capacity: int
 
 
-def _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
-                  verify_capacity) -> _OffsetsStep:  # fmt: skip
+def _offsets_step(
+    req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size, verify_capacity
+) -> _OffsetsStep:
     """The offsets step's values, read from the inputs only (an output may share memory with an input)."""
     bs = req_pool_indices.shape[0]
     active, prefix, start, verify_len, write_len = _request_layout(
@@ -148,12 +169,21 @@ def _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, 
     seeded = active & (write_len > 0) & (prefix > 0)
     seeds = np.full(bs, NO_PREDECESSOR, dtype=np.int64)
     seeds[seeded] = _resolve(req_to_token, lut, req_pool_indices[seeded], prefix[seeded] - 1)
-    return _OffsetsStep(start, verify_len, verify_offsets, total, total > verify_capacity, _exclusive_sum(write_len),
-                        seeds, int(verify_capacity))  # fmt: skip
+    return _OffsetsStep(
+        start,
+        verify_len,
+        verify_offsets,
+        total,
+        total > verify_capacity,
+        _exclusive_sum(write_len),
+        seeds,
+        int(verify_capacity),
+    )
 
 
-def _write_offsets_step(step: _OffsetsStep, write_offsets, seed_slot_indices, verify_num_valid, verify_enable,
-                        write_num_valid_reqs) -> None:  # fmt: skip
+def _write_offsets_step(
+    step: _OffsetsStep, write_offsets, seed_slot_indices, verify_num_valid, verify_enable, write_num_valid_reqs
+) -> None:
     """Store the offsets step's outputs (validated shapes: nothing here can fail)."""
     bs = step.seeds.shape[0]
     verify_num_valid[0] = step.verify_capacity if step.overflow else step.total
@@ -189,13 +219,19 @@ def launch_canary_plan_kernels(
     same bytes at a fraction of the fixed cost (tests/test_reference_plan_loop.py).
     """
     kwargs = dict(
-        verify_plan_out=verify_plan_out, write_plan_out=write_plan_out, req_pool_indices=req_pool_indices,
-        prefix_lens=prefix_lens, extend_seq_lens=extend_seq_lens, req_to_token=req_to_token,
-        swa_window_size=swa_window_size, full_to_swa_index_mapping=full_to_swa_index_mapping,
-        verify_capacity=verify_capacity, req_to_verify_expected_tokens=req_to_verify_expected_tokens,
+        verify_plan_out=verify_plan_out,
+        write_plan_out=write_plan_out,
+        req_pool_indices=req_pool_indices,
+        prefix_lens=prefix_lens,
+        extend_seq_lens=extend_seq_lens,
+        req_to_token=req_to_token,
+        swa_window_size=swa_window_size,
+        full_to_swa_index_mapping=full_to_swa_index_mapping,
+        verify_capacity=verify_capacity,
+        req_to_verify_expected_tokens=req_to_verify_expected_tokens,
         req_to_verify_expected_tokens_valid_lens=req_to_verify_expected_tokens_valid_lens,
         kv_token_id_vs_position_offset=kv_token_id_vs_position_offset,
-    )  # fmt: skip
+    )
     if req_pool_indices.shape[0] <= SMALL_BATCH and plan_small_batch(**kwargs):
         return
     plan_vectorised(**kwargs)
@@ -222,21 +258,34 @@ def plan_vectorised(
     writes entries ``[0, total)`` of the four verify arrays request-major;
     entries from ``total`` on are left as they were.
     """
-    bs = req_pool_indices.shape[0]
     wplan, vplan = write_plan_out, verify_plan_out
     lut = full_to_swa_index_mapping
     # Every output is computed from the inputs first and written last: an output may share memory with an
     # input or with another output (accepted, docs/concepts/reliability.md), and a write must never change
     # what a later read of this call sees.
-    step = _offsets_step(req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size,
-                         verify_capacity)  # fmt: skip
+    step = _offsets_step(
+        req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, lut, swa_window_size, verify_capacity
+    )
     total = step.total
     entries = None
     if not step.overflow and total > 0:  # else SGLang leaves the entries alone, verify is off this step
-        entries = _entries(step, req_pool_indices, req_to_token, lut, req_to_verify_expected_tokens,
-                           req_to_verify_expected_tokens_valid_lens, kv_token_id_vs_position_offset)  # fmt: skip
-    _write_offsets_step(step, wplan.write_offsets, wplan.write_seed_slot_indices, vplan.verify_num_valid, vplan.enable,
-                        wplan.write_num_valid_reqs)  # fmt: skip
+        entries = _entries(
+            step,
+            req_pool_indices,
+            req_to_token,
+            lut,
+            req_to_verify_expected_tokens,
+            req_to_verify_expected_tokens_valid_lens,
+            kv_token_id_vs_position_offset,
+        )
+    _write_offsets_step(
+        step,
+        wplan.write_offsets,
+        wplan.write_seed_slot_indices,
+        vplan.verify_num_valid,
+        vplan.enable,
+        wplan.write_num_valid_reqs,
+    )
     if entries is not None:
         slots, tokens, positions, prevs = entries
         vplan.verify_slot_indices[:total] = slots

@@ -56,8 +56,13 @@ def _disjoint(spans, n_outputs):
     """True when none of the first ``n_outputs`` byte spans (rows of int64 [n, 2]) meets another span."""
     for i in range(n_outputs):
         for j in range(spans.shape[0]):
-            if j != i and spans[i, 0] < spans[i, 1] and spans[j, 0] < spans[j, 1] \
-                    and spans[i, 0] < spans[j, 1] and spans[j, 0] < spans[i, 1]:
+            if (
+                j != i
+                and spans[i, 0] < spans[i, 1]
+                and spans[j, 0] < spans[j, 1]
+                and spans[i, 0] < spans[j, 1]
+                and spans[j, 0] < spans[i, 1]
+            ):
                 return False
     return True
 
@@ -81,8 +86,22 @@ def _starts(prefix_lens, r, window):
 
 
 @cpu_jit(nogil=True)
-def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
-             v_num, v_enable):  # fmt: skip
+def _offsets(
+    rpi,
+    prefix_lens,
+    extend_lens,
+    rtt,
+    lut,
+    has_lut,
+    window,
+    vcap,
+    v_offsets,
+    w_offsets,
+    w_seeds,
+    w_num,
+    v_num,
+    v_enable,
+):
     """The offsets step in one pass over the requests; True when verify entries are due (no overflow,
     total > 0). ``v_offsets`` (exclusive verify offsets, total at ``[bs]``) is written unless empty."""
     bs = rpi.shape[0]
@@ -119,29 +138,123 @@ def _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_o
 
 
 @cpu_jit(nogil=True)
-def _offsets_only(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds,
-                  w_num, v_num, v_enable):  # fmt: skip
+def _offsets_only(
+    rpi,
+    prefix_lens,
+    extend_lens,
+    rtt,
+    lut,
+    has_lut,
+    window,
+    vcap,
+    v_offsets,
+    w_offsets,
+    w_seeds,
+    w_num,
+    v_num,
+    v_enable,
+):
     # Outputs first, then inputs (the scratch's tail past bs + 1 is not written).
-    spans = _spans((v_offsets[: rpi.shape[0] + 1], w_offsets, w_seeds, w_num, v_num, v_enable,
-                    rpi, prefix_lens, extend_lens, rtt, lut))  # fmt: skip
+    spans = _spans(
+        (
+            v_offsets[: rpi.shape[0] + 1],
+            w_offsets,
+            w_seeds,
+            w_num,
+            v_num,
+            v_enable,
+            rpi,
+            prefix_lens,
+            extend_lens,
+            rtt,
+            lut,
+        )
+    )
     if not _disjoint(spans, 6):
         return False
-    _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, v_offsets, w_offsets, w_seeds, w_num,
-             v_num, v_enable)  # fmt: skip
+    _offsets(
+        rpi,
+        prefix_lens,
+        extend_lens,
+        rtt,
+        lut,
+        has_lut,
+        window,
+        vcap,
+        v_offsets,
+        w_offsets,
+        w_seeds,
+        w_num,
+        v_num,
+        v_enable,
+    )
     return True
 
 
 @cpu_jit(nogil=True)
-def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, lens, has_pool, offset,
-          w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable):  # fmt: skip
+def _plan(
+    rpi,
+    prefix_lens,
+    extend_lens,
+    rtt,
+    lut,
+    has_lut,
+    window,
+    vcap,
+    pool,
+    lens,
+    has_pool,
+    offset,
+    w_offsets,
+    w_seeds,
+    w_num,
+    v_slots,
+    v_tokens,
+    v_positions,
+    v_prevs,
+    v_num,
+    v_enable,
+):
     # Outputs first, then inputs: the loop runs only if no output meets another array.
-    spans = _spans((w_offsets, w_seeds, w_num, v_slots, v_tokens, v_positions, v_prevs, v_num, v_enable,
-                    rpi, prefix_lens, extend_lens, rtt, lut, pool, lens))  # fmt: skip
+    spans = _spans(
+        (
+            w_offsets,
+            w_seeds,
+            w_num,
+            v_slots,
+            v_tokens,
+            v_positions,
+            v_prevs,
+            v_num,
+            v_enable,
+            rpi,
+            prefix_lens,
+            extend_lens,
+            rtt,
+            lut,
+            pool,
+            lens,
+        )
+    )
     if not _disjoint(spans, 9):
         return False
     no_offsets = np.empty(0, dtype=np.int64)  # the full plan keeps no verify offsets (a global would be read-only)
-    if not _offsets(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, no_offsets, w_offsets, w_seeds,
-                    w_num, v_num, v_enable):  # fmt: skip
+    if not _offsets(
+        rpi,
+        prefix_lens,
+        extend_lens,
+        rtt,
+        lut,
+        has_lut,
+        window,
+        vcap,
+        no_offsets,
+        w_offsets,
+        w_seeds,
+        w_num,
+        v_num,
+        v_enable,
+    ):
         return True
 
     bs = rpi.shape[0]
@@ -166,10 +279,21 @@ def _plan(rpi, prefix_lens, extend_lens, rtt, lut, has_lut, window, vcap, pool, 
     return True
 
 
-def plan_small_batch(*, verify_plan_out, write_plan_out, req_pool_indices, prefix_lens, extend_seq_lens,
-                     req_to_token, swa_window_size, full_to_swa_index_mapping, verify_capacity,
-                     req_to_verify_expected_tokens, req_to_verify_expected_tokens_valid_lens,
-                     kv_token_id_vs_position_offset) -> bool:  # fmt: skip
+def plan_small_batch(
+    *,
+    verify_plan_out,
+    write_plan_out,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    swa_window_size,
+    full_to_swa_index_mapping,
+    verify_capacity,
+    req_to_verify_expected_tokens,
+    req_to_verify_expected_tokens_valid_lens,
+    kv_token_id_vs_position_offset,
+) -> bool:
     """:func:`.plan.plan_vectorised` as a compiled loop; False (nothing written) when arrays overlap.
 
     Takes the same keyword arguments (validated, NumPy) and fills the same outputs with the same
@@ -178,27 +302,64 @@ def plan_small_batch(*, verify_plan_out, write_plan_out, req_pool_indices, prefi
     vplan, wplan = verify_plan_out, write_plan_out
     lut, pool = full_to_swa_index_mapping, req_to_verify_expected_tokens
     return _plan(
-        req_pool_indices, prefix_lens, extend_seq_lens, req_to_token,
-        _NO_LUT if lut is None else lut, lut is not None, int(swa_window_size), int(verify_capacity),
-        _NO_POOL if pool is None else pool, _NO_LENS if pool is None else req_to_verify_expected_tokens_valid_lens,
-        pool is not None, int(kv_token_id_vs_position_offset),
-        wplan.write_offsets, wplan.write_seed_slot_indices, wplan.write_num_valid_reqs, vplan.verify_slot_indices,
-        vplan.verify_expected_tokens, vplan.verify_expected_positions, vplan.verify_prev_slot_indices,
-        vplan.verify_num_valid, vplan.enable,
-    )  # fmt: skip
+        req_pool_indices,
+        prefix_lens,
+        extend_seq_lens,
+        req_to_token,
+        _NO_LUT if lut is None else lut,
+        lut is not None,
+        int(swa_window_size),
+        int(verify_capacity),
+        _NO_POOL if pool is None else pool,
+        _NO_LENS if pool is None else req_to_verify_expected_tokens_valid_lens,
+        pool is not None,
+        int(kv_token_id_vs_position_offset),
+        wplan.write_offsets,
+        wplan.write_seed_slot_indices,
+        wplan.write_num_valid_reqs,
+        vplan.verify_slot_indices,
+        vplan.verify_expected_tokens,
+        vplan.verify_expected_positions,
+        vplan.verify_prev_slot_indices,
+        vplan.verify_num_valid,
+        vplan.enable,
+    )
 
 
-def offsets_small_batch(*, req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, full_to_swa_index_mapping,
-                        out_verify_offsets_scratch, out_write_offsets, out_write_seed_slot_indices,
-                        out_verify_num_valid, out_verify_enable, out_write_num_valid_reqs, swa_window_size,
-                        verify_capacity) -> bool:  # fmt: skip
+def offsets_small_batch(
+    *,
+    req_pool_indices,
+    prefix_lens,
+    extend_seq_lens,
+    req_to_token,
+    full_to_swa_index_mapping,
+    out_verify_offsets_scratch,
+    out_write_offsets,
+    out_write_seed_slot_indices,
+    out_verify_num_valid,
+    out_verify_enable,
+    out_write_num_valid_reqs,
+    swa_window_size,
+    verify_capacity,
+) -> bool:
     """:func:`.plan.launch_plan_offsets_kernel` as a compiled loop; False (nothing written) when arrays overlap.
 
     Takes the same keyword arguments (validated, NumPy) and writes the same bytes.
     """
     lut = full_to_swa_index_mapping
     return _offsets_only(
-        req_pool_indices, prefix_lens, extend_seq_lens, req_to_token, _NO_LUT if lut is None else lut,
-        lut is not None, int(swa_window_size), int(verify_capacity), out_verify_offsets_scratch, out_write_offsets,
-        out_write_seed_slot_indices, out_write_num_valid_reqs, out_verify_num_valid, out_verify_enable,
-    )  # fmt: skip
+        req_pool_indices,
+        prefix_lens,
+        extend_seq_lens,
+        req_to_token,
+        _NO_LUT if lut is None else lut,
+        lut is not None,
+        int(swa_window_size),
+        int(verify_capacity),
+        out_verify_offsets_scratch,
+        out_write_offsets,
+        out_write_seed_slot_indices,
+        out_write_num_valid_reqs,
+        out_verify_num_valid,
+        out_verify_enable,
+    )

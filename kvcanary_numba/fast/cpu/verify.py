@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
+from ..._jit import cpu_jit, twin
 from ...constants import (
     CANARY_CHAIN_HEAD,
     CANARY_FIELDS_PER_SLOT,
@@ -25,13 +26,22 @@ from ...constants import (
 )
 from ...constants import (  # fail bits as int64 scalars, under this module's short names
     FAIL_CHAIN as _CHAIN,
+)
+from ...constants import (
     FAIL_POSITION as _POSITION,
-    FAIL_REAL_KV as _REAL_KV,
-    FAIL_TOKEN as _TOKEN,
-    FAIL_SLOT_RANGE as _SLOT_RANGE,
+)
+from ...constants import (
     FAIL_PREV_RANGE as _PREV_RANGE,
 )
-from ..._jit import cpu_jit, twin
+from ...constants import (
+    FAIL_REAL_KV as _REAL_KV,
+)
+from ...constants import (
+    FAIL_SLOT_RANGE as _SLOT_RANGE,
+)
+from ...constants import (
+    FAIL_TOKEN as _TOKEN,
+)
 from ...hashing import splitmix64_mix3_u64
 from ...reference.ring import bump, canary_fields
 from .fingerprint import fold_slots
@@ -173,9 +183,17 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     record[~in_range, FIELD_POSITION] = positions[hit][~in_range]
     expected_token = tokens[hit] if check else np.full(hit.shape[0], EXPECTED_TOKEN_UNCHECKED, dtype=np.int64)
     rows = np.empty((hit.shape[0], VIOLATION_FIELDS), dtype=np.int64)
-    for k, column in enumerate((
-        int(context.kernel_kind), slot, record[:, FIELD_POSITION], record[:, FIELD_TOKEN], expected_token,
-        record[:, FIELD_PREV_HASH], aux[hit], hit_bits,
-    )):  # fmt: skip
+    for k, column in enumerate(
+        (
+            int(context.kernel_kind),
+            slot,
+            record[:, FIELD_POSITION],
+            record[:, FIELD_TOKEN],
+            expected_token,
+            record[:, FIELD_PREV_HASH],
+            aux[hit],
+            hit_bits,
+        )
+    ):
         rows[:, k] = column
     append_violation_rows(context, rows)

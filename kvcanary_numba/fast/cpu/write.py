@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._jit import cpu_jit
 from ...constants import (
     CANARY_CHAIN_HEAD,
     FIELD_POSITION,
@@ -20,7 +21,6 @@ from ...constants import (
     VIOLATION_FIELDS,
     FailReason,
 )
-from ..._jit import cpu_jit
 from ...hashing import splitmix64_mix3_u64 as _mix3  # tokens and positions enter as their uint64 bits
 from .fingerprint import fold_slots
 from .verify import append_violation_rows, bump, canary_fields
@@ -44,9 +44,21 @@ def _record(rows, n, kind, slot, position, token, expected_token, chain_hash, au
 
 @cpu_jit(nogil=True)
 def _stamp_requests(
-    fields, offsets, seeds, num_reqs, input_ids, positions, out_cache_loc, real_kv,
-    input_assert, expected_tokens, expected_positions, chain_assert, kind, rows,
-):  # fmt: skip
+    fields,
+    offsets,
+    seeds,
+    num_reqs,
+    input_ids,
+    positions,
+    out_cache_loc,
+    real_kv,
+    input_assert,
+    expected_tokens,
+    expected_positions,
+    chain_assert,
+    kind,
+    rows,
+):
     """The per-request loop; returns (rows recorded, entries stored)."""
     num_slots, num_tokens = fields.shape[0], input_ids.shape[0]
     n = 0
@@ -86,12 +98,22 @@ def _stamp_requests(
                     bits |= _POSITION_BIT
                 if bits:
                     n = _record(
-                        rows, n, kind, slot, position, token, expected_tokens[i], chain_hash,
-                        expected_positions[i], bits,
-                    )  # fmt: skip
+                        rows,
+                        n,
+                        kind,
+                        slot,
+                        position,
+                        token,
+                        expected_tokens[i],
+                        chain_hash,
+                        expected_positions[i],
+                        bits,
+                    )
             if track_position:
                 if position != prev_position + 1:
-                    n = _record(rows, n, kind, slot, position, token, token, chain_hash, prev_position + 1, _POSITION_BIT)
+                    n = _record(
+                        rows, n, kind, slot, position, token, token, chain_hash, prev_position + 1, _POSITION_BIT
+                    )
                 prev_position = position
             if slot >= num_slots:
                 n = _record(rows, n, kind, slot, position, token, token, chain_hash, num_slots, _SLOT_BIT)

@@ -66,8 +66,7 @@ def _chunk(lane, n, s_slot, s_token, s_position, running, prev_position):
 
 
 @cuda.jit
-def chain_publish(buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, published,
-                  published_seeds):  # fmt: skip
+def chain_publish(buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, published, published_seeds):
     """Publish the write chain of every request (see the module docstring); arguments as ``write``'s."""
     lane = int64(cuda.threadIdx.x % WARP_SIZE)
     warp = cuda.threadIdx.x // WARP_SIZE
@@ -109,14 +108,15 @@ def chain_publish(buf, offsets, seeds, num_valid_reqs, input_ids, positions, out
             s_position[lane] = position
             warp_sync()
             nxt = _load(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions)  # lands during the chain
-            running, prev_position, mine, expect = _chunk(lane, n, s_slot, s_token, s_position, running,
-                                                          prev_position)  # fmt: skip
+            running, prev_position, mine, expect = _chunk(lane, n, s_slot, s_token, s_position, running, prev_position)
             if lane < n:
                 publish(published, c0 + lane, mine, expect, token, position, slot)
 
 
 KERNELS = {"chain_publish": chain_publish}
 SIGNATURES = {
-    "chain_publish": ("void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], "
-                      "int64[:, ::1], int64[:, ::1])",),
+    "chain_publish": (
+        "void(int64[:, ::1], int64[::1], int64[::1], int32[::1], int64[::1], int64[::1], int64[::1], "
+        "int64[:, ::1], int64[:, ::1])",
+    ),
 }

@@ -64,9 +64,25 @@ def _verify_body(check_token: bool, nsrc: int):
 
     @cuda.jit(device=True)
     def body(
-        per, buf, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
-        ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params,
-    ):  # fmt: skip
+        per,
+        buf,
+        slots,
+        expected_tokens,
+        expected_positions,
+        prev_slots,
+        num_valid,
+        enable,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+    ):
         tid = part_thread(per)
         if tid == 0:
             cuda.atomic.add(kernel_counter, 0, int64(1))
@@ -82,8 +98,19 @@ def _verify_body(check_token: bool, nsrc: int):
                 slot = slots[i]
                 if slot != ZERO:  # padding slot: never verified
                     token = expected_tokens[i] if check_token else MINUS_ONE
-                    _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, ZERO,
-                                 ring, write_index, kind)  # fmt: skip
+                    _check_entry(
+                        buf,
+                        num_slots,
+                        slot,
+                        token,
+                        expected_positions[i],
+                        prev_slots[i],
+                        nsrc,
+                        ZERO,
+                        ring,
+                        write_index,
+                        kind,
+                    )
             return
         # Real-KV variants: a warp per 32 consecutive entries (see the core kernel).
         warp = cuda.threadIdx.x // WARP_SIZE
@@ -98,8 +125,19 @@ def _verify_body(check_token: bool, nsrc: int):
             real = warp_real_kv_hash(tile, bases, lane, slot, fold, nsrc, w0, w1, w2, w3, params)
             if slot != ZERO:
                 token = expected_tokens[i] if check_token else MINUS_ONE
-                _check_entry(buf, num_slots, slot, token, expected_positions[i], prev_slots[i], nsrc, real,
-                             ring, write_index, kind)  # fmt: skip
+                _check_entry(
+                    buf,
+                    num_slots,
+                    slot,
+                    token,
+                    expected_positions[i],
+                    prev_slots[i],
+                    nsrc,
+                    real,
+                    ring,
+                    write_index,
+                    kind,
+                )
 
     return body
 
@@ -108,20 +146,67 @@ def _make_verify(check_token: bool, nsrc: int):
     body = _verify_body(check_token, nsrc)
 
     def verify_endpoints(
-        bufs, slots, expected_tokens, expected_positions, prev_slots, num_valid, enable,
-        rings, write_indices, slot_counters, kernel_counters, kinds, spans, params, per,
-    ):  # fmt: skip
+        bufs,
+        slots,
+        expected_tokens,
+        expected_positions,
+        prev_slots,
+        num_valid,
+        enable,
+        rings,
+        write_indices,
+        slot_counters,
+        kernel_counters,
+        kinds,
+        spans,
+        params,
+        per,
+    ):
         e, _ = part_block(per)
         if e == 0:
             w = spans[0]
-            body(per, bufs[0], slots, expected_tokens, expected_positions, prev_slots, num_valid, enable, rings[0],
-                 write_indices[0], slot_counters[0], kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3],
-                 params[0])  # fmt: skip
+            body(
+                per,
+                bufs[0],
+                slots,
+                expected_tokens,
+                expected_positions,
+                prev_slots,
+                num_valid,
+                enable,
+                rings[0],
+                write_indices[0],
+                slot_counters[0],
+                kernel_counters[0],
+                kinds[0],
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+                params[0],
+            )
         else:
             w = spans[1]
-            body(per, bufs[1], slots, expected_tokens, expected_positions, prev_slots, num_valid, enable, rings[1],
-                 write_indices[1], slot_counters[1], kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3],
-                 params[1])  # fmt: skip
+            body(
+                per,
+                bufs[1],
+                slots,
+                expected_tokens,
+                expected_positions,
+                prev_slots,
+                num_valid,
+                enable,
+                rings[1],
+                write_indices[1],
+                slot_counters[1],
+                kernel_counters[1],
+                kinds[1],
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+                params[1],
+            )
 
     verify_endpoints.__name__ = verify_endpoints.__qualname__ = verify_name(check_token, nsrc)
     return cuda.jit(verify_endpoints, **launch_options(check_token, nsrc))
@@ -132,23 +217,87 @@ def endpoint_write_kernel(body, name: str):
     ``make_tiled_body``: same arguments) once per endpoint part of the grid, named ``name``."""
 
     def write_endpoints(
-        bufs, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flags, rings, write_indices, slot_counters, kernel_counters, kinds,
-        spans, params, chain_roles, published, published_seeds, per,
-    ):  # fmt: skip
+        bufs,
+        offsets,
+        seeds,
+        num_valid_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        expected_tokens,
+        expected_positions,
+        chain_flags,
+        rings,
+        write_indices,
+        slot_counters,
+        kernel_counters,
+        kinds,
+        spans,
+        params,
+        chain_roles,
+        published,
+        published_seeds,
+        per,
+    ):
         e, block = part_block(per)
         if e == 0:
             w = spans[0]
-            body(block, per, bufs[0], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
-                 expected_tokens, expected_positions, chain_flags[0], rings[0], write_indices[0], slot_counters[0],
-                 kernel_counters[0], kinds[0], w[0], w[1], w[2], w[3], params[0], chain_roles[0], published,
-                 published_seeds)  # fmt: skip
+            body(
+                block,
+                per,
+                bufs[0],
+                offsets,
+                seeds,
+                num_valid_reqs,
+                input_ids,
+                positions,
+                out_cache_loc,
+                expected_tokens,
+                expected_positions,
+                chain_flags[0],
+                rings[0],
+                write_indices[0],
+                slot_counters[0],
+                kernel_counters[0],
+                kinds[0],
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+                params[0],
+                chain_roles[0],
+                published,
+                published_seeds,
+            )
         else:
             w = spans[1]
-            body(block, per, bufs[1], offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc,
-                 expected_tokens, expected_positions, chain_flags[1], rings[1], write_indices[1], slot_counters[1],
-                 kernel_counters[1], kinds[1], w[0], w[1], w[2], w[3], params[1], chain_roles[1], published,
-                 published_seeds)  # fmt: skip
+            body(
+                block,
+                per,
+                bufs[1],
+                offsets,
+                seeds,
+                num_valid_reqs,
+                input_ids,
+                positions,
+                out_cache_loc,
+                expected_tokens,
+                expected_positions,
+                chain_flags[1],
+                rings[1],
+                write_indices[1],
+                slot_counters[1],
+                kernel_counters[1],
+                kinds[1],
+                w[0],
+                w[1],
+                w[2],
+                w[3],
+                params[1],
+                chain_roles[1],
+                published,
+                published_seeds,
+            )
 
     write_endpoints.__name__ = write_endpoints.__qualname__ = name
     return cuda.jit(write_endpoints)
@@ -174,8 +323,10 @@ def _each(item: str) -> str:
 
 #: Real-KV spans and parameters of each endpoint, laid out as ``fingerprint.SOURCE_SIGNATURE``.
 _SOURCES = f"{_each('UniTuple(uint64[::1], 4)')}, {_each('UniTuple(int64, 16)')}"
-_CONTEXTS = (f"{_each('int64[:, ::1]')}, {_each('int32[::1]')}, {_each('int64[::1]')}, {_each('int64[::1]')}, "
-             f"{_each('int64')}, {_SOURCES}")  # rings, write indices, slot / kernel counters, tags, sources
+_CONTEXTS = (
+    f"{_each('int64[:, ::1]')}, {_each('int32[::1]')}, {_each('int64[::1]')}, {_each('int64[::1]')}, "
+    f"{_each('int64')}, {_SOURCES}"
+)  # rings, write indices, slot / kernel counters, tags, sources
 VERIFY_SIGNATURE = (
     f"void({_each('int64[:, ::1]')}, int64[::1], int64[::1], int64[::1], int64[::1], int32[::1], int32[::1], "
     f"{_CONTEXTS}, int64)"
@@ -187,6 +338,8 @@ WRITE_SIGNATURE = (
 )
 
 _VARIANTS = [(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)]
-KERNELS = {**{verify_name(f, n): _make_verify(f, n) for f, n in _VARIANTS},
-           **{write_name(f, n): _make_write(f, n) for f, n in _VARIANTS}}
+KERNELS = {
+    **{verify_name(f, n): _make_verify(f, n) for f, n in _VARIANTS},
+    **{write_name(f, n): _make_write(f, n) for f, n in _VARIANTS},
+}
 SIGNATURES = {name: (VERIFY_SIGNATURE if name.startswith("verify") else WRITE_SIGNATURE,) for name in KERNELS}

@@ -30,8 +30,18 @@ from numba import cuda, int64, uint64
 
 from ...kernels.hashing import MINUS_ONE, ONE, ZERO
 
-__all__ = ["CONSUME", "OWN", "PUBLISH", "first_difference", "load_published", "publish", "request_role",
-           "same_entry", "share_role", "switch_state"]  # fmt: skip
+__all__ = [
+    "CONSUME",
+    "OWN",
+    "PUBLISH",
+    "first_difference",
+    "load_published",
+    "publish",
+    "request_role",
+    "same_entry",
+    "share_role",
+    "switch_state",
+]
 
 OWN = np.int64(0)
 PUBLISH = np.int64(1)
@@ -70,8 +80,13 @@ def request_role(role, r, running, prev_position, published_seeds, lane):
 def load_published(i, hi, reuse, published):
     """(prev_hash, expected position, token, position, slot) published for entry ``i`` (zeros if unused)."""
     if reuse and i < hi:
-        return (published[_HASH, i], published[_EXPECT, i], published[_TOKEN, i], published[_POSITION, i],
-                published[_SLOT, i])  # fmt: skip
+        return (
+            published[_HASH, i],
+            published[_EXPECT, i],
+            published[_TOKEN, i],
+            published[_POSITION, i],
+            published[_SLOT, i],
+        )
     return ZERO, ZERO, ZERO, ZERO, MINUS_ONE
 
 

@@ -37,6 +37,7 @@ from .write_tiled import make_tiled_body
 
 __all__ = ["KERNELS", "SIGNATURES", "kernel_name"]
 
+
 def _make(input_assert: bool, nsrc: int):
     return endpoint_write_kernel(make_tiled_body(input_assert, nsrc), kernel_name(input_assert, nsrc))
 
@@ -46,8 +47,6 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
     return f"tiled_endpoints_assert{int(bool(input_assert))}_src{int(nsrc)}"
 
 
-KERNELS = {
-    kernel_name(flag, n): _make(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
-}
+KERNELS = {kernel_name(flag, n): _make(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)}
 #: The arguments of ``endpoints.write_endpoints``.
 SIGNATURES = {name: (WRITE_SIGNATURE,) for name in KERNELS}

@@ -34,11 +34,27 @@ from ...kernels.fingerprint import warp_sync
 from ...kernels.hashing import ONE, ZERO, mix3
 from ...kernels.write import ARGUMENTS, MAX_WRITE_WARPS
 from ...kernels.write_chunk import entry_checks, load_entry, real_kv, request_range, seed_state, store_record
-from .share import (PUBLISH, first_difference, load_published, publish, request_role, same_entry, share_role,
-                    switch_state)
+from .share import (
+    PUBLISH,
+    first_difference,
+    load_published,
+    publish,
+    request_role,
+    same_entry,
+    share_role,
+    switch_state,
+)
 
-__all__ = ["KERNELS", "SIGNATURE", "SIGNATURES", "chunk_chain_from", "kernel_name", "make_shared_body",
-           "single_write_kernel", "walk_shared"]  # fmt: skip
+__all__ = [
+    "KERNELS",
+    "SIGNATURE",
+    "SIGNATURES",
+    "chunk_chain_from",
+    "kernel_name",
+    "make_shared_body",
+    "single_write_kernel",
+    "walk_shared",
+]
 
 _WARP = np.int64(WARP_SIZE)
 
@@ -82,9 +98,39 @@ def chunk_chain_from(lane, n, start, slot, s_slot, s_token, s_position, running,
 
 
 @cuda.jit(device=True)
-def walk_shared(lane, lo, hi, running, prev_position, reuse, publishing, track, act, s_slot, s_token, s_position,
-                s_switch, buf, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert,
-                nsrc, w0, w1, w2, w3, params, ring, write_index, kind, published, num_slots):  # fmt: skip
+def walk_shared(
+    lane,
+    lo,
+    hi,
+    running,
+    prev_position,
+    reuse,
+    publishing,
+    track,
+    act,
+    s_slot,
+    s_token,
+    s_position,
+    s_switch,
+    buf,
+    out_cache_loc,
+    input_ids,
+    positions,
+    expected_tokens,
+    expected_positions,
+    input_assert,
+    nsrc,
+    w0,
+    w1,
+    w2,
+    w3,
+    params,
+    ring,
+    write_index,
+    kind,
+    published,
+    num_slots,
+):
     """One warp walks entries ``[lo, hi)`` of a request in chunks of 32 (the core's ``walk_chunks``).
 
     ``running``, ``prev_position``: the chain state before ``lo``. ``reuse``:
@@ -96,8 +142,9 @@ def walk_shared(lane, lo, hi, running, prev_position, reuse, publishing, track, 
     entries counted (the same value on every lane).
     """
     stored = ZERO
-    nxt = load_entry(lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions,
-                     input_assert)  # fmt: skip
+    nxt = load_entry(
+        lo + lane, hi, out_cache_loc, input_ids, positions, expected_tokens, expected_positions, input_assert
+    )
     pub = load_published(lo + lane, hi, reuse, published)
     for c0 in range(lo, hi, _WARP):
         n = min(_WARP, hi - c0)
@@ -111,8 +158,16 @@ def walk_shared(lane, lo, hi, running, prev_position, reuse, publishing, track, 
             s_switch[lane] = same_entry(lane, n, slot, token, position, p_token, p_position, p_slot)
         warp_sync()
         # The next chunk's loads are issued now and land while the chain runs.
-        nxt = load_entry(c0 + _WARP + lane, hi, out_cache_loc, input_ids, positions, expected_tokens,
-                         expected_positions, input_assert)  # fmt: skip
+        nxt = load_entry(
+            c0 + _WARP + lane,
+            hi,
+            out_cache_loc,
+            input_ids,
+            positions,
+            expected_tokens,
+            expected_positions,
+            input_assert,
+        )
         start = ZERO
         if reuse:
             start = first_difference(n, s_switch)
@@ -131,8 +186,21 @@ def walk_shared(lane, lo, hi, running, prev_position, reuse, publishing, track, 
         stored += counted
         if act and slot >= ZERO:
             real = real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
-            ok = entry_checks(ring, write_index, kind, slot, token, position, chain_hash, input_assert,
-                              expected_token, expected_position, track, chain_position, num_slots)  # fmt: skip
+            ok = entry_checks(
+                ring,
+                write_index,
+                kind,
+                slot,
+                token,
+                position,
+                chain_hash,
+                input_assert,
+                expected_token,
+                expected_position,
+                track,
+                chain_position,
+                num_slots,
+            )
             if ok and last:
                 store_record(buf, slot, token, position, chain_hash, real)
     return stored
@@ -150,10 +218,32 @@ def make_shared_body(input_assert: bool, nsrc: int):
 
     @cuda.jit(device=True)
     def body(
-        block, nblocks, buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params, chain_role, published, published_seeds,
-    ):  # fmt: skip
+        block,
+        nblocks,
+        buf,
+        offsets,
+        seeds,
+        num_valid_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        expected_tokens,
+        expected_positions,
+        chain_flag,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+        chain_role,
+        published,
+        published_seeds,
+    ):
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         warp = cuda.threadIdx.x // WARP_SIZE
         s_slot = cuda.shared.array((MAX_WRITE_WARPS, WARP_SIZE), int64)[warp]
@@ -180,10 +270,39 @@ def make_shared_body(input_assert: bool, nsrc: int):
             # Every lane runs the recurrence (the seed row is recorded once, by lane 0).
             running, prev_position = seed_state(buf, seed, num_slots, ring, write_index, kind, lane == ZERO)
             reuse = request_role(role, r, running, prev_position, published_seeds, lane)
-            stored += walk_shared(lane, lo, hi, running, prev_position, reuse, role == PUBLISH, track, True, s_slot,
-                                  s_token, s_position, s_switch, buf, out_cache_loc, input_ids, positions,
-                                  expected_tokens, expected_positions, input_assert, nsrc, w0, w1, w2, w3, params,
-                                  ring, write_index, kind, published, num_slots)  # fmt: skip
+            stored += walk_shared(
+                lane,
+                lo,
+                hi,
+                running,
+                prev_position,
+                reuse,
+                role == PUBLISH,
+                track,
+                True,
+                s_slot,
+                s_token,
+                s_position,
+                s_switch,
+                buf,
+                out_cache_loc,
+                input_ids,
+                positions,
+                expected_tokens,
+                expected_positions,
+                input_assert,
+                nsrc,
+                w0,
+                w1,
+                w2,
+                w3,
+                params,
+                ring,
+                write_index,
+                kind,
+                published,
+                num_slots,
+            )
         if lane == ZERO and stored > ZERO:
             cuda.atomic.add(slot_counter, 0, stored)
 
@@ -195,13 +314,57 @@ def single_write_kernel(body, name: str):
     ``make_tiled_body``: same arguments) over the whole grid for one context, named ``name``."""
 
     def write(
-        buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params, chain_role, published, published_seeds,
-    ):  # fmt: skip
-        body(cuda.blockIdx.x, cuda.gridDim.x, buf, offsets, seeds, num_valid_reqs, input_ids, positions,
-             out_cache_loc, expected_tokens, expected_positions, chain_flag, ring, write_index, slot_counter,
-             kernel_counter, kind, w0, w1, w2, w3, params, chain_role, published, published_seeds)  # fmt: skip
+        buf,
+        offsets,
+        seeds,
+        num_valid_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        expected_tokens,
+        expected_positions,
+        chain_flag,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+        chain_role,
+        published,
+        published_seeds,
+    ):
+        body(
+            cuda.blockIdx.x,
+            cuda.gridDim.x,
+            buf,
+            offsets,
+            seeds,
+            num_valid_reqs,
+            input_ids,
+            positions,
+            out_cache_loc,
+            expected_tokens,
+            expected_positions,
+            chain_flag,
+            ring,
+            write_index,
+            slot_counter,
+            kernel_counter,
+            kind,
+            w0,
+            w1,
+            w2,
+            w3,
+            params,
+            chain_role,
+            published,
+            published_seeds,
+        )
 
     write.__name__ = write.__qualname__ = name
     return cuda.jit(write)
@@ -214,7 +377,8 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
 
 KERNELS = {
     kernel_name(flag, n): single_write_kernel(make_shared_body(flag, n), kernel_name(flag, n))
-    for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
+    for flag in (False, True)
+    for n in range(MAX_REAL_KV_SOURCES + 1)
 }
 #: The core write's arguments, then the chain role and the step scratch (``share.py``).
 SIGNATURE = f"void({ARGUMENTS}, int64, int64[:, ::1], int64[:, ::1])"

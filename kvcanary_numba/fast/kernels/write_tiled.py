@@ -56,8 +56,16 @@ from ...kernels.write_chunk import entry_checks, real_kv, request_range, seed_st
 from .share import CONSUME, share_role, switch_state
 from .write_shared import SIGNATURE, single_write_kernel, walk_shared
 
-__all__ = ["KERNELS", "MAX_TILED_WARPS", "SIGNATURES", "TABLE_SIZE", "TILED_WARPS", "TILE_ITEMS", "kernel_name",
-           "make_tiled_body"]
+__all__ = [
+    "KERNELS",
+    "MAX_TILED_WARPS",
+    "SIGNATURES",
+    "TABLE_SIZE",
+    "TILED_WARPS",
+    "TILE_ITEMS",
+    "kernel_name",
+    "make_tiled_body",
+]
 
 #: Warps per block (a block per request) and entries per thread of a tile. On a GPU one
 #: entry per thread: a thread's loads of several entries would wait one after another
@@ -115,8 +123,11 @@ def _clear(keys, last, tid, block):
 @cuda.jit(device=True)
 def _differs(i, slot, input_ids, positions, published):
     p_slot = published[_SLOT, i]
-    return input_ids[i] != published[_TOKEN, i] or positions[i] != published[_POSITION, i] or (
-        (slot < _ZERO) != (p_slot < _ZERO))  # fmt: skip
+    return (
+        input_ids[i] != published[_TOKEN, i]
+        or positions[i] != published[_POSITION, i]
+        or ((slot < _ZERO) != (p_slot < _ZERO))
+    )
 
 
 def make_tiled_body(input_assert: bool, nsrc: int):
@@ -130,10 +141,32 @@ def make_tiled_body(input_assert: bool, nsrc: int):
 
     @cuda.jit(device=True)
     def body(
-        part, nparts, buf, offsets, seeds, num_valid_reqs, input_ids, positions, out_cache_loc, expected_tokens,
-        expected_positions, chain_flag, ring, write_index, slot_counter, kernel_counter, kind,
-        w0, w1, w2, w3, params, chain_role, published, published_seeds,
-    ):  # fmt: skip
+        part,
+        nparts,
+        buf,
+        offsets,
+        seeds,
+        num_valid_reqs,
+        input_ids,
+        positions,
+        out_cache_loc,
+        expected_tokens,
+        expected_positions,
+        chain_flag,
+        ring,
+        write_index,
+        slot_counter,
+        kernel_counter,
+        kind,
+        w0,
+        w1,
+        w2,
+        w3,
+        params,
+        chain_role,
+        published,
+        published_seeds,
+    ):
         tid = int64(cuda.threadIdx.x)
         lane = tid % _WARP
         warp = cuda.threadIdx.x // WARP_SIZE
@@ -195,9 +228,21 @@ def make_tiled_body(input_assert: bool, nsrc: int):
                                 expected_token = expected_tokens[i] if input_assert else _ZERO
                                 expected_position = expected_positions[i] if input_assert else _ZERO
                                 real = real_kv(slot, num_slots, nsrc, w0, w1, w2, w3, params)
-                                if entry_checks(ring, write_index, kind, slot, token, position, chain_hash,
-                                                input_assert, expected_token, expected_position, track,
-                                                published[_EXPECT, i], num_slots):  # fmt: skip
+                                if entry_checks(
+                                    ring,
+                                    write_index,
+                                    kind,
+                                    slot,
+                                    token,
+                                    position,
+                                    chain_hash,
+                                    input_assert,
+                                    expected_token,
+                                    expected_position,
+                                    track,
+                                    published[_EXPECT, i],
+                                    num_slots,
+                                ):
                                     stored += _ONE
                                     if _is_last(keys, last, slot, k):
                                         store_record(buf, slot, token, position, chain_hash, real)
@@ -212,10 +257,39 @@ def make_tiled_body(input_assert: bool, nsrc: int):
                 if split < hi:
                     running, prev_position = switch_state(published, split)
             if split < hi and (warp == 0 or ON_SIMULATOR):
-                n = walk_shared(lane, split, hi, running, prev_position, False, False, track, warp == 0, s_slot,
-                                s_token, s_position, s_switch, buf, out_cache_loc, input_ids, positions,
-                                expected_tokens, expected_positions, input_assert, nsrc, w0, w1, w2, w3, params,
-                                ring, write_index, kind, published, num_slots)  # fmt: skip
+                n = walk_shared(
+                    lane,
+                    split,
+                    hi,
+                    running,
+                    prev_position,
+                    False,
+                    False,
+                    track,
+                    warp == 0,
+                    s_slot,
+                    s_token,
+                    s_position,
+                    s_switch,
+                    buf,
+                    out_cache_loc,
+                    input_ids,
+                    positions,
+                    expected_tokens,
+                    expected_positions,
+                    input_assert,
+                    nsrc,
+                    w0,
+                    w1,
+                    w2,
+                    w3,
+                    params,
+                    ring,
+                    write_index,
+                    kind,
+                    published,
+                    num_slots,
+                )
                 if tid == _ZERO:  # every lane of the walk counts the same entries
                     stored += n
         if stored > _ZERO:
@@ -236,8 +310,6 @@ def kernel_name(input_assert: bool, nsrc: int) -> str:
     return f"write_tiled_assert{int(bool(input_assert))}_src{int(nsrc)}"
 
 
-KERNELS = {
-    kernel_name(flag, n): _make_tiled(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)
-}
+KERNELS = {kernel_name(flag, n): _make_tiled(flag, n) for flag in (False, True) for n in range(MAX_REAL_KV_SOURCES + 1)}
 #: Same arguments as ``write_shared``'s.
 SIGNATURES = {name: (SIGNATURE,) for name in KERNELS}
