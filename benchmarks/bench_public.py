@@ -179,9 +179,7 @@ def public_cpu(run) -> None:
     """Host µs of each NumPy public call with 1 entry, and of the CPU path it runs, called alone
     (``kvcanary_numba.fast.cpu``: no validation, no memo; not the plain NumPy specification of
     ``kvcanary_numba.reference``, which the public calls do not run)."""
-    from kvcanary_numba.fast.cpu import plan as cpu_plan
-    from kvcanary_numba.fast.cpu import verify as cpu_verify
-    from kvcanary_numba.fast.cpu import write as cpu_write
+    from kvcanary_numba.fast.cpu import plan as cpu_plan, verify as cpu_verify, write as cpu_write
 
     plan, verify, write = _step(np, 1, 1)
     refs = {

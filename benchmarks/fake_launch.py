@@ -69,8 +69,7 @@ def gpu_launch_layer():
     """Swap in the GPU branches (see the module docstring); returns a restorer."""
     import numpy as np
 
-    from kvcanary_numba.fast import driver as _driver
-    from kvcanary_numba.fast import memo as _memo
+    from kvcanary_numba.fast import driver as _driver, memo as _memo
 
     snapshot = _memo.snapshot
 

@@ -180,8 +180,7 @@ def main(argv=None) -> None:
         restore = lambda: None  # noqa: E731
         raw_phases(m, compiled=args.loop == "compiled")
         if args.loop == "compiled":  # the readback's driver calls from compiled code, on the fake too
-            from kvcanary_numba.fast import driver as _driver
-            from kvcanary_numba.fast import native as _native
+            from kvcanary_numba.fast import driver as _driver, native as _native
 
             functions = _driver.libcuda_functions(_native.READBACK_FUNCTIONS)
             m.readback = m.pump.readback = fake_cuda_readback(m.status, NullRuntime(), functions=functions)

@@ -26,8 +26,7 @@ import textwrap
 from importlib import metadata
 
 from . import __version__
-from ._runtime import NUMBA_CUDA_NUMPY_LIMIT as _NUMBA_CUDA_NUMPY_LIMIT
-from ._runtime import gpu_available
+from ._runtime import NUMBA_CUDA_NUMPY_LIMIT as _NUMBA_CUDA_NUMPY_LIMIT, gpu_available
 from .errors import REGISTRY, ErrorEntry, KvCanaryError
 
 __all__ = ["main"]

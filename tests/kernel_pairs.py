@@ -29,8 +29,8 @@ from kvcanary_numba import (
     WritePlan,
     launch_canary_verify_kernel,
     launch_canary_write_kernel,
+    plan as public,
 )
-from kvcanary_numba import plan as public
 from kvcanary_numba.launch import plan as glue
 from kvcanary_numba.reference import plan as reference
 

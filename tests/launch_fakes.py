@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from kvcanary_numba.fast import driver as _driver
-from kvcanary_numba.fast import prepared
+from kvcanary_numba.fast import driver as _driver, prepared
 from kvcanary_numba.launch._launch import _declared_types
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -12,8 +12,7 @@ from kvcanary_numba.fast.cpu.plan_loop import SMALL_BATCH, offsets_small_batch, 
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 _INT64 = (-(2**63), 2**63 - 1)
 

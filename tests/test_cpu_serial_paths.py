@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from kvcanary_numba.constants import CANARY_CHAIN_HEAD, OUT_OF_RANGE_SLOT
-from kvcanary_numba.fast.cpu import fingerprint as ref_fp
-from kvcanary_numba.fast.cpu import verify as ref_verify
+from kvcanary_numba.fast.cpu import fingerprint as ref_fp, verify as ref_verify
 
 
 @pytest.mark.parametrize("seed", range(3))

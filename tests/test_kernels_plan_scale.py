@@ -20,8 +20,7 @@ from numba import cuda
 
 from kvcanary_numba import plan as public
 from kvcanary_numba.fast.scratch import STREAM_SCRATCH
-from kvcanary_numba.kernels import ON_SIMULATOR
-from kvcanary_numba.kernels import plan as kernels
+from kvcanary_numba.kernels import ON_SIMULATOR, plan as kernels
 from kvcanary_numba.launch import plan as glue
 from kvcanary_numba.reference import plan as reference
 

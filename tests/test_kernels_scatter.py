@@ -14,8 +14,7 @@ from kernel_pairs import KERNEL_DEVICE, to_device, to_host
 
 from kvcanary_numba import scatter as public
 from kvcanary_numba.fast import inputs as fast_glue
-from kvcanary_numba.launch import _launch as _common
-from kvcanary_numba.launch import scatter as glue
+from kvcanary_numba.launch import _launch as _common, scatter as glue
 from kvcanary_numba.reference import scatter as reference
 
 FILL = -5

@@ -19,8 +19,7 @@ from kernel_pairs import case, random_batch, run_both, to_kernel, verify, write
 
 from kvcanary_numba import RealKvHashMode, launch_plan_offsets_kernel
 from kvcanary_numba.kernels import ON_SIMULATOR
-from kvcanary_numba.launch import _launch as _common
-from kvcanary_numba.launch import plan as glue
+from kvcanary_numba.launch import _launch as _common, plan as glue
 from kvcanary_numba.plans import VerifyPlan
 
 pytestmark = pytest.mark.simulator

@@ -14,8 +14,7 @@ from canary_oracles import random_source
 from kernel_pairs import KERNEL_DEVICE, _rows, to_device, to_host, write
 
 from kvcanary_numba import RealKvHashMode
-from kvcanary_numba.fast import chain as chain_glue
-from kvcanary_numba.fast import write as write_glue
+from kvcanary_numba.fast import chain as chain_glue, write as write_glue
 from kvcanary_numba.fast.chain import SharedChain, own_tiled, sharing
 from kvcanary_numba.hashing import to_signed
 from kvcanary_numba.launch import _launch as _common

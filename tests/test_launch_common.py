@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from canary_helpers import FakeCudaArray
 
-from kvcanary_numba.kernels import fingerprint, is_kernel
-from kvcanary_numba.kernels import verify as verify_kernels
+from kvcanary_numba.kernels import fingerprint, is_kernel, verify as verify_kernels
 from kvcanary_numba.launch import _launch as _common
 
 

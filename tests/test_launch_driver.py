@@ -12,8 +12,7 @@ import sys
 import pytest
 from launch_fakes import KERNEL_A, SIG, FakeHandle, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba.fast import driver as _driver
-from kvcanary_numba.fast import prepared as prepared_module
+from kvcanary_numba.fast import driver as _driver, prepared as prepared_module
 from kvcanary_numba.fast.prepared import PreparedLaunch
 
 # --- the kernel handle -----------------------------------------------------------

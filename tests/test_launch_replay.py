@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from launch_fakes import KERNEL_A, KERNEL_B, SIG, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba.fast import prepared as prepared_module
-from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.fast import prepared as prepared_module, replay as _kernel_launch
 from kvcanary_numba.fast.memo import Entry
 from kvcanary_numba.fast.recording import recording
 from kvcanary_numba.launch import _launch as _common

@@ -11,8 +11,7 @@ from canary_helpers import HEAD, make_context, run_write, stamp, write_plan
 from kernel_pairs import KERNEL_DEVICE, run_pair, to_device, to_host
 
 from kvcanary_numba import KvCanaryError, launch_canary_write_kernel
-from kvcanary_numba.fast import chain as chain_glue
-from kvcanary_numba.fast import scratch
+from kvcanary_numba.fast import chain as chain_glue, scratch
 
 LENGTHS = [40, 24]
 SEEDS = [90, -1]

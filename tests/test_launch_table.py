@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from launch_fakes import CU_LAUNCH_KERNEL, KERNEL_A, KERNEL_B, SIG, CaiArray, args_for, expected_values, gpu  # noqa: F401
 
-from kvcanary_numba.fast import driver as _driver
-from kvcanary_numba.fast import native as _native
-from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.fast import driver as _driver, native as _native, replay as _kernel_launch
 from kvcanary_numba.fast.memo import Entry
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.table import LaunchTable

@@ -20,8 +20,7 @@ import pytest
 from launch_fakes import KERNEL_A, SIG, args_for, gpu, launched, run_packed  # noqa: F401
 from monitor_helpers import monitor_run
 
-from kvcanary_numba.fast import endpoints, glue_memo
-from kvcanary_numba.fast import replay as _kernel_launch
+from kvcanary_numba.fast import endpoints, glue_memo, replay as _kernel_launch
 from kvcanary_numba.fast.chain import SharedChain
 from kvcanary_numba.fast.memo import Memo, Uncacheable
 from kvcanary_numba.fast.prepared import PreparedLaunch

@@ -11,8 +11,7 @@ from monitor_helpers import ROWS, WIDTH, Driver, gpu_monitor_run, monitor_record
 from kvcanary_numba import RealKvHashMode, RealKvSource
 from kvcanary_numba.fast import driver as fast_driver
 from kvcanary_numba.fast.capture import CapturedStep
-from kvcanary_numba.fast.kernels import scatter_lens as kernels_scatter
-from kvcanary_numba.fast.kernels import translate as kernels_translate
+from kvcanary_numba.fast.kernels import scatter_lens as kernels_scatter, translate as kernels_translate
 from kvcanary_numba.fast.steps import PreparedPhase, compile_monitor_kernels
 from kvcanary_numba.launch import _launch as _common
 from kvcanary_numba.monitor import StepBatch

@@ -11,8 +11,7 @@ pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip insta
 from canary_helpers import make_context, ring_rows, run_verify, verify_plan
 from canary_oracles import random_source, scalar_verify_rows
 from canary_pipeline import FAULTS, Pipeline, plant_fault
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvcanary_numba import RealKvHashMode
 

@@ -16,8 +16,7 @@ import pytest
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
 
 from alias_calls import ALIGN, LAYOUTS, assert_same_result, call, carve, nbytes, outputs, place, shares, unaliased
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from kvcanary_numba import KvCanaryError
 

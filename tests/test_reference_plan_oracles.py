@@ -10,8 +10,7 @@ from helpers import FILL, assert_matches_loop, entries, loop_plan, padded_lut, r
 
 pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install -e '.[dev]')")
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 # --- the per-entry loop on large, random and generated batches ---
 

@@ -19,8 +19,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kvcanary_numba.constants import (
     CANARY_CHAIN_HEAD,
@@ -32,11 +31,13 @@ from kvcanary_numba.constants import (
 from kvcanary_numba.context import CanaryContext, RealKvSource
 from kvcanary_numba.hashing import splitmix64, splitmix64_mix3, to_signed
 from kvcanary_numba.plans import VerifyPlan, WritePlan
-from kvcanary_numba.reference import fingerprint as spec_fingerprint
-from kvcanary_numba.reference import plan as spec_plan
-from kvcanary_numba.reference import ring as spec_ring
-from kvcanary_numba.reference import verify as spec_verify
-from kvcanary_numba.reference import write as spec_write
+from kvcanary_numba.reference import (
+    fingerprint as spec_fingerprint,
+    plan as spec_plan,
+    ring as spec_ring,
+    verify as spec_verify,
+    write as spec_write,
+)
 
 #: The optimised CPU implementation the specification is compared with: the one line to
 #: change when it moves (to ``kvcanary_numba.fast.cpu``).

@@ -14,10 +14,8 @@ from canary_helpers import HEAD, make_context, stamp, write_args, write_plan
 from launch_fakes import launched, run_packed
 
 from kvcanary_numba import launch_canary_write_kernel
-from kvcanary_numba.fast import calls, chain
-from kvcanary_numba.fast import replay as _kernel_launch
-from kvcanary_numba.fast.kernels import chain as chain_kernels
-from kvcanary_numba.fast.kernels import write_tiled
+from kvcanary_numba.fast import calls, chain, replay as _kernel_launch
+from kvcanary_numba.fast.kernels import chain as chain_kernels, write_tiled
 from kvcanary_numba.fast.memo import Memo
 from kvcanary_numba.fast.prepared import PreparedLaunch
 from kvcanary_numba.fast.scratch import STREAM_SCRATCH

@@ -25,20 +25,13 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .. import fingerprint as _fingerprint
-from .. import plan as _plan
-from .. import scatter as _scatter
-from .. import verify as _verify
-from .. import write as _write
+from .. import fingerprint as _fingerprint, plan as _plan, scatter as _scatter, verify as _verify, write as _write
 from .._validate import stream_handle
 from ..constants import RealKvHashMode
 from ..errors import KvCanaryError, error
 from ..reference import scatter as reference_scatter
 from . import replay
-from .cpu import fingerprint as cpu_fingerprint
-from .cpu import plan as cpu_plan
-from .cpu import verify as cpu_verify
-from .cpu import write as cpu_write
+from .cpu import fingerprint as cpu_fingerprint, plan as cpu_plan, verify as cpu_verify, write as cpu_write
 from .memo import Memo, checked
 from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
 

@@ -50,17 +50,14 @@ import numpy as np
 from ..constants import MAX_ENDPOINTS, MAX_REAL_KV_SOURCES, RealKvHashMode
 from ..context import CanaryContext
 from ..kernels.verify import VERIFY_THREADS
-from ..launch import _launch as _common
-from ..launch import verify as _verify
+from ..launch import _launch as _common, verify as _verify
 from ..launch.context import context_args
 from ..plans import VerifyPlan, WritePlan
 from . import write as _write
 from .chain import SharedChain, launch_chain_publish, long_step, sharing
 from .dlpack import native_views
 from .glue_memo import run_memoised
-from .kernels import endpoints as _kernels
-from .kernels import share as _share
-from .kernels import tiled_endpoints as _tiled_endpoints
+from .kernels import endpoints as _kernels, share as _share, tiled_endpoints as _tiled_endpoints
 
 __all__ = ["fused_count", "launch_endpoint_verifies", "launch_endpoint_writes", "source_count"]
 

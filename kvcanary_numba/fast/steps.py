@@ -36,8 +36,7 @@ from typing import Any, Protocol
 
 from .._validate import inspect_array
 from ..launch._launch import LaunchSpec, View, array_layout, current_stream
-from . import driver as _driver
-from . import native as _native
+from . import driver as _driver, native as _native
 from .bound import BoundArrays
 from .prepared import PreparedLaunch
 from .recording import recording
@@ -175,8 +174,7 @@ def compile_monitor_kernels(plan) -> int:
     steps run ``chain_publish`` and one tiled write per phase (fused) or per endpoint (plain).
     Returns the number of (kernel, signature) pairs compiled.
     """
-    from ..kernels import plan as plan_kernels
-    from ..kernels import verify
+    from ..kernels import plan as plan_kernels, verify
     from .endpoints import fused_count, source_count
     from .kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_shared, write_tiled
 

@@ -15,8 +15,7 @@ import ctypes
 import numpy as np
 
 from ..launch._launch import current_stream
-from . import driver as _numba
-from . import native as _native
+from . import driver as _numba, native as _native
 
 __all__ = ["LaunchTable"]
 

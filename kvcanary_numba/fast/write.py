@@ -25,9 +25,7 @@ from ..launch import write as _core
 from ..launch._launch import ON_SIMULATOR, current_stream, launch, persistent_grid, resident_grid, sim_shape
 from ..launch.write import write_arguments, write_shape
 from .chain import launch_chain_publish, write_chain
-from .kernels import share as _share
-from .kernels import write_shared as _shared
-from .kernels import write_tiled as _tiled
+from .kernels import share as _share, write_shared as _shared, write_tiled as _tiled
 
 __all__ = ["launch_canary_write_kernel", "tiled_block", "unshared_scratch", "write_shape"]
 

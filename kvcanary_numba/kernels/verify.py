@@ -24,23 +24,14 @@ from numba import cuda, int32, int64, uint64
 
 from ..constants import (  # fail bits as int64 scalars, under this module's short names
     FAIL_CHAIN as _CHAIN_BIT,
-)
-from ..constants import (
     FAIL_POSITION as _POSITION_BIT,
-)
-from ..constants import (
     FAIL_PREV_RANGE as _PREV_RANGE_BIT,
-)
-from ..constants import (
     FAIL_REAL_KV as _REAL_KV_BIT,
-)
-from ..constants import (
     FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
-)
-from ..constants import (
     FAIL_TOKEN as _TOKEN_BIT,
+    MAX_REAL_KV_SOURCES,
+    WARP_SIZE,
 )
-from ..constants import MAX_REAL_KV_SOURCES, WARP_SIZE
 from ..hashing import to_signed
 from . import ON_SIMULATOR
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash

@@ -10,22 +10,14 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import (
-    FAIL_PREV_RANGE as _SEED_RANGE_BIT,
-)
-from ..constants import (
-    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
-)
-from ..constants import (
-    FAIL_WRITE_POSITION as _POSITION_BIT,
-)
-from ..constants import (
-    FAIL_WRITE_RANGE as _RANGE_BIT,
-)
 from ..constants import (  # fail bits as int64 scalars, under this module's short names
+    FAIL_PREV_RANGE as _SEED_RANGE_BIT,
+    FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
+    FAIL_WRITE_POSITION as _POSITION_BIT,
+    FAIL_WRITE_RANGE as _RANGE_BIT,
     FAIL_WRITE_TOKEN as _TOKEN_BIT,
+    WARP_SIZE,
 )
-from ..constants import WARP_SIZE
 from .fingerprint import real_kv_hash
 from .hashing import CHAIN_HEAD, MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, slot_hash
 from .verify import record_violation

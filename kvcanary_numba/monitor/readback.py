@@ -14,8 +14,7 @@ from collections import deque
 
 import numpy as np
 
-from ..fast import driver as _driver
-from ..fast import native as _native
+from ..fast import driver as _driver, native as _native
 from .status import FIRST_PLAN_WORD, Snapshot, StatusBlock, _snapshot
 
 __all__ = ["HostReadback", "CudaReadback"]

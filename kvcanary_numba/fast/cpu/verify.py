@@ -13,34 +13,22 @@ import numpy as np
 from numba import prange
 
 from ..._jit import cpu_jit, twin
-from ...constants import (
+from ...constants import (  # fail bits as int64 scalars, under this module's short names
     CANARY_CHAIN_HEAD,
     CANARY_FIELDS_PER_SLOT,
     EXPECTED_TOKEN_UNCHECKED,
+    FAIL_CHAIN as _CHAIN,
+    FAIL_POSITION as _POSITION,
+    FAIL_PREV_RANGE as _PREV_RANGE,
+    FAIL_REAL_KV as _REAL_KV,
+    FAIL_SLOT_RANGE as _SLOT_RANGE,
+    FAIL_TOKEN as _TOKEN,
     FIELD_POSITION,
     FIELD_PREV_HASH,
     FIELD_REAL_KV_HASH,
     FIELD_TOKEN,
     TOKEN_TO_KV_SLOT_PADDING,
     VIOLATION_FIELDS,
-)
-from ...constants import (  # fail bits as int64 scalars, under this module's short names
-    FAIL_CHAIN as _CHAIN,
-)
-from ...constants import (
-    FAIL_POSITION as _POSITION,
-)
-from ...constants import (
-    FAIL_PREV_RANGE as _PREV_RANGE,
-)
-from ...constants import (
-    FAIL_REAL_KV as _REAL_KV,
-)
-from ...constants import (
-    FAIL_SLOT_RANGE as _SLOT_RANGE,
-)
-from ...constants import (
-    FAIL_TOKEN as _TOKEN,
 )
 from ...hashing import splitmix64_mix3_u64
 from ...reference.ring import bump, canary_fields
