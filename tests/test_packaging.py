@@ -45,7 +45,7 @@ def test_the_base_install_accepts_numpy_25_and_needs_no_numba_cuda():
 def test_every_extra_with_numba_cuda_caps_numpy_below_25():
     extras = PROJECT["project"]["optional-dependencies"]
     with_kernels = {name for name, reqs in extras.items() if "numba-cuda" in {_requirement(r)[0] for r in reqs}}
-    assert with_kernels == {"gpu", "gpu-cu12", "dev"}
+    assert with_kernels == {"gpu", "gpu-cu12", "dev", "tutorials"}
     for name in with_kernels:
         assert _upper_bounds(extras[name], "numpy") == {"2.5"}, name
 

@@ -221,7 +221,14 @@ def _natural(name: str) -> list:
 def _run_page(
     path: pathlib.Path, meta, records, problem, plots: list[tuple[str, str]]
 ) -> str:
+    # Front matter: a run page is data (every record of one run); pasted error messages and
+    # API names must find the pages that explain them, not the numbers of a run's table.
     parts = [
+        "---",
+        "search:",
+        "  exclude: true",
+        "---",
+        "",
         f"# Benchmark run `{path.stem}`",
         "",
         f"From `benchmarks/results/{path.name}`; "
