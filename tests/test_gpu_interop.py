@@ -142,13 +142,15 @@ def test_dlpack_only_cuda_arrays_are_read_without_a_view_and_interned():
     import cupy
 
     from kvcanary_numba import _interop
-    from kvcanary_numba.fast.dlpack import DlpackView
+    from kvcanary_numba.fast.dlpack import DlpackView, native_array
 
     dev = cupy.arange(12, dtype=cupy.int64).reshape(3, 4)[:, 1:]
-    first = _interop.native_array("test", "x", DlpackOnly(dev))
+    first = native_array("test", "x", DlpackOnly(dev))  # the fast wing's capsule reader
     assert isinstance(first, DlpackView)
     assert first._kvcanary_layout == (dev.data.ptr, dev.shape, dev.strides, dev.dtype)
-    assert _interop.native_array("test", "x", DlpackOnly(dev)) is first  # same memory: the same object again
+    assert native_array("test", "x", DlpackOnly(dev)) is first  # same memory: the same object again
+    core = _interop.native_array("test", "x", DlpackOnly(dev))  # the core's: a CuPy view of the same memory
+    assert isinstance(core, cupy.ndarray) and core.data.ptr == dev.data.ptr
 
 
 def test_freed_dlpack_producer_returns_its_memory_after_calls():
