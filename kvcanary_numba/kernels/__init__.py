@@ -28,7 +28,7 @@ Every module that defines a kernel declares:
     dtype the launch glue passes (it may pass a reinterpreting view, e.g. the
     uint8 canary buffer as ``int64[:, ::1]``); Python ints are ``int64``.
 
-The launch glue compiles exactly these signatures (``launch._launch.compile_kernel``)
+The launch glue compiles exactly these signatures (``launch._device.compile_kernel``)
 and checks launch arguments against them (every launch under the simulator,
 the first one of each kernel on a GPU), so a type drift fails in CPU tests
 instead of passing a mistyped argument to a compiled kernel.

@@ -62,7 +62,7 @@ __all__ = [
 #: simulator, which has no warp barrier and so synchronises whole blocks).
 WRITE_WARPS = 1 if ON_SIMULATOR else 8
 #: Most warps per block the shared rows hold; the kernel walks ``blockDim.x // 32`` warps
-#: (tests run several under the simulator: ``launch._launch.simulated_shapes``).
+#: (tests run several under the simulator: ``launch._device.simulated_shapes``).
 MAX_WRITE_WARPS = 4 if ON_SIMULATOR else WRITE_WARPS
 _WARP = np.int64(WARP_SIZE)
 

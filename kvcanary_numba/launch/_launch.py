@@ -24,13 +24,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from .._validate import c_strides
 from ..kernels import ON_SIMULATOR
+from ._device import SIM_SHAPES, compile_kernel, numba_stream, resident_blocks, simulated_shapes, sm_count
 
 __all__ = [
     "LaunchSpec",
@@ -196,13 +197,6 @@ def current_stream() -> int:
     return int(cupy.cuda.get_current_stream().ptr) if cupy is not None and not ON_SIMULATOR else 0
 
 
-@lru_cache(maxsize=64)
-def _numba_stream(handle: int):
-    from numba import cuda
-
-    return cuda.external_stream(handle) if handle else cuda.default_stream()
-
-
 # --- launch descriptions and the one launch ------------------------------------------
 
 
@@ -283,20 +277,10 @@ def run(spec: LaunchSpec) -> None:
         args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
         spec.kernel[spec.grid, spec.block](*args)
         return
-    spec.kernel[spec.grid, spec.block, _numba_stream(spec.stream)](*args)
+    spec.kernel[spec.grid, spec.block, numba_stream(spec.stream)](*args)
 
 
 # --- grids ---------------------------------------------------------------------------
-
-
-@cache
-def sm_count() -> int:
-    """Multiprocessors of the current device (1 under the simulator)."""
-    if ON_SIMULATOR:
-        return 1
-    from numba import cuda
-
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
 def block_size(gpu_block: int) -> int:
@@ -321,11 +305,6 @@ def persistent_grid(n_items: int, block: int, *, blocks_per_sm: int | None = Non
     return min(grid_for(n_items, block), max(1, sm_count() * per_sm // int(parts)))
 
 
-@cache
-def _resident_blocks(kernel, signature: str, block: int) -> int:
-    return max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(block)))
-
-
 def resident_grid(kernel, signature: str, n_items: int, block: int, *, parts: int = 1) -> int:
     """:func:`persistent_grid` sized by the compiled kernel's occupancy.
 
@@ -336,18 +315,10 @@ def resident_grid(kernel, signature: str, n_items: int, block: int, *, parts: in
     """
     if ON_SIMULATOR:
         return persistent_grid(n_items, block)
-    return min(grid_for(n_items, block), max(1, _resident_blocks(kernel, signature, int(block)) // int(parts)))
+    return min(grid_for(n_items, block), max(1, resident_blocks(kernel, signature, int(block)) // int(parts)))
 
 
-# --- compilation and argument types ------------------------------------------------
-
-
-@cache
-def compile_kernel(kernel, signature: str):
-    """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator."""
-    if ON_SIMULATOR:
-        return kernel
-    return kernel.compile(signature)
+# --- argument types (checked under the simulator) ---------------------------------
 
 
 @cache
@@ -386,42 +357,7 @@ def check_signature(signature: str, args: Sequence[Any]) -> None:
 
 # --- simulated launch shapes ----------------------------------------------------------
 
-#: Launch-shape names :func:`simulated_shapes` accepts, and where they apply.
-SIM_SHAPE_NAMES = {
-    "block": "threads per block of block_size() launches (verify, plan entries, fingerprint, scatter)",
-    "offsets_block": "threads per block of the plan offsets kernel",
-    "offsets_items": "requests per thread of the plan offsets kernel",
-    "write_warps": "warps (requests walked at once) per block of the write kernel",
-    "own_tiled_min_tokens": "tokens per request from which a public write takes the tiled path",
-}
-_sim_shapes: dict[str, int] = {}
-
 
 def sim_shape(name: str, default: int) -> int:
     """Launch shape ``name`` of a simulated launch: the :func:`simulated_shapes` value, else ``default``."""
-    return int(_sim_shapes.get(name, default))
-
-
-@contextmanager
-def simulated_shapes(**shapes: int) -> Iterator[None]:
-    """Run simulated launches with other launch shapes, e.g. the GPU's (tests only).
-
-    Simulated launches default to one warp per block and one request per thread (each
-    simulated thread costs ~0.2 ms), so index arithmetic that only matters with several
-    warps per block or several items per thread would go untested otherwise. The launch
-    modules read these values through :func:`sim_shape`; kernels derive their index
-    arithmetic from ``blockDim``, so nothing is recompiled. On a GPU it changes nothing.
-    """
-    unknown = set(shapes) - set(SIM_SHAPE_NAMES)
-    if unknown:
-        raise RuntimeError(f"unknown launch shape(s) {sorted(unknown)}; known: {sorted(SIM_SHAPE_NAMES)}")
-    if any(int(v) < 1 for v in shapes.values()):
-        raise RuntimeError(f"launch shapes must be >= 1: {shapes}")
-    saved = dict(_sim_shapes)
-    if ON_SIMULATOR:
-        _sim_shapes.update({k: int(v) for k, v in shapes.items()})
-    try:
-        yield
-    finally:
-        _sim_shapes.clear()
-        _sim_shapes.update(saved)
+    return int(SIM_SHAPES.get(name, default))
