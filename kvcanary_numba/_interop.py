@@ -1,4 +1,4 @@
-"""Array-library interop: the device of a CUDA pointer, and objects that offer only DLPack.
+"""Array-library interop: the device of a CUDA pointer, objects that offer only DLPack, streams.
 
 Nothing here imports PyTorch or JAX: each is reached only through an object the caller
 passed; CuPy is imported only to view a CUDA DLPack object.
@@ -11,6 +11,7 @@ passed; CuPy is imported only to view a CUDA DLPack object.
 - :func:`native_array` turns an object that offers only DLPack into a view of the
   same memory: NumPy for host memory (``kDLCPU``), CuPy for CUDA memory. The fast
   wing reads CUDA capsules without CuPy (``fast/dlpack.py``).
+- :func:`stream_object_handle` reads the raw handle of another library's stream object.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "dlpack_only",
     "native_array",
     "pointer_device",
+    "stream_object_handle",
 ]
 
 #: DLPack device types (dlpack.h ``DLDeviceType``).
@@ -126,3 +128,37 @@ def native_array(function: str, argument: str, x: Any):
         argument=argument,
         got=f"{type(x).__name__} on DLPack device type {int(device_type)}",
     )
+
+
+# --- streams -------------------------------------------------------------------------
+
+
+def _int_handle(value: Any) -> int | None:
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    raw = getattr(value, "value", None)  # ctypes.c_void_p (None for the NULL stream)
+    if raw is not None or type(value).__name__ == "c_void_p":
+        return int(raw or 0)
+    try:
+        return int(value)  # cuda.bindings CUstream
+    except (TypeError, ValueError):
+        return None
+
+
+def stream_object_handle(stream: Any) -> int | None:
+    """The handle of a stream: an int, an object speaking the CUDA stream protocol, or a CuPy /
+    Numba / PyTorch stream; None when ``stream`` is none of these."""
+    if isinstance(stream, (int, np.integer)):
+        return _int_handle(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        pair = proto() if callable(proto) else proto  # a method in the protocol; early versions: a property
+        if isinstance(pair, tuple) and len(pair) == 2:
+            return _int_handle(pair[1])
+        return None
+    for attribute in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, Numba
+        if hasattr(stream, attribute):
+            return _int_handle(getattr(stream, attribute))
+    return None

@@ -360,45 +360,16 @@ def _where(info: ArrayInfo) -> str:
 # --- streams and DLPack-only arrays --------------------------------------------------
 
 
-def _int_handle(value: Any) -> int | None:
-    if isinstance(value, (bool, np.bool_)):
-        return None
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    raw = getattr(value, "value", None)  # ctypes.c_void_p (None for the NULL stream)
-    if raw is not None or type(value).__name__ == "c_void_p":
-        return int(raw or 0)
-    try:
-        return int(value)  # cuda.bindings CUstream
-    except (TypeError, ValueError):
-        return None
-
-
-def _protocol_handle(stream: Any) -> int | None:
-    """The handle of an object speaking the CUDA stream protocol (or a CuPy / Numba / PyTorch stream)."""
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        pair = proto() if callable(proto) else proto  # a method in the protocol; early versions: a property
-        if isinstance(pair, tuple) and len(pair) == 2:
-            return _int_handle(pair[1])
-        return None
-    for attribute in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, Numba
-        if hasattr(stream, attribute):
-            return _int_handle(getattr(stream, attribute))
-    return None
-
-
 def stream_handle(function: str, stream: Any) -> int | None:
     """CUDA stream handle of a public ``stream=`` argument (KVC-C016).
 
-    ``None`` means CuPy's current stream (the legacy default stream without CuPy)
-    and is returned as None. Accepted otherwise: an int handle >= 0 (0 = legacy
-    default stream), an object with ``__cuda_stream__`` returning ``(version,
-    handle)``, a CuPy / Numba / PyTorch stream.
+    ``None`` (CuPy's current stream; the legacy default stream without CuPy) stays None.
+    Accepted otherwise: an int handle >= 0 (0: the legacy default stream), an object with
+    ``__cuda_stream__`` returning ``(version, handle)``, a CuPy / Numba / PyTorch stream.
     """
     if stream is None:
         return None
-    handle = _int_handle(stream) if isinstance(stream, (int, np.integer)) else _protocol_handle(stream)
+    handle = _interop.stream_object_handle(stream)
     if handle is None or handle < 0:
         raise error("KVC-C016", function=function, argument="stream", got=f"{type(stream).__name__} {stream!r}")
     return handle
