@@ -29,6 +29,7 @@ SUBPACKAGES = frozenset(s for s in SECTIONS.values() if s) - {"monitor"} | {"lau
 #: Reading order of the public modules; anything else follows alphabetically.
 PREFERRED = (
     "plan",
+    "plan_offsets",
     "write",
     "verify",
     "scatter",

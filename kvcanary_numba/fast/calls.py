@@ -25,7 +25,14 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from .. import fingerprint as _fingerprint, plan as _plan, scatter as _scatter, verify as _verify, write as _write
+from .. import (
+    fingerprint as _fingerprint,
+    plan as _plan,
+    plan_offsets as _plan_offsets,
+    scatter as _scatter,
+    verify as _verify,
+    write as _write,
+)
 from .._validate import stream_handle
 from ..constants import RealKvHashMode
 from ..errors import KvCanaryError, error
@@ -119,12 +126,12 @@ def _fingerprint_glue() -> Callable:
 
 
 _OFFSETS = Operation(
-    _plan.OFFSETS,
-    _plan.validate_offsets,
+    _plan_offsets.OFFSETS,
+    _plan_offsets.validate_offsets,
     cpu_plan.launch_plan_offsets_kernel,
     _offsets_glue,
     normalize={"swa_window_size": int, "verify_capacity": int},
-    value_checks=functools.partial(_plan.check_values, _plan.OFFSETS),
+    value_checks=functools.partial(_plan_offsets.check_values, _plan_offsets.OFFSETS),
 )
 _PLAN = Operation(
     _plan.PLAN,
@@ -132,7 +139,7 @@ _PLAN = Operation(
     cpu_plan.launch_canary_plan_kernels,
     _plan_glue,
     normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
-    value_checks=functools.partial(_plan.check_values, _plan.PLAN),
+    value_checks=functools.partial(_plan_offsets.check_values, _plan.PLAN),
 )
 _VERIFY = Operation(
     _verify.FUNCTION,
@@ -160,7 +167,7 @@ _FINGERPRINT = Operation(
 OPERATIONS = {op.function: op for op in (_OFFSETS, _PLAN, _VERIFY, _WRITE, _SCATTER, _FINGERPRINT)}
 
 
-@functools.wraps(_plan.launch_plan_offsets_kernel)
+@functools.wraps(_plan_offsets.launch_plan_offsets_kernel)
 def launch_plan_offsets_kernel(
     *,
     req_pool_indices,

@@ -125,7 +125,7 @@ def launch_plan_offsets_kernel(
     stream: int | None = None,
     scratch=None,
 ) -> None:
-    """Offsets step on the device (see :func:`kvcanary_numba.plan.launch_plan_offsets_kernel`).
+    """Offsets step on the device (see :func:`kvcanary_numba.plan_offsets.launch_plan_offsets_kernel`).
 
     The output arrays are the caller's and may be per-call, so their device
     views are not cached.

@@ -95,7 +95,7 @@ def launch_plan_offsets_kernel(
     swa_window_size,
     verify_capacity,
 ) -> None:
-    """Offsets step of the plan, in place (see :func:`kvcanary_numba.plan.launch_plan_offsets_kernel`).
+    """Offsets step of the plan, in place (see :func:`kvcanary_numba.plan_offsets.launch_plan_offsets_kernel`).
 
     Takes the public keyword arguments minus ``backend``. Writes
     ``out_verify_offsets_scratch[:bs + 1]`` (exclusive verify offsets, total at

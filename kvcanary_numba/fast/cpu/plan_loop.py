@@ -342,7 +342,7 @@ def offsets_small_batch(
     swa_window_size,
     verify_capacity,
 ) -> bool:
-    """:func:`.plan.launch_plan_offsets_kernel` as a compiled loop; False (nothing written) when arrays overlap.
+    """:func:`kvcanary_numba.plan_offsets.launch_plan_offsets_kernel` as a compiled loop; False (nothing written) when arrays overlap.
 
     Takes the same keyword arguments (validated, NumPy) and writes the same bytes.
     """
