@@ -13,7 +13,7 @@ from importlib import metadata
 
 import pytest
 
-from kvcanary_numba import cli
+from kvcanary_numba import cli, doctor
 from kvcanary_numba.engine import FAULT_CLASSES
 from kvcanary_numba.errors import REGISTRY
 
@@ -96,7 +96,7 @@ def test_doctor_says_the_kernels_need_numba_cuda(monkeypatch, capsys):
 
 
 #: A machine where the GPU path works: CUDA 13 everywhere, one H100.
-HEALTHY = cli.CudaProbe(
+HEALTHY = doctor.CudaProbe(
     numpy="2.4.6",
     numba_cuda="0.30.4",
     cupy="14.2.0",
@@ -107,7 +107,7 @@ HEALTHY = cli.CudaProbe(
 
 
 def _kinds(**changes) -> list[str]:
-    return [reason.kind for reason in cli.gpu_path_reasons(dataclasses.replace(HEALTHY, **changes))]
+    return [reason.kind for reason in doctor.gpu_path_reasons(dataclasses.replace(HEALTHY, **changes))]
 
 
 def test_doctor_reasons_are_empty_where_the_gpu_path_works():
@@ -154,7 +154,7 @@ def test_doctor_reasons_on_a_laptop_with_the_cpu_install():
     # pip install kvcanary_numba: no numba-cuda, no CuPy, no driver; reasons come in REASON_KINDS order.
     kinds = _kinds(numba_cuda=None, cupy=None, runtimes=(), driver=None, devices=())
     assert kinds == ["no-numba-cuda", "no-cupy", "no-driver"]
-    assert all(kind in cli.REASON_KINDS for kind in kinds)
+    assert all(kind in doctor.REASON_KINDS for kind in kinds)
 
 
 def test_doctor_reasons_for_numpy_25_beside_the_cuda_13_extra():
@@ -166,8 +166,8 @@ def test_doctor_reasons_for_numpy_25_beside_the_cuda_13_extra():
         numba_cuda_error="AttributeError: row_stack",
         runtimes=(("cuda-bindings 13.0.3", "13.0"), ("CuPy 14.2.0", "13.0")),
     )
-    assert [r.kind for r in cli.gpu_path_reasons(probe)] == ["numpy-too-new"]
-    assert "numpy<2.5" in cli.gpu_path_reasons(probe)[0].text
+    assert [r.kind for r in doctor.gpu_path_reasons(probe)] == ["numpy-too-new"]
+    assert "numpy<2.5" in doctor.gpu_path_reasons(probe)[0].text
 
 
 @pytest.mark.parametrize(
@@ -175,15 +175,15 @@ def test_doctor_reasons_for_numpy_25_beside_the_cuda_13_extra():
 )
 def test_doctor_suggests_the_extra_the_driver_runs(driver, extra):
     probe = dataclasses.replace(HEALTHY, numba_cuda=None, driver=driver)
-    assert cli.suggested_extra(probe) == extra
-    assert f"kvcanary_numba[{extra}]" in cli.gpu_path_reasons(probe)[0].text
+    assert doctor.suggested_extra(probe) == extra
+    assert f"kvcanary_numba[{extra}]" in doctor.gpu_path_reasons(probe)[0].text
 
 
 def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
     probe = dataclasses.replace(
         HEALTHY, cupy=None, driver="12.8", runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0"))
     )
-    monkeypatch.setattr(cli, "probe_cuda", lambda: probe)
+    monkeypatch.setattr(doctor, "probe_cuda", lambda: probe)
     assert cli.main(["doctor"]) == 0
     rows = _doctor_rows(capsys.readouterr().out)
     assert rows["CUDA runtime"] == "13.0 (from cuda-bindings 13.0.3, numba-cuda 0.30.4)"
@@ -196,12 +196,12 @@ def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
 def test_doctor_probe_reads_this_process():
     import numpy as np
 
-    probe = cli.probe_cuda()
+    probe = doctor.probe_cuda()
     assert probe.numpy == np.__version__
     assert probe.simulator == (os.environ.get("NUMBA_ENABLE_CUDASIM") == "1")  # conftest sets it
     if probe.driver is None:  # no driver: no device can be listed, and doctor says why
         assert probe.driver_error and not probe.devices
-        assert "no-driver" in [r.kind for r in cli.gpu_path_reasons(probe)]
+        assert "no-driver" in [r.kind for r in doctor.gpu_path_reasons(probe)]
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
@@ -258,7 +258,7 @@ def test_doctor_reads_the_driver_through_libcuda(tmp_path, environment, driver, 
         timeout=120,
     )
     env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(ROOT), **environment)
-    script = "import json; from kvcanary_numba import cli; print(json.dumps(cli._probe_driver()))"
+    script = "import json; from kvcanary_numba import doctor; print(json.dumps(doctor._probe_driver()))"
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT
     )
@@ -267,7 +267,7 @@ def test_doctor_reads_the_driver_through_libcuda(tmp_path, environment, driver, 
     assert (found_driver, tuple(found_devices)) == (driver, devices)
     assert found_error is None if error is None else error in found_error
     probe = dataclasses.replace(HEALTHY, driver=found_driver, driver_error=found_error, devices=tuple(found_devices))
-    assert [r.kind for r in cli.gpu_path_reasons(probe)] == kinds
+    assert [r.kind for r in doctor.gpu_path_reasons(probe)] == kinds
 
 
 def test_bench_without_the_script_says_so(monkeypatch, tmp_path, capsys):

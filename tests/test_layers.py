@@ -24,7 +24,7 @@ PACKAGE = ROOT / "kvcanary_numba"
 
 BASE = {"errors", "constants", "hashing", "_jit", "_runtime", "_interop", "_overlap", "_validate"}
 CORE = {"context", "plans", "verify", "write", "plan", "plan_offsets", "scatter", "fingerprint", "launch"}
-PRODUCT = {"monitor", "engine", "cli", "__main__"}
+PRODUCT = {"monitor", "engine", "cli", "doctor", "__main__"}
 LAYERS = {"base": 1, "kernels": 2, "reference": 2, "core": 3, "fast": 4, "product": 5, "facade": 6}
 #: What the kernels may import besides themselves: the device code's whole world.
 KERNEL_IMPORTS = {"numba", "numpy", "llvmlite", "kvcanary_numba.constants", "kvcanary_numba.hashing"}

@@ -39,6 +39,7 @@ PREFERRED = (
     "monitor",
     "engine",
     "cli",
+    "doctor",
     "constants",
     "hashing",
     "errors",
