@@ -164,3 +164,9 @@ def test_the_layer_test_catches_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setitem(MODULES, "kvcanary_numba.verify", fake)
     with pytest.raises(AssertionError, match="imports from above"):
         test_imports_point_down_the_layers("kvcanary_numba.verify")
+
+
+def test_no_module_is_over_400_lines():
+    # A module a reader opens fits one sitting; a longer one splits along what it does.
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 400}
+    assert not long, long

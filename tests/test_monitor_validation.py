@@ -141,3 +141,41 @@ def test_the_kernel_backend_on_numpy_buffers_runs_under_the_simulator_only():
     prepared = CanaryMonitor(full=full, write_req_capacity=1, backend="cuda", prepared=True)
     assert eager.fast is None and eager.step_plan.kernels
     assert prepared.fast is not None and prepared.fast.plan is prepared.step_plan
+
+
+def test_the_backend_switches_between_steps_only_and_is_checked(monkeypatch):
+    from kvcanary_numba import _runtime, _validate
+
+    d = Driver()
+    m = d.monitor
+    m.pre_forward(d.batch(PREFILL))
+    with raises_code("KVC-M005"):  # mid-step: the TAIL phase must run where HEAD ran
+        m.backend = "numpy"
+    m.post_forward()
+    m.end_step()
+    with raises_code("KVC-C009"):
+        m.backend = "gpu"
+    monkeypatch.setattr(_validate, "kernels_unavailable", lambda: _runtime.NO_NUMBA_CUDA)
+    with raises_code("KVC-C008"):
+        m._backend = "cuda"  # the older spelling, same checks
+    assert (m.backend, m.step_plan.backend, m.step_plan.kernels) == ("numpy", "numpy", False)
+
+
+@pytest.mark.simulator
+def test_a_numpy_monitor_switched_to_the_kernels_finds_what_the_reference_finds():
+    import os
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the kernels on NumPy buffers run under the simulator only")
+    found = []
+    for switch in (False, True):
+        d = Driver()
+        if switch:
+            d.monitor._backend = "cuda"
+            assert d.monitor.backend == "cuda" and d.monitor.step_plan.kernels
+        d.step(PREFILL)
+        slot = d.requests[1][0][1]
+        d.k[slot, 0] ^= 1  # a planted fault in the KV of a cached token
+        d.step({1: [(104, 6)]})  # request 1 again: its prefix is verified
+        found.append(d.rows())
+    assert found[0] == found[1] and found[0], found

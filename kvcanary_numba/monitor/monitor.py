@@ -1,21 +1,17 @@
 """CanaryMonitor: the per-step canary of one KV pool, in SGLang's order.
 
-A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()`` →
-``end_step()``:
+A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()`` → ``end_step()``:
 
-1. pre_forward: (expected-token scatter,) then for each group the plan, then
-   the HEAD launches (verify, then write) of K and V, without real-KV sources.
-2. post_forward: for each group the TAIL launches (verify, then write) with
-   real-KV sources, reusing the step's plans.
-3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then
-   the status readback: new violation rows, overflow warnings, health check.
+1. pre_forward: (expected-token scatter,) each group's plan, then the HEAD launches
+   (verify, then write) of K and V, without real-KV sources.
+2. post_forward: each group's TAIL launches (verify, then write) with real-KV sources.
+3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then the
+   status readback: new violation rows, overflow warnings, health check.
 
-Composition, no base classes: the step plan (:class:`~.steps.EagerSteps`, which
-launches each phase makes), on a GPU the fast wing's prepared steps
-(``kvcanary_numba.fast.steps.PreparedSteps``) and a captured CUDA graph
-(:meth:`CanaryMonitor.capture_graph`), readback, pump, health, aftercare, budget.
-The monitor owns the hook order and the batch checks; each phase runs on the
-fastest of graph, prepared steps and plan.
+Composition, no base classes: buffers (:mod:`.buffers`), batch checks, the step plan
+(:class:`~.steps.EagerSteps`), on a GPU the fast wing's prepared steps and a captured
+CUDA graph (:meth:`CanaryMonitor.capture_graph`), readback, pump, health, aftercare,
+budget. Each phase runs on the fastest of graph, prepared steps and plan.
 """
 
 from __future__ import annotations
@@ -26,21 +22,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._runtime import INT32_MAX, array_module, coded_allocation
+from .._runtime import array_module
 from .._validate import check_bool, check_int, resolve_backend
-from ..constants import DEFAULT_RING_CAPACITY, VIOLATION_FIELDS, RealKvHashMode
+from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
 from ..fast.steps import PreparedSteps
-from .batch import StepBatch, allocate_token_pool, same_fields
+from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
+from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
-from .groups import GroupState, KvGroup, check_group_placement, check_groups, check_type
+from .groups import KvGroup, check_group_placement, check_groups
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
-from .status import Snapshot, StatusBlock
+from .status import Snapshot
 from .steps import EagerSteps
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
 from .triage import warn_blind_spot
@@ -51,6 +48,9 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
+_PREPARED_NEEDS_KERNELS = (
+    "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
+)
 
 
 class CanaryMonitor:
@@ -121,8 +121,6 @@ class CanaryMonitor:
         switches a monitor to the eager path (benchmarks compare both).
     graph : CapturedStep or None
         The captured step (:meth:`capture_graph`).
-    backend : {"numpy", "cuda"}
-        The resolved backend.
     phase_launches : (ndarray, ndarray)
         Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
 
@@ -166,102 +164,69 @@ class CanaryMonitor:
             has_sources = any(g.k_sources or g.v_sources for g in groups)
             real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
         self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
-        ring_capacity = check_int(_FN, "ring_capacity", ring_capacity, low=1, high=INT32_MAX)
-        self.write_req_capacity = check_int(_FN, "write_req_capacity", write_req_capacity, low=1, high=INT32_MAX - 1)
-        slots = full.num_slots
-
-        def capacity(name: str, value, default: int) -> int:
-            return check_int(_FN, name, default if value is None else value, low=1, high=INT32_MAX)
-
-        self.write_token_capacity = capacity("write_token_capacity", write_token_capacity, slots)
-        verify_capacity = capacity("verify_capacity", verify_capacity, min(3 * slots, INT32_MAX))
-        self.sweep_capacity = capacity("sweep_capacity", sweep_capacity, slots)
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
         warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
-        health_interval = check_int(_FN, "health_interval", health_interval, low=0)
-        health_warmup_steps = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
+        interval = check_int(_FN, "health_interval", health_interval, low=0)
+        health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
-        self.backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
-        if prepared is not None and check_bool(_FN, "prepared", prepared) and self.backend != "cuda":
-            raise error(
-                "KVC-C008",
-                function=_FN,
-                argument="prepared",
-                got=prepared,
-                reason="prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)",
-            )
-        prepared = self.backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
-        caps = dict(
+        backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
+        if prepared is not None and check_bool(_FN, "prepared", prepared) and backend != "cuda":
+            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared, reason=_PREPARED_NEEDS_KERNELS)
+        prepared = backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
+        buffers = MonitorBuffers(
+            _FN,
+            groups,
+            xp=xp,
+            device=device,
+            hash_mode=self.real_kv_hash_mode,
+            chain_assert=self.warmup_steps == 0,
+            ring_capacity=ring_capacity,
+            write_req_capacity=write_req_capacity,
+            write_token_capacity=write_token_capacity,
             verify_capacity=verify_capacity,
-            write_req_capacity=self.write_req_capacity,
-            write_token_capacity=self.write_token_capacity,
-            sweep_capacity=self.sweep_capacity,
+            sweep_capacity=sweep_capacity,
+            token_pool=(max_requests, max_context_len) if self.check_tokens else None,
         )
-        nbytes = ring_capacity * VIOLATION_FIELDS * 8 + sum(GroupState.allocation_bytes(g, **caps) for g in groups)
-        with coded_allocation(
-            _FN, "ring_capacity", ring_capacity, what="ring, canary buffers and plans", nbytes=nbytes
-        ):
-            self._allocate(groups, xp, device, ring_capacity, caps)
-        self.token_pool = self.valid_lens = None
-        if self.check_tokens:
-            self.token_pool, self.valid_lens = allocate_token_pool(
-                _FN,
-                xp,
-                max_requests=max_requests,
-                max_context_len=max_context_len,
-                write_req_capacity=self.write_req_capacity,
-            )
-        self.readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
+        caps = buffers.caps
+        self.write_req_capacity, self.write_token_capacity = caps["write_req_capacity"], caps["write_token_capacity"]
+        self.sweep_capacity = caps["sweep_capacity"]
+        self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens)
+        self.status, self.ring, self.groups = buffers.status, buffers.ring, buffers.groups
+        self.enable_chain_position_assert = buffers.enable_chain_position_assert
+        self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
+        self.readback = readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
         self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
-        self.health = HealthChecker(
-            interval=health_interval, warmup_steps=health_warmup_steps, phases=self.phase_launches
-        )
-        self.pump = ViolationPump(
-            mode=mode,
-            ring=self.ring,
-            readback=self.readback,
-            health=self.health,
-            plan_capacities=[(g.kind.upper(), verify_capacity) for g in self.groups],
-        )
+        self.health = health = HealthChecker(interval=interval, warmup_steps=health_warmup, phases=self.phase_launches)
+        plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
+        self.pump = ViolationPump(mode=mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans)
         self.step = self.sweeps = 0
         self._phase, self._batch, self._tail = _IDLE, None, None
-        self._checked = None  # (batch, its field objects) of the last successful array check
         self.budget = BudgetState.build(self, verify_budget, _FN)
-        self.step_plan = EagerSteps(
-            groups=self.groups,
-            xp=xp,
-            backend=self.backend,
-            check_tokens=self.check_tokens,
-            budget=self.budget,
-            token_pool=self.token_pool,
-            valid_lens=self.valid_lens,
-            write_req_capacity=self.write_req_capacity,
-            write_token_capacity=self.write_token_capacity,
-        )
+        self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
         self.graph = None
         # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
         self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.bundles = self.aftercare.bundles
 
-    def _allocate(self, groups, xp, device: str, ring_capacity: int, caps: dict) -> None:
-        """The status block, ring, chain flag and every group's buffers and plans (sizes already checked)."""
-        self.status = StatusBlock(xp, len(groups))
-        self.ring = xp.zeros((ring_capacity, VIOLATION_FIELDS), dtype=np.int64)
-        self.enable_chain_position_assert = xp.full(1, int(self.warmup_steps == 0), dtype=np.int32)
-        shared = dict(violation_ring=self.ring, enable_chain_position_assert=self.enable_chain_position_assert)
-        self.groups = [
-            GroupState(
-                g,
-                xp=xp,
-                device=device,
-                mode=self.real_kv_hash_mode,
-                shared=dict(shared, **self.status.launch_views(i)),
-                **caps,
-            )
-            for i, g in enumerate(groups)
-        ]
+    @property
+    def backend(self) -> str:
+        """Where the eager steps launch: ``"numpy"`` or ``"cuda"``; settable between steps (with
+        prepared steps, only to ``"cuda"``: they launch the kernels)."""
+        return self.step_plan.backend
+
+    @backend.setter
+    def backend(self, backend: str) -> None:
+        fn = "CanaryMonitor.backend"
+        if self._phase is not _IDLE:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        resolved = resolve_backend(fn, backend, [("the monitor's buffers", self._placement)])
+        if self.fast is not None and resolved != "cuda":
+            raise error("KVC-C008", function=fn, argument="backend", got=backend, reason=_PREPARED_NEEDS_KERNELS)
+        self.step_plan.use_backend(resolved)
+
+    _backend = backend  # the spelling earlier test harnesses set
 
     # --- step hooks -------------------------------------------------------------
     def pre_forward(self, batch: StepBatch) -> None:
@@ -276,9 +241,9 @@ class CanaryMonitor:
         fn = "CanaryMonitor.pre_forward"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self._check_batch(fn, batch)  # all of it, before the first launch
+        self.batch_checks(fn, batch)  # all of it, before the first launch
         graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self._checked):  # _checked holds batch's fields now
+        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
             graph.pre()
             self._tail = graph.post
         elif fast is not None:
@@ -313,23 +278,10 @@ class CanaryMonitor:
         fn = "CanaryMonitor.post_forward"
         if self._phase is not _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self._check_batch(fn, self._batch)
+        self.batch_checks(fn, self._batch)
         self._tail()
         self._phase = _POST
         self.health.post += 1
-
-    def _check_batch(self, fn: str, batch: StepBatch) -> None:
-        """All of the batch's checks; the array checks are skipped for the batch (and field objects)
-        last checked, so a batch refilled in place costs a few identity tests per hook."""
-        seen = self._checked
-        if seen is None or seen[0] is not batch or not same_fields(batch, seen[1]):
-            check_type(fn, "batch", batch, StepBatch)
-            fields = batch.fields()
-            batch.check_arrays(fn, kind=self._placement.kind, device=self._placement.device)
-            # Set only on success (a rejected call changes nothing); replaced, never mutated:
-            # CapturedStep.matches keys its memo on this tuple's identity.
-            self._checked = (batch, fields)
-        batch.check_fits(fn, self.write_req_capacity, self.write_token_capacity, self.check_tokens)
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
@@ -396,7 +348,7 @@ class CanaryMonitor:
             )
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self._check_batch(fn, batch)
+        self.batch_checks(fn, batch)
         self.graph = capture_step(self.fast, batch)
 
     def finish_warmup(self) -> None:

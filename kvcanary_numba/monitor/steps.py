@@ -35,7 +35,7 @@ from ..fast.calls import (
 )
 from ..fast.chain import SharedChain, sharing
 from .batch import StepBatch
-from .groups import GroupState
+from .buffers import MonitorBuffers
 
 __all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps"]
 
@@ -63,23 +63,19 @@ class EagerSteps:
 
     Parameters
     ----------
-    groups : list of GroupState
-        The monitor's groups (buffers, contexts, plans), FULL first.
+    buffers : MonitorBuffers
+        The monitor's arrays: its groups (buffers, contexts, plans; FULL first), the
+        expected-token pool and valid lengths (``check_tokens`` only) and the capacities
+        (largest batch; sizes of each group's shared-chain scratch).
     xp : module
         NumPy or CuPy: the module of every buffer.
     backend : {"numpy", "cuda"}
         The monitor's resolved backend, passed to every public call; ``"cuda"`` on
         NumPy buffers runs the kernels under Numba's CUDA simulator (tests).
     check_tokens : bool
-        Whether the plans check stored tokens against ``token_pool``.
-    token_pool : int32 [max_requests, max_context_len] or None
-        The expected-token pool (``check_tokens`` only).
-    valid_lens : int64 [write_req_capacity] or None
-        Known tokens per request row of the step (``check_tokens`` only).
+        Whether the plans check stored tokens against the token pool.
     budget : BudgetState or None
         Budgeted verification: each phase verifies only the entries due this step.
-    write_req_capacity, write_token_capacity : int
-        Largest batch; sizes of each group's shared-chain scratch.
 
     Attributes
     ----------
@@ -94,26 +90,20 @@ class EagerSteps:
     batch_roles = BATCH_ROLES
     free_roles = FREE_ROLES
 
-    def __init__(
-        self,
-        *,
-        groups: list[GroupState],
-        xp,
-        backend: str,
-        check_tokens: bool,
-        token_pool,
-        valid_lens,
-        budget,
-        write_req_capacity: int,
-        write_token_capacity: int,
-    ):
-        self.groups, self.xp, self.backend, self.budget = groups, xp, backend, budget
-        self.check_tokens, self.token_pool, self.valid_lens = check_tokens, token_pool, valid_lens
-        self.kernels = backend == "cuda"  # the fused endpoint glue; else the public calls per endpoint
-        self._capacities = dict(tokens=write_token_capacity, requests=write_req_capacity)
-        # Allocated at a group's first step (every path's first step, before any capture).
-        self._chains: list[SharedChain | None] = [None] * len(groups)
+    def __init__(self, buffers: MonitorBuffers, *, xp, backend: str, check_tokens: bool, budget):
+        self.groups, self.xp, self.budget, self.check_tokens = buffers.groups, xp, budget, check_tokens
+        self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
+        caps = buffers.caps
+        self._capacities = dict(tokens=caps["write_token_capacity"], requests=caps["write_req_capacity"])
+        self.use_backend(backend)
         self.locs: list = []
+
+    def use_backend(self, backend: str) -> None:
+        """Launch on ``backend`` (resolved: ``"numpy"`` or ``"cuda"``) from the next phase on."""
+        self.backend = backend
+        self.kernels = backend == "cuda"  # the fused endpoint glue; else the public calls per endpoint
+        # Allocated at a group's first step on the kernels (every path's first step, before any capture).
+        self._chains: list[SharedChain | None] = [None] * len(self.groups)
 
     def prepare_inputs(self, batch: StepBatch, *, eager: bool = True) -> tuple[Any, Any]:
         """Expected-token scatter (pool, valid lengths) and each group's slots of the new tokens.
