@@ -84,6 +84,8 @@ def test_numba_cuda_030_on_numpy_25_is_refused_with_its_reason(monkeypatch):
     # kernel path says so up front, with a coded error, instead of an AttributeError mid-launch.
     monkeypatch.setattr(_runtime.np, "__version__", "2.5.1")
     monkeypatch.setattr(_runtime.importlib.metadata, "version", lambda name: "0.30.4")
+    # numba-cuda "installed" (the NumPy 2.5 lane has none: its reason would come first).
+    monkeypatch.setattr(_runtime.importlib.util, "find_spec", lambda name: object())
     _runtime.kernels_unavailable.cache_clear()
     try:
         reason = _runtime.kernels_unavailable()
