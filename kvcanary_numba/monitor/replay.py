@@ -28,7 +28,8 @@ from ..constants import (
 from ..context import CanaryContext, RealKvSource
 from ..fast.calls import launch_canary_verify_kernel
 from ..plans import VerifyPlan
-from .bundle import load_bundle
+from .bundle import MAX_BUNDLE_BYTES, load_bundle
+from .bundle_check import check_bundle_dict
 from .report import decode_rows, tag_name
 
 __all__ = ["Replay", "replay_bundle", "explain_bundle"]
@@ -120,15 +121,22 @@ def _replay_tag(bundle: dict, tag: int, backend: str) -> np.ndarray:
     return rows
 
 
-def replay_bundle(path_or_bundle, *, backend: str = "numpy") -> Replay:
+def replay_bundle(path_or_bundle, *, backend: str = "numpy", max_bytes: int = MAX_BUNDLE_BYTES) -> Replay:
     """Load a bundle (path or :func:`~.bundle.load_bundle` dict) and re-run verify over its data.
+
+    A dict is checked against the bundle schema as a file is (its digest aside: an edited
+    dict is an experiment, not a damaged file).
 
     Raises
     ------
     KvCanaryError
-        KVC-M020 for a bad bundle file.
+        :func:`~.bundle.load_bundle`'s codes (KVC-M020, KVC-M030 … KVC-M033) for a bad bundle.
     """
-    bundle = path_or_bundle if isinstance(path_or_bundle, dict) else load_bundle(path_or_bundle)
+    if isinstance(path_or_bundle, dict):
+        check_bundle_dict("replay_bundle", path_or_bundle)
+        bundle = path_or_bundle
+    else:
+        bundle = load_bundle(path_or_bundle, max_bytes=max_bytes)
     recorded = [dataclasses.replace(v, step=int(s)) for v, s in zip(decode_rows(bundle["rows"]), bundle["row_steps"])]
     rows = [
         _replay_tag(bundle, int(t), backend)
@@ -139,9 +147,15 @@ def replay_bundle(path_or_bundle, *, backend: str = "numpy") -> Replay:
     return Replay(bundle, recorded, replayed)
 
 
-def explain_bundle(path_or_bundle) -> str:
-    """The text ``kvcanary inspect`` prints: config, each recorded row with its triage, the replay verdict."""
-    r = replay_bundle(path_or_bundle)
+def explain_bundle(path_or_bundle, *, max_bytes: int = MAX_BUNDLE_BYTES) -> str:
+    """The text ``kvcanary inspect`` prints: config, each recorded row with its triage, the replay verdict.
+
+    Raises
+    ------
+    KvCanaryError
+        :func:`replay_bundle`'s codes for a bad bundle (nothing is printed then).
+    """
+    r = replay_bundle(path_or_bundle, max_bytes=max_bytes)
     c = r.bundle["config"]
     lines = [
         f"bundle of step {c['step']} ({c['device']} run, kvcanary_numba {c['kvcanary_numba']}): "
