@@ -110,7 +110,7 @@ def _check_config(check: _Check, config: dict) -> None:
 
 def _tags(check: _Check, name: str, tags: np.ndarray, groups: dict) -> None:
     check.require(((tags >= 0) & (tags < NUM_LAUNCH_TAGS)).all(), f"{name} name a launch tag outside [0, 12)")
-    missing = set(_TAG_GROUPS[tags].tolist()) - set(groups)
+    missing = {str(_TAG_GROUPS[t]) for t in np.unique(tags)} - set(groups)
     check.require(not missing, f"{name} name tags of group(s) {sorted(missing)} the config has no slots for")
 
 
@@ -174,12 +174,12 @@ def check_contents(function: str, where: str, arrays: dict, config: dict, *, dig
     fr = bits
     skipped = ((fr & (_WRITE_BITS | int(FAIL_WRITE_RANGE))) != 0) | ((fr == int(FAIL_PREV_RANGE)) & (rows[:, 2] < 0))
     needs = ~skipped | (((fr & _WRITE_BITS) != 0) & (rows[:, 1] > 0))
-    entry_keys = {(int(t), int(s)) for t, s in entries[:, :2]} if needs.any() else set()
-    lost = [(int(t), int(s)) for t, s in rows[needs, :2] if (int(t), int(s)) not in entry_keys]
-    if lost:
-        raise error(
-            "KVC-M033", **check.at(f"a row a replay verifies has no entry (tag {lost[0][0]}, slot {lost[0][1]})")
-        )
+    for tag in np.unique(rows[needs, 0]):  # per tag: slots compared as int64 arrays, whatever their range
+        wanted = rows[needs & (rows[:, 0] == tag), 1]
+        lost = wanted[~np.isin(wanted, entries[entries[:, 0] == tag, 1])]
+        if lost.size:
+            reason = f"a row a replay verifies has no entry (tag {int(tag)}, slot {int(lost[0])})"
+            raise error("KVC-M033", **check.at(reason))
     width = kv.shape[2]
     ok = (lengths >= 0) & (lengths <= width) & (lengths % REAL_KV_ALIGN_BYTES == 0)
     check.require(ok.all(), f"kv_lengths outside [0, {width}] or not multiples of {REAL_KV_ALIGN_BYTES}")

@@ -60,7 +60,17 @@ _MAX_CENTRAL_DIRECTORY = 1 << 16
 _ZIP_START, _END, _END64, _LOCATOR64 = b"PK\x03\x04", b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
 _NPY_MAGIC = b"\x93NUMPY"
 _DESCR = re.compile(r"<U([1-9][0-9]{0,5})")
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError)
+_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    OSError,
+    OverflowError,
+    ValueError,
+    NotImplementedError,
+    RuntimeError,
+)
 
 
 def bundle_digest(arrays: dict, config: dict) -> str:
