@@ -283,6 +283,13 @@ def _value_edits(a: dict) -> dict[str, Callable[[], None]]:
 
     records = a["records"]
 
+    def record_twice():
+        if records.shape[0] >= 2:
+            set_("records", (-1, 1), records[0, 1])
+        else:  # one record: the same record twice, with its kv bytes
+            for key in ("records", "kv", "kv_lengths"):
+                a[key] = np.concatenate([a[key], a[key]])
+
     def none_mode_with_bytes():
         a["config"]["real_kv_hash_mode"] = 0
         if a["kv"].shape[2] < 16:
@@ -300,7 +307,7 @@ def _value_edits(a: dict) -> dict[str, Callable[[], None]]:
         "entry tag 99": lambda: set_("entries", (0, 0), 99),
         "record slot 0": lambda: set_("records", (0, 1), 0),
         "record slot past the buffer": lambda: set_("records", (0, 1), 1 << 40),
-        "record named twice": lambda: set_("records", (-1, 1), records[0, 1] if records.size else 0),
+        "record named twice": record_twice,
         "entry slot without a record": lambda: set_("entries", (0, 1), 15),
         "entry predecessor without a record": lambda: set_("entries", (0, 3), 14),
         "row slot without an entry": lambda: set_("rows", (-1, 1), 13),

@@ -146,6 +146,16 @@ def test_a_small_file_declaring_gibibytes_is_refused_before_inflating(tmp_path):
     assert _load(path, max_bytes=16 << 20)[0].code == "KVC-M033"  # read within a higher limit: kv is not [k, 4, b]
 
 
+def test_members_declaring_gibibytes_are_refused_under_the_default_limit(tmp_path):
+    data = bytearray(base_bundles()[0].data)
+    at = data.rfind(b"PK\x01\x02")  # the last member's central directory entry: its inflated size
+    data[at + 24 : at + 28] = (0xFFFFFFFE).to_bytes(4, "little")
+    path = tmp_path / "declared.npz"
+    path.write_bytes(bytes(data))
+    result, peak = _load(path, max_bytes=MAX_BUNDLE_BYTES)
+    assert isinstance(result, KvCanaryError) and result.code == "KVC-M031" and peak < _PEAK_BYTES
+
+
 def test_the_file_size_limit_and_its_argument(tmp_path):
     base = base_bundles()[0]
     path = tmp_path / "b.npz"

@@ -5,6 +5,7 @@ step that found corruption still reports it (mode raise: CanaryViolationError, n
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import warnings
 
@@ -112,3 +113,15 @@ def test_bundles_are_written_whole_under_their_final_name(tmp_path):
     d.step(DECODE)
     names = sorted(p.name for p in (tmp_path / "bundles").iterdir())
     assert names == ["kvcanary-step000001-0.npz"] and d.monitor.stats()["bundles_written"] == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_directory_is_a_warning(tmp_path):
+    d = _flipped(tmp_path)
+    (tmp_path / "bundles").chmod(0o500)
+    try:
+        with pytest.warns(BundleWriteWarning, match="Permission denied"):
+            d.step(DECODE)
+    finally:
+        (tmp_path / "bundles").chmod(0o700)
+    assert d.monitor.stats()["bundle_failures"] == 1 and len(d.monitor.violations) == 1
