@@ -16,11 +16,11 @@ records       int64 [k, 6]          tag, slot, and the slot's 4 record fields (t
                                     prev_hash, real_kv_hash) of the buffer the tag verifies
 kv            uint8 [k, 4, b]       the real-KV bytes each source folds for that slot
 kv_lengths    int64 [k, 4]          bytes of each source (0 = no such source)
-config        str (JSON)            format version, step, device, hash mode, group slot counts
+config        str (JSON)            format version, step, device, hash mode, group slot counts,
+                                    the SHA-256 digest of the arrays and the rest of the config
 ============  ====================  ================================================================
 
-The config also holds the SHA-256 ``digest`` of the arrays, so that an edited or
-damaged copy is refused rather than replayed. Replay (:mod:`.replay`) rebuilds a
+The digest makes an edited or damaged copy a refusal rather than a replay. Replay (:mod:`.replay`) rebuilds a
 small canary buffer of the recorded slots and runs verify on the NumPy path over
 the entries. Reading checks the file before trusting it (:mod:`.bundle_file`) and
 its contents against the schema (:mod:`.bundle_check`). Writing never raises into

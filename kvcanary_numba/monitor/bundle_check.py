@@ -72,6 +72,8 @@ _OPTIONAL = {"digest": ("a SHA-256 hex string", lambda v: isinstance(v, str) and
 
 
 class _Check:
+    """The checks of one bundle (``where``: its path, or "the bundle dict"); refusals are KVC-M033."""
+
     def __init__(self, function: str, where: str):
         self.function, self.where = function, where
 
@@ -97,7 +99,8 @@ def decode_config(function: str, where: str, config) -> dict:
 
 def _check_config(check: _Check, config: dict) -> None:
     if config.get("format") != BUNDLE_FORMAT:  # first: a newer bundle is named as such
-        raise error("KVC-M020", **check.at(f"format {config.get('format')!r}, this version reads {BUNDLE_FORMAT}"))
+        got = repr(config.get("format"))[:80]
+        raise error("KVC-M020", **check.at(f"format {got}, this version reads {BUNDLE_FORMAT}"))
     missing = [k for k in _CONFIG if k not in config]
     check.require(not missing, f"config lacks {', '.join(missing)}")
     unknown = [k for k in config if k not in _CONFIG and k not in _OPTIONAL]
@@ -109,7 +112,9 @@ def _check_config(check: _Check, config: dict) -> None:
 
 
 def _tags(check: _Check, name: str, tags: np.ndarray, groups: dict) -> None:
-    check.require(((tags >= 0) & (tags < NUM_LAUNCH_TAGS)).all(), f"{name} name a launch tag outside [0, 12)")
+    check.require(
+        ((tags >= 0) & (tags < NUM_LAUNCH_TAGS)).all(), f"{name} name a launch tag outside [0, {NUM_LAUNCH_TAGS})"
+    )
     missing = {str(_TAG_GROUPS[t]) for t in np.unique(tags)} - set(groups)
     check.require(not missing, f"{name} name tags of group(s) {sorted(missing)} the config has no slots for")
 

@@ -159,6 +159,7 @@ class _Reader:
         return struct.unpack_from("<QQ", record, 32)
 
     def members(self, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
+        """Key -> member: exactly the bundle's members, readable, declaring at most ``max_bytes`` in all."""
         infos = archive.infolist()
         names = [i.filename for i in infos]
         expected = {f"{k}.npy": k for k in BUNDLE_KEYS}
@@ -224,6 +225,7 @@ class _Reader:
         return dtype, shape, nbytes
 
     def array(self, archive: zipfile.ZipFile, key: str, info: zipfile.ZipInfo) -> np.ndarray:
+        """One member's array: its header checked, then exactly its bytes read (CRC checked at the end)."""
         try:
             with archive.open(info) as member:
                 dtype, shape, nbytes = self.header(key, member, info.file_size)
