@@ -24,6 +24,7 @@ import textwrap
 from . import __version__, doctor
 from ._runtime import gpu_available
 from .errors import REGISTRY, ErrorEntry, KvCanaryError
+from .monitor.bundle_file import MAX_BUNDLE_BYTES
 
 __all__ = ["main"]
 
@@ -184,7 +185,7 @@ def _bench(args) -> int:
 def _inspect(args) -> int:
     from .monitor.replay import explain_bundle
 
-    print(explain_bundle(args.bundle))
+    print(explain_bundle(args.bundle, max_bytes=args.max_bytes))  # a bad bundle: one coded line, exit 2
     return 0
 
 
@@ -196,6 +197,17 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 (a run needs at least one step), got {value}")
+    return value
+
+
+def _byte_limit(text: str) -> int:
+    """argparse type of ``inspect --max-bytes``: a whole number of bytes, >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
@@ -218,6 +230,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="backends, GPU and versions").set_defaults(run=lambda args: doctor.report())
     inspect = sub.add_parser("inspect", help="replay a violation bundle (.npz) on the NumPy path and explain it")
     inspect.add_argument("bundle", help="a bundle written by CanaryMonitor(bundle_dir=...)")
+    inspect.add_argument(
+        "--max-bytes",
+        type=_byte_limit,
+        default=MAX_BUNDLE_BYTES,
+        help=f"largest file and inflated arrays to read (default {MAX_BUNDLE_BYTES} bytes)",
+    )
     inspect.set_defaults(run=_inspect)
     bench = sub.add_parser("bench", help="run benchmarks/run.py from a source checkout, passing arguments through")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")

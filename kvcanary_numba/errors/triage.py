@@ -1,4 +1,8 @@
-"""Codes KVC-M020 …: violation bundles and budgeted verification of the CanaryMonitor (extensions)."""
+"""Codes KVC-M020 …: violation bundles and budgeted verification of the CanaryMonitor (extensions).
+
+Reading a bundle (KVC-M020, KVC-M030 … KVC-M033) checks the file before it trusts it:
+``kvcanary_numba/monitor/bundle_file.py`` and ``bundle_check.py`` say in which order.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +20,9 @@ define(
         "replay never guesses what an array means."
     ),
     triggers=(
-        "A path that does not exist, or a file that is not an .npz archive (a log, a truncated copy).",
-        "An .npz written by something else, or a bundle whose arrays were edited (missing key, wrong shape).",
+        "A path that does not exist, an empty file, or a file that is not an .npz archive (a log).",
+        "An .npz written by something else: a member missing or one the format does not have "
+        "(pickled objects are never read).",
         "A bundle of a newer format than this version reads.",
     ),
     solutions=(
@@ -29,7 +34,7 @@ define(
     after="kvcanary inspect bundles/kvcanary-step000012-0.npz",
     defensive="paths = sorted(pathlib.Path(bundle_dir).glob('kvcanary-step*.npz'))",
     prevention="Keep bundles where the monitor wrote them and read them with the same package version.",
-    related=("KVC-M022",),
+    related=("KVC-M022", "KVC-M030", "KVC-M031", "KVC-M032", "KVC-M033"),
     extension=True,
 )
 
@@ -91,5 +96,139 @@ define(
     defensive="bundle_dir = os.environ.get('KVCANARY_BUNDLES') or None",
     prevention="Put bundles next to the run's logs, on a writable disk.",
     related=("KVC-M020",),
+    extension=True,
+)
+
+_LOAD = "from kvcanary_numba.monitor.bundle import load_bundle\n"
+_EMPTY_BUNDLE = (
+    "import json\n"
+    "import numpy as np\n" + _LOAD + "shapes = dict(rows=(0, 8), row_steps=0, entries=(0, 5), entry_origin=0,\n"
+    "              records=(0, 6), kv_lengths=(0, 4))\n"
+    "arrays = {{k: np.zeros(s, np.int64) for k, s in shapes.items()}}\n"
+    "config = dict(format=1, kvcanary_numba='0.1.0', step={step}, device='cpu',\n"
+    "              real_kv_hash_mode=0, check_verify_expected_token=False,\n"
+    "              num_slots={{'FULL': 16}})\n"
+    "np.savez('edited.npz', kv=np.zeros((0, 4, 0), np.uint8),\n"
+    "         config=np.array(json.dumps(config)), **arrays)\n"
+    "load_bundle('edited.npz')"
+)
+
+define(
+    "KVC-M030",
+    title="Bundle path is not a regular file",
+    message="{function}: {path} is not a kvcanary violation bundle: {reason}",
+    meaning=(
+        "A bundle is one regular .npz file. A directory, a FIFO (named pipe), a socket or a device is "
+        "refused from its file status alone, before anything is opened for reading: reading a FIFO "
+        "would wait for a writer that may never come, and a device may never end. A symbolic link is "
+        "followed and its target must be a regular file."
+    ),
+    triggers=(
+        "Passing the bundle directory instead of one bundle in it.",
+        "A named pipe or /dev/stdin given as the path (a bundle cannot be streamed in).",
+    ),
+    solutions=(
+        "Pass one file from the directory (monitor.bundles lists the paths written).",
+        "Copy a streamed bundle to a file first.",
+    ),
+    before=_LOAD + "load_bundle('.')  # the directory, not a bundle in it",
+    after=(
+        "import pathlib\n" + _LOAD + "for path in sorted(pathlib.Path('.').glob('kvcanary-step*.npz')):\n"
+        "    load_bundle(path)"
+    ),
+    defensive="paths = [p for p in pathlib.Path(bundle_dir).glob('*.npz') if p.is_file()]",
+    prevention="Keep the paths the monitor reports (monitor.bundles) rather than building them by hand.",
+    related=("KVC-M020",),
+    extension=True,
+)
+
+define(
+    "KVC-M031",
+    title="Bundle larger than the reading limit",
+    message="{function}: {path} is not read as a kvcanary violation bundle: {reason}",
+    meaning=(
+        "Reading a bundle allocates its arrays, so the sizes are checked first: the file on disk, "
+        "the sizes its zip members declare once inflated, and the shape in each array's header. "
+        "Each must be within max_bytes (1 GiB by default; load_bundle(max_bytes=...) and `kvcanary "
+        "inspect --max-bytes` raise it). A small file that claims to inflate to gigabytes, or an "
+        "array header claiming a terabyte, is refused before any of it is inflated or allocated."
+    ),
+    triggers=(
+        "A bundle of a very large run (many rows, ALL-mode KV bytes of many slots).",
+        "A crafted or damaged file whose members claim huge sizes (a zip bomb).",
+    ),
+    solutions=(
+        "Raise the limit for a bundle you trust: load_bundle(path, max_bytes=8 << 30) or "
+        "kvcanary inspect PATH --max-bytes 8589934592.",
+        "Use a smaller ring_capacity or PARTIAL mode so that bundles stay small.",
+    ),
+    before="kvcanary inspect bundles/kvcanary-step000012-0.npz --max-bytes 1000",
+    after="kvcanary inspect bundles/kvcanary-step000012-0.npz",
+    defensive="bundle = load_bundle(path, max_bytes=min(free_memory // 4, 8 << 30))",
+    prevention="Bound what one bundle holds: ring_capacity and the real-KV hash mode decide its size.",
+    related=("KVC-M020", "KVC-M032"),
+    extension=True,
+)
+
+define(
+    "KVC-M032",
+    title="Bundle damaged",
+    message="{function}: {path} is a damaged kvcanary violation bundle: {reason}",
+    meaning=(
+        "The file looks like a bundle but cannot be read whole: the zip archive ends early, a "
+        "member fails its CRC or does not inflate, an array header does not parse or does not "
+        "match the bytes stored, or the arrays differ from the SHA-256 digest the monitor wrote "
+        "into the config. Replaying such a file could report 'not reproduced' for evidence that "
+        "was only damaged, so it is refused instead."
+    ),
+    triggers=(
+        "A copy cut short (an interrupted transfer, a full disk while copying).",
+        "Bytes flipped on disk or in transit, or an array edited and the archive re-packed.",
+    ),
+    solutions=(
+        "Copy the bundle again from where the monitor wrote it (binary mode, whole file).",
+        "Re-run with bundle_dir= to write a fresh bundle.",
+    ),
+    before=(
+        "import numpy as np\n" + _LOAD + "np.savez('whole.npz', rows=np.zeros((4, 8), np.int64))\n"
+        "data = open('whole.npz', 'rb').read()\n"
+        "open('cut.npz', 'wb').write(data[: len(data) - 30])  # a copy cut short\n"
+        "load_bundle('cut.npz')"
+    ),
+    after="kvcanary inspect bundles/kvcanary-step000012-0.npz  # the whole file",
+    defensive="shutil.copyfile(src, dst)  # then compare sizes: os.path.getsize(src) == os.path.getsize(dst)",
+    prevention="Move bundles with tools that check what they copy (rsync, checksums).",
+    related=("KVC-M020", "KVC-M031", "KVC-M033"),
+    extension=True,
+)
+
+define(
+    "KVC-M033",
+    title="Bundle outside its schema",
+    message="{function}: {path} does not follow the kvcanary bundle schema: {reason}",
+    meaning=(
+        "A bundle's config is a JSON object with exactly the format's keys, each of its type and "
+        "range (format, kvcanary_numba, step, device, real_kv_hash_mode, "
+        "check_verify_expected_token, num_slots; digest optional), and its arrays agree with each "
+        "other and with the config: int64 rows [n, 8] and row_steps [n], entries [m, 5] and "
+        "entry_origin [m], records [k, 6], uint8 kv [k, 4, b] and kv_lengths [k, 4]; known launch "
+        "tags and fail bits, in-range record slots, a record for every in-range slot an entry "
+        "names, an entry for every row a replay verifies. A replay of anything else could misread "
+        "it, so it is refused."
+    ),
+    triggers=(
+        "A config edited by hand or by a tool that changed types (a number quoted as a string).",
+        "Arrays of another dtype or shape, or values out of range (a tag past 11, a slot past the buffer).",
+        "Members of one bundle mixed with another's.",
+    ),
+    solutions=(
+        "Use the bundle as the monitor wrote it; to experiment, edit the dict load_bundle returns "
+        "and pass it to replay_bundle (it is checked the same way).",
+    ),
+    before=_EMPTY_BUNDLE.format(step="'12'"),
+    after=_EMPTY_BUNDLE.format(step="12"),
+    defensive="bundle = load_bundle(path); bundle['kv'][0, 0, 0] ^= 1; replay_bundle(bundle)",
+    prevention="Treat bundles as read-only evidence; edit copies in memory, not files.",
+    related=("KVC-M020", "KVC-M032"),
     extension=True,
 )

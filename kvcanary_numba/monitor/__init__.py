@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .batch import StepBatch
 from .budget import VerifyBudget
+from .bundle import BundleWriteWarning
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
@@ -14,6 +15,7 @@ from .triage import CanaryBlindSpotWarning, Diagnosis
 __all__ = [
     "BIT_EXPLANATIONS",
     "MODES",
+    "BundleWriteWarning",
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
     "CanaryStalledError",

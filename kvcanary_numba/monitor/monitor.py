@@ -393,7 +393,8 @@ class CanaryMonitor:
             "protected_tokens": int(snap.slot_run_counters.sum()),
             "kernel_runs": int(snap.kernel_run_counters.sum()),
             "sweep_passes": self.sweeps,
-            "violations_recorded": snap.write_index,
+            **self.aftercare.stats(),
+            **self.pump.counts(snap),  # bundles written / lost; rows recorded, saturated
             "violations_decoded": len(self.violations),
             **({} if self.budget is None else self.budget.stats()),
         }
