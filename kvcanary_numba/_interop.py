@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ._runtime import CUDA_IMPORTS
 from .errors import error
 
 __all__ = [
@@ -49,7 +50,8 @@ _driver_state: list = []  # [cuda.bindings.driver module] once it answered, [Non
 def _driver():
     if not _driver_state:
         try:
-            from cuda.bindings import driver as cu
+            with CUDA_IMPORTS:
+                from cuda.bindings import driver as cu
 
             ok = cu.cuInit(0)[0] == cu.CUresult.CUDA_SUCCESS
         except Exception:  # noqa: BLE001 - no bindings / no driver: devices stay unknown
@@ -113,7 +115,8 @@ def native_array(function: str, argument: str, x: Any):
         return np.from_dlpack(x)
     if int(device_type) in (KDL_CUDA, KDL_CUDA_MANAGED):
         try:
-            import cupy
+            with CUDA_IMPORTS:
+                import cupy
         except ImportError:
             raise error(
                 "KVC-C001",

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import _interop
+from .._runtime import CUDA_IMPORTS
 from .._validate import c_strides
 
 __all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view", "native_array", "native_views"]
@@ -188,7 +189,8 @@ def native_array(function: str, argument: str, x: Any):
     device_type, _ = x.__dlpack_device__()
     if int(device_type) in (_interop.KDL_CUDA, _interop.KDL_CUDA_MANAGED):
         try:
-            import cupy
+            with CUDA_IMPORTS:
+                import cupy
         except ImportError:  # the core says why (KVC-C001)
             return _interop.native_array(function, argument, x)
         view = cuda_view(x, _consumer_stream(cupy))
