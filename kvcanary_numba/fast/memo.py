@@ -47,6 +47,12 @@ def _numpy(x, depth, state):
     return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype, x.flags.writeable)
 
 
+def _numpy_subclass(x, depth, state):
+    # The type is part of it: validation refuses some subclasses (masked arrays) that a plain
+    # array of the same layout passes.
+    return (type(x), *_numpy(x, depth, state))
+
+
 def _cupy(x, depth, state):
     return (x.data.ptr, x.shape, x.strides, x.dtype)
 
@@ -74,9 +80,23 @@ def _numba(x, depth, state):
 
 
 def _cai(x, depth, state):
-    cai = x.__cuda_array_interface__
-    strides = cai.get("strides")
-    layout = (tuple(cai["data"]), tuple(cai["shape"]), None if strides is None else tuple(strides), cai["typestr"])
+    # Every field validation reads (version, mask, stream too); a dict it cannot read is validated in full.
+    try:
+        cai = x.__cuda_array_interface__
+        strides = cai.get("strides")
+        layout = (
+            tuple(cai["data"]),
+            tuple(cai["shape"]),
+            None if strides is None else tuple(strides),
+            cai["typestr"],
+            cai.get("version"),
+            cai.get("mask") is None,
+            cai.get("stream"),
+            tuple(x.shape),
+        )
+        hash(layout)
+    except Exception:  # noqa: BLE001 - missing fields, unhashable values, an interface that raises
+        raise Uncacheable(type(x).__name__) from None
     return layout if depth == 0 else (token(x), *layout)
 
 
@@ -154,8 +174,10 @@ def _is_numba_device_array(cls: type) -> bool:
 
 
 def _walker_for(cls: type) -> Callable:
-    if issubclass(cls, np.ndarray):
+    if cls is np.ndarray:
         return _numpy
+    if issubclass(cls, np.ndarray):
+        return _numpy_subclass
     root = cls.__module__.split(".")[0]
     if root == "cupy" and hasattr(cls, "data"):
         return _cupy
@@ -283,7 +305,7 @@ def checked(
     try:
         key, views = snapshot((*kwargs.values(), backend))
         dlpack = bool(views)
-    except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
+    except Exception:  # noqa: BLE001 - Uncacheable, or an object that fails to describe itself: validated in full
         key, views, dlpack = None, None, True
     if dlpack:
         kwargs = {name: native_views(value, function, name, views) for name, value in kwargs.items()}
