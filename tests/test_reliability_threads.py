@@ -325,23 +325,26 @@ def test_handing_a_monitor_to_another_thread_between_calls_is_allowed():
 
 
 def test_two_threads_stepping_one_monitor_get_whole_steps_or_refusals():
-    # Each thread serves its own request (row 1 or 2, disjoint slots) of one pool; a refused step is
+    # Each thread serves its own request (row 1 or 2, disjoint slots) of one pool; a refused hook is
     # retried. Whatever the interleaving, every step is one thread's, whole: no false violation.
     d = Driver()
     barrier, refused, errors = threading.Barrier(2), [], []
 
+    def retried(call) -> None:
+        while not errors:
+            try:
+                return call()
+            except KvCanaryError as exc:
+                if exc.code not in ("KVC-M026", "KVC-M005"):  # another thread inside, or its step open
+                    errors.append(exc)
+                refused.append(exc.code)
+
     def serve(row: int):
         barrier.wait()
         for position in range(6):
-            while True:
-                try:
-                    _one_token_step(d, row, position)
-                    break
-                except KvCanaryError as exc:
-                    if exc.code not in ("KVC-M026", "KVC-M005"):
-                        errors.append(exc)
-                        return
-                    refused.append(exc.code)
+            batch, write_kv = _one_token(d, row, position)
+            retried(lambda: _forward(d, batch, write_kv))
+            retried(d.monitor.end_step)
 
     threads = [threading.Thread(target=serve, args=(row,)) for row in (1, 2)]
     for t in threads:
@@ -352,13 +355,15 @@ def test_two_threads_stepping_one_monitor_get_whole_steps_or_refusals():
     alone = Driver()  # the same steps from one thread
     for position in range(6):
         for row in (1, 2):
-            _one_token_step(alone, row, position)
+            _forward(alone, *_one_token(alone, row, position))
+            alone.monitor.end_step()
     assert d.monitor.violations == alone.monitor.violations == []
     assert d.monitor.stats() == alone.monitor.stats()
 
 
-def _one_token_step(d: Driver, row: int, position: int) -> None:
-    """Request ``row`` appends one token at ``position`` (slots of its own), the KV written in the forward."""
+def _one_token(d: Driver, row: int, position: int):
+    """Request ``row`` appends one token at ``position`` (slots of its own): its batch, and the
+    forward's write of its K and V."""
     token, slot = 100 * row + position, 1 + (row - 1) * 7 + position
     d.req_to_token[row, position] = slot
     i64 = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
@@ -371,9 +376,16 @@ def _one_token_step(d: Driver, row: int, position: int) -> None:
         positions=i64([position]),
         out_cache_loc=i64([slot]),
     )
-    with d.monitor.forward(batch):
+
+    def write_kv():
         d.k[slot], d.v[slot] = token_bytes(token, 0), token_bytes(token, 1)
-    d.monitor.end_step()
+
+    return batch, write_kv
+
+
+def _forward(d: Driver, batch, write_kv) -> None:
+    with d.monitor.forward(batch):
+        write_kv()
 
 
 def test_the_monitor_class_documents_its_threads():
