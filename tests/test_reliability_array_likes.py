@@ -287,3 +287,18 @@ def test_hostile_objects_over_gpu_memory_are_refused_before_any_launch(cls, case
         # Accepted: only a well-formed array of another layout, or a lie about an unused stride.
         assert case in WELL_FORMED | HARMLESS_ON_SOME, f"{name}({path}=...) accepted {case}"
         cupy.cuda.runtime.deviceSynchronize()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_real_pytorch_tensor_that_requires_grad_is_refused(device):
+    torch = pytest.importorskip("torch")
+    for name, path in SLOTS:
+        build, call, _ = CALLS[name]
+        kw, _ = build(np.random.default_rng(0))
+        if device == "cuda":
+            kw = {key: on_device(value) for key, value in kw.items()}
+        # Only floating point tensors can require grad: refused for that before its dtype is looked at.
+        tensor = torch.zeros(tuple(at(kw, path).shape), dtype=torch.float32, device=device, requires_grad=True)
+        with pytest.raises(KvCanaryError) as excinfo:
+            call(**replaced(kw, path, tensor))
+        assert excinfo.value.code == "KVC-C001" and re.search(SAYS["torch"], str(excinfo.value))
