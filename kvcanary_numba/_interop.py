@@ -121,12 +121,13 @@ def _driver_range(ptr: int) -> tuple[int, int] | None:
     return (int(start), int(size)) if err == cu.CUresult.CUDA_SUCCESS else None
 
 
-def pointer_range(ptr: int) -> tuple[int, int] | None:
-    """(start, size) of the driver's allocation that holds ``ptr`` (cached per pointer), None when
+def pointer_range(ptr: int, *, fresh: bool = False) -> tuple[int, int] | None:
+    """(start, size) of the driver's allocation that holds ``ptr`` (cached per pointer; ``fresh``
+    asks again: memory freed and allocated anew at that address may be another size), None when
     the driver cannot tell (no driver, memory it does not map)."""
     if not ptr:
         return None
-    if ptr not in _RANGE_OF:
+    if fresh or ptr not in _RANGE_OF:
         if len(_RANGE_OF) >= _DEVICE_CACHE:
             _RANGE_OF.clear()
         _RANGE_OF[ptr] = _driver_range(ptr)
@@ -252,6 +253,8 @@ def read_interface(function: str, argument: str, array: Any, cai: dict) -> Inter
     if device == NOT_DEVICE_MEMORY:
         refuse(f"points at {ptr:#x}, which is not CUDA device memory")
     held = pointer_range(ptr) if hi > lo else None
+    if held is not None and not held[0] <= lo < hi <= held[0] + held[1]:
+        held = pointer_range(ptr, fresh=True)  # the cached answer may be of memory since freed
     if held is not None and not held[0] <= lo < hi <= held[0] + held[1]:
         start, end = held[0], held[0] + held[1]
         refuse(f"spans bytes [{lo:#x}, {hi:#x}) but the allocation at {ptr:#x} is [{start:#x}, {end:#x})")

@@ -224,6 +224,17 @@ def test_an_interface_must_lie_inside_the_allocation_at_its_pointer(allocations)
         inspect_array("f", "x", interface(np.zeros(4, np.int64)))  # memory the driver does not map
 
 
+def test_memory_allocated_anew_at_a_cached_pointer_is_asked_about_again(allocations):
+    from kvcanary_numba._validate import inspect_array
+
+    memory = np.zeros(64, np.int64)
+    ptr = memory.__array_interface__["data"][0]
+    allocations[ptr] = 8 * 8  # a small allocation, seen once
+    inspect_array("f", "x", interface(memory[:8]))
+    allocations[ptr] = memory.nbytes  # freed, and a larger one made at the same address
+    assert inspect_array("f", "x", interface(memory)).shape == (64,)
+
+
 def test_an_empty_interface_is_not_asked_about_its_allocation(allocations):
     from kvcanary_numba._validate import inspect_array
 
