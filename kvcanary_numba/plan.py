@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import check_array, check_int, entry_length, resolve_backend
 from .errors import error
 from .plan_offsets import (
@@ -50,7 +51,8 @@ def run_plan(backend: str, *, stream=None, **kwargs) -> None:
     if backend == "numpy":
         reference.launch_canary_plan_kernels(**kwargs)
     else:
-        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import plan as glue
 
         glue.launch_canary_plan_kernels(**kwargs, stream=stream)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_array, check_int, resolve_backend, stream_handle
 from .errors import error
 from .reference import plan as reference
@@ -132,7 +133,8 @@ def run_offsets(backend: str, *, stream=None, **kwargs) -> None:
     if backend == "numpy":
         reference.launch_plan_offsets_kernel(**kwargs)
     else:
-        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import plan as glue
 
         glue.launch_plan_offsets_kernel(**kwargs, stream=stream)
 

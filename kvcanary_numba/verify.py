@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_bool, check_bundle, check_type, entry_length, resolve_backend, stream_handle
 from .context import check_context
 from .plans import ENTRY_FIELDS, VerifyPlan
@@ -60,7 +61,8 @@ def run(backend: str, *, context, plan, check_verify_expected_token, stream=None
     if backend == "numpy":
         reference.launch_canary_verify_kernel(context=context, plan=plan, check_verify_expected_token=check)
     else:
-        from .launch import verify as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import verify as glue
 
         glue.launch_canary_verify_kernel(context=context, plan=plan, check_verify_expected_token=check, stream=stream)
 

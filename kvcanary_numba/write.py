@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_array, check_bool, check_bundle, check_type, resolve_backend, stream_handle
 from .context import check_context
 from .errors import error
@@ -76,7 +77,8 @@ def run(backend: str, *, stream=None, **kwargs) -> None:
     if backend == "numpy":
         reference.launch_canary_write_kernel(**kwargs)
     else:
-        from .launch import write as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import write as glue
 
         glue.launch_canary_write_kernel(**kwargs, stream=stream)
 

@@ -43,6 +43,7 @@ class GpuArray:
 
     def __init__(self, array: np.ndarray):
         self._array = np.ascontiguousarray(array)
+        self.shape, self.dtype = self._array.shape, self._array.dtype
         self.__cuda_array_interface__ = {
             "shape": self._array.shape,
             "typestr": self._array.dtype.str,

@@ -24,11 +24,16 @@ define(
         "(viewed zero-copy). Lists and scalars are not converted implicitly, because a hidden copy "
         "would make the canary check a snapshot instead of the live buffer. An interface whose "
         "pointer the CUDA driver does not map (host memory posing as a CUDA array) is refused too: "
-        "a kernel reading it would fault."
+        "a kernel reading it would fault; so is one with a field missing or mistyped, a mask, an "
+        "unknown version, a shape other than the object's, or more bytes than the allocation at its "
+        "pointer. Masked arrays (the mask would be ignored), matrices and arrays of dates, text or "
+        "records are not data the canary reads."
     ),
     triggers=(
         "Passing a Python list or tuple where an array is expected.",
         "A CPU framework tensor without DLPack, or a hand-made __cuda_array_interface__ over host memory.",
+        "A PyTorch tensor with requires_grad=True: it refuses both exports (pass tensor.detach()).",
+        "A numpy.ma masked array, or a producer whose __dlpack__ / __dlpack_device__ raises or lies.",
         f"Any argument of {_ALL_OPS}.",
     ),
     solutions=(

@@ -22,6 +22,7 @@ Docstrings, signatures and errors are the core's (``functools.wraps``): read tho
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from .. import (
     verify as _verify,
     write as _write,
 )
+from .._runtime import CUDA_IMPORTS
 from .._validate import stream_handle
 from ..constants import RealKvHashMode
 from ..errors import KvCanaryError, error
@@ -54,24 +56,41 @@ __all__ = [
 ]
 
 
+#: Held while one public call issues its launches. The plan's kernels hand data to each other
+#: through launch scratch shared by every call on a stream (``fast/scratch.py``), and packed
+#: launches are kept per argument snapshot: two threads' calls must not interleave there.
+_LAUNCHING = threading.RLock()
+
+
 class Operation:
     """One public operation: the core's ``validate``, where it runs (the optimised CPU function, or
-    ``glue()``: the launch glue, imported on the kernel path only since it needs numba-cuda),
-    scalar normalisation and the value checks a memo hit still owes."""
+    the launch glue: ``load_glue()`` imports it on the kernel path only, since it needs
+    numba-cuda), scalar normalisation and the value checks a memo hit still owes."""
 
     def __init__(
         self,
         function: str,
         validate: Callable,
         cpu_run: Callable,
-        glue: Callable[[], Callable],
+        load_glue: Callable[[], Callable],
         *,
         normalize: dict[str, Callable] | None = None,
         value_checks: Callable[[dict], None] | None = None,
     ):
-        self.function, self.validate, self.cpu_run, self.glue = function, validate, cpu_run, glue
+        self.function, self.validate, self.cpu_run, self.load_glue = function, validate, cpu_run, load_glue
         self.normalize, self.value_checks = normalize or {}, value_checks
         self.memo = Memo()
+        self._imported = False
+
+    def glue(self) -> Callable:
+        """The launch glue; the first call that needs it imports it (one thread at a time: later
+        imports are look-ups of a module whose import has finished)."""
+        if self._imported:
+            return self.load_glue()
+        with CUDA_IMPORTS:
+            glue = self.load_glue()
+        self._imported = True
+        return glue
 
     def __call__(self, kwargs: dict, backend: str, stream: Any) -> None:
         handle = stream_handle(self.function, stream)
@@ -81,8 +100,10 @@ class Operation:
         if entry.kind == "numpy":
             self.cpu_run(**kwargs)
             return
+        glue = self.glue()
         try:
-            replay.run_launches(entry, self.glue(), kwargs, handle)
+            with _LAUNCHING:
+                replay.run_launches(entry, glue, kwargs, handle)
         except KvCanaryError as exc:  # launch scratch refused during graph capture: name the public call
             if exc.fields.get("function") != CAPTURE_FUNCTION:
                 raise

@@ -34,6 +34,7 @@ from collections import OrderedDict
 from operator import attrgetter
 from typing import Any, Protocol
 
+from .._runtime import CUDA_IMPORTS
 from .._validate import inspect_array
 from ..launch._launch import LaunchSpec, View, array_layout, current_stream
 from . import driver as _driver, native as _native
@@ -174,9 +175,10 @@ def compile_monitor_kernels(plan) -> int:
     steps run ``chain_publish`` and one tiled write per phase (fused) or per endpoint (plain).
     Returns the number of (kernel, signature) pairs compiled.
     """
-    from ..kernels import plan as plan_kernels, verify
-    from .endpoints import fused_count, source_count
-    from .kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_shared, write_tiled
+    with CUDA_IMPORTS:  # a GPU monitor's first import of numba.cuda: one thread at a time
+        from ..kernels import plan as plan_kernels, verify
+        from .endpoints import fused_count, source_count
+        from .kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_shared, write_tiled
 
     def compile_eagerly(module, names=None) -> int:
         count = 0

@@ -17,7 +17,6 @@ budget. Each phase runs on the fastest of graph, prepared steps and plan.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,12 +32,13 @@ from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
 from .groups import KvGroup, check_group_placement, check_groups
+from .guard import HookGuard, one_thread
 from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
 from .status import Snapshot
-from .steps import EagerSteps
+from .steps import EagerSteps, run_head
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
 from .triage import warn_blind_spot
 
@@ -51,6 +51,7 @@ _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 _PREPARED_NEEDS_KERNELS = (
     "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
 )
+_NO_CAPTURE = "CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps"
 
 
 class CanaryMonitor:
@@ -129,6 +130,11 @@ class CanaryMonitor:
     KvCanaryError
         KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
         KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
+
+    Notes
+    -----
+    One host thread at a time: a hook called while another thread is inside one (or inside
+    ``with monitor.forward(batch):``) raises KVC-M026 and changes nothing (:mod:`.guard`).
     """
 
     def __init__(
@@ -155,6 +161,7 @@ class CanaryMonitor:
         backend: str = "auto",
         prepared: bool | None = None,
     ):
+        self.thread_guard = HookGuard()  # one host thread at a time inside the hooks (KVC-M026)
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -217,6 +224,7 @@ class CanaryMonitor:
         return self.step_plan.backend
 
     @backend.setter
+    @one_thread
     def backend(self, backend: str) -> None:
         fn = "CanaryMonitor.backend"
         if self._phase is not _IDLE:
@@ -229,6 +237,7 @@ class CanaryMonitor:
     _backend = backend  # the spelling earlier test harnesses set
 
     # --- step hooks -------------------------------------------------------------
+    @one_thread
     def pre_forward(self, batch: StepBatch) -> None:
         """Plan the step and run the HEAD launches; call before the engine writes KV.
 
@@ -242,24 +251,12 @@ class CanaryMonitor:
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)  # all of it, before the first launch
-        graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
-            graph.pre()
-            self._tail = graph.post
-        elif fast is not None:
-            fast.pre(batch)
-            self._tail = fast.post
-        else:
-            plan = self.step_plan
-            plan.head(batch, *plan.prepare_inputs(batch))
-            # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
-            # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
-            planned = copy.copy(batch)
-            self._tail = lambda: plan.tail(planned)
+        self._tail = run_head(self.graph, self.fast, self.step_plan, batch, self.batch_checks.checked)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
 
+    @one_thread
     def post_forward(self) -> None:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
 
@@ -285,15 +282,17 @@ class CanaryMonitor:
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
-        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward."""
-        self.pre_forward(batch)
-        try:
-            yield self
-        except BaseException:
-            self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
-            raise
-        self.post_forward()
+        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward (one hook)."""
+        with self.thread_guard.holding("CanaryMonitor.forward"):
+            self.pre_forward(batch)
+            try:
+                yield self
+            except BaseException:
+                self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
+                raise
+            self.post_forward()
 
+    @one_thread
     def end_step(self, sweep: Sequence[SlotChain] | None = None) -> None:
         """Finish the step: optional sweep, then process the (previous, on a GPU) step's readback.
 
@@ -323,6 +322,7 @@ class CanaryMonitor:
             self.aftercare.process(self, snapshot, step)
 
     # --- controls ---------------------------------------------------------------
+    @one_thread
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
         :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
@@ -339,22 +339,18 @@ class CanaryMonitor:
         fn = "CanaryMonitor.capture_graph"
         self.graph = None
         if self.fast is None or self.xp is np:
-            raise error(
-                "KVC-C008",
-                function=fn,
-                argument="device",
-                got=self.device,
-                reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps",
-            )
+            raise error("KVC-C008", function=fn, argument="device", got=self.device, reason=_NO_CAPTURE)
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)
         self.graph = capture_step(self.fast, batch)
 
+    @one_thread
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
         self.enable_chain_position_assert.fill(1)
 
+    @one_thread
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
 
@@ -376,6 +372,7 @@ class CanaryMonitor:
             self.health.add(launch_sweep(self.xp, g, entries))
         self.sweeps += 1
 
+    @one_thread
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
         self.aftercare.process(self, self.readback.flush(), self.step)

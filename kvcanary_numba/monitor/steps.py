@@ -25,8 +25,11 @@ one launch). A long (prefill-shaped) step takes the tiled path
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
+from .._runtime import CUDA_IMPORTS
 from ..fast.calls import (
     launch_canary_plan_kernels,
     launch_canary_verify_kernel,
@@ -37,7 +40,7 @@ from ..fast.chain import SharedChain, sharing
 from .batch import StepBatch
 from .buffers import MonitorBuffers
 
-__all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps"]
+__all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps", "run_head"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays), by role name.
 BATCH_ROLES = (
@@ -154,7 +157,8 @@ class EagerSteps:
             What ``prepare_inputs(batch, eager=False)`` returned (filled here).
         """
         # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
-        from ..fast.inputs import scatter_tokens_and_lens, translate_slots
+        with CUDA_IMPORTS:
+            from ..fast.inputs import scatter_tokens_and_lens, translate_slots
 
         if self.check_tokens:
             scatter_tokens_and_lens(
@@ -230,7 +234,8 @@ class EagerSteps:
         g, chain = self.groups[index], self._chain(index)
         plan = g.verify_plan if self.budget is None else self.budget.plans[index]
         if self.kernels:
-            from ..fast import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
+            with CUDA_IMPORTS:  # the kernels' glue: numba.cuda, not on the CPU path
+                from ..fast import endpoints as glue
 
             contexts = [endpoint.context for endpoint in endpoints]
             glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)
@@ -264,3 +269,22 @@ class EagerSteps:
                     expected_input_positions=batch.expected_input_positions,
                     backend=self.backend,
                 )
+
+
+def run_head(graph, fast, plan: EagerSteps, batch: StepBatch, checked) -> Callable[[], None]:
+    """Run a checked step's HEAD phase on the fastest path that fits and return its TAIL.
+
+    The captured graph (``graph``) when ``batch`` is the batch it was captured for, its fields as
+    just checked (``checked``); else the prepared steps (``fast``); else the step ``plan``. TAIL
+    stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths (which
+    bind them now) do, even if the engine reassigns a batch field before post_forward.
+    """
+    if graph is not None and graph.matches(batch, checked):
+        graph.pre()
+        return graph.post
+    if fast is not None:
+        fast.pre(batch)
+        return fast.post
+    plan.head(batch, *plan.prepare_inputs(batch))
+    planned = copy.copy(batch)
+    return lambda: plan.tail(planned)

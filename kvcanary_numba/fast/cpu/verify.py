@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..._jit import cpu_jit, twin
+from ..._jit import cpu_jit, run_parallel, twin
 from ...constants import (  # fail bits as int64 scalars, under this module's short names
     CANARY_CHAIN_HEAD,
     CANARY_FIELDS_PER_SLOT,
@@ -160,8 +160,11 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view(np.int64)
     bits = np.empty(active, dtype=np.int64)
     aux = np.empty(active, dtype=np.int64)
-    check_entries = _check_entries_serial if active <= _CHUNK else _check_entries
-    check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
+    args = (records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
+    if active > _CHUNK:  # several chunks: one per core
+        run_parallel(_check_entries, _check_entries_serial, *args)
+    else:
+        _check_entries_serial(*args)
 
     hit = bits.nonzero()[0]  # entry order: the order rows are appended in
     if hit.shape[0] == 0:
