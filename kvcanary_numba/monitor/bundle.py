@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import pathlib
+import sys
 import warnings
 
 import numpy as np
@@ -323,7 +324,17 @@ class Aftercare:
             f"({reason}); detection goes on, stats()['bundle_failures'] counts the bundles lost"
         )
         try:
-            warnings.warn(message, BundleWriteWarning, stacklevel=5)
+            warnings.warn(message, BundleWriteWarning, stacklevel=_engine_frame())
         except BundleWriteWarning:  # warnings are errors here: unless a violation is being raised
             if not raising:
                 raise
+
+
+def _engine_frame() -> int:
+    """``stacklevel`` of the first caller outside this package (the engine's line that ran the hook),
+    however many package frames (hooks, the thread guard) lie between."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # the caller of the function that asks
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

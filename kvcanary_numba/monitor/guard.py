@@ -33,20 +33,25 @@ __all__ = ["HookGuard", "one_thread"]
 class HookGuard:
     """Which host thread is inside a monitor's hooks, if any (re-entrant for that thread)."""
 
-    __slots__ = ("_lock", "_owner")
+    __slots__ = ("_depth", "_lock", "_owner")
 
     def __init__(self):
         self._lock = threading.RLock()
-        self._owner = ""
+        self._owner = ""  # named only while held, so an idle guard looks the same before and after a call
+        self._depth = 0
 
     def enter(self, function: str) -> None:
         """Hold the guard for a call of ``function``; KVC-M026 while another thread holds it."""
         if not self._lock.acquire(blocking=False):
             raise error("KVC-M026", function=function, thread=threading.current_thread().name, owner=self._owner or "?")
         self._owner = threading.current_thread().name
+        self._depth += 1
 
     def leave(self) -> None:
         """Release one :meth:`enter` of this thread."""
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = ""
         self._lock.release()
 
     @contextlib.contextmanager
