@@ -205,6 +205,7 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="the tiny model instead of Llama-3.2-1B shapes")
     p.add_argument("--model", choices=sorted(MODELS), default=None)
     p.add_argument("--quick", action="store_true", help="small shapes and few steps (CPU smoke run)")
+    p.add_argument("--cpu", action="store_true", help="JAX's CPU backend even where a GPU is the default")
     p.add_argument("--out", default="benchmarks/results/jax_engine", help="output folder")
     p.add_argument("--order", choices=("stream", "block"), default="stream")
     p.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto")
@@ -216,20 +217,22 @@ def main(argv=None) -> int:
     p.add_argument("--setup-tokens", type=int, default=32768, help="tokens per setup prefill step")
     args = p.parse_args(argv)
     model = MODELS[args.model] if args.model else (TINY if args.tiny else LLAMA_3_2_1B)
-    gpu = jax.default_backend() == "gpu"
+    device = jax.devices("cpu")[0] if args.cpu else jax.devices()[0]
+    gpu = device.platform == "gpu"
     args.steps = args.steps or (3 if args.quick else 20)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    params = init_params(model)
     rows = []
-    for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
-        try:
-            rows += run_shape(model, params, kind, bs, tokens, args, gpu)
-        except Exception as exc:  # noqa: BLE001 - e.g. 8 x 8k not fitting: reported, the rest still runs
-            if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
-                raise
-            rows.append(dict(kind=kind, bs=bs, tokens=tokens, error="did not fit in GPU memory"))
-        print(markdown_row_summary(rows[-1]), flush=True)
-    meta = dict(model=model.name, device=str(jax.devices()[0]), jax=jax.__version__, order=args.order,
+    with jax.default_device(device):
+        params = init_params(model)
+        for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
+            try:
+                rows += run_shape(model, params, kind, bs, tokens, args, gpu)
+            except Exception as exc:  # noqa: BLE001 - e.g. 8 x 8k not fitting: reported, the rest still runs
+                if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
+                    raise
+                rows.append(dict(kind=kind, bs=bs, tokens=tokens, error="did not fit in GPU memory"))
+            print(markdown_row_summary(rows[-1]), flush=True)
+    meta = dict(model=model.name, device=str(device), jax=jax.__version__, order=args.order,
                 real_kv=args.real_kv and rebind_supported(), budget_period=args.budget_period,
                 samples=args.steps * args.rounds, python=sys.version.split()[0], machine=platform.machine(),
                 quick=args.quick)  # fmt: skip

@@ -19,6 +19,7 @@ functionally (``EngineConfig.donate=False``): either way the engine holds a new
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import jax
@@ -31,7 +32,20 @@ from .faults import FaultInjector
 from .model import DeviceBatch, forward, init_params, new_kv_pool, write_table
 from .scheduler import HostBatch, Scheduler
 
-__all__ = ["JaxEngine"]
+__all__ = ["JaxEngine", "jitted"]
+
+
+@functools.cache
+def jitted(donate: bool):
+    """``(write_table, forward)`` jitted once per process (engines share their compiled steps).
+
+    ``donate``: the page table and the pool are donated, so XLA updates them in place.
+    ``keep_unused``: the fence argument is never read, and XLA must still wait for it.
+    """
+    table = jax.jit(write_table, donate_argnums=(0,) if donate else (), keep_unused=True)
+    step = jax.jit(forward, static_argnames=("cfg", "ctx_len", "attention", "q_block"),
+                   donate_argnums=(1, 2) if donate else (), keep_unused=True)  # fmt: skip
+    return table, step
 
 
 class JaxEngine:
@@ -43,23 +57,23 @@ class JaxEngine:
     config : EngineConfig
     faults : mapping of str to int, optional
         Fault class -> first step it may fire (:mod:`.faults`).
+    device : jax.Device, optional
+        Where the weights, the pool and the page table live (default: JAX's default device).
     """
 
     def __init__(self, model: ModelConfig = TINY, config: EngineConfig = TINY_ENGINE, *,
-                 faults: Mapping[str, int] | None = None):  # fmt: skip
+                 faults: Mapping[str, int] | None = None, device: jax.Device | None = None):  # fmt: skip
         self.model, self.config = model, config
-        self.params = init_params(model, config.seed)
-        self.k_pool, self.v_pool = new_kv_pool(model, config.num_slots)
-        self.req_to_token = jnp.zeros((config.req_rows, config.max_context), jnp.int32)
+        self.device = device or jax.devices()[0]
+        with jax.default_device(self.device):
+            self.params = init_params(model, config.seed)
+            self.k_pool, self.v_pool = new_kv_pool(model, config.num_slots)
+            self.req_to_token = jnp.zeros((config.req_rows, config.max_context), jnp.int32)
+            self._fence = jnp.zeros(1, jnp.int32)
         self.sched = Scheduler(config, model.vocab_size)
-        donate = config.donate
-        # keep_unused: the fence argument is never read, and XLA must still wait for it.
-        self._write_table = jax.jit(write_table, donate_argnums=(0,) if donate else (), keep_unused=True)
-        self._forward = jax.jit(forward, static_argnames=("cfg", "ctx_len", "attention", "q_block"),
-                                donate_argnums=(1, 2) if donate else (), keep_unused=True)  # fmt: skip
+        self._write_table, self._forward = jitted(config.donate)
         self.injector = FaultInjector(self, dict(faults or {}))
         self.canary: JaxCanary | None = None
-        self._fence = jnp.zeros(1, jnp.int32)
         self.step_index = 0
 
     def attach_canary(self, **options) -> JaxCanary:
@@ -69,11 +83,12 @@ class JaxEngine:
         come from the engine's configuration.
         """
         c = self.config
-        self.canary = JaxCanary(
-            k_arrays=self.k_pool[:1], v_arrays=self.v_pool[:1], num_slots=c.num_slots, max_requests=c.req_rows,
-            max_context=c.max_context, write_req_capacity=c.max_running, write_token_capacity=c.step_tokens,
-            **options,
-        )  # fmt: skip
+        with jax.default_device(self.device):
+            self.canary = JaxCanary(
+                k_arrays=self.k_pool[:1], v_arrays=self.v_pool[:1], num_slots=c.num_slots,
+                max_requests=c.req_rows, max_context=c.max_context, write_req_capacity=c.max_running,
+                write_token_capacity=c.step_tokens, **options,
+            )  # fmt: skip
         return self.canary
 
     def device_batch(self, hb: HostBatch) -> DeviceBatch:
@@ -83,6 +98,10 @@ class JaxEngine:
 
     def step(self) -> HostBatch:
         """Run one engine step (see the module docstring)."""
+        with jax.default_device(self.device):
+            return self._step()
+
+    def _step(self) -> HostBatch:
         t, injector, canary = self.step_index, self.injector, self.canary
         injector.before_schedule(t)
         hb = self.sched.schedule()
