@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["EngineConfig", "LLAMA_3_1_8B", "LLAMA_3_2_1B", "MODELS", "ModelConfig", "TINY", "TINY_ENGINE"]
+__all__ = ["LLAMA_3_1_8B", "LLAMA_3_2_1B", "MODELS", "TINY", "TINY_ENGINE", "EngineConfig", "ModelConfig"]
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class EngineConfig:
     def req_rows(self) -> int:
         return self.max_running + 1
 
-    def with_(self, **changes) -> "EngineConfig":
+    def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
 
 

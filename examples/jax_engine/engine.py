@@ -20,7 +20,7 @@ functionally (``EngineConfig.donate=False``): either way the engine holds a new
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp

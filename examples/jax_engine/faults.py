@@ -28,7 +28,7 @@ import numpy as np
 
 from kvcanary_numba import FailReason
 
-__all__ = ["FAULT_CLASSES", "FaultInjector", "FaultRecord", "REAL_KV_FAULTS"]
+__all__ = ["FAULT_CLASSES", "REAL_KV_FAULTS", "FaultInjector", "FaultRecord"]
 
 F = FailReason
 _SEEN_BY_VERIFY = (F.VERIFY_CHAIN_HASH_MISMATCH | F.VERIFY_POSITION_MISMATCH | F.VERIFY_TOKEN_MISMATCH

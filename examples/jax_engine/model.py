@@ -23,7 +23,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .config import ModelConfig
 
@@ -204,9 +203,3 @@ def forward(params: dict, k_pool: list, v_pool: list, req_to_token: jax.Array, b
     logits = _rms_norm(last, params["final_norm"], cfg.norm_eps) @ params["embed"].T
     return jnp.argmax(logits, axis=-1).astype(jnp.int32), k_pool, v_pool
 
-
-def pad_rows(values: np.ndarray, width: int) -> np.ndarray:
-    """Right-pad a 2-D host array with zeros to ``width`` columns (int32)."""
-    out = np.zeros((values.shape[0], width), dtype=np.int32)
-    out[:, : values.shape[1]] = values
-    return out
