@@ -14,9 +14,9 @@ Three things make a JAX engine different from the package's toy engine.
    ``cupy.from_dlpack`` of a GPU array hold an *external reference* on XLA's buffer
    for as long as the view lives. While one does, XLA cannot donate that buffer:
    the CPU backend then silently copies the whole array instead (measured with
-   jax 0.10.2), and PJRT's GPU clients refuse ("Donation requested for buffer with
-   external reference"). :func:`view` therefore aliases the memory without a
-   reference (it keeps the ``jax.Array`` object alive, not the buffer hold).
+   jax 0.4.35 and 0.10.2), and PJRT's GPU clients refuse ("Donation requested for
+   buffer with external reference"). :func:`alias` therefore views the memory
+   without a reference (it keeps the ``jax.Array`` object alive, not the buffer hold).
 
 3. **XLA computes on its own stream.** On a GPU the canary's launches go to a
    CuPy stream of their own. Reads are ordered after XLA's writes by the DLPack
