@@ -253,6 +253,28 @@ class PreparedSteps:
         """The arrays and phases of the last step that bound them (None after the validated path)."""
         return self._last
 
+    def repoint(self, moves) -> None:
+        """Aim every prepared launch at moved long-lived arrays (the monitor's real-KV sources).
+
+        ``moves`` lists ``(old, new)`` arrays where ``new`` has the geometry ``old`` had when the
+        phases were recorded (shape, strides, dtype) and may live elsewhere (another pointer), or be
+        ``old`` itself moved in place: each view of ``old`` is aimed at ``new`` and its pointer re-packed
+        (a launch table sees it). The launches then keep ``new`` alive and drop ``old``. A pending
+        TAIL phase (between :meth:`pre` and :meth:`post`) launches on ``new``.
+        """
+        for phases in self._phases.values():
+            for phase in phases:
+                for launch in phase.launches:
+                    for old, new in moves:
+                        launch.repoint(old, new)
+
+    def forget(self) -> None:
+        """Drop every prepared phase: long-lived arrays they were recorded with changed geometry. The
+        next :meth:`pre` records its batch shape again; a pending TAIL phase is dropped too (the
+        caller runs that step's TAIL another way)."""
+        self._phases.clear()
+        self._last = self._step = self._planned = None
+
     def record(self, batch) -> tuple[PreparedPhase, PreparedPhase]:
         """The phases of ``batch``'s shapes, recorded now if new (inputs left to the device)."""
         pool, lens = self.plan.prepare_inputs(batch, eager=False)

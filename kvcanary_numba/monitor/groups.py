@@ -262,6 +262,22 @@ class GroupState:
         )
         self._loc_views: dict[int, tuple] = {}  # n -> the scratch views of n tokens: same objects every step
 
+    @property
+    def sources(self) -> dict[str, tuple[RealKvSource, ...]]:
+        """The real-KV sources the TAIL and SWEEP launches fold, by half (``"K"``, and ``"V"`` with a V half)."""
+        return {endpoint.tag.name.split("_")[1]: endpoint.context.real_kv_sources for endpoint in self.tail}
+
+    def use_sources(self, sources: dict[str, tuple[RealKvSource, ...]]) -> None:
+        """Fold ``sources`` (by half, checked by the caller) from the next TAIL and SWEEP launch on.
+
+        The group keeps no reference to the sources it folded before.
+        """
+        self.group = dataclasses.replace(self.group, k_sources=sources["K"], v_sources=sources.get("V", ()))
+        for endpoints in (self.tail, self.sweep):
+            endpoints[:] = [
+                Endpoint(e.tag, e.context.replace(real_kv_sources=sources[e.tag.name.split("_")[1]])) for e in endpoints
+            ]
+
     @staticmethod
     def allocation_bytes(
         group: KvGroup, *, verify_capacity: int, write_req_capacity: int, write_token_capacity: int, sweep_capacity: int

@@ -17,7 +17,6 @@ budget. Each phase runs on the fastest of graph, prepared steps and plan.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,7 +26,7 @@ from .._validate import check_bool, check_int, resolve_backend
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
-from ..fast.steps import PreparedSteps
+from . import paths
 from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
@@ -37,6 +36,7 @@ from .health import HealthChecker
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
+from .sources import SourceWatch
 from .status import Snapshot
 from .steps import EagerSteps
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
@@ -48,9 +48,7 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
-_PREPARED_NEEDS_KERNELS = (
-    "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
-)
+_REBIND = "rebind_sources between end_step and pre_forward, or between pre_forward and post_forward"
 
 
 class CanaryMonitor:
@@ -121,6 +119,8 @@ class CanaryMonitor:
         switches a monitor to the eager path (benchmarks compare both).
     graph : CapturedStep or None
         The captured step (:meth:`capture_graph`).
+    sources : SourceWatch
+        The real-KV sources as last checked (:meth:`rebind_sources`; re-checked before each TAIL).
     phase_launches : (ndarray, ndarray)
         Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
 
@@ -171,9 +171,7 @@ class CanaryMonitor:
         health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
         backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
-        if prepared is not None and check_bool(_FN, "prepared", prepared) and backend != "cuda":
-            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared, reason=_PREPARED_NEEDS_KERNELS)
-        prepared = backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
+        prepared = paths.use_prepared(_FN, prepared, backend, xp)
         buffers = MonitorBuffers(
             _FN,
             groups,
@@ -193,6 +191,7 @@ class CanaryMonitor:
         self.sweep_capacity = caps["sweep_capacity"]
         self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens)
         self.status, self.ring, self.groups = buffers.status, buffers.ring, buffers.groups
+        self.sources = SourceWatch(self.groups, placement=self._placement, mode=self.real_kv_hash_mode)
         self.enable_chain_position_assert = buffers.enable_chain_position_assert
         self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
         self.readback = readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
@@ -204,9 +203,7 @@ class CanaryMonitor:
         self._phase, self._batch, self._tail = _IDLE, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
         self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
-        self.graph = None
-        # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
-        self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
+        self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.bundles = self.aftercare.bundles
 
@@ -221,10 +218,7 @@ class CanaryMonitor:
         fn = "CanaryMonitor.backend"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        resolved = resolve_backend(fn, backend, [("the monitor's buffers", self._placement)])
-        if self.fast is not None and resolved != "cuda":
-            raise error("KVC-C008", function=fn, argument="backend", got=backend, reason=_PREPARED_NEEDS_KERNELS)
-        self.step_plan.use_backend(resolved)
+        self.step_plan.use_backend(paths.switched_backend(fn, backend, self._placement, self.fast))
 
     _backend = backend  # the spelling earlier test harnesses set
 
@@ -242,20 +236,7 @@ class CanaryMonitor:
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)  # all of it, before the first launch
-        graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
-            graph.pre()
-            self._tail = graph.post
-        elif fast is not None:
-            fast.pre(batch)
-            self._tail = fast.post
-        else:
-            plan = self.step_plan
-            plan.head(batch, *plan.prepare_inputs(batch))
-            # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
-            # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
-            planned = copy.copy(batch)
-            self._tail = lambda: plan.tail(planned)
+        self._tail = paths.head(self.graph, self.fast, self.step_plan, batch, self.batch_checks.checked)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
@@ -279,6 +260,7 @@ class CanaryMonitor:
         if self._phase is not _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, self._batch)
+        self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
         self._tail()
         self._phase = _POST
         self.health.post += 1
@@ -323,12 +305,37 @@ class CanaryMonitor:
             self.aftercare.process(self, snapshot, step)
 
     # --- controls ---------------------------------------------------------------
+    def rebind_sources(self, *, k_sources, v_sources=(), group: str = "full") -> None:
+        """Point ``group``'s real-KV sources at new memory (a JAX pool's buffer after an update).
+
+        Parameters
+        ----------
+        k_sources, v_sources : tuple of RealKvSource
+            As many per half as the group was built with, folding as many bytes per slot each.
+        group : {"full", "swa"}
+
+        Raises
+        ------
+        KvCanaryError
+            Nothing changed: KVC-M005 after post_forward (legal: before pre_forward or post_forward),
+            KVC-C009, KVC-M023, KVC-R007 ... KVC-R011, KVC-C007. After: :mod:`.sources`.
+        """
+        fn = "CanaryMonitor.rebind_sources"
+        if self._phase is _POST:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=_REBIND)
+        self._follow(self.sources.rebind(fn, self.sources.group(fn, group), k_sources, v_sources))
+
+    def _follow(self, change) -> None:
+        pending = self._tail if self._phase is _PRE else None
+        self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._batch)
+        self._tail = self._tail if pending is None else tail
+
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
-        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
-
-        The engine must refill the batch arrays in place (same objects and shapes)
-        between steps. Health counting is unchanged: each replay counts its launches.
+        :meth:`pre_forward` / :meth:`post_forward` get this same batch object. The engine must
+        refill the batch arrays in place (same objects and shapes) between steps; health
+        counting is unchanged (each replay counts its launches); :meth:`rebind_sources` to
+        memory elsewhere drops the graph (capture again).
 
         Raises
         ------
@@ -337,15 +344,7 @@ class CanaryMonitor:
             end_step, and pre_forward's codes for the batch.
         """
         fn = "CanaryMonitor.capture_graph"
-        self.graph = None
-        if self.fast is None or self.xp is np:
-            raise error(
-                "KVC-C008",
-                function=fn,
-                argument="device",
-                got=self.device,
-                reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps",
-            )
+        self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)
@@ -372,6 +371,7 @@ class CanaryMonitor:
         if self._phase is _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
+        self._follow(self.sources.recheck(fn))
         for g in self.groups:
             self.health.add(launch_sweep(self.xp, g, entries))
         self.sweeps += 1
