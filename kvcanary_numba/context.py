@@ -90,7 +90,7 @@ class RealKvSource:
 
     @property
     def rows(self) -> int:
-        return int(self.tensor.shape[0])
+        return int(inspect_array(_SOURCE, "tensor", self.tensor).shape[0])  # any array kind, interface-only too
 
     @property
     def slots_covered(self) -> int:
@@ -308,14 +308,14 @@ def check_real_kv_sources(
         if problem is not None:
             reason = REGISTRY[problem[0]].message.format(function=_SOURCE, **problem[1])
             raise error("KVC-R011", function=function, argument=name, reason=reason, cause=problem[0])
-        if num_slots is not None and source.slots_covered < num_slots:
+        if num_slots is not None and info.shape[0] * source.page_size < num_slots:
             raise error(
                 "KVC-R007",
                 function=function,
                 index=index,
-                rows=source.rows,
+                rows=info.shape[0],
                 page_size=source.page_size,
-                got=source.slots_covered,
+                got=info.shape[0] * source.page_size,
                 needed=num_slots,
                 slots_of=slots_of,
             )
