@@ -1,9 +1,9 @@
 """The JAX example engine (examples/jax_engine) with the canary attached, on JAX's CPU backend.
 
 Planted faults must be caught at the slots they hit with the bits that report them,
-clean runs must stay silent, and the canary must watch the buffers the model reads.
-Tests that fingerprint live KV need ``CanaryMonitor.rebind_sources`` (the pool is a new
-buffer, or a donated one, every step) and are skipped while it does not exist.
+clean runs must stay silent, and the canary must watch the buffers the model reads: the
+pool is a new buffer (functional updates) or a donated one every step, and the canary
+re-points its sources with ``CanaryMonitor.rebind_sources`` after every forward.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # examples/ is not part of the installed package
     sys.path.insert(0, str(ROOT))
 
-from examples.jax_engine import FAULT_CLASSES, REAL_KV_FAULTS, TINY_ENGINE, JaxEngine  # noqa: E402
-from examples.jax_engine import bench  # noqa: E402
+from examples.jax_engine import (  # noqa: E402
+    FAULT_CLASSES,
+    REAL_KV_FAULTS,
+    TINY_ENGINE,
+    JaxEngine,
+    bench,  # noqa: E402
+)
 from examples.jax_engine.batches import BatchArrays  # noqa: E402
-from examples.jax_engine.canary import _rebind_sources, alias  # noqa: E402
-from kvcanary_numba import CanaryMonitor, FailReason  # noqa: E402
+from examples.jax_engine.canary import alias, rebind  # noqa: E402
+from kvcanary_numba import FailReason  # noqa: E402
 
 F = FailReason
 CPU = jax.devices("cpu")[0]  # the CPU backend even where a GPU is the default (the GPU tests are elsewhere)
-needs_rebind = pytest.mark.skipif(not hasattr(CanaryMonitor, "rebind_sources"),
-                                  reason="needs CanaryMonitor.rebind_sources")  # fmt: skip
 
 #: What each planted fault must show at one of its slots: stated here, not taken from the engine's table.
 MUST_SHOW = {
@@ -89,18 +92,22 @@ def test_planted_fault_is_caught(fault, donate):
     assert min(v.step for v in found) >= record.step
 
 
-def test_real_kv_is_refused_without_rebinding():
-    if hasattr(CanaryMonitor, "rebind_sources"):
-        pytest.skip("CanaryMonitor.rebind_sources exists")
-    engine = JaxEngine(device=CPU)
-    with pytest.raises(NotImplementedError):
-        engine.attach_canary(real_kv=True)
-    monitor = _engine().canary.monitor
-    with pytest.raises(NotImplementedError):
-        _rebind_sources(monitor, tuple(engine.k_pool[:1]), tuple(engine.v_pool[:1]))
+def test_the_canary_follows_the_pool_it_is_rebound_to():
+    """With donation the pool stays put and the monitor keeps its launches; with functional updates
+    every step's pool is a new buffer, and the monitor's sources name it (and no earlier one)."""
+    for donate in (True, False):
+        engine = _engine(donate=donate, real_kv=True)
+        engine.run(5)
+        sources = engine.canary.monitor.groups[0].sources
+        pointers = [s[0].tensor.ctypes.data for s in (sources["K"], sources["V"])]
+        assert pointers == [engine.k_pool[0].unsafe_buffer_pointer(), engine.v_pool[0].unsafe_buffer_pointer()]
+        assert engine.canary.monitor.sources.unchanged()
+    monitor = engine.canary.monitor
+    rebind(monitor, tuple(engine.k_pool[:1]), tuple(engine.v_pool[:1]))  # between steps: allowed
+    with pytest.raises(Exception, match="KVC-M023"):  # two K sources where the monitor was built with one
+        rebind(monitor, tuple(engine.k_pool[:2]), tuple(engine.v_pool[:1]))
 
 
-@needs_rebind
 @pytest.mark.parametrize("donate", [True, False], ids=["donated", "functional"])
 def test_kv_byte_flip_is_caught(donate):
     engine = _engine({"kv_flip": 10}, donate=donate, real_kv=True)
@@ -113,7 +120,6 @@ def test_kv_byte_flip_is_caught(donate):
     assert first.is_deleted() == donate  # donated: the first array is gone and the canary followed along
 
 
-@needs_rebind
 def test_corruption_after_functional_updates_is_caught_in_the_current_buffer():
     """Fails if the canary fingerprints a stale buffer: with functional updates the pool moves every
     step, and the flipped byte is only in the buffer the model reads now."""
@@ -131,7 +137,6 @@ def test_corruption_after_functional_updates_is_caught_in_the_current_buffer():
     assert hits and all(v.bits & F.VERIFY_REAL_KV_HASH_MISMATCH for v in hits)
 
 
-@needs_rebind
 def test_a_thousand_clean_steps_with_real_kv_report_nothing():
     _clean_run(1000, real_kv=True)
     _clean_run(300, real_kv=True, donate=False)
@@ -144,8 +149,13 @@ def test_the_canary_does_not_pin_the_donated_pool():
     seen = set()
     for _ in range(100):
         engine.step()
-        seen.add((engine.k_pool[0].unsafe_buffer_pointer(), engine.v_pool[0].unsafe_buffer_pointer(),
-                  engine.req_to_token.unsafe_buffer_pointer()))  # fmt: skip
+        seen.add(
+            (
+                engine.k_pool[0].unsafe_buffer_pointer(),
+                engine.v_pool[0].unsafe_buffer_pointer(),
+                engine.req_to_token.unsafe_buffer_pointer(),
+            )
+        )
     assert len(seen) == 1 and engine.canary.violations == []
 
 

@@ -23,18 +23,30 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.jax_engine import LLAMA_3_2_1B, EngineConfig, JaxEngine  # noqa: E402
-from examples.jax_engine import bench  # noqa: E402
-from kvcanary_numba import CanaryMonitor, FailReason  # noqa: E402
+from examples.jax_engine import (  # noqa: E402
+    LLAMA_3_2_1B,
+    EngineConfig,
+    JaxEngine,
+    bench,  # noqa: E402
+)
+from kvcanary_numba import FailReason  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 F = FailReason
-needs_rebind = pytest.mark.skipif(not hasattr(CanaryMonitor, "rebind_sources"),
-                                  reason="needs CanaryMonitor.rebind_sources")  # fmt: skip
 
 #: Eight requests of up to 576 tokens, prefilled in chunks of 256.
-CONFIG = EngineConfig(page_size=16, num_pages=600, max_running=8, max_context=1024, chunk_size=256, step_tokens=512,
-                      min_prompt=128, max_prompt=512, min_new=8, max_new=64)  # fmt: skip
+CONFIG = EngineConfig(
+    page_size=16,
+    num_pages=600,
+    max_running=8,
+    max_context=1024,
+    chunk_size=256,
+    step_tokens=512,
+    min_prompt=128,
+    max_prompt=512,
+    min_new=8,
+    max_new=64,
+)
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +72,14 @@ def test_llama_shapes_run_clean_on_the_gpu(gpu, order):
     assert engine.canary.monitor.stats()["protected_tokens"] > 0 and engine.sched.finished > 0
 
 
-@pytest.mark.parametrize("fault, bits", [("table_slip", F.VERIFY_CHAIN_HASH_MISMATCH),
-                                         ("slot_reuse", F.VERIFY_POSITION_MISMATCH | F.VERIFY_CHAIN_HASH_MISMATCH),
-                                         ("token_flip", F.WRITE_TOKEN_MISMATCH)])  # fmt: skip
+@pytest.mark.parametrize(
+    "fault, bits",
+    [
+        ("table_slip", F.VERIFY_CHAIN_HASH_MISMATCH),
+        ("slot_reuse", F.VERIFY_POSITION_MISMATCH | F.VERIFY_CHAIN_HASH_MISMATCH),
+        ("token_flip", F.WRITE_TOKEN_MISMATCH),
+    ],
+)
 def test_planted_fault_is_caught_on_the_gpu(gpu, fault, bits):
     engine = _run(gpu, {fault: 6}, steps=40)
     (record,) = engine.faults
@@ -71,7 +88,6 @@ def test_planted_fault_is_caught_on_the_gpu(gpu, fault, bits):
     assert min(v.step for v in found) >= record.step
 
 
-@needs_rebind
 @pytest.mark.parametrize("donate", [True, False], ids=["donated", "functional"])
 def test_kv_byte_flip_is_caught_on_the_gpu(gpu, donate):
     engine = _run(gpu, {"kv_flip": 6}, steps=40, donate=donate, real_kv=True)
@@ -81,7 +97,6 @@ def test_kv_byte_flip_is_caught_on_the_gpu(gpu, donate):
     assert min(v.step for v in found) >= record.step
 
 
-@needs_rebind
 def test_real_kv_run_is_clean_on_the_gpu(gpu):
     assert _run(gpu, steps=80, real_kv=True).canary.violations == []
 
@@ -89,6 +104,11 @@ def test_real_kv_run_is_clean_on_the_gpu(gpu):
 def test_bench_replays_the_canary_graph_on_the_gpu(gpu, tmp_path):
     assert bench.main(["--tiny", "--quick", "--steps", "3", "--rounds", "1", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "jax_engine_bench.json").read_text())["rows"]
-    assert {(r["verification"], r["arm"]) for r in rows} == {("-", "off"), ("full", "on"), ("full", "graph"),
-                                                            ("budgeted", "on"), ("budgeted", "graph")}  # fmt: skip
+    assert {(r["verification"], r["arm"]) for r in rows} == {
+        ("-", "off"),
+        ("full", "on"),
+        ("full", "graph"),
+        ("budgeted", "on"),
+        ("budgeted", "graph"),
+    }
     assert all(r["violations"] == 0 for r in rows)

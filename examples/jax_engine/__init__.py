@@ -8,5 +8,16 @@ from .config import LLAMA_3_1_8B, LLAMA_3_2_1B, TINY, TINY_ENGINE, EngineConfig,
 from .engine import JaxEngine
 from .faults import FAULT_CLASSES, REAL_KV_FAULTS, FaultRecord
 
-__all__ = ["FAULT_CLASSES", "LLAMA_3_1_8B", "LLAMA_3_2_1B", "REAL_KV_FAULTS", "TINY", "TINY_ENGINE", "EngineConfig",
-           "FaultRecord", "JaxCanary", "JaxEngine", "ModelConfig"]
+__all__ = [
+    "FAULT_CLASSES",
+    "LLAMA_3_1_8B",
+    "LLAMA_3_2_1B",
+    "REAL_KV_FAULTS",
+    "TINY",
+    "TINY_ENGINE",
+    "EngineConfig",
+    "FaultRecord",
+    "JaxCanary",
+    "JaxEngine",
+    "ModelConfig",
+]

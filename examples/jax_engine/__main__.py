@@ -1,8 +1,8 @@
 """``python -m examples.jax_engine``: a clean run, then one run per planted fault, and what the canary saw.
 
-Runs on JAX's default device (``--cpu`` forces the CPU backend). Real-KV
-fingerprints, and with them the ``kv_flip`` fault, need ``CanaryMonitor.rebind_sources``;
-without it they are reported as skipped.
+Runs on JAX's default device (``--cpu`` forces the CPU backend). The canary fingerprints
+layer 0's live K and V (rebound to the pool's current buffers every step); ``--no-real-kv``
+turns that off, and with it the ``kv_flip`` fault, which only those fingerprints can see.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import time
 
 import jax
 
-from .canary import REBIND_MISSING, rebind_supported
 from .config import MODELS, TINY, TINY_ENGINE
 from .engine import JaxEngine
 from .faults import FAULT_CLASSES, REAL_KV_FAULTS
@@ -37,7 +36,9 @@ def run(fault, *, steps: int, model, device, real_kv: bool) -> str:
     line = f"{fault:<14} {verdict:<10} planted at step {record.step} into slots {list(record.slots)}"
     if catches:
         first = catches[0]
-        line += f"\n{'':<25} first report: step {first.step}, {first.tag}, slot {first.slot_idx}, {'+'.join(first.reasons)}"
+        line += (
+            f"\n{'':<25} first report: step {first.step}, {first.tag}, slot {first.slot_idx}, {'+'.join(first.reasons)}"
+        )
     return line + f"\n{'':<25} ({FAULT_CLASSES[fault][0]})"
 
 
@@ -47,17 +48,16 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", action="store_true", help="JAX's CPU backend even where a GPU is the default")
     p.add_argument("--model", choices=sorted(MODELS), default=TINY.name)
     p.add_argument("--faults", nargs="*", default=sorted(FAULT_CLASSES))
+    p.add_argument("--real-kv", action=argparse.BooleanOptionalAction, default=True, help="fingerprint layer-0 K/V")
     args = p.parse_args(argv)
     logging.getLogger("kvcanary_numba").setLevel(logging.ERROR)  # this report replaces the per-row warnings
     device = jax.devices("cpu")[0] if args.cpu else jax.devices()[0]
-    real_kv = rebind_supported()
-    print(f"JAX engine ({args.model}) on {device}; real-KV fingerprints: "
-          f"{'on' if real_kv else 'off (' + REBIND_MISSING + ')'}\n")  # fmt: skip
+    print(f"JAX engine ({args.model}) on {device}; real-KV fingerprints: {'on' if args.real_kv else 'off'}\n")
     for fault in [None, *args.faults]:
-        if fault in REAL_KV_FAULTS and not real_kv:
-            print(f"{fault:<14} SKIPPED    {REBIND_MISSING}")
+        if fault in REAL_KV_FAULTS and not args.real_kv:
+            print(f"{fault:<14} SKIPPED    (only real-KV fingerprints see it: --real-kv)")
             continue
-        print(run(fault, steps=args.steps, model=MODELS[args.model], device=device, real_kv=real_kv))
+        print(run(fault, steps=args.steps, model=MODELS[args.model], device=device, real_kv=args.real_kv))
     return 0
 
 

@@ -21,12 +21,17 @@ __all__ = ["BatchArrays"]
 
 #: StepBatch field <- HostBatch field, in the order they sit in the device buffer.
 _FIELDS = (
-    ("req_pool_indices", "req_pool_indices"), ("prefix_lens", "prefix_lens"),
-    ("extend_seq_lens", "extend_seq_lens"), ("input_ids", "input_ids"), ("positions", "positions"),
-    ("out_cache_loc", "out_cache_loc"), ("expected_input_tokens", "expected_tokens"),
-    ("expected_input_positions", "expected_positions"), ("token_ids_flat", "token_ids_flat"),
+    ("req_pool_indices", "req_pool_indices"),
+    ("prefix_lens", "prefix_lens"),
+    ("extend_seq_lens", "extend_seq_lens"),
+    ("input_ids", "input_ids"),
+    ("positions", "positions"),
+    ("out_cache_loc", "out_cache_loc"),
+    ("expected_input_tokens", "expected_tokens"),
+    ("expected_input_positions", "expected_positions"),
+    ("token_ids_flat", "token_ids_flat"),
     ("token_offsets", "token_offsets"),
-)  # fmt: skip
+)
 _VIEWS_KEPT = 256  # shapes whose views are kept before starting over
 
 
@@ -56,8 +61,9 @@ class BatchArrays:
         if xp is np:
             self._host = [np.zeros(capacity, dtype=np.int64)]
         else:  # two pinned buffers: the host fills one while the copy of the other may still run
-            self._host = [np.frombuffer(xp.cuda.alloc_pinned_memory(capacity * 8), np.int64, capacity)
-                          for _ in range(2)]  # fmt: skip
+            self._host = [
+                np.frombuffer(xp.cuda.alloc_pinned_memory(capacity * 8), np.int64, capacity) for _ in range(2)
+            ]
         self._copied = [None] * len(self._host)  # event of the copy that last read each host buffer
         self._turn = 0
 

@@ -39,13 +39,18 @@ import numpy as np  # noqa: E402
 
 from kvcanary_numba.monitor import VerifyBudget  # noqa: E402
 
-from .canary import JaxCanary, rebind_supported  # noqa: E402
+from .canary import JaxCanary  # noqa: E402
 from .config import LLAMA_3_2_1B, MODELS, TINY, ModelConfig  # noqa: E402
 from .model import DeviceBatch, forward, init_params, new_kv_pool  # noqa: E402
 from .scheduler import HostBatch  # noqa: E402
 
-FULL_SHAPES = [("decode", 1, 1024), ("decode", 64, 1024), ("decode", 256, 1024), ("prefill", 8, 2048),
-               ("prefill", 8, 8192)]  # fmt: skip
+FULL_SHAPES = [
+    ("decode", 1, 1024),
+    ("decode", 64, 1024),
+    ("decode", 256, 1024),
+    ("prefill", 8, 2048),
+    ("prefill", 8, 8192),
+]
 QUICK_SHAPES = [("decode", 1, 32), ("decode", 4, 32), ("prefill", 2, 16)]
 
 
@@ -72,18 +77,32 @@ class Shape:
         pos = np.tile(np.arange(start, stop), len(reqs))
         loc = self.table[reqs, start:stop].reshape(-1).astype(np.int64)
         flat = self.prompts[reqs - 1, :stop].reshape(-1)
-        return HostBatch(requests=[], req_pool_indices=i64(reqs), prefix_lens=i64([start] * len(reqs)),
-                         extend_seq_lens=i64([n] * len(reqs)), input_ids=i64(ids), positions=i64(pos),
-                         out_cache_loc=loc, expected_tokens=i64(ids), expected_positions=i64(pos),
-                         token_ids_flat=i64(flat), token_offsets=i64(np.arange(len(reqs) + 1) * stop))  # fmt: skip
+        return HostBatch(
+            requests=[],
+            req_pool_indices=i64(reqs),
+            prefix_lens=i64([start] * len(reqs)),
+            extend_seq_lens=i64([n] * len(reqs)),
+            input_ids=i64(ids),
+            positions=i64(pos),
+            out_cache_loc=loc,
+            expected_tokens=i64(ids),
+            expected_positions=i64(pos),
+            token_ids_flat=i64(flat),
+            token_offsets=i64(np.arange(len(reqs) + 1) * stop),
+        )
 
     @staticmethod
     def device_batch(hb: HostBatch) -> DeviceBatch:
         bs, n = len(hb.req_pool_indices), int(hb.extend_seq_lens[0])
         as2d = lambda v: jnp.asarray(np.asarray(v, np.int32).reshape(bs, n))  # noqa: E731
-        return DeviceBatch(tokens=as2d(hb.input_ids), positions=as2d(hb.positions), out_loc=as2d(hb.out_cache_loc),
-                           counts=jnp.full(bs, n, jnp.int32), rows=jnp.asarray(hb.req_pool_indices, jnp.int32),
-                           kv_lens=jnp.asarray(hb.prefix_lens + n, jnp.int32))  # fmt: skip
+        return DeviceBatch(
+            tokens=as2d(hb.input_ids),
+            positions=as2d(hb.positions),
+            out_loc=as2d(hb.out_cache_loc),
+            counts=jnp.full(bs, n, jnp.int32),
+            rows=jnp.asarray(hb.req_pool_indices, jnp.int32),
+            kv_lens=jnp.asarray(hb.prefix_lens + n, jnp.int32),
+        )
 
 
 class Arms:
@@ -94,25 +113,47 @@ class Arms:
         self.k_pool, self.v_pool = new_kv_pool(model, shape.num_slots)
         self.table = jnp.asarray(shape.table)
         self.attention = ("cudnn" if gpu else "xla") if args.attention == "auto" else args.attention
-        self.real_kv = args.real_kv and rebind_supported()
+        self.real_kv = args.real_kv
         # Setup prefills the cached tokens a few requests at a time (bounded attention scores).
         self.setup_rows = max(1, min(shape.bs, args.setup_tokens // max(shape.cached, 1)))
         tokens = max(shape.bs * shape.new, self.setup_rows * shape.cached)
         self.canaries = {}
-        for verification, extra in (("full", {}), ("budgeted", {"verify_budget": VerifyBudget(period=args.budget_period)})):
+        for verification, extra in (
+            ("full", {}),
+            ("budgeted", {"verify_budget": VerifyBudget(period=args.budget_period)}),
+        ):
             for arm in ("on", "graph") if gpu else ("on",):
                 self.canaries[f"{verification}/{arm}"] = JaxCanary(
-                    k_arrays=self.k_pool[:1], v_arrays=self.v_pool[:1], num_slots=shape.num_slots,
-                    max_requests=shape.bs + 1, max_context=shape.ctx, write_req_capacity=shape.bs,
-                    write_token_capacity=tokens, real_kv=self.real_kv, order=args.order, health_interval=0, **extra)  # fmt: skip
+                    k_arrays=self.k_pool[:1],
+                    v_arrays=self.v_pool[:1],
+                    num_slots=shape.num_slots,
+                    max_requests=shape.bs + 1,
+                    max_context=shape.ctx,
+                    write_req_capacity=shape.bs,
+                    write_token_capacity=tokens,
+                    real_kv=self.real_kv,
+                    order=args.order,
+                    health_interval=0,
+                    **extra,
+                )
         self.fences = {name: jnp.zeros(1, jnp.int32) for name in self.canaries}
-        self._fwd = jax.jit(forward, static_argnames=("cfg", "ctx_len", "attention", "q_block"),
-                            donate_argnums=(1, 2), keep_unused=True)  # fmt: skip
+        self._fwd = jax.jit(
+            forward, static_argnames=("cfg", "ctx_len", "attention", "q_block"), donate_argnums=(1, 2), keep_unused=True
+        )
 
     def _forward(self, dev, ctx_len, attention):
         fence = tuple(self.fences.values())  # every canary's: one pytree shape, one compile
-        out, self.k_pool, self.v_pool = self._fwd(self.params, self.k_pool, self.v_pool, self.table, dev, fence,
-                                                  cfg=self.model, ctx_len=ctx_len, attention=attention)  # fmt: skip
+        out, self.k_pool, self.v_pool = self._fwd(
+            self.params,
+            self.k_pool,
+            self.v_pool,
+            self.table,
+            dev,
+            fence,
+            cfg=self.model,
+            ctx_len=ctx_len,
+            attention=attention,
+        )
         return out
 
     def step(self, hb, dev, names, ctx_len, attention=None, *, wait_canary: bool = True) -> None:
@@ -195,34 +236,53 @@ def run_shape(model, params, kind: str, bs: int, tokens: int, args, gpu: bool) -
     for name, t in latency.items():
         verification, arm = ("-", "off") if name == "off" else name.split("/")
         med, pipe = statistics.median(t), statistics.median(pipelined[name])
-        rows.append(dict(kind=kind, bs=bs, tokens=tokens, verification=verification, arm=arm, median_ms=1e3 * med,
-                         p10_ms=1e3 * float(np.percentile(t, 10)), p90_ms=1e3 * float(np.percentile(t, 90)),
-                         overhead_pct=None if name == "off" else 100 * (med - off) / off, samples=len(t),
-                         pipelined_ms=1e3 * pipe,
-                         pipelined_overhead_pct=None if name == "off" else 100 * (pipe - off_pipe) / off_pipe,
-                         attention=arms.attention, real_kv=arms.real_kv, violations=violations))  # fmt: skip
+        rows.append(
+            dict(
+                kind=kind,
+                bs=bs,
+                tokens=tokens,
+                verification=verification,
+                arm=arm,
+                median_ms=1e3 * med,
+                p10_ms=1e3 * float(np.percentile(t, 10)),
+                p90_ms=1e3 * float(np.percentile(t, 90)),
+                overhead_pct=None if name == "off" else 100 * (med - off) / off,
+                samples=len(t),
+                pipelined_ms=1e3 * pipe,
+                pipelined_overhead_pct=None if name == "off" else 100 * (pipe - off_pipe) / off_pipe,
+                attention=arms.attention,
+                real_kv=arms.real_kv,
+                violations=violations,
+            )
+        )
     return rows
 
 
 def markdown(meta: dict, rows: list[dict]) -> str:
-    lines = [f"# JAX engine: canary cost per model step ({meta['model']}, {meta['device']})", "",
-             f"jax {meta['jax']}, order `{meta['order']}`, real-KV sources: {meta['real_kv']}, "
-             f"budget period {meta['budget_period']}; medians of {meta['samples']} steps per arm.", "",
-             "Step: the host waits for the model and the canary after each step (median, p10-p90). "
-             "Pipelined: runs of steps where the host waits only for the sampled tokens (median of the runs' means).",
-             "",
-             "| step | verification | arm | step ms | p10-p90 ms | overhead | pipelined ms | overhead | attention "
-             "| violations |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# JAX engine: canary cost per model step ({meta['model']}, {meta['device']})",
+        "",
+        f"jax {meta['jax']}, order `{meta['order']}`, real-KV sources: {meta['real_kv']}, "
+        f"budget period {meta['budget_period']}; medians of {meta['samples']} steps per arm.",
+        "",
+        "Step: the host waits for the model and the canary after each step (median, p10-p90). "
+        "Pipelined: runs of steps where the host waits only for the sampled tokens (median of the runs' means).",
+        "",
+        "| step | verification | arm | step ms | p10-p90 ms | overhead | pipelined ms | overhead | attention "
+        "| violations |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     pct = lambda v: "-" if v is None else f"{v:+.2f} %"  # noqa: E731
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['kind']} {r['bs']} x {r['tokens']} | - | - | - | - | - | - | {r['error']} | - | - |")
             continue
-        lines.append(f"| {r['kind']} {r['bs']} x {r['tokens']} | {r['verification']} | {r['arm']} | "
-                     f"{r['median_ms']:.3f} | {r['p10_ms']:.3f}-{r['p90_ms']:.3f} | {pct(r['overhead_pct'])} | "
-                     f"{r['pipelined_ms']:.3f} | {pct(r['pipelined_overhead_pct'])} | {r['attention']} | "
-                     f"{r['violations']} |")
+        lines.append(
+            f"| {r['kind']} {r['bs']} x {r['tokens']} | {r['verification']} | {r['arm']} | "
+            f"{r['median_ms']:.3f} | {r['p10_ms']:.3f}-{r['p90_ms']:.3f} | {pct(r['overhead_pct'])} | "
+            f"{r['pipelined_ms']:.3f} | {pct(r['pipelined_overhead_pct'])} | {r['attention']} | "
+            f"{r['violations']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -235,7 +295,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="benchmarks/results/jax_engine", help="output folder")
     p.add_argument("--order", choices=("stream", "block"), default="stream")
     p.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto")
-    p.add_argument("--real-kv", action="store_true", help="fingerprint layer-0 K/V (needs rebind_sources)")
+    p.add_argument(
+        "--real-kv",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fingerprint layer-0 K/V (rebound per step)",
+    )
     p.add_argument("--budget-period", type=int, default=8)
     p.add_argument("--steps", type=int, default=None, help="timed steps per arm and round")
     p.add_argument("--rounds", type=int, default=None)
@@ -258,10 +323,18 @@ def main(argv=None) -> int:
                     raise
                 rows.append(dict(kind=kind, bs=bs, tokens=tokens, error="did not fit in GPU memory"))
             print(markdown_row_summary(rows[-1]), flush=True)
-    meta = dict(model=model.name, device=str(device), jax=jax.__version__, order=args.order,
-                real_kv=args.real_kv and rebind_supported(), budget_period=args.budget_period,
-                samples=args.steps * args.rounds, python=sys.version.split()[0], machine=platform.machine(),
-                quick=args.quick)  # fmt: skip
+    meta = dict(
+        model=model.name,
+        device=str(device),
+        jax=jax.__version__,
+        order=args.order,
+        real_kv=args.real_kv,
+        budget_period=args.budget_period,
+        samples=args.steps * args.rounds,
+        python=sys.version.split()[0],
+        machine=platform.machine(),
+        quick=args.quick,
+    )
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "jax_engine_bench.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))

@@ -6,9 +6,9 @@ Three things make a JAX engine different from the package's toy engine.
    (``kv.at[slots].set(...)``) returns a new buffer; a donated one
    (``jax.jit(..., donate_argnums=...)``) is written in place but its old
    ``jax.Array`` is deleted. A ``RealKvSource`` built once would read a buffer the
-   model no longer reads, or fail. :func:`_rebind_sources` is the one place that
-   points the monitor at the current buffers; :meth:`JaxCanary.post_forward` calls
-   it every step, before the TAIL launches read KV.
+   model no longer reads, or fail. :func:`rebind` is the one place that points the
+   monitor at the current buffers (``CanaryMonitor.rebind_sources``);
+   :meth:`JaxCanary.post_forward` calls it every step, before the TAIL launches read KV.
 
 2. **A view must not pin the buffer.** ``np.asarray`` of a CPU array and
    ``cupy.from_dlpack`` of a GPU array hold an *external reference* on XLA's buffer
@@ -41,15 +41,7 @@ from kvcanary_numba import CanaryMonitor, KvGroup, RealKvHashMode, RealKvSource
 
 from .batches import BatchArrays
 
-__all__ = ["REBIND_MISSING", "JaxCanary", "alias", "order_after", "rebind_supported", "view"]
-
-#: Why real-KV fingerprints are unavailable until the package can re-point sources.
-REBIND_MISSING = "needs CanaryMonitor.rebind_sources"
-
-
-def rebind_supported() -> bool:
-    """Whether this kvcanary_numba can re-point a monitor's real-KV sources (``rebind_sources``)."""
-    return hasattr(CanaryMonitor, "rebind_sources")
+__all__ = ["JaxCanary", "alias", "order_after", "rebind", "view"]
 
 
 def order_after(x: jax.Array, *, gpu: bool, stream=None) -> None:
@@ -106,19 +98,13 @@ def _sources(arrays, *, gpu: bool, stream, wait: bool) -> tuple[RealKvSource, ..
     return tuple(_source(view(x, gpu=gpu, stream=stream, wait=wait).reshape(x.shape[0], -1)) for x in arrays)
 
 
-def _rebind_missing() -> NotImplementedError:
-    return NotImplementedError(
-        f"real-KV fingerprints of a JAX pool {REBIND_MISSING}: the pool is a new buffer (or a donated "
-        "one) every step, and a source built once would read stale memory. Run with real_kv=False "
-        "until kvcanary_numba provides it."
-    )
-
-
-def _rebind_sources(monitor: CanaryMonitor, k_arrays, v_arrays, *, stream=None, wait: bool = True) -> None:
+def rebind(monitor: CanaryMonitor, k_arrays, v_arrays, *, stream=None, wait: bool = True) -> None:
     """Point ``monitor``'s FULL-group real-KV sources at the pool's current buffers.
 
     The only place the canary learns where the KV is: called after every forward, before
-    the TAIL launches (and any sweep) read it.
+    the TAIL launches (and any sweep) read it. With donation the buffers stay put and the
+    monitor keeps its prepared launches and captured graph; with functional updates they
+    move, and the monitor re-points its launches (and drops a graph).
 
     Parameters
     ----------
@@ -129,14 +115,7 @@ def _rebind_sources(monitor: CanaryMonitor, k_arrays, v_arrays, *, stream=None, 
         The canary's stream (GPU).
     wait : bool
         Order the reads after the arrays' producer (see :func:`view`).
-
-    Raises
-    ------
-    NotImplementedError
-        When this kvcanary_numba has no ``CanaryMonitor.rebind_sources``.
     """
-    if not hasattr(monitor, "rebind_sources"):
-        raise _rebind_missing()
     kw = dict(gpu=monitor.device == "cuda", stream=stream, wait=wait)
     monitor.rebind_sources(k_sources=_sources(k_arrays, **kw), v_sources=_sources(v_arrays, **kw))
 
@@ -156,8 +135,8 @@ class JaxCanary:
     num_slots, max_requests, max_context, write_req_capacity, write_token_capacity : int
         Pool and batch sizes (see :class:`~kvcanary_numba.CanaryMonitor`).
     real_kv : bool
-        Fingerprint the live KV (needs ``CanaryMonitor.rebind_sources``, see :func:`_rebind_sources`).
-        Without it the canary still checks chains, positions and tokens.
+        Fingerprint the live KV (rebound every step, see :func:`rebind`). Without it the canary
+        still checks chains, positions and tokens.
     real_kv_hash_mode : RealKvHashMode
         PARTIAL (16 bytes per slot, SGLang's default) or ALL.
     order : {"stream", "block"}
@@ -166,23 +145,28 @@ class JaxCanary:
         Build batches the GPU way on the CPU too (tests).
     **monitor_options
         Passed to the monitor (``mode``, ``health_interval``, ``verify_budget``, ...).
-
-    Raises
-    ------
-    NotImplementedError
-        ``real_kv=True`` while the monitor cannot rebind sources.
     """
 
-    def __init__(self, *, k_arrays, v_arrays, num_slots: int, max_requests: int, max_context: int,
-                 write_req_capacity: int, write_token_capacity: int, real_kv: bool = False,
-                 real_kv_hash_mode: RealKvHashMode = RealKvHashMode.PARTIAL, order: str = "stream",
-                 staged: bool | None = None, **monitor_options):  # fmt: skip
+    def __init__(
+        self,
+        *,
+        k_arrays,
+        v_arrays,
+        num_slots: int,
+        max_requests: int,
+        max_context: int,
+        write_req_capacity: int,
+        write_token_capacity: int,
+        real_kv: bool = False,
+        real_kv_hash_mode: RealKvHashMode = RealKvHashMode.PARTIAL,
+        order: str = "stream",
+        staged: bool | None = None,
+        **monitor_options,
+    ):
         if order not in ("stream", "block"):
             raise ValueError(f"JaxCanary: order must be 'stream' or 'block', got {order!r}")
         self.gpu = k_arrays[0].devices().pop().platform == "gpu"
         self.order, self.real_kv = order, real_kv
-        if real_kv and not rebind_supported():  # before anything is allocated
-            raise _rebind_missing()
         if self.gpu:
             import cupy
 
@@ -192,28 +176,44 @@ class JaxCanary:
             xp, self.stream = np, None
         # What a jitted call takes when no fence is needed (CPU, or the host already waited).
         self._no_fence = jnp.zeros(1, jnp.int32)
+
         # Until the first rebind the monitor holds placeholders: rows of zeros that take no memory
         # (stride-0 broadcasts), never a view of the pool that could go stale.
         def placeholders(arrays):
-            return tuple(_source(xp.broadcast_to(xp.zeros((1, x.shape[1] * x.shape[2]), x.dtype),
-                                                 (x.shape[0], x.shape[1] * x.shape[2]))) for x in arrays)  # fmt: skip
+            return tuple(
+                _source(
+                    xp.broadcast_to(
+                        xp.zeros((1, x.shape[1] * x.shape[2]), x.dtype), (x.shape[0], x.shape[1] * x.shape[2])
+                    )
+                )
+                for x in arrays
+            )
 
-        full = KvGroup(kind="full", num_slots=num_slots, has_v=True,
-                       k_sources=placeholders(k_arrays) if real_kv else (),
-                       v_sources=placeholders(v_arrays) if real_kv else ())  # fmt: skip
+        full = KvGroup(
+            kind="full",
+            num_slots=num_slots,
+            has_v=True,
+            k_sources=placeholders(k_arrays) if real_kv else (),
+            v_sources=placeholders(v_arrays) if real_kv else (),
+        )
         self.monitor = CanaryMonitor(
-            full=full, device="cuda" if self.gpu else "cpu",
+            full=full,
+            device="cuda" if self.gpu else "cpu",
             real_kv_hash_mode=real_kv_hash_mode if real_kv else RealKvHashMode.NONE,
-            write_req_capacity=write_req_capacity, write_token_capacity=write_token_capacity,
-            check_verify_expected_token=True, max_requests=max_requests, max_context_len=max_context,
+            write_req_capacity=write_req_capacity,
+            write_token_capacity=write_token_capacity,
+            check_verify_expected_token=True,
+            max_requests=max_requests,
+            max_context_len=max_context,
             **monitor_options,
-        )  # fmt: skip
+        )
         capacity = 3 * write_req_capacity + 1 + 5 * write_token_capacity + write_req_capacity * max_context
         self.batches = BatchArrays(xp=xp, capacity=capacity, stream=self.stream, staged=staged)
         self._table = (None, None)  # (pointer, view) of the device page table's last view
+        self._pool = ()  # the pool buffers' pointers the sources were last rebound to
         if real_kv:
             with self._on_stream():
-                _rebind_sources(self.monitor, tuple(k_arrays), tuple(v_arrays), stream=self.stream)
+                rebind(self.monitor, tuple(k_arrays), tuple(v_arrays), stream=self.stream)
 
     def _on_stream(self):
         """``with`` block in which the monitor launches on the canary's stream (CPU: nothing)."""
@@ -254,11 +254,23 @@ class JaxCanary:
             self.monitor.capture_graph(self.batches.batch(hb, self._table_view(req_to_token)))
 
     def post_forward(self, k_arrays, v_arrays) -> None:
-        """Point the sources at the pool the forward returned, then the TAIL launches."""
+        """Point the sources at the pool the forward returned, then the TAIL launches.
+
+        A donated pool keeps its buffers: then the sources already name them (the reads are
+        ordered after this step's writes all the same), and the monitor's prepared launches
+        and graph stay as they are. A functional update moved them: rebound.
+        """
         with self._on_stream():
             if self.real_kv:
-                wait = self._wait((k_arrays, v_arrays))
-                _rebind_sources(self.monitor, tuple(k_arrays), tuple(v_arrays), stream=self.stream, wait=wait)
+                arrays = (*k_arrays, *v_arrays)
+                wait = self._wait(arrays)
+                pointers = tuple(x.unsafe_buffer_pointer() for x in arrays)
+                if pointers != self._pool:
+                    rebind(self.monitor, tuple(k_arrays), tuple(v_arrays), stream=self.stream, wait=wait)
+                    self._pool = pointers
+                elif wait:
+                    for x in arrays:
+                        order_after(x, gpu=self.gpu, stream=self.stream)
             self.monitor.post_forward()
 
     def end_step(self, **kwargs) -> None:

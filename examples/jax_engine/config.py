@@ -52,8 +52,9 @@ class ModelConfig:
             raise ValueError(f"ModelConfig: dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
         if self.kv_bytes_per_token % 16:
             # The canary folds KV bytes in 16-byte words; a Llama head is always a multiple of that.
-            raise ValueError(f"ModelConfig: kv_heads * head_dim * itemsize must be a multiple of 16, "
-                             f"got {self.kv_bytes_per_token}")
+            raise ValueError(
+                f"ModelConfig: kv_heads * head_dim * itemsize must be a multiple of 16, got {self.kv_bytes_per_token}"
+            )
 
     @property
     def itemsize(self) -> int:
@@ -84,14 +85,33 @@ class ModelConfig:
 
 
 #: Two layers of width 64: compiles in about a second and steps in about a millisecond on a CPU.
-TINY = ModelConfig(name="tiny", vocab_size=512, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
-                   intermediate=128)
+TINY = ModelConfig(name="tiny", vocab_size=512, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128)
 #: The shapes of Llama-3.2-1B (1.2 B parameters with the tied embedding).
-LLAMA_3_2_1B = ModelConfig(name="llama-3.2-1b", vocab_size=128256, hidden=2048, layers=16, heads=32, kv_heads=8,
-                           head_dim=64, intermediate=8192, rope_theta=500000.0, dtype="bfloat16")
+LLAMA_3_2_1B = ModelConfig(
+    name="llama-3.2-1b",
+    vocab_size=128256,
+    hidden=2048,
+    layers=16,
+    heads=32,
+    kv_heads=8,
+    head_dim=64,
+    intermediate=8192,
+    rope_theta=500000.0,
+    dtype="bfloat16",
+)
 #: The shapes of Llama-3.1-8B (the output head tied here, unlike the original: 7.5 B parameters).
-LLAMA_3_1_8B = ModelConfig(name="llama-3.1-8b", vocab_size=128256, hidden=4096, layers=32, heads=32, kv_heads=8,
-                           head_dim=128, intermediate=14336, rope_theta=500000.0, dtype="bfloat16")
+LLAMA_3_1_8B = ModelConfig(
+    name="llama-3.1-8b",
+    vocab_size=128256,
+    hidden=4096,
+    layers=32,
+    heads=32,
+    kv_heads=8,
+    head_dim=128,
+    intermediate=14336,
+    rope_theta=500000.0,
+    dtype="bfloat16",
+)
 MODELS = {m.name: m for m in (TINY, LLAMA_3_2_1B, LLAMA_3_1_8B)}
 
 
@@ -139,12 +159,16 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.max_prompt + self.max_new > self.max_context:
-            raise ValueError(f"EngineConfig: max_prompt + max_new ({self.max_prompt + self.max_new}) exceeds "
-                             f"max_context ({self.max_context})")
+            raise ValueError(
+                f"EngineConfig: max_prompt + max_new ({self.max_prompt + self.max_new}) exceeds "
+                f"max_context ({self.max_context})"
+            )
         pages_per_request = -(-self.max_context // self.page_size)
         if self.num_pages < 1 + self.max_running * pages_per_request:
-            raise ValueError(f"EngineConfig: num_pages ({self.num_pages}) cannot hold {self.max_running} requests of "
-                             f"{self.max_context} tokens (needs {1 + self.max_running * pages_per_request})")
+            raise ValueError(
+                f"EngineConfig: num_pages ({self.num_pages}) cannot hold {self.max_running} requests of "
+                f"{self.max_context} tokens (needs {1 + self.max_running * pages_per_request})"
+            )
         if not 1 <= self.chunk_size <= self.step_tokens:
             raise ValueError(f"EngineConfig: chunk_size must be in [1, step_tokens], got {self.chunk_size}")
         if self.step_tokens < self.max_running:

@@ -43,8 +43,12 @@ def jitted(donate: bool):
     ``keep_unused``: the fence argument is never read, and XLA must still wait for it.
     """
     table = jax.jit(write_table, donate_argnums=(0,) if donate else (), keep_unused=True)
-    step = jax.jit(forward, static_argnames=("cfg", "ctx_len", "attention", "q_block"),
-                   donate_argnums=(1, 2) if donate else (), keep_unused=True)  # fmt: skip
+    step = jax.jit(
+        forward,
+        static_argnames=("cfg", "ctx_len", "attention", "q_block"),
+        donate_argnums=(1, 2) if donate else (),
+        keep_unused=True,
+    )
     return table, step
 
 
@@ -61,8 +65,14 @@ class JaxEngine:
         Where the weights, the pool and the page table live (default: JAX's default device).
     """
 
-    def __init__(self, model: ModelConfig = TINY, config: EngineConfig = TINY_ENGINE, *,
-                 faults: Mapping[str, int] | None = None, device: jax.Device | None = None):  # fmt: skip
+    def __init__(
+        self,
+        model: ModelConfig = TINY,
+        config: EngineConfig = TINY_ENGINE,
+        *,
+        faults: Mapping[str, int] | None = None,
+        device: jax.Device | None = None,
+    ):
         self.model, self.config = model, config
         self.device = device or jax.devices()[0]
         with jax.default_device(self.device):
@@ -85,10 +95,15 @@ class JaxEngine:
         c = self.config
         with jax.default_device(self.device):
             self.canary = JaxCanary(
-                k_arrays=self.k_pool[:1], v_arrays=self.v_pool[:1], num_slots=c.num_slots,
-                max_requests=c.req_rows, max_context=c.max_context, write_req_capacity=c.max_running,
-                write_token_capacity=c.step_tokens, **options,
-            )  # fmt: skip
+                k_arrays=self.k_pool[:1],
+                v_arrays=self.v_pool[:1],
+                num_slots=c.num_slots,
+                max_requests=c.req_rows,
+                max_context=c.max_context,
+                write_req_capacity=c.max_running,
+                write_token_capacity=c.step_tokens,
+                **options,
+            )
         return self.canary
 
     def device_batch(self, hb: HostBatch) -> DeviceBatch:
@@ -112,9 +127,15 @@ class JaxEngine:
         if canary is not None:
             canary.pre_forward(hb, self.req_to_token)
         next_tokens, self.k_pool, self.v_pool = self._forward(
-            self.params, self.k_pool, self.v_pool, self.req_to_token, self.device_batch(hb), self._fence,
-            cfg=self.model, ctx_len=self.config.max_context,
-        )  # fmt: skip
+            self.params,
+            self.k_pool,
+            self.v_pool,
+            self.req_to_token,
+            self.device_batch(hb),
+            self._fence,
+            cfg=self.model,
+            ctx_len=self.config.max_context,
+        )
         if canary is not None:
             canary.post_forward(self.k_pool[:1], self.v_pool[:1])
         injector.after_forward(t)

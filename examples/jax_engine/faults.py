@@ -31,22 +31,30 @@ from kvcanary_numba import FailReason
 __all__ = ["FAULT_CLASSES", "REAL_KV_FAULTS", "FaultInjector", "FaultRecord"]
 
 F = FailReason
-_SEEN_BY_VERIFY = (F.VERIFY_CHAIN_HASH_MISMATCH | F.VERIFY_POSITION_MISMATCH | F.VERIFY_TOKEN_MISMATCH
-                   | F.VERIFY_REAL_KV_HASH_MISMATCH)  # fmt: skip
+_SEEN_BY_VERIFY = (
+    F.VERIFY_CHAIN_HASH_MISMATCH | F.VERIFY_POSITION_MISMATCH | F.VERIFY_TOKEN_MISMATCH | F.VERIFY_REAL_KV_HASH_MISMATCH
+)
 
 #: Fault class -> (what goes wrong, the bits that count as catching it).
 FAULT_CLASSES: dict[str, tuple[str, FailReason]] = {
-    "kv_flip": ("one byte of a running request's cached K changes through a JAX update",
-                F.VERIFY_REAL_KV_HASH_MISMATCH),
-    "table_slip": ("a req_to_token entry of a running request points at another request's slot",
-                   _SEEN_BY_VERIFY | F.WRITE_POSITION_MISMATCH),
-    "slot_reuse": ("a page still in use is freed early and another request's KV is written into it",
-                   _SEEN_BY_VERIFY),
-    "token_flip": ("the model is fed a wrong token id for one new token",
-                   F.WRITE_TOKEN_MISMATCH | F.VERIFY_TOKEN_MISMATCH),
-    "position_flip": ("one new token is fed with position + 1 (off by one)",
-                      F.WRITE_POSITION_MISMATCH | F.VERIFY_POSITION_MISMATCH),
-}  # fmt: skip
+    "kv_flip": (
+        "one byte of a running request's cached K changes through a JAX update",
+        F.VERIFY_REAL_KV_HASH_MISMATCH,
+    ),
+    "table_slip": (
+        "a req_to_token entry of a running request points at another request's slot",
+        _SEEN_BY_VERIFY | F.WRITE_POSITION_MISMATCH,
+    ),
+    "slot_reuse": ("a page still in use is freed early and another request's KV is written into it", _SEEN_BY_VERIFY),
+    "token_flip": (
+        "the model is fed a wrong token id for one new token",
+        F.WRITE_TOKEN_MISMATCH | F.VERIFY_TOKEN_MISMATCH,
+    ),
+    "position_flip": (
+        "one new token is fed with position + 1 (off by one)",
+        F.WRITE_POSITION_MISMATCH | F.VERIFY_POSITION_MISMATCH,
+    ),
+}
 #: Faults only real-KV fingerprints can see (the bytes change; no record or table does).
 REAL_KV_FAULTS = frozenset({"kv_flip"})
 
@@ -169,4 +177,3 @@ class FaultInjector:
     def catches(self, violations) -> dict[str, list]:
         """Fault class -> the violations that report it (empty: missed)."""
         return {f.kind: [v for v in violations if f.caught_by(v)] for f in self.records}
-

@@ -66,10 +66,20 @@ def init_params(cfg: ModelConfig, seed: int = 0) -> dict:
         return (0.02 * jax.random.normal(next(keys), shape, dtype=jnp.float32)).astype(dtype)
 
     d, q, kv, f = cfg.hidden, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.intermediate
-    layers = [dict(attn_norm=jnp.ones(d, dtype), wq=normal(d, q), wk=normal(d, kv), wv=normal(d, kv),
-                   wo=normal(q, d), mlp_norm=jnp.ones(d, dtype), w_gate=normal(d, f), w_up=normal(d, f),
-                   w_down=normal(f, d))
-              for _ in range(cfg.layers)]  # fmt: skip
+    layers = [
+        dict(
+            attn_norm=jnp.ones(d, dtype),
+            wq=normal(d, q),
+            wk=normal(d, kv),
+            wv=normal(d, kv),
+            wo=normal(q, d),
+            mlp_norm=jnp.ones(d, dtype),
+            w_gate=normal(d, f),
+            w_up=normal(d, f),
+            w_down=normal(f, d),
+        )
+        for _ in range(cfg.layers)
+    ]
     return dict(embed=normal(cfg.vocab_size, d), layers=layers, final_norm=jnp.ones(d, dtype))
 
 
@@ -80,8 +90,9 @@ def new_kv_pool(cfg: ModelConfig, num_slots: int) -> tuple[list[jax.Array], list
     return [zeros() for _ in range(cfg.layers)], [zeros() for _ in range(cfg.layers)]
 
 
-def write_table(req_to_token: jax.Array, rows: jax.Array, cols: jax.Array, slots: jax.Array,
-                fence: jax.Array) -> jax.Array:  # fmt: skip
+def write_table(
+    req_to_token: jax.Array, rows: jax.Array, cols: jax.Array, slots: jax.Array, fence: jax.Array
+) -> jax.Array:
     """``req_to_token[rows, cols] = slots``: the step's new page-table entries (padding: row 0, slot 0).
 
     ``fence`` is not read: it is an argument so that XLA waits for it before running
@@ -135,15 +146,30 @@ def _cudnn_attention(q, k, v, batch: DeviceBatch):
     from position 0 (C == context length, causal). Mixed or chunked steps use the XLA path."""
     r, c, kvh, g, d = q.shape
     out = jax.nn.dot_product_attention(
-        q.reshape(r, c, kvh * g, d), k, v, is_causal=c > 1, query_seq_lengths=batch.counts,
-        key_value_seq_lengths=batch.kv_lens, implementation="cudnn",
-    )  # fmt: skip
+        q.reshape(r, c, kvh * g, d),
+        k,
+        v,
+        is_causal=c > 1,
+        query_seq_lengths=batch.counts,
+        key_value_seq_lengths=batch.kv_lens,
+        implementation="cudnn",
+    )
     return out.reshape(q.shape)
 
 
-def forward(params: dict, k_pool: list, v_pool: list, req_to_token: jax.Array, batch: DeviceBatch,
-            fence: jax.Array, *, cfg: ModelConfig, ctx_len: int, attention: str = "xla",
-            q_block: int = 512):  # fmt: skip
+def forward(
+    params: dict,
+    k_pool: list,
+    v_pool: list,
+    req_to_token: jax.Array,
+    batch: DeviceBatch,
+    fence: jax.Array,
+    *,
+    cfg: ModelConfig,
+    ctx_len: int,
+    attention: str = "xla",
+    q_block: int = 512,
+):
     """One step: write the new tokens' KV into the pool, attend over each row's context, sample.
 
     Parameters
@@ -178,7 +204,9 @@ def forward(params: dict, k_pool: list, v_pool: list, req_to_token: jax.Array, b
     g = cfg.heads // cfg.kv_heads
     slots = req_to_token[batch.rows][:, :ctx_len]  # [R, L]: the KV slot of every context position
     key_pos = jnp.arange(ctx_len)
-    mask = (key_pos[None, None, :] <= batch.positions[:, :, None]) & (key_pos[None, None, :] < batch.kv_lens[:, None, None])
+    mask = (key_pos[None, None, :] <= batch.positions[:, :, None]) & (
+        key_pos[None, None, :] < batch.kv_lens[:, None, None]
+    )
     x = params["embed"][batch.tokens]
     k_pool, v_pool = list(k_pool), list(v_pool)
     for i, w in enumerate(params["layers"]):
@@ -202,4 +230,3 @@ def forward(params: dict, k_pool: list, v_pool: list, req_to_token: jax.Array, b
     last = x[jnp.arange(r), jnp.maximum(batch.counts - 1, 0)]  # each row's last new token
     logits = _rms_norm(last, params["final_norm"], cfg.norm_eps) @ params["embed"].T
     return jnp.argmax(logits, axis=-1).astype(jnp.int32), k_pool, v_pool
-

@@ -95,8 +95,13 @@ def dlpack_stream_wait_is_async() -> dict:
         got = float(alias(x, gpu=True).sum())  # CuPy reads on the canary stream
     t_total = time.perf_counter() - t0
     x.block_until_ready()
-    return dict(ok=abs(got - expected) <= 1e-3 * max(1.0, abs(expected)) and t_dlpack < 0.5 * t_total,
-                dlpack_call_ms=1e3 * t_dlpack, compute_ms=1e3 * t_total, sum_on_stream=got, sum_expected=expected)
+    return dict(
+        ok=abs(got - expected) <= 1e-3 * max(1.0, abs(expected)) and t_dlpack < 0.5 * t_total,
+        dlpack_call_ms=1e3 * t_dlpack,
+        compute_ms=1e3 * t_total,
+        sum_on_stream=got,
+        sum_expected=expected,
+    )
 
 
 def cai_does_not_wait() -> dict:
@@ -109,8 +114,13 @@ def cai_does_not_wait() -> dict:
     t_cai = time.perf_counter() - t0
     x.block_until_ready()
     t_total = time.perf_counter() - t0
-    return dict(ok=t_cai < 0.5 * t_total and "stream" not in cai, cai_call_ms=1e3 * t_cai, compute_ms=1e3 * t_total,
-                version=cai.get("version"), read_only=cai["data"][1])  # fmt: skip
+    return dict(
+        ok=t_cai < 0.5 * t_total and "stream" not in cai,
+        cai_call_ms=1e3 * t_cai,
+        compute_ms=1e3 * t_total,
+        version=cai.get("version"),
+        read_only=cai["data"][1],
+    )
 
 
 def fence_orders_xla() -> dict:
@@ -158,8 +168,14 @@ def host_costs(repeat: int = 2000) -> dict:
     return dict(ok=True, **out)
 
 
-CHECKS = (donation_reuses_address, view_blocks_donation, dlpack_stream_wait_is_async, cai_does_not_wait,
-          fence_orders_xla, host_costs)  # fmt: skip
+CHECKS = (
+    donation_reuses_address,
+    view_blocks_donation,
+    dlpack_stream_wait_is_async,
+    cai_does_not_wait,
+    fence_orders_xla,
+    host_costs,
+)
 
 
 def main(argv=None) -> int:
@@ -175,8 +191,10 @@ def main(argv=None) -> int:
             results[check.__name__] = r = check()
         except Exception as exc:
             results[check.__name__] = r = dict(ok=False, error=f"{type(exc).__name__}: {exc}")
-        print(f"{check.__name__:<30} {'yes' if r.get('ok') else 'NO '}  "
-              + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "ok"))
+        print(
+            f"{check.__name__:<30} {'yes' if r.get('ok') else 'NO '}  "
+            + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "ok")
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -161,11 +161,18 @@ class Scheduler:
             offsets.append(len(flat))
         i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
         return HostBatch(
-            requests=[req for req, _ in picked], req_pool_indices=i64([r.row for r, _ in picked]),
-            prefix_lens=i64([r.kv_len for r, _ in picked]), extend_seq_lens=i64([t for _, t in picked]),
-            input_ids=i64(ids), positions=i64(pos), out_cache_loc=i64(loc), expected_tokens=i64(ids),
-            expected_positions=i64(pos), token_ids_flat=i64(flat), token_offsets=i64(offsets),
-        )  # fmt: skip
+            requests=[req for req, _ in picked],
+            req_pool_indices=i64([r.row for r, _ in picked]),
+            prefix_lens=i64([r.kv_len for r, _ in picked]),
+            extend_seq_lens=i64([t for _, t in picked]),
+            input_ids=i64(ids),
+            positions=i64(pos),
+            out_cache_loc=i64(loc),
+            expected_tokens=i64(ids),
+            expected_positions=i64(pos),
+            token_ids_flat=i64(flat),
+            token_offsets=i64(offsets),
+        )
 
     def complete(self, batch: HostBatch, next_tokens: np.ndarray) -> list[Request]:
         """After the forward: advance each request, append samples, retire finished requests."""

@@ -41,8 +41,8 @@ def safe_layout(x: Any) -> Any:
 
 
 def _kind(x: Any) -> str:
-    if x is None:
-        return "none"
+    if x is None or isinstance(x, (int, float, str)):
+        return "none"  # nothing to compare but the object: an immutable value
     if type(x) is np.ndarray:
         return "numpy"
     if type(x).__module__.split(".")[0] == "cupy" and hasattr(x, "data"):
@@ -175,7 +175,8 @@ _HOLDERS: dict[tuple, Callable] = {}  # (names, kinds) -> factory of holds tests
 
 def holds_test(names: tuple[str, ...], objects: tuple) -> Callable[[Any], bool]:
     """``holds(obj)``: ``getattr(obj, names[i]) is objects[i]`` for every ``i``, and each of those
-    arrays still has the layout key it has now (:func:`layout_key`).
+    arrays still has the layout key it has now (:func:`layout_key`; an int, float or str is
+    compared by identity alone).
 
     Straight-line code (one ``is`` per name, then each array's key; compiled once per tuple of
     names and kinds of array): the monitor's hooks run one at every call (``StepBatch`` fields, as

@@ -249,15 +249,19 @@ class PreparedLaunch:
         self.args[index] = source  # keeps the memory alive while the launch may use it
         self._pack_array(index, view_layout)
 
-    def repoint(self, old: Any, new: Any) -> bool:
-        """Aim every view of array ``old`` among the arguments (inside tuples too) at ``new``, which has
-        the geometry ``old`` was packed with (shape, strides, dtype: nothing else of the launch depends on
-        it); only the pointer slots of the arguments holding one are rewritten. Returns whether any did.
+    def viewing(self, array: Any) -> list[int]:
+        """Indices of the arguments that view ``array`` (inside tuples too): where :meth:`repoint` acts."""
+        return [index for index, arg in enumerate(self.args) if _swapped(arg, array, array) is not None]
 
-        ``new`` may be ``old`` itself: an array whose memory moved in place is packed again.
+    def repoint(self, old: Any, new: Any, indices: Sequence[int] | None = None) -> bool:
+        """Aim every view of array ``old`` among the arguments (inside tuples too; only ``indices`` when
+        given) at ``new``, which has the geometry ``old`` was packed with (shape, strides, dtype: nothing
+        else of the launch depends on it); only the slots of the arguments holding one are rewritten.
+        Returns whether any did. ``new`` may be ``old`` itself: memory that moved in place is packed again.
         """
         changed = False
-        for index, arg in enumerate(self.args):
+        for index in range(len(self.args)) if indices is None else indices:
+            arg = self.args[index]
             swapped = _swapped(arg, old, new)
             if swapped is None:
                 continue

@@ -241,6 +241,7 @@ class PreparedSteps:
         self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the validated path)
         self._planned = None  # the validated path's batch fields as of pre()
         self._last: BoundArrays | None = None  # the arrays the phases were last bound to, and those phases
+        self._holders: dict[int, list] = {}  # id(long-lived array) -> launches viewing it (:meth:`repoint`)
         self.prepared = 0
 
     @property
@@ -262,17 +263,30 @@ class PreparedSteps:
         (a launch table sees it). The launches then keep ``new`` alive and drop ``old``. A pending
         TAIL phase (between :meth:`pre` and :meth:`post`) launches on ``new``.
         """
-        for phases in self._phases.values():
-            for phase in phases:
-                for launch in phase.launches:
-                    for old, new in moves:
-                        launch.repoint(old, new)
+        for old, new in moves:
+            holders = self._holding(old)
+            for launch, indices in holders:
+                launch.repoint(old, new, indices)
+            if new is not old:
+                del self._holders[id(old)]
+                self._holders.setdefault(id(new), []).extend(holders)
+
+    def _holding(self, array) -> list:
+        """(launch, argument indices) of every prepared launch viewing ``array``: found once, then kept
+        (and carried to the array a repoint aims them at) until a recording or :meth:`forget`."""
+        hit = self._holders.get(id(array))
+        if hit is None:
+            launches = [launch for phases in self._phases.values() for phase in phases for launch in phase.launches]
+            found = [(launch, launch.viewing(array)) for launch in launches]
+            hit = self._holders[id(array)] = [(launch, indices) for launch, indices in found if indices]
+        return hit
 
     def forget(self) -> None:
         """Drop every prepared phase: long-lived arrays they were recorded with changed geometry. The
         next :meth:`pre` records its batch shape again; a pending TAIL phase is dropped too (the
         caller runs that step's TAIL another way)."""
         self._phases.clear()
+        self._holders.clear()
         self._last = self._step = self._planned = None
 
     def record(self, batch) -> tuple[PreparedPhase, PreparedPhase]:
@@ -293,6 +307,7 @@ class PreparedSteps:
         with recording() as tail:
             plan.tail(batch)
         hit = self._phases[key] = (PreparedPhase(head.launches, roles, free), PreparedPhase(tail.launches, roles, free))
+        self._holders.clear()  # the new launches view long-lived arrays too
         self.prepared += 1
         if len(self._phases) > self.max_shapes:
             self._phases.popitem(last=False)

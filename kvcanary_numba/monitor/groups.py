@@ -217,7 +217,8 @@ class GroupState:
         write_token_capacity: int,
         sweep_capacity: int,
     ):
-        self.group, self.kind = group, group.kind
+        # The description without its sources: the TAIL and SWEEP contexts hold those (:meth:`use_sources`).
+        self.group, self.kind = dataclasses.replace(group, k_sources=(), v_sources=()), group.kind
         self.window = group.swa_window_size
         self.lut = group.full_to_swa_index_mapping
         halves = ("K", "V") if group.has_v else ("K",)
@@ -272,7 +273,6 @@ class GroupState:
 
         The group keeps no reference to the sources it folded before.
         """
-        self.group = dataclasses.replace(self.group, k_sources=sources["K"], v_sources=sources.get("V", ()))
         for endpoints in (self.tail, self.sweep):
             endpoints[:] = [
                 Endpoint(e.tag, e.context.replace(real_kv_sources=sources[e.tag.name.split("_")[1]])) for e in endpoints

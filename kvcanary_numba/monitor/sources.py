@@ -34,7 +34,7 @@ from .._validate import resolve_backend
 from ..constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ..context import RealKvSource, check_real_kv_sources
 from ..errors import error
-from ..fast.bound import layout_key, safe_layout
+from ..fast.bound import holds_test, safe_layout
 from .groups import GroupState
 
 __all__ = ["Change", "SourceWatch"]
@@ -59,27 +59,24 @@ class Change:
     moves: tuple = ()
 
 
+#: What of a source the per-step test compares: the tensor object (and its layout key), the fields.
+_FIELDS = ("tensor", "page_size", "num_bytes_per_token", "read_bytes")
+
+
 class _Seen:
-    """One source as last checked: the objects, the fields and the tensor's layout (key and full)."""
+    """One source as last checked: the objects, the fields, the tensor's layout, and the per-step test
+    (:func:`~kvcanary_numba.fast.bound.holds_test`: identities and the tensor's layout key)."""
 
-    __slots__ = ("fields", "key", "layout", "source", "tensor")
+    __slots__ = ("fields", "holds", "layout", "source", "tensor")
 
-    def __init__(self, source: RealKvSource):
+    def __init__(self, source: RealKvSource, layout: Any = None):
         self.source, self.tensor = source, source.tensor
         self.fields = (source.page_size, source.num_bytes_per_token, source.read_bytes)
-        self.key, self.layout = layout_key(source.tensor), safe_layout(source.tensor)
+        self.holds = holds_test(_FIELDS, (source.tensor, *self.fields))
+        self.layout = safe_layout(source.tensor) if layout is None else layout
 
-    def holds(self) -> bool:
-        source, tensor = self.source, self.tensor
-        return (
-            source.tensor is tensor
-            and (source.page_size, source.num_bytes_per_token, source.read_bytes) == self.fields
-            and layout_key(tensor) == self.key
-        )
-
-    def change(self, source: RealKvSource) -> str:
-        """How ``source`` (checked) differs from this one as seen: its kind of :class:`Change`."""
-        layout = safe_layout(source.tensor)
+    def change(self, source: RealKvSource, layout: Any) -> str:
+        """How ``source`` (checked; its tensor's ``layout``) differs from this one as seen: a :class:`Change` kind."""
         fields = (source.page_size, source.num_bytes_per_token, source.read_bytes)
         described = isinstance(layout, tuple) and isinstance(self.layout, tuple)
         if fields != self.fields or not described or layout[1:] != self.layout[1:]:
@@ -109,13 +106,15 @@ class SourceWatch:
     def _record(group: GroupState) -> dict[str, list[_Seen]]:
         return {half: [_Seen(s) for s in sources] for half, sources in group.sources.items()}
 
-    def _flat(self) -> list[_Seen]:
-        return [seen for by_half in self._seen.values() for half in by_half.values() for seen in half]
+    def _flat(self) -> list[tuple]:
+        return [
+            (seen.holds, seen.source) for by_half in self._seen.values() for half in by_half.values() for seen in half
+        ]
 
     def unchanged(self) -> bool:
         """Whether every source is as last checked (the objects, fields and layout keys): the hooks'
         per-step test, a few identity and tuple comparisons per source."""
-        return all(seen.holds() for seen in self._all)
+        return all(holds(source) for holds, source in self._all)
 
     def group(self, function: str, kind: Any) -> GroupState:
         """The group of ``kind`` (``"full"`` or ``"swa"``; KVC-C009 for one the monitor lacks)."""
@@ -179,15 +178,18 @@ class SourceWatch:
         return PARTIAL_READ_BYTES if self.mode == RealKvHashMode.PARTIAL else int(read_bytes)
 
     def _use(self, group: GroupState, sources: dict[str, tuple]) -> Change:
-        seen = self._seen[id(group)]
+        seen, now = self._seen[id(group)], {}
         kinds, moves = [SAME], []
         for half, new in sources.items():
+            now[half] = []
             for old, source in zip(seen[half], new):
-                kind = old.change(source)
+                layout = safe_layout(source.tensor)
+                kind = old.change(source, layout)
                 kinds.append(kind)
                 if source.tensor is not old.tensor or kind != SAME:
                     moves.append((old.tensor, source.tensor))
+                now[half].append(_Seen(source, layout))
         group.use_sources(sources)
-        self._seen[id(group)] = self._record(group)
+        self._seen[id(group)] = now
         self._all = self._flat()
         return Change(max(kinds, key=_ORDER.index), tuple(moves))
