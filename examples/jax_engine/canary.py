@@ -135,7 +135,7 @@ class JaxCanary:
     num_slots, max_requests, max_context, write_req_capacity, write_token_capacity : int
         Pool and batch sizes (see :class:`~kvcanary_numba.CanaryMonitor`).
     real_kv : bool
-        Fingerprint the live KV (rebound every step, see :func:`rebind`). Without it the canary
+        Fingerprint the live KV (default; rebound when the pool moves, see :func:`rebind`). Without it the canary
         still checks chains, positions and tokens.
     real_kv_hash_mode : RealKvHashMode
         PARTIAL (16 bytes per slot, SGLang's default) or ALL.
@@ -157,7 +157,7 @@ class JaxCanary:
         max_context: int,
         write_req_capacity: int,
         write_token_capacity: int,
-        real_kv: bool = False,
+        real_kv: bool = True,
         real_kv_hash_mode: RealKvHashMode = RealKvHashMode.PARTIAL,
         order: str = "stream",
         staged: bool | None = None,
