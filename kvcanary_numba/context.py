@@ -21,7 +21,7 @@ from .constants import (
     CanaryLaunchTag,
     RealKvHashMode,
 )
-from .errors import REGISTRY, error
+from .errors import REGISTRY, KvCanaryError, error
 
 __all__ = ["CanaryContext", "RealKvSource", "check_context", "check_real_kv_sources"]
 
@@ -79,14 +79,14 @@ class RealKvSource:
         # Geometry as Python ints first: NumPy integer products wrap silently and let reads run past the tensor.
         problem = _field_problem(self)
         if problem is not None:
-            raise error(problem[0], function=_SOURCE, **problem[1])
+            raise problem
         for name in ("page_size", "num_bytes_per_token", "read_bytes"):
             object.__setattr__(self, name, int(getattr(self, name)))
         if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
             object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
         problem = _tensor_problem(self, inspect_array(_SOURCE, "tensor", self.tensor))
         if problem is not None:
-            raise error(problem[0], function=_SOURCE, **problem[1])
+            raise problem
 
     @property
     def rows(self) -> int:
@@ -102,29 +102,29 @@ class RealKvSource:
         return self.tensor.view(np.uint8)
 
 
-Problem = tuple[str, dict] | None
+Problem = KvCanaryError | None
 
 
 def _field_problem(source: RealKvSource) -> Problem:
-    """(code, message fields but ``function``) of the first integer field ``source`` gets wrong now, or None."""
+    """The error (not raised) of the first integer field ``source`` gets wrong now, or None."""
     page_size = _geometry_int(source.page_size)
     if page_size is None or page_size < 1:
-        return "KVC-R001", dict(got=source.page_size)
+        return error("KVC-R001", function=_SOURCE, got=source.page_size)
     nbt = _geometry_int(source.num_bytes_per_token)
     if nbt is None or nbt <= 0 or nbt % REAL_KV_ALIGN_BYTES:
-        return "KVC-R002", dict(got=source.num_bytes_per_token)
+        return error("KVC-R002", function=_SOURCE, got=source.num_bytes_per_token)
     rb = _geometry_int(source.read_bytes)
     if rb is None or not 0 < rb <= nbt or rb % REAL_KV_ALIGN_BYTES:
-        return "KVC-R003", dict(num_bytes_per_token=nbt, got=source.read_bytes)
+        return error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=source.read_bytes)
     return None
 
 
 def _tensor_problem(source: RealKvSource, info: ArrayInfo) -> Problem:
     """What of ``source``'s tensor (described by ``info``) breaks the rules, or None (fields: good ints)."""
     if len(info.shape) != 2:
-        return "KVC-R004", dict(got=info.shape)
+        return error("KVC-R004", function=_SOURCE, got=info.shape)
     if info.dtype.hasobject:
-        return "KVC-R010", dict(got=info.dtype.name)
+        return error("KVC-R010", function=_SOURCE, got=info.dtype.name)
     page_size, nbt = int(source.page_size), int(source.num_bytes_per_token)
     rows, itemsize = info.shape[0], info.dtype.itemsize
     row_bytes = info.shape[1] * itemsize
@@ -133,11 +133,14 @@ def _tensor_problem(source: RealKvSource, info: ArrayInfo) -> Problem:
         # Rows may repeat (stride 0, a broadcast view) but never run backwards or off the 16-byte grid.
         row_ok = rows == 1 or (info.strides[0] >= 0 and info.strides[0] % REAL_KV_ALIGN_BYTES == 0)
         if not (column_ok and row_ok):
-            return "KVC-R005", dict(got=info.strides, shape=info.shape, dtype=info.dtype.name)
+            return error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
     if row_bytes < page_size * nbt:
-        return "KVC-R006", dict(got=row_bytes, page_size=page_size, num_bytes_per_token=nbt, needed=page_size * nbt)
+        needed = page_size * nbt
+        return error(
+            "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt, needed=needed
+        )
     if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
-        return "KVC-C014", dict(argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
+        return error("KVC-C014", function=_SOURCE, argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
     return None
 
 
@@ -151,7 +154,8 @@ def _source_problem(function: str, argument: str, source: RealKvSource) -> tuple
     if problem is not None:
         return problem, None
     if _interop.dlpack_only(source.tensor):  # construction keeps a NumPy / CuPy view; launches read no other
-        return ("KVC-C001", dict(argument="tensor", got=f"{type(source.tensor).__name__} (DLPack only)")), None
+        got = f"{type(source.tensor).__name__} (DLPack only)"
+        return error("KVC-C001", function=_SOURCE, argument="tensor", got=got), None
     info = inspect_array(function, f"{argument}.tensor", source.tensor)
     return _tensor_problem(source, info), info
 
@@ -306,8 +310,8 @@ def check_real_kv_sources(
         # Built valid, but its tensor or fields may have changed since (issue "memory that moves").
         problem, info = _source_problem(function, name, source)
         if problem is not None:
-            reason = REGISTRY[problem[0]].message.format(function=_SOURCE, **problem[1])
-            raise error("KVC-R011", function=function, argument=name, reason=reason, cause=problem[0])
+            reason = REGISTRY[problem.code].message.format(**problem.fields)
+            raise error("KVC-R011", function=function, argument=name, reason=reason, cause=problem.code)
         if num_slots is not None and info.shape[0] * source.page_size < num_slots:
             raise error(
                 "KVC-R007",
