@@ -257,3 +257,51 @@ define(
     related=("KVC-M005",),
     extension=True,
 )
+
+define(
+    "KVC-M023",
+    title="Rebound sources fold other bytes than the group's",
+    message=(
+        "{function}: {problem}, not {expected}; sources a monitor rebinds (or that move in place) "
+        "must fold what the ones they replace folded: as many per half, as many bytes per slot each"
+    ),
+    meaning=(
+        "Every TAIL write stamps a slot with the fingerprint of the bytes its sources fold, and every "
+        "later verify folds the slot again and compares. CanaryMonitor.rebind_sources points a group at "
+        "new memory (a JAX pool after a functional update, a reallocated pool); the fingerprints stamped "
+        "before stay valid only if the new sources fold the same bytes of each slot: the same number of "
+        "sources per half and, in ALL mode, the same read_bytes each. Otherwise every cached slot would "
+        "be reported. The same holds for a source whose fields or tensor changed in place (the monitor "
+        "follows such a source only while it folds what it did)."
+    ),
+    triggers=(
+        "Rebinding K to two layers' sources where the monitor was built with layer 0 only.",
+        "Rebinding with sources whose read_bytes differ from the ones built (ALL mode).",
+        "Rebinding sources on a monitor built without any (it folds none).",
+    ),
+    solutions=(
+        "Rebind the same strips of the new memory: one source per source the group was built with, "
+        "with the same read_bytes.",
+        "To fold other bytes, build a new CanaryMonitor (its fingerprints start over).",
+    ),
+    before=(
+        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "def src(t):\n"
+        "    return RealKvSource(tensor=t, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "full = KvGroup(kind='full', num_slots=num_slots, has_v=False, k_sources=(src(kv),))\n"
+        "monitor = CanaryMonitor(**monitor_args(full=full))\n"
+        "monitor.rebind_sources(k_sources=(src(kv.copy()), src(kv.copy())))"
+    ),
+    after=(
+        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "def src(t):\n"
+        "    return RealKvSource(tensor=t, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "full = KvGroup(kind='full', num_slots=num_slots, has_v=False, k_sources=(src(kv),))\n"
+        "monitor = CanaryMonitor(**monitor_args(full=full))\n"
+        "monitor.rebind_sources(k_sources=(src(kv.copy()),))"
+    ),
+    defensive="assert len(new_k_sources) == len(group.k_sources)",
+    prevention="Build each step's sources with the one function that built the monitor's.",
+    related=("KVC-R007", "KVC-R011", "KVC-M005"),
+    extension=True,
+)

@@ -95,3 +95,50 @@ define(
     related=("KVC-R004", "KVC-R005"),
     extension=True,
 )
+
+define(
+    "KVC-R011",
+    title="Source changed after it was built",
+    message=(
+        "{function}: {argument} no longer passes the checks it was built under ({cause}): {reason}. "
+        "Its tensor or a field changed in place; build a new RealKvSource (a monitor: rebind_sources)"
+    ),
+    meaning=(
+        "A RealKvSource is a frozen description of memory that is not frozen: the array it names can be "
+        "reshaped in place (NumPy or CuPy `t.shape = ...`, a dtype or strides set on it), a PyTorch "
+        "tensor can be given other storage (`set_`, a growing `resize_`), a field can be overwritten "
+        "with `object.__setattr__`. Every launch that folds a source checks it again as it is then, "
+        "before any kernel reads it: a fingerprint launched on the changed geometry would read outside "
+        "the memory, or other bytes than the slot's. A monitor checks its sources' tensors (the object, "
+        "its pointer and layout, the fields) at every post_forward and sweep; one that still passes "
+        "every check is followed (as if rebound), one that does not is refused with this code and "
+        "nothing is launched."
+    ),
+    triggers=(
+        "Reshaping the KV buffer a source names in place (`kv.shape = ...`) instead of making a view.",
+        "A PyTorch KV tensor grown with `resize_` or re-pointed with `set_` after the source was built.",
+        "Changing a source's page_size or byte counts with `object.__setattr__`.",
+    ),
+    solutions=(
+        "Leave the source's tensor as it was built; give reshaped or reallocated memory a new RealKvSource.",
+        "On a CanaryMonitor, call rebind_sources(k_sources=..., v_sources=...) with the new sources.",
+    ),
+    before=(
+        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "src = RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "kv.shape = (2 * num_slots, 128)  # the same memory, reshaped in place\n"
+        "compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,\n"
+        "                     slot_indices=xp.arange(4), out=xp.zeros(4, dtype=xp.int64))"
+    ),
+    after=(
+        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
+        "src = RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "halves = kv.reshape(2 * num_slots, 128)  # a view: the source's array keeps its shape\n"
+        "compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,\n"
+        "                     slot_indices=xp.arange(4), out=xp.zeros(4, dtype=xp.int64))"
+    ),
+    defensive="source = RealKvSource(tensor=kv, **geometry)  # again, after anything that moves kv",
+    prevention="Treat a source's tensor as read-only metadata: reshape and reallocate views, not the array.",
+    related=("KVC-R006", "KVC-R007", "KVC-M023"),
+    extension=True,
+)

@@ -11,7 +11,7 @@ import numpy as np
 from .._runtime import INT32_MAX, coded_allocation
 from .._validate import check_array, check_int, resolve_backend
 from ..errors import error
-from ..fast.bound import identity_test
+from ..fast.bound import holds_test
 from .groups import check_type
 
 __all__ = ["BatchChecks", "StepBatch", "allocate_token_pool"]
@@ -145,16 +145,14 @@ _FIELDS = (
 _GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
 
 
-#: ``same_fields(batch, fields)``: each field of ``batch`` is the object in ``fields`` (declaration order);
-#: the hooks run it at every call, so it is the fast wing's generated test, not a loop.
-same_fields = identity_test(_FIELDS)
-
-
 class BatchChecks:
     """A monitor's checks of the batches its hooks get, remembering the batch last checked.
 
-    The array checks are skipped for the batch (and field objects) last checked, so a batch
-    refilled in place costs a few identity tests per hook; the capacity checks always run.
+    The array checks are skipped for the batch last checked while its fields are the objects
+    checked, each with the layout it had then (shape, strides, dtype, pointer: an array reshaped
+    or given other memory in place is checked again), so a batch refilled in place costs a few
+    identity and layout tests per hook (the fast wing's generated ``holds_test``); the capacity
+    checks always run.
 
     Attributes
     ----------
@@ -165,16 +163,16 @@ class BatchChecks:
     """
 
     def __init__(self, placement, caps: dict, *, check_tokens: bool):
-        self.placement, self.checked = placement, None
+        self.placement, self.checked, self._holds = placement, None, None
         self.capacities = (caps["write_req_capacity"], caps["write_token_capacity"], check_tokens)
 
     def __call__(self, function: str, batch: StepBatch) -> None:
         seen = self.checked
-        if seen is None or seen[0] is not batch or not same_fields(batch, seen[1]):
+        if seen is None or seen[0] is not batch or not self._holds(batch):
             check_type(function, "batch", batch, StepBatch)
             fields = batch.fields()
             batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
-            self.checked = (batch, fields)
+            self.checked, self._holds = (batch, fields), holds_test(_FIELDS, fields)
         batch.check_fits(function, *self.capacities)
 
 

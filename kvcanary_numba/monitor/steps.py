@@ -25,8 +25,6 @@ one launch). A long (prefill-shaped) step takes the tiled path
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable
 from typing import Any
 
 from .._runtime import CUDA_IMPORTS
@@ -40,7 +38,7 @@ from ..fast.chain import SharedChain, sharing
 from .batch import StepBatch
 from .buffers import MonitorBuffers
 
-__all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps", "run_head"]
+__all__ = ["BATCH_ROLES", "FREE_ROLES", "EagerSteps"]
 
 #: StepBatch fields the launches read (the engine's per-step arrays), by role name.
 BATCH_ROLES = (
@@ -269,22 +267,3 @@ class EagerSteps:
                     expected_input_positions=batch.expected_input_positions,
                     backend=self.backend,
                 )
-
-
-def run_head(graph, fast, plan: EagerSteps, batch: StepBatch, checked) -> Callable[[], None]:
-    """Run a checked step's HEAD phase on the fastest path that fits and return its TAIL.
-
-    The captured graph (``graph``) when ``batch`` is the batch it was captured for, its fields as
-    just checked (``checked``); else the prepared steps (``fast``); else the step ``plan``. TAIL
-    stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths (which
-    bind them now) do, even if the engine reassigns a batch field before post_forward.
-    """
-    if graph is not None and graph.matches(batch, checked):
-        graph.pre()
-        return graph.post
-    if fast is not None:
-        fast.pre(batch)
-        return fast.post
-    plan.head(batch, *plan.prepare_inputs(batch))
-    planned = copy.copy(batch)
-    return lambda: plan.tail(planned)
