@@ -88,9 +88,9 @@ def launch_canary_write_kernel(
     input_ids,
     positions,
     out_cache_loc,
-    enable_write_input_assert,
-    expected_input_tokens,
-    expected_input_positions,
+    enable_write_input_assert=False,
+    expected_input_tokens=None,
+    expected_input_positions=None,
     backend: str = "auto",
     stream=None,
 ) -> None:
@@ -127,12 +127,12 @@ def launch_canary_write_kernel(
         Position of every entry in its request.
     out_cache_loc : int64 [num_tokens]
         KV slot every entry is written to.
-    enable_write_input_assert : bool
+    enable_write_input_assert : bool, default False
         Run the write-input assert.
-    expected_input_tokens : int64 [num_tokens] or None
+    expected_input_tokens : int64 [num_tokens] or None, default None
         Tokens the write-input assert compares ``input_ids`` with; required when
         ``enable_write_input_assert`` is True, None otherwise.
-    expected_input_positions : int64 [num_tokens] or None
+    expected_input_positions : int64 [num_tokens] or None, default None
         Positions the write-input assert compares ``positions`` with; required when
         ``enable_write_input_assert`` is True, None otherwise.
     backend : {"auto", "numpy", "cuda"}
