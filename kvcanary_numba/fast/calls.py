@@ -153,12 +153,20 @@ _VERIFY = Operation(
     _verify_glue,
     normalize={"check_verify_expected_token": bool},
 )
+
+
+def _cpu_write(**kwargs) -> None:
+    """The optimised CPU write, on int64 copies of int32 inputs (as the core's specification)."""
+    cpu_write.launch_canary_write_kernel(**_write.host_int64(kwargs))
+
+
 _WRITE = Operation(
     _write.FUNCTION,
     _write.validate,
-    cpu_write.launch_canary_write_kernel,
+    _cpu_write,
     _write_glue,
     normalize={"enable_write_input_assert": bool},
+    value_checks=_write.check_values,
 )
 _SCATTER = Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
 _FINGERPRINT = Operation(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..write import CanarySlotZeroWarning
 from .batch import StepBatch
 from .budget import VerifyBudget
 from .groups import KvGroup
@@ -16,6 +17,7 @@ __all__ = [
     "MODES",
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
+    "CanarySlotZeroWarning",
     "CanaryStalledError",
     "CanaryViolationError",
     "Diagnosis",

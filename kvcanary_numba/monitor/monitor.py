@@ -241,20 +241,20 @@ class CanaryMonitor:
         fn = "CanaryMonitor.pre_forward"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)  # all of it, before the first launch
+        launched = self.batch_checks(fn, batch)  # all of it, before the first launch (int32 fields: int64 copies)
         graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
+        if graph is not None and graph.matches(launched, self.batch_checks.checked):  # fields as just checked
             graph.pre()
             self._tail = graph.post
         elif fast is not None:
-            fast.pre(batch)
+            fast.pre(launched)
             self._tail = fast.post
         else:
             plan = self.step_plan
-            plan.head(batch, *plan.prepare_inputs(batch))
+            plan.head(launched, *plan.prepare_inputs(launched))
             # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
             # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
-            planned = copy.copy(batch)
+            planned = copy.copy(launched)
             self._tail = lambda: plan.tail(planned)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
@@ -348,8 +348,7 @@ class CanaryMonitor:
             )
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)
-        self.graph = capture_step(self.fast, batch)
+        self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
