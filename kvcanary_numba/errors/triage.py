@@ -25,8 +25,29 @@ define(
         "Copy bundles as binary files; re-create a damaged one by re-running with bundle_dir=.",
         "Inspect a newer bundle with the kvcanary_numba version that wrote it (config names it).",
     ),
-    before="kvcanary inspect canary.log",
-    after="kvcanary inspect bundles/kvcanary-step000012-0.npz",
+    before="kvcanary inspect canary.log  # a log file (or a path that does not exist)",
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "from kvcanary_numba.monitor.replay import explain_bundle\n"
+        "\n"
+        "k = np.zeros((64, 32), np.uint8)  # layer 0 of the K pool, 32 bytes per token\n"
+        "src = kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False, k_sources=(src,))\n'
+        'monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="bundles")\n'
+        "rtt = np.array([[0] * 8, range(10, 18)], np.int32)\n"
+        "for prefix, n in [(0, 4), (4, 1)]:  # prefill 4 tokens, then decode 1\n"
+        "    pos = np.arange(prefix, prefix + n)\n"
+        "    with monitor.forward(kc.StepBatch(\n"
+        "            req_pool_indices=np.array([1]), prefix_lens=np.array([prefix]),\n"
+        "            extend_seq_lens=np.array([n]), req_to_token=rtt, input_ids=100 + pos,\n"
+        "            positions=pos, out_cache_loc=rtt[1, pos])):\n"
+        "        k[rtt[1, pos]] = 1  # the forward pass writes the KV\n"
+        "    monitor.end_step()\n"
+        "    k[11, 0] ^= 0xFF  # a stray write into slot 11's KV, found by the next step\n"
+        "print(explain_bundle(monitor.bundles[0]))  # the file kvcanary inspect reads"
+    ),
     defensive="paths = sorted(pathlib.Path(bundle_dir).glob('kvcanary-step*.npz'))",
     prevention="Keep bundles where the monitor wrote them and read them with the same package version.",
     related=("KVC-M022",),
@@ -56,12 +77,22 @@ define(
         "Raise the budget or max_period when the bound K is too large.",
     ),
     before=(
-        "budget = VerifyBudget(budget_bytes=16, expected_entries=1_000_000)  # less than one entry\n"
-        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "from kvcanary_numba.monitor import VerifyBudget\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "budget = VerifyBudget(budget_bytes=16, expected_entries=1_000_000)  # under one entry\n"
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, verify_budget=budget)"
     ),
     after=(
-        "budget = VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)  # K = ceil(entries / budget)\n"
-        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "from kvcanary_numba.monitor import VerifyBudget\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "budget = VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)\n"
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, verify_budget=budget)"
     ),
     defensive="budget = VerifyBudget.from_period(k) if k > 1 else None  # None: full verification",
     prevention="Derive the budget from the detection delay you accept (K steps) rather than the other way round.",
@@ -86,8 +117,18 @@ define(
         "Pass a directory path that can be created or already exists and is writable.",
         "Leave bundle_dir unset (None) to write no bundles.",
     ),
-    before="CanaryMonitor(**monitor_args(bundle_dir='/proc/bundles'))",
-    after="CanaryMonitor(**monitor_args(bundle_dir='kv-bundles'))  # created when missing",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="/proc/bundles")'
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="kv-bundles")  # made'
+    ),
     defensive="bundle_dir = os.environ.get('KVCANARY_BUNDLES') or None",
     prevention="Put bundles next to the run's logs, on a writable disk.",
     related=("KVC-M020",),
