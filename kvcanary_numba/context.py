@@ -218,7 +218,11 @@ class CanaryContext:
     ) -> CanaryContext:
         """Allocate a zeroed canary buffer, ring, write index and counters.
 
-        The chain-position assert flag starts at 1 (on), as in SGLang.
+        One canary record per KV slot ``0 .. num_slots - 1`` (the KV pool's rows). Slot 0 is
+        SGLang's padding slot: padded tokens write there and verify never checks it, so an
+        engine hands out KV slots from 1 (a write that stores a real token in slot 0 warns
+        once: ``CanarySlotZeroWarning``). The chain-position assert flag starts at 1 (on), as
+        in SGLang.
 
         Raises
         ------

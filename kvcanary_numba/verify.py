@@ -68,7 +68,7 @@ def run(backend: str, *, context, plan, check_verify_expected_token, stream=None
 
 
 def launch_canary_verify_kernel(
-    *, context, plan, check_verify_expected_token, backend: str = "auto", stream=None
+    *, context, plan, check_verify_expected_token=False, backend: str = "auto", stream=None
 ) -> None:
     """Verify the prefix slots a plan lists against their canary records.
 
@@ -94,7 +94,7 @@ def launch_canary_verify_kernel(
         verify_slot_indices, verify_expected_tokens, verify_expected_positions,
         verify_prev_slot_indices int64 [verify_capacity]; verify_num_valid,
         enable int32 [1].
-    check_verify_expected_token : bool
+    check_verify_expected_token : bool, default False
         Compare tokens; when False ``verify_expected_tokens`` is never read.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays (NumPy -> reference, CUDA -> kernels).

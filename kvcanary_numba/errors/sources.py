@@ -23,19 +23,24 @@ define(
         "Split the strips over several contexts (e.g. the K and V canaries) with at most 4 each.",
     ),
     before=(
-        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
-        "def source(layer):\n"
-        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "ctx = ctx.replace(real_kv_sources=tuple(source(layer) for layer in range(32)),\n"
-        "                  real_kv_hash_mode=RealKvHashMode.ALL)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "layers = [np.zeros((64, 256), np.uint8) for _ in range(8)]  # layer 0 of 8 K buffers\n"
+        "sources = tuple(kc.RealKvSource(tensor=layer, page_size=1, num_bytes_per_token=256,\n"
+        "                                read_bytes=256) for layer in layers)\n"
+        "kc.CanaryContext.allocate(num_slots=64, real_kv_sources=sources,  # 8 sources\n"
+        "                         real_kv_hash_mode=kc.RealKvHashMode.ALL)"
     ),
     after=(
-        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
-        "def source(layer):\n"
-        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "ctx = ctx.replace(real_kv_sources=(source(0),), real_kv_hash_mode=RealKvHashMode.ALL)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "layers = [np.zeros((64, 256), np.uint8) for _ in range(8)]  # layer 0 of 8 K buffers\n"
+        "sources = tuple(kc.RealKvSource(tensor=layer, page_size=1, num_bytes_per_token=256,\n"
+        "                                read_bytes=256) for layer in layers)\n"
+        "kc.CanaryContext.allocate(num_slots=64, real_kv_sources=sources[:1],  # as SGLang\n"
+        "                         real_kv_hash_mode=kc.RealKvHashMode.ALL)"
     ),
     defensive="sources = tuple(sources)[:MAX_REAL_KV_SOURCES]  # only if dropping the rest is acceptable",
     prevention="Keep the list of fingerprinted strips in one place and size it against MAX_REAL_KV_SOURCES.",
@@ -66,10 +71,24 @@ define(
         "Wrap each tensor: RealKvSource(tensor=t, page_size=p, num_bytes_per_token=n, read_bytes=r).",
         "Use () for no sources.",
     ),
-    before="launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=k_layer0)))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(real_kv_sources=k)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
+    ),
     after=(
-        "sources = (RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256),)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=sources)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(real_kv_sources=(src,))\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="sources = tuple(sources or ())",
     prevention="Build contexts with CanaryContext.allocate(real_kv_sources=...).",
@@ -88,8 +107,20 @@ define(
     ),
     triggers=("np.array(list_of_tensors, dtype=object).", "A pandas column converted with .to_numpy()."),
     solutions=("Pass the KV memory itself (a numeric NumPy / CuPy array or a view of it).",),
-    before="RealKvSource(tensor=np.zeros((64, 4), dtype=object), page_size=1, num_bytes_per_token=32, read_bytes=32)",
-    after="RealKvSource(tensor=np.zeros((64, 32), dtype=np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 4), dtype=object)  # Python objects, not bytes\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 32), np.uint8)\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)"
+    ),
     defensive="assert not tensor.dtype.hasobject",
     prevention="Fingerprint the engine's KV buffer, never a container of tensors.",
     related=("KVC-R004", "KVC-R005"),
@@ -124,18 +155,24 @@ define(
         "On a CanaryMonitor, call rebind_sources(k_sources=..., v_sources=...) with the new sources.",
     ),
     before=(
-        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "src = RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "kv.shape = (2 * num_slots, 128)  # the same memory, reshaped in place\n"
-        "compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,\n"
-        "                     slot_indices=xp.arange(4), out=xp.zeros(4, dtype=xp.int64))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "kv.shape = (128, 128)  # the same memory, reshaped in place\n"
+        "kc.compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=kc.RealKvHashMode.ALL,\n"
+        "                        slot_indices=np.arange(4), out=np.zeros(4, np.int64))"
     ),
     after=(
-        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "src = RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "halves = kv.reshape(2 * num_slots, 128)  # a view: the source's array keeps its shape\n"
-        "compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,\n"
-        "                     slot_indices=xp.arange(4), out=xp.zeros(4, dtype=xp.int64))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "halves = kv.reshape(128, 128)  # a view: the source's array keeps its shape\n"
+        "kc.compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=kc.RealKvHashMode.ALL,\n"
+        "                        slot_indices=np.arange(4), out=np.zeros(4, np.int64))"
     ),
     defensive="source = RealKvSource(tensor=kv, **geometry)  # again, after anything that moves kv",
     prevention="Treat a source's tensor as read-only metadata: reshape and reallocate views, not the array.",

@@ -30,8 +30,29 @@ define(
         "Copy bundles as binary files; re-create a damaged one by re-running with bundle_dir=.",
         "Inspect a newer bundle with the kvcanary_numba version that wrote it (config names it).",
     ),
-    before="kvcanary inspect canary.log",
-    after="kvcanary inspect bundles/kvcanary-step000012-0.npz",
+    before="kvcanary inspect canary.log  # a log file (or a path that does not exist)",
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "from kvcanary_numba.monitor.replay import explain_bundle\n"
+        "\n"
+        "k = np.zeros((64, 32), np.uint8)  # layer 0 of the K pool, 32 bytes per token\n"
+        "src = kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False, k_sources=(src,))\n'
+        'monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="bundles")\n'
+        "rtt = np.array([[0] * 8, range(10, 18)], np.int32)\n"
+        "for prefix, n in [(0, 4), (4, 1)]:  # prefill 4 tokens, then decode 1\n"
+        "    pos = np.arange(prefix, prefix + n)\n"
+        "    with monitor.forward(kc.StepBatch(\n"
+        "            req_pool_indices=np.array([1]), prefix_lens=np.array([prefix]),\n"
+        "            extend_seq_lens=np.array([n]), req_to_token=rtt, input_ids=100 + pos,\n"
+        "            positions=pos, out_cache_loc=rtt[1, pos])):\n"
+        "        k[rtt[1, pos]] = 1  # the forward pass writes the KV\n"
+        "    monitor.end_step()\n"
+        "    k[11, 0] ^= 0xFF  # a stray write into slot 11's KV, found by the next step\n"
+        "print(explain_bundle(monitor.bundles[0]))  # the file kvcanary inspect reads"
+    ),
     defensive="paths = sorted(pathlib.Path(bundle_dir).glob('kvcanary-step*.npz'))",
     prevention="Keep bundles where the monitor wrote them and read them with the same package version.",
     related=("KVC-M022", "KVC-M030", "KVC-M031", "KVC-M032", "KVC-M033"),
@@ -61,12 +82,22 @@ define(
         "Raise the budget or max_period when the bound K is too large.",
     ),
     before=(
-        "budget = VerifyBudget(budget_bytes=16, expected_entries=1_000_000)  # less than one entry\n"
-        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "from kvcanary_numba.monitor import VerifyBudget\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "budget = VerifyBudget(budget_bytes=16, expected_entries=1_000_000)  # under one entry\n"
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, verify_budget=budget)"
     ),
     after=(
-        "budget = VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)  # K = ceil(entries / budget)\n"
-        "CanaryMonitor(**monitor_args(verify_budget=budget))"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "from kvcanary_numba.monitor import VerifyBudget\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "budget = VerifyBudget(budget_bytes=64 << 20, expected_entries=1_000_000)\n"
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, verify_budget=budget)"
     ),
     defensive="budget = VerifyBudget.from_period(k) if k > 1 else None  # None: full verification",
     prevention="Derive the budget from the detection delay you accept (K steps) rather than the other way round.",
@@ -91,8 +122,18 @@ define(
         "Pass a directory path that can be created or already exists and is writable.",
         "Leave bundle_dir unset (None) to write no bundles.",
     ),
-    before="CanaryMonitor(**monitor_args(bundle_dir='/proc/bundles'))",
-    after="CanaryMonitor(**monitor_args(bundle_dir='kv-bundles'))  # created when missing",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="/proc/bundles")'
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, bundle_dir="kv-bundles")  # made'
+    ),
     defensive="bundle_dir = os.environ.get('KVCANARY_BUNDLES') or None",
     prevention="Put bundles next to the run's logs, on a writable disk.",
     related=("KVC-M020",),
@@ -108,9 +149,8 @@ _EMPTY_BUNDLE = (
     "config = dict(format=1, kvcanary_numba='0.1.0', step={step}, device='cpu',\n"
     "              real_kv_hash_mode=0, check_verify_expected_token=False,\n"
     "              num_slots={{'FULL': 16}})\n"
-    "np.savez('edited.npz', kv=np.zeros((0, 4, 0), np.uint8),\n"
+    "np.savez('{name}', kv=np.zeros((0, 4, 0), np.uint8),\n"
     "         config=np.array(json.dumps(config)), **arrays)\n"
-    "load_bundle('edited.npz')"
 )
 
 define(
@@ -162,8 +202,9 @@ define(
         "kvcanary inspect PATH --max-bytes 8589934592.",
         "Use a smaller ring_capacity or PARTIAL mode so that bundles stay small.",
     ),
-    before="kvcanary inspect bundles/kvcanary-step000012-0.npz --max-bytes 1000",
-    after="kvcanary inspect bundles/kvcanary-step000012-0.npz",
+    before=_EMPTY_BUNDLE.format(step="12", name="bundle.npz")
+    + "load_bundle('bundle.npz', max_bytes=1000)  # a limit below the file's size",
+    after=_EMPTY_BUNDLE.format(step="12", name="bundle.npz") + "load_bundle('bundle.npz')  # 1 GiB by default",
     defensive="bundle = load_bundle(path, max_bytes=min(free_memory // 4, 8 << 30))",
     prevention="Bound what one bundle holds: ring_capacity and the real-KV hash mode decide its size.",
     related=("KVC-M020", "KVC-M032"),
@@ -189,13 +230,10 @@ define(
         "Copy the bundle again from where the monitor wrote it (binary mode, whole file).",
         "Re-run with bundle_dir= to write a fresh bundle.",
     ),
-    before=(
-        "import numpy as np\n" + _LOAD + "np.savez('whole.npz', rows=np.zeros((4, 8), np.int64))\n"
-        "data = open('whole.npz', 'rb').read()\n"
-        "open('cut.npz', 'wb').write(data[: len(data) - 30])  # a copy cut short\n"
-        "load_bundle('cut.npz')"
-    ),
-    after="kvcanary inspect bundles/kvcanary-step000012-0.npz  # the whole file",
+    before=_EMPTY_BUNDLE.format(step="12", name="whole.npz") + "data = open('whole.npz', 'rb').read()\n"
+    "open('cut.npz', 'wb').write(data[: len(data) - 30])  # a copy cut short\n"
+    "load_bundle('cut.npz')",
+    after=_EMPTY_BUNDLE.format(step="12", name="whole.npz") + "load_bundle('whole.npz')  # the whole file",
     defensive="shutil.copyfile(src, dst)  # then compare sizes: os.path.getsize(src) == os.path.getsize(dst)",
     prevention="Move bundles with tools that check what they copy (rsync, checksums).",
     related=("KVC-M020", "KVC-M031", "KVC-M033"),
@@ -225,8 +263,8 @@ define(
         "Use the bundle as the monitor wrote it; to experiment, edit the dict load_bundle returns "
         "and pass it to replay_bundle (it is checked the same way).",
     ),
-    before=_EMPTY_BUNDLE.format(step="'12'"),
-    after=_EMPTY_BUNDLE.format(step="12"),
+    before=_EMPTY_BUNDLE.format(step="'12'", name="edited.npz") + "load_bundle('edited.npz')",
+    after=_EMPTY_BUNDLE.format(step="12", name="edited.npz") + "load_bundle('edited.npz')",
     defensive="bundle = load_bundle(path); bundle['kv'][0, 0, 0] ^= 1; replay_bundle(bundle)",
     prevention="Treat bundles as read-only evidence; edit copies in memory, not files.",
     related=("KVC-M020", "KVC-M032"),

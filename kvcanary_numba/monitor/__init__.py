@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..write import CanarySlotZeroWarning
 from .batch import StepBatch
 from .budget import VerifyBudget
 from .bundle import BundleWriteWarning
@@ -18,6 +19,7 @@ __all__ = [
     "BundleWriteWarning",
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
+    "CanarySlotZeroWarning",
     "CanaryStalledError",
     "CanaryViolationError",
     "Diagnosis",

@@ -197,7 +197,7 @@ class CanaryMonitor:
         plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
         self.pump = ViolationPump(mode=mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans)
         self.step = self.sweeps = 0
-        self._phase, self._batch, self._tail = _IDLE, None, None
+        self._phase, self._batch, self._launched, self._tail = _IDLE, None, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
         self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
         self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
@@ -233,9 +233,9 @@ class CanaryMonitor:
         fn = "CanaryMonitor.pre_forward"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)  # all of it, before the first launch
-        self._tail = paths.head(self.graph, self.fast, self.step_plan, batch, self.batch_checks.checked)
-        self._batch, self._phase = batch, _PRE
+        launched = self.batch_checks(fn, batch)  # all of it, before the first launch (int32 fields: int64 copies)
+        self._tail = paths.head(self.graph, self.fast, self.step_plan, launched, self.batch_checks.checked)
+        self._batch, self._launched, self._phase = batch, launched, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches
 
@@ -326,7 +326,7 @@ class CanaryMonitor:
 
     def _follow(self, change) -> None:  # the paths after the sources changed (paths.follow)
         pending = self._tail if self._phase is _PRE else None
-        self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._batch)
+        self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._launched)
         self._tail = self._tail if pending is None else tail
 
     @one_thread
@@ -344,8 +344,7 @@ class CanaryMonitor:
         self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)
-        self.graph = capture_step(self.fast, batch)
+        self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
     @one_thread
     def finish_warmup(self) -> None:

@@ -117,5 +117,10 @@ class ViolationPump:
         if self.mode == "raise" and not self._raised:
             self._raised = True
             raise CanaryViolationError(new)
+        # One line per row (SGLang's summary, which log parsers read); the explanation and the
+        # triage are in ``monitor.violations`` (``Violation.describe()``) and at DEBUG.
+        detail = logger.isEnabledFor(logging.DEBUG)
         for v in new:
-            logger.warning("%s", v.describe())
+            logger.warning("%s", v.summary())
+            if detail:
+                logger.debug("%s", v.describe())

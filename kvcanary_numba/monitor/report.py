@@ -98,7 +98,7 @@ def _hex(value: int) -> str:
     return f"0x{to_unsigned(value):016x}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Violation:
     """One decoded violation-ring row.
 
@@ -128,6 +128,17 @@ class Violation:
     step: int = -1
     persistence: str = "pending"
     rewritten: bool = False
+
+    def __repr__(self) -> str:
+        """The row as a reader wants it: the tag's and bits' names, hashes in hex (fields as stored:
+        :meth:`to_dict`)."""
+        rewritten = ", rewritten" if self.rewritten else ""
+        return (
+            f"Violation({self.tag}, slot_idx={self.slot_idx}, position={self.position}, "
+            f"reasons={'+'.join(self.reasons) or 'none'}, stored_token={self.stored_token}, "
+            f"expected_token={self.expected_token}, stored_chain_hash={_hex(self.stored_chain_hash)}, "
+            f"expected_aux={_hex(self.expected_aux)}, step={self.step}, {self.persistence}{rewritten})"
+        )
 
     @property
     def tag(self) -> str:
