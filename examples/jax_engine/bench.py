@@ -312,17 +312,8 @@ def main(argv=None) -> int:
     gpu = device.platform == "gpu"
     args.steps = args.steps or (3 if args.quick else 20)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    rows = []
-    with jax.default_device(device):
-        params = init_params(model)
-        for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
-            try:
-                rows += run_shape(model, params, kind, bs, tokens, args, gpu)
-            except Exception as exc:  # noqa: BLE001 - e.g. 8 x 8k not fitting: reported, the rest still runs
-                if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
-                    raise
-                rows.append(dict(kind=kind, bs=bs, tokens=tokens, error="did not fit in GPU memory"))
-            print(markdown_row_summary(rows[-1]), flush=True)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     meta = dict(
         model=model.name,
         device=str(device),
@@ -335,10 +326,20 @@ def main(argv=None) -> int:
         machine=platform.machine(),
         quick=args.quick,
     )
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "jax_engine_bench.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
-    (out / "jax_engine_bench.md").write_text(markdown(meta, rows))
+    rows = []
+    with jax.default_device(device):
+        params = init_params(model)
+        for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
+            try:
+                rows += run_shape(model, params, kind, bs, tokens, args, gpu)
+            except Exception as exc:  # noqa: BLE001 - e.g. 8 x 8k not fitting: reported, the rest still runs
+                if "RESOURCE_EXHAUSTED" not in str(exc) and "out of memory" not in str(exc).lower():
+                    raise
+                rows.append(dict(kind=kind, bs=bs, tokens=tokens, error="did not fit in GPU memory"))
+            print(markdown_row_summary(rows[-1]), flush=True)
+            # Written after every shape: a run stopped by a time limit keeps the rows it measured.
+            (out / "jax_engine_bench.json").write_text(json.dumps(dict(meta=meta, rows=rows), indent=2))
+            (out / "jax_engine_bench.md").write_text(markdown(meta, rows))
     print(f"wrote {out / 'jax_engine_bench.json'} and {out / 'jax_engine_bench.md'}")
     return 0
 
