@@ -34,6 +34,7 @@ from examples.jax_engine import (  # noqa: E402
 )
 from examples.jax_engine.batches import BatchArrays  # noqa: E402
 from examples.jax_engine.canary import alias, rebind  # noqa: E402
+from examples.jax_engine.scheduler import HostBatch  # noqa: E402
 from kvcanary_numba import FailReason  # noqa: E402
 
 F = FailReason
@@ -191,6 +192,26 @@ def test_staged_batches_are_views_of_one_buffer_reused_per_shape():
     assert all(np.shares_memory(getattr(batch, f), arrays.device) for f in ("prefix_lens", "token_offsets"))
     first.input_ids[:] += 1  # same shape, new contents: the same object, refilled
     assert arrays.batch(first, table) is batch and batch.input_ids[0] == first.input_ids[0]
+
+
+def test_the_staged_buffer_holds_the_largest_step_and_no_more():
+    requests, tokens, max_context = 3, 12, 16
+    largest = HostBatch(
+        requests=[None] * requests,
+        req_pool_indices=np.arange(requests, dtype=np.int64),
+        prefix_lens=np.full(requests, max_context - tokens // requests, np.int64),
+        extend_seq_lens=np.full(requests, tokens // requests, np.int64),
+        **{f: np.zeros(tokens, np.int64) for f in ("input_ids", "positions", "out_cache_loc")},
+        **{f: np.zeros(tokens, np.int64) for f in ("expected_tokens", "expected_positions")},
+        token_ids_flat=np.zeros(requests * max_context, np.int64),
+        token_offsets=np.arange(0, (requests + 1) * max_context, max_context, dtype=np.int64),
+    )
+    table = np.zeros((requests, max_context), np.int32)
+    words = BatchArrays.words(requests, tokens, max_context)
+    batch = BatchArrays(xp=np, capacity=words, staged=True).batch(largest, table)
+    assert len(batch.token_offsets) == requests + 1 and len(batch.token_ids_flat) == requests * max_context
+    with pytest.raises(ValueError, match="int64 words"):
+        BatchArrays(xp=np, capacity=words - 1, staged=True).batch(largest, table)
 
 
 def test_staged_batches_run_clean_and_catch_a_fault():

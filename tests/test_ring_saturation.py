@@ -19,6 +19,7 @@ from monitor_helpers import Driver
 
 from kvcanary_numba import launch_canary_verify_kernel, launch_canary_write_kernel
 from kvcanary_numba.constants import VIOLATION_INDEX_SATURATED as SATURATED
+from kvcanary_numba.kernels import ON_SIMULATOR
 from kvcanary_numba.monitor.report import ring_summary
 from kvcanary_numba.verify import launch_canary_verify_kernel as core_verify
 from kvcanary_numba.write import launch_canary_write_kernel as core_write
@@ -124,6 +125,11 @@ def test_kernels_keep_the_first_rows():
 # --- the monitor: stats, the log, the summary ---------------------------------------------------
 
 
+#: A CPU monitor with backend="cuda" runs the kernels on NumPy buffers: only under the simulator
+#: (on a GPU, test_a_gpu_monitor_saturates_and_keeps_its_first_rows covers the kernels).
+simulated = pytest.mark.skipif(not ON_SIMULATOR, reason="drives NumPy buffers through the kernels")
+
+
 def _saturated_monitor(caplog, **options) -> Driver:
     d = Driver(ring_capacity=2, **options)
     d.step({1: [(101, 3), (102, 4), (103, 5)]})
@@ -137,7 +143,10 @@ def _saturated_monitor(caplog, **options) -> Driver:
     return d
 
 
-@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)])
+@pytest.mark.parametrize(
+    "backend",
+    ["numpy", pytest.param("cuda", marks=[pytest.mark.simulator, simulated])],
+)
 def test_a_monitor_says_saturated_in_stats_and_the_log(caplog, backend):
     d = _saturated_monitor(caplog, backend=backend)
     stats = d.monitor.stats()

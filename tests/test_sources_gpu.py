@@ -226,7 +226,7 @@ def test_a_tensor_given_other_storage_is_followed(path):
     e.k[3, 1] ^= 1
     e.step()
     assert e.caught() == {("TAIL_K_FULL", 3)}
-    assert (e.monitor.graph is None) == (path == "graph")
+    assert e.monitor.graph is None  # never captured, or (graph) dropped: its kernels held the old pointer
 
 
 @gpu_paths

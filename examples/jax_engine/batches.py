@@ -67,6 +67,12 @@ class BatchArrays:
         self._copied = [None] * len(self._host)  # event of the copy that last read each host buffer
         self._turn = 0
 
+    @staticmethod
+    def words(requests: int, tokens: int, max_context: int) -> int:
+        """int64 words of the largest step: 3 per request (indices, prefix and extend lengths), the
+        request offsets (one more than the requests), 5 per new token, every request's known tokens."""
+        return 3 * requests + (requests + 1) + 5 * tokens + requests * max_context
+
     def batch(self, hb: HostBatch, req_to_token) -> StepBatch:
         """The StepBatch of ``hb`` (``req_to_token``: the canary's view of the device page table)."""
         if not self.staged:

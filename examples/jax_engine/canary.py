@@ -207,7 +207,7 @@ class JaxCanary:
             max_context_len=max_context,
             **monitor_options,
         )
-        capacity = 3 * write_req_capacity + 1 + 5 * write_token_capacity + write_req_capacity * max_context
+        capacity = BatchArrays.words(write_req_capacity, write_token_capacity, max_context)
         self.batches = BatchArrays(xp=xp, capacity=capacity, stream=self.stream, staged=staged)
         self._table = (None, None)  # (pointer, view) of the device page table's last view
         self._pool = ()  # the pool buffers' pointers the sources were last rebound to
