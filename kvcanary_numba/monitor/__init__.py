@@ -7,6 +7,7 @@ from .budget import VerifyBudget
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
+from .moves import MovedRecords
 from .report import BIT_EXPLANATIONS, Violation, decode_rows
 from .sweep import SlotChain
 from .triage import CanaryBlindSpotWarning, Diagnosis
@@ -21,6 +22,7 @@ __all__ = [
     "Diagnosis",
     "HealthReport",
     "KvGroup",
+    "MovedRecords",
     "SlotChain",
     "StepBatch",
     "VerifyBudget",

@@ -28,18 +28,20 @@ from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
 from ..fast.steps import PreparedSteps
+from ..handoff import HandoffDigest
 from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
 from .groups import KvGroup, check_group_placement, check_groups
 from .health import HealthChecker
+from .moves import MovedRecords, RecordMoves
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
-from .status import Snapshot
+from .status import monitor_stats
 from .steps import EagerSteps
-from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .sweep import SlotChain, sweep_chains
 from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
@@ -48,6 +50,7 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
+_CAPTURE_NEEDS_GPU = "CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps"
 _PREPARED_NEEDS_KERNELS = (
     "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
 )
@@ -208,6 +211,7 @@ class CanaryMonitor:
         # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
         self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
+        self.moves = RecordMoves(self.groups, xp=xp, placement=self._placement, steps=self.step_plan, health=health)
         self.bundles = self.aftercare.bundles
 
     @property
@@ -339,13 +343,7 @@ class CanaryMonitor:
         fn = "CanaryMonitor.capture_graph"
         self.graph = None
         if self.fast is None or self.xp is np:
-            raise error(
-                "KVC-C008",
-                function=fn,
-                argument="device",
-                got=self.device,
-                reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps",
-            )
+            raise error("KVC-C008", function=fn, argument="device", got=self.device, reason=_CAPTURE_NEEDS_GPU)
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)
@@ -356,24 +354,8 @@ class CanaryMonitor:
         self.enable_chain_position_assert.fill(1)
 
     def sweep(self, chains: Sequence[SlotChain]) -> None:
-        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
-
-        Parameters
-        ----------
-        chains : list or tuple of SlotChain
-            Checked before the first launch (a generator is refused: KVC-M009).
-
-        Raises
-        ------
-        KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
-        """
-        fn = "CanaryMonitor.sweep"
-        if self._phase is _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
-        for g in self.groups:
-            self.health.add(launch_sweep(self.xp, g, entries))
+        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags (:func:`.sweep.sweep_chains`)."""
+        sweep_chains(self._between_steps("sweep"), chains, self.groups, xp=self.xp, health=self.health)
         self.sweeps += 1
 
     def flush(self) -> None:
@@ -387,13 +369,32 @@ class CanaryMonitor:
 
     def stats(self) -> dict:
         """Counters as of now (reads the device: not for the hot path)."""
-        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
-        return {
-            "step": self.step,
-            "protected_tokens": int(snap.slot_run_counters.sum()),
-            "kernel_runs": int(snap.kernel_run_counters.sum()),
-            "sweep_passes": self.sweeps,
-            "violations_recorded": snap.write_index,
-            "violations_decoded": len(self.violations),
-            **({} if self.budget is None else self.budget.stats()),
-        }
+        return monitor_stats(self)
+
+    # --- moved records: the component in monitor/moves.py ---------------------------
+    def take_records(self, slot_indices) -> MovedRecords:
+        """Take the records of FULL ``slot_indices`` out, after their KV (:meth:`.moves.RecordMoves.take`)."""
+        return self.moves.take(self._between_steps("take_records"), slot_indices)
+
+    def put_records(self, moved: MovedRecords, slot_indices) -> None:
+        """Put taken records at FULL ``slot_indices``, after their KV (:meth:`.moves.RecordMoves.put`)."""
+        self.moves.put(self._between_steps("put_records"), moved, slot_indices)
+
+    def move_records(self, src_slot_indices, dst_slot_indices, *, group: str = "full") -> None:
+        """Move one group's records within its pool, after the KV (:meth:`.moves.RecordMoves.move`)."""
+        self.moves.move(self._between_steps("move_records"), src_slot_indices, dst_slot_indices, group)
+
+    def verify_records(self, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
+        """Check landed runs now; rows come back at end_step (:meth:`.moves.RecordMoves.verify`)."""
+        runs = (slot_indices, run_offsets, run_start_positions, run_prev_slots)
+        self.moves.verify(self._between_steps("verify_records"), *runs)
+
+    def handoff_digest(self, slot_indices, run_offsets) -> HandoffDigest:
+        """One digest per request of the FULL TAIL records and live KV (:meth:`.moves.RecordMoves.digest`)."""
+        return self.moves.digest(self._between_steps("handoff_digest"), slot_indices, run_offsets)
+
+    def _between_steps(self, name: str) -> str:
+        """``CanaryMonitor.<name>``, or KVC-M005 between pre_forward and post_forward."""
+        if self._phase is _PRE:
+            raise error("KVC-M005", function=f"CanaryMonitor.{name}", state=self._phase, expected=_ORDER)
+        return f"CanaryMonitor.{name}"
