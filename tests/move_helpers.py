@@ -107,3 +107,15 @@ def bits_by_slot(ctx) -> dict[int, int]:
     for row in ring(ctx):
         out[row[1]] = out.get(row[1], 0) | row[7]
     return out
+
+
+def plan_of_runs(slots, offsets, starts, prevs):
+    """The VerifyPlan a run table stands for, built entry by entry in Python (tokens unchecked)."""
+    from canary_helpers import verify_plan
+
+    positions, predecessors = [], []
+    for r in range(len(offsets) - 1):
+        for e, i in enumerate(range(int(offsets[r]), int(offsets[r + 1]))):
+            positions.append(int(starts[r]) + e)
+            predecessors.append(int(prevs[r]) if e == 0 else int(slots[i - 1]))
+    return verify_plan([int(s) for s in slots], positions, predecessors)
