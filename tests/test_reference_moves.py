@@ -331,3 +331,27 @@ def test_digests_of_other_layouts_are_not_compared(rng):
 def test_fail_bits_used_by_the_moves_are_the_documented_ones():
     assert (FailReason.VERIFY_REAL_KV_HASH_MISMATCH, FailReason.SLOT_OUT_OF_RANGE) == (4, 64)
     assert FailReason.WRITE_RANGE_OUT_OF_BOUNDS == 256  # a device run table that does not fit
+
+
+# --- the CPU path of the public functions: blocks on two threads --------------------------
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_the_blocked_cpu_path_records_what_the_specification_records(rng, monkeypatch, block):
+    from kvcanary_numba.fast import moves as cpu_moves
+    from kvcanary_numba.reference import digest as spec_digest, records as spec_records
+
+    monkeypatch.setattr(cpu_moves, "BLOCK_ENTRIES", block)
+    _, b, _, dst = relocated(rng, PARTIAL, n=20)
+    b.canary_buf[dst[6], 8] ^= 1  # a position (and its successor's link)
+    b.real_kv_sources[0].bytes_view()[dst[13], 2] ^= 1
+    table = runs(dst[:9], [dst[9], 0, 77, *dst[12:]], starts=[0, 9], prevs=[-1, dst[8]])
+    args = dict(slot_indices=table[0], run_offsets=table[1], run_start_positions=table[2], run_prev_slots=table[3])
+    spec = b.replace(violation_ring=b.violation_ring.copy(), violation_write_index=b.violation_write_index.copy())
+    spec_records.verify_canary_records(context=spec, **args)
+    verify_canary_records(context=b, **args)
+    assert ring(b) == ring(spec) and len(ring(b)) == 5  # after slot 77, the next link reads past the buffer (128)
+    out, want = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    compute_handoff_digest(context=b, slot_indices=table[0], run_offsets=table[1], out_digests=out)
+    spec_digest.compute_handoff_digest(context=spec, slot_indices=table[0], run_offsets=table[1], out_digests=want)
+    assert out.tolist() == want.tolist() and ring(b) == ring(spec)

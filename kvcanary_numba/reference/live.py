@@ -51,6 +51,9 @@ def word_span(src) -> tuple[np.ndarray, int]:
     (rows may be strided: a layer of a larger pool); row ``r`` starts at word
     ``r * row_stride``.
     """
+    tensor = src.tensor
+    if tensor.flags.c_contiguous and tensor.nbytes % _WORD == 0:  # one plain view: no strided span to build
+        return tensor.reshape(-1).view("<u8"), (int(tensor.strides[0]) // _WORD if tensor.shape[0] > 1 else 0)
     table = src.bytes_view()  # uint8 [rows, row_bytes], bytes of a row contiguous
     rows, row_bytes = table.shape
     stride = int(table.strides[0]) if rows > 1 else 0
@@ -80,7 +83,7 @@ def live_fingerprints(real_kv_sources: Sequence, real_kv_hash_mode, slots: np.nd
     mode = RealKvHashMode(int(real_kv_hash_mode))
     if mode == RealKvHashMode.NONE or not real_kv_sources or slots.shape[0] == 0:
         return acc
-    h, word, scratch = (np.empty(slots.shape[0], dtype=np.uint64) for _ in range(3))
+    h, scratch = np.empty(slots.shape[0], dtype=np.uint64), np.empty(slots.shape[0], dtype=np.uint64)
     for src in real_kv_sources:
         words, row_stride = word_span(src)
         read_words = (PARTIAL_READ_BYTES if mode == RealKvHashMode.PARTIAL else int(src.read_bytes)) // _WORD
@@ -91,9 +94,12 @@ def live_fingerprints(real_kv_sources: Sequence, real_kv_hash_mode, slots: np.nd
             row, column = np.divmod(slots, page_size)
             base = row * row_stride + column * (int(src.num_bytes_per_token) // _WORD)
         h[...] = 0
-        for _ in range(read_words):  # lo word, then hi word of each 16-byte vector: plain word order
-            np.take(words, base, out=word)
-            mix_into(h, word, scratch)
+        pairs = words[: words.shape[0] // 2 * 2].reshape(-1, 2)  # 16-byte vectors: every slot starts on one
+        base //= 2
+        for _ in range(read_words // 2):  # lo word, then hi word of each vector: plain word order
+            vector = np.take(pairs, base, axis=0)  # one gather brings both words of each slot
+            mix_into(h, vector[:, 0], scratch)
+            mix_into(h, vector[:, 1], scratch)
             base += 1
         mix_into(acc, h, scratch)
     return acc
