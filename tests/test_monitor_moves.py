@@ -17,7 +17,7 @@ from helpers import raises_code
 from monitor_helpers import DECODE, PREFILL, Driver, monitor_records
 from move_helpers import runs
 
-from kvcanary_numba import HandoffSignature, MovedRecords, check_handoff_digest
+from kvcanary_numba import CanaryViolationError, HandoffSignature, MovedRecords, check_handoff_digest
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 OLD, NEW = [3, 4, 5, 6], [10, 11, 12, 13]
@@ -78,7 +78,7 @@ def test_records_left_behind_are_reported_at_once():
     d = driver()
     move_kv(d, OLD, NEW)  # the KV moves, the records do not
     landed_check(d, NEW)
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(CanaryViolationError) as caught:
         d.monitor.end_step()
     tags = {v.tag for v in caught.value.violations}
     assert tags == {"SWEEP_K_FULL", "SWEEP_V_FULL"}
@@ -91,7 +91,7 @@ def test_kv_changed_on_the_way_is_reported_where_it_lands():
     move_kv(d, OLD, NEW)
     d.v[12, 3] ^= 1
     d.monitor.put_records(moved, i64(NEW))
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(CanaryViolationError) as caught:
         d.monitor.end_step()
     assert [(v.tag, v.slot_idx, v.reasons) for v in caught.value.violations] == [
         ("SWEEP_V_FULL", 12, ("verify_real_kv_hash",))

@@ -182,3 +182,80 @@ def test_a_context_without_sources_is_fine_and_folds_nothing(rng):
     out = np.zeros(1, np.int64)
     compute_handoff_digest(context=ctx, slot_indices=i64([1, 2]), run_offsets=i64([0, 2]), out_digests=out)
     assert HandoffSignature.of(ctx).sources == () and int(ctx.kernel_run_counter[0]) == 1
+
+
+# --- one mutated argument at a time: a coded error or a clean run, never anything else ---------
+
+hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from kvcanary_numba import KvCanaryError  # noqa: E402
+
+MUTATIONS = {
+    "int32": lambda a: a.astype(np.int32) if isinstance(a, np.ndarray) else a,
+    "float": lambda a: a.astype(np.float64) if isinstance(a, np.ndarray) else 1.5,
+    "2-D": lambda a: a.reshape(1, -1) if isinstance(a, np.ndarray) else a,
+    "shorter": lambda a: a[:-1] if isinstance(a, np.ndarray) and a.shape[0] else a,
+    "longer": lambda a: np.concatenate([a, a[:1]]) if isinstance(a, np.ndarray) and a.shape[0] else a,
+    "strided": lambda a: np.repeat(a, 2, axis=0)[::2] if isinstance(a, np.ndarray) else a,
+    "read-only": lambda a: _read_only(a),
+    "list": lambda a: a.tolist() if isinstance(a, np.ndarray) else [a],
+    "None": lambda a: None,
+    "device": lambda a: FakeCudaArray(a) if isinstance(a, np.ndarray) else a,
+    "huge slot": lambda a: np.full_like(a, 2**62) if isinstance(a, np.ndarray) and a.dtype == np.int64 else a,
+    "negative": lambda a: -a if isinstance(a, np.ndarray) and a.dtype == np.int64 else a,
+}
+
+
+def _read_only(a):
+    if not isinstance(a, np.ndarray):
+        return a
+    b = a.copy()
+    b.setflags(write=False)
+    return b
+
+
+def valid_call(name: str, ctx):
+    slots = i64([3, 4, 5])
+    if name == "gather":
+        return gather_canary_records, dict(context=ctx, slot_indices=slots, out_records=np.zeros((3, 32), np.uint8))
+    if name == "scatter":
+        return scatter_canary_records, dict(context=ctx, records=np.zeros((3, 32), np.uint8), slot_indices=slots + 6)
+    if name == "move":
+        scratch = np.zeros((3, 32), np.uint8)
+        return move_canary_records, dict(
+            context=ctx, src_slot_indices=slots, dst_slot_indices=slots + 1, scratch_records=scratch
+        )
+    if name == "records":
+        return verify_canary_records, records_args(ctx)
+    return compute_handoff_digest, dict(
+        context=ctx, slot_indices=slots, run_offsets=i64([0, 1, 3]), out_digests=np.zeros(2, np.int64)
+    )
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from(["gather", "scatter", "move", "records", "digest"]),
+    st.data(),
+    st.sampled_from(sorted(MUTATIONS)),
+)
+def test_one_bad_argument_is_a_coded_error_or_a_clean_run(ctx, name, data, mutation):
+    function, kwargs = valid_call(name, ctx)
+    argument = data.draw(st.sampled_from(sorted(k for k in kwargs if k != "context")))
+    kwargs[argument] = MUTATIONS[mutation](kwargs[argument])
+    before = snapshot(ctx)
+    try:
+        function(**kwargs)
+    except KvCanaryError as exc:
+        assert str(exc).endswith(exc.entry.ending)
+        assert unchanged(before, ctx), f"{name}: rejected with {exc.code} after changing state"
+        return
+    # Accepted: a slot value outside the buffer is data, reported by a row (bit 64; 128 for a run's
+    # predecessor), never read.
+    reported = mutation == "huge slot" or argument != "run_prev_slots"  # a negative predecessor: a chain head
+    if mutation in ("huge slot", "negative") and "slot" in argument and reported:
+        new = ctx.violation_ring[: int(ctx.violation_write_index[0])]
+        bit = 128 if argument == "run_prev_slots" else 64
+        assert any(int(row[7]) & bit for row in new), f"{name}: {argument} {mutation} not reported"
