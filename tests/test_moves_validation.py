@@ -259,3 +259,13 @@ def test_one_bad_argument_is_a_coded_error_or_a_clean_run(ctx, name, data, mutat
         new = ctx.violation_ring[: int(ctx.violation_write_index[0])]
         bit = 128 if argument == "run_prev_slots" else 64
         assert any(int(row[7]) & bit for row in new), f"{name}: {argument} {mutation} not reported"
+
+
+def test_a_memo_hit_still_tests_shared_memory(ctx):
+    pack = np.zeros((3, 32), np.uint8)
+    gather_canary_records(context=ctx, slot_indices=SLOTS, out_records=pack)
+    alias = ctx.canary_buf[10:13]  # the same layout as ``pack``: the same snapshot
+    before = snapshot(ctx)
+    with raises_code("KVC-C017"):
+        gather_canary_records(context=ctx, slot_indices=SLOTS, out_records=alias)
+    assert unchanged(before, ctx)
