@@ -2,9 +2,10 @@
 
 A record is 4 int64 words; the canary buffer and every pack reach a kernel as ``int64[:, ::1]``
 ``[rows, stride // 8]`` / ``[n, 4]`` views, so a record moves as four 8-byte loads and stores.
-One persistent grid strides over the entries. Without real-KV sources a thread takes one
-entry at a time; with sources a warp takes 32 consecutive entries, so that it can fold its
-lanes' slots together (:func:`.fingerprint.warp_real_kv_hash`), as verify does.
+One persistent grid strides over the entries. Without real-KV sources a thread moves one
+word of a record (four lanes a record: a warp loads 8 whole records and stores 256 contiguous
+bytes per instruction); with sources a warp takes 32 consecutive entries, so that it can fold
+its lanes' slots together (:func:`.fingerprint.warp_real_kv_hash`), as verify does.
 
 ``gather_src{n}``
     ``out[i] = buf[slots[i]]`` (zeros for a skipped or out-of-range slot), and with ``n``
@@ -35,6 +36,7 @@ __all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "out_of_range_row
 MOVE_THREADS = 256
 _WARPS = MOVE_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
+_FOUR = np.int64(4)  # int64 words of a record
 
 
 @cuda.jit(device=True)
@@ -104,9 +106,17 @@ def _make_gather(nsrc: int):
             if n > 0:
                 cuda.atomic.add(slot_counter, 0, n)
         num_slots = int64(buf.shape[0])
-        if nsrc == 0:
-            for i in range(int64(tid), n, int64(cuda.gridsize(1))):
-                _take(buf, slots, out, i, num_slots, nsrc, uint64(0), ring, write_index, kind)
+        if nsrc == 0:  # a word per thread: a warp moves 8 whole records per load and per store
+            for item in range(int64(tid), n * _FOUR, int64(cuda.gridsize(1))):
+                i = item // _FOUR
+                word = item - i * _FOUR
+                slot = slots[i]
+                if in_pool(slot, num_slots):
+                    out[i, word] = buf[slot, word]
+                else:
+                    out[i, word] = ZERO
+                    if word == ZERO and slot != ZERO:
+                        out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
@@ -149,10 +159,16 @@ def _make_scatter(nsrc: int):
             if n > 0:
                 cuda.atomic.add(slot_counter, 0, n)
         num_slots = int64(buf.shape[0])
-        if nsrc == 0:
-            for i in range(int64(tid), n, int64(cuda.gridsize(1))):
+        if nsrc == 0:  # a word per thread, as the gather
+            for item in range(int64(tid), n * _FOUR, int64(cuda.gridsize(1))):
+                i = item // _FOUR
+                word = item - i * _FOUR
                 if guarded == ZERO or in_pool(guard[i], num_slots):
-                    _put(buf, records, slots, i, num_slots, nsrc, uint64(0), ring, write_index, kind)
+                    slot = slots[i]
+                    if in_pool(slot, num_slots):
+                        buf[slot, word] = records[i, word]
+                    elif word == ZERO and slot != ZERO:
+                        out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)

@@ -41,7 +41,8 @@ def _launch(prefix: str, nsrc: int, n: int, args: tuple, stream) -> None:
     name = f"{prefix}_src{nsrc}"
     kernel, signature = kernels.KERNELS[name], kernels.SIGNATURES[name][0]
     block = block_size(kernels.MOVE_THREADS)
-    launch(kernel, signature, resident_grid(kernel, signature, n, block), block, args, stream)
+    items = n * 4 if nsrc == 0 else n  # without a fold, a thread moves one word of a record
+    launch(kernel, signature, resident_grid(kernel, signature, items, block), block, args, stream)
 
 
 def _gather(context, slot_indices, out_records, *, check: bool, count: int, stream) -> None:
