@@ -125,7 +125,7 @@ def gpu_rows(mode_name: str) -> list[dict]:
                     lambda i: kc.move_canary_records(
                         context=ctx, src_slot_indices=slots, dst_slot_indices=slots, scratch_records=scratch
                     ),
-                    n * 2 * (2 * _INDEX + 2 * _RECORD) + n * kv,
+                    n * (3 * _INDEX + 4 * _RECORD + kv),  # gather to scratch, then scatter (guarded)
                 ),
                 "digest": (
                     lambda i: kc.compute_handoff_digest(
