@@ -124,8 +124,10 @@ def check_handoff_digest(sent, landed, *, on_mismatch: str = "raise") -> np.ndar
 
     Parameters
     ----------
-    sent, landed : HandoffDigest
-        The two sides' digests of the same requests, in the same order.
+    sent : HandoffDigest
+        The digests of the side the requests left.
+    landed : HandoffDigest
+        The digests of the side they arrived at: the same requests, in the same order.
     on_mismatch : {"raise", "miss"}
         ``"raise"``: a request whose digests differ raises KVC-K012. ``"miss"``: the mask is
         returned and the caller treats the requests marked False as cache misses (recompute).

@@ -227,8 +227,10 @@ def move_canary_records(
     ----------
     context : CanaryContext
         The pool: ``canary_buf`` (read and written), ring, counters, tag, sources and mode.
-    src_slot_indices, dst_slot_indices : int64 [n]
-        Where each record is and where it goes.
+    src_slot_indices : int64 [n]
+        Where each record is.
+    dst_slot_indices : int64 [n]
+        Where it goes (distinct slots).
     scratch_records : uint8 [n, 32]
         Holds the records between the reads and the writes (its contents are overwritten).
     backend : {"auto", "numpy", "cuda"}

@@ -156,6 +156,10 @@ def test_bad_arguments_change_nothing():
     moved = d.monitor.take_records(i64(OLD))
     with raises_code("KVC-K001"):
         d.monitor.put_records(moved, i64(NEW[:3]))
+    packs = dict(moved.records)
+    packs["TAIL_V_FULL"] = d.monitor.groups[0].buffers["HEAD", "K"][4:8]  # a pack inside a canary buffer
+    with raises_code("KVC-C017"):  # found before the first buffer is written
+        d.monitor.put_records(MovedRecords(packs, 4), i64(NEW))
     with raises_code("KVC-K014"):
         d.monitor.move_records(i64(OLD), i64(NEW), group="swa")
     with raises_code("KVC-K003"):

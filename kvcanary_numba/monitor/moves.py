@@ -32,6 +32,7 @@ from ..fast.calls import (
     verify_canary_records,
 )
 from ..handoff import HandoffDigest, HandoffSignature
+from ..move import validate_move, validate_scatter
 from .groups import translate_slots
 
 __all__ = ["MovedRecords", "RecordMoves"]
@@ -151,7 +152,29 @@ class RecordMoves:
 
     # --- moves ----------------------------------------------------------------
     def take(self, function: str, slot_indices) -> MovedRecords:
-        """Gather every buffer's records of ``slot_indices`` into new packs (the departure check on TAIL)."""
+        """``CanaryMonitor.take_records``: every buffer's records of some FULL slots, in new packs.
+
+        Call after the step that last wrote them (between steps) and before the KV leaves its slots: the
+        TAIL buffers' records are checked against the live KV as they are taken (a SWEEP row, bit 4).
+
+        Parameters
+        ----------
+        function : str
+            The public method, named in errors.
+        slot_indices : int64 [n]
+            FULL slots on the monitor's device, in the order the packs keep (a request's slots in
+            position order). An SWA group takes the SWA slot the LUT gives for each (0: none).
+
+        Returns
+        -------
+        MovedRecords
+            One uint8 [n, 32] pack per canary buffer, on the monitor's device.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005 (between pre_forward and post_forward), KVC-C002 … KVC-C007 for ``slot_indices``.
+        """
         n = self._slots(function, "slot_indices", slot_indices)
         backend, xp = self.steps.backend, self.xp
         packs = {}
@@ -164,7 +187,27 @@ class RecordMoves:
         return MovedRecords(packs, n)
 
     def put(self, function: str, moved, slot_indices) -> None:
-        """Scatter every pack of ``moved`` to ``slot_indices`` (the landing check on TAIL)."""
+        """``CanaryMonitor.put_records``: put taken records at (other) FULL slots.
+
+        Copy the KV to the new slots first (and set the SWA LUT for them): the TAIL buffers' records are
+        checked against the KV where they land (a SWEEP row, bit 4). Then update the page table, and
+        check the landed runs at once with :meth:`verify`.
+
+        Parameters
+        ----------
+        function : str
+            The public method, named in errors.
+        moved : MovedRecords
+            What :meth:`take` returned (on the monitor's device: ``to_device(xp)`` after a host tier).
+        slot_indices : int64 [n]
+            The new FULL slots, row ``i`` of each pack to ``slot_indices[i]`` (distinct slots).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005, KVC-K013 (not this monitor's buffers), KVC-K001 (packs of another length),
+            KVC-C002 … KVC-C007; nothing is written when one is raised.
+        """
         if not isinstance(moved, MovedRecords):
             raise error("KVC-K013", function=function, got=type(moved).__name__, expected=sorted(self._names()))
         if set(moved.records) != self._names():
@@ -182,29 +225,59 @@ class RecordMoves:
                     expected=n,
                     got=info.shape[0],
                 )
+        calls = [
+            dict(context=context, records=moved.records[name], slot_indices=slots, backend=self.steps.backend)
+            for g, slots in ((g, self._translate(g, slot_indices)) for g in self.groups)
+            for name, context in self.contexts[g.kind]
+        ]
+        for kwargs in calls:  # every check before the first write (a pack inside a canary buffer: KVC-C017)
+            validate_scatter(**kwargs)
+        for kwargs in calls:
+            scatter_canary_records(**kwargs)
         for g in self.groups:
-            slots = self._translate(g, slot_indices)
-            for name, context in self.contexts[g.kind]:
-                scatter_canary_records(
-                    context=context, records=moved.records[name], slot_indices=slots, backend=self.steps.backend
-                )
             self._count(self.contexts[g.kind])
 
     def move(self, function: str, src_slot_indices, dst_slot_indices, group: str) -> None:
-        """Move one group's records within its buffers (its own slot numbers: no LUT)."""
+        """``CanaryMonitor.move_records``: compact one group's pool (``dst[i]`` gets the record of ``src[i]``).
+
+        Move the group's KV first; every buffer of the group moves, sources and destinations may overlap,
+        and the TAIL records are checked against the KV where they land.
+
+        Parameters
+        ----------
+        function : str
+            The public method, named in errors.
+        src_slot_indices : int64 [n]
+            The group's own slots (SWA slots for ``"swa"``: no LUT), where each record is.
+        dst_slot_indices : int64 [n]
+            Where each goes (distinct slots).
+        group : {"full", "swa"}
+            The group compacted.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005, KVC-K014 (no such group), KVC-K003 (lengths), KVC-C002 … KVC-C007.
+        """
         g = self._group(function, group)
         n = self._slots(function, "src_slot_indices", src_slot_indices)
         if self._slots(function, "dst_slot_indices", dst_slot_indices) != n:
             raise error("KVC-K003", function=function, expected=n, got=int(dst_slot_indices.shape[0]))
         scratch = self.xp.empty((n, CANARY_SLOT_BYTES), dtype=np.uint8)
-        for _, context in self.contexts[g.kind]:
-            move_canary_records(
+        calls = [
+            dict(
                 context=context,
                 src_slot_indices=src_slot_indices,
                 dst_slot_indices=dst_slot_indices,
                 scratch_records=scratch,
                 backend=self.steps.backend,
             )
+            for _, context in self.contexts[g.kind]
+        ]
+        for kwargs in calls:  # every check before the first write
+            validate_move(**kwargs)
+        for kwargs in calls:
+            move_canary_records(**kwargs)
         self._count(self.contexts[g.kind])
 
     def _names(self) -> set[str]:
@@ -215,7 +288,31 @@ class RecordMoves:
         return [(name, ctx) for name, ctx in self.contexts[g.kind] if name.startswith("TAIL")]
 
     def verify(self, function: str, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
-        """Check the runs where they landed, in every group's TAIL buffers (SWEEP rows)."""
+        """``CanaryMonitor.verify_records``: check landed runs now, in every group's TAIL buffers.
+
+        Each run's slots are checked against its positions, its chain and the live KV, as verify checks
+        a plan (:func:`~kvcanary_numba.verify_canary_records`); give the slots the page table lists,
+        so that a reload into other slots is seen. Rows (SWEEP tags) are read back at the next
+        ``end_step``. An SWA group checks the SWA slots of the same runs (outside the window: skipped).
+
+        Parameters
+        ----------
+        function : str
+            The public method, named in errors.
+        slot_indices : int64 [n]
+            FULL slots of every run, run after run, each in position order.
+        run_offsets : int64 [num_runs + 1]
+            Run ``r`` is entries ``[run_offsets[r], run_offsets[r + 1])``.
+        run_start_positions : int64 [num_runs]
+            Position of each run's first slot.
+        run_prev_slots : int64 [num_runs]
+            FULL slot of each run's predecessor (-1: the run starts its chain; 0: not checked).
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005, KVC-K004 … KVC-K007 (the run table), KVC-C002 … KVC-C007.
+        """
         self._slots(function, "slot_indices", slot_indices)
         for name, array in (("run_start_positions", run_start_positions), ("run_prev_slots", run_prev_slots)):
             self._slots(function, name, array)
@@ -234,7 +331,32 @@ class RecordMoves:
             self._count(self._tails(g))
 
     def digest(self, function: str, slot_indices, run_offsets) -> HandoffDigest:
-        """One digest per run over the FULL group's TAIL buffers (K, then V) and live KV."""
+        """``CanaryMonitor.handoff_digest``: one hand-off digest per run of FULL slots.
+
+        The FULL group's TAIL records and live KV of each run (K, then V, combined), signed with
+        their layout; the same on the sending and the receiving monitor when the runs arrived
+        intact (:func:`~kvcanary_numba.check_handoff_digest` compares two). Nothing waits for the
+        device until the digests are read.
+
+        Parameters
+        ----------
+        function : str
+            The public method, named in errors.
+        slot_indices : int64 [n]
+            FULL slots of every run (a request's slots in position order, as its page table lists them).
+        run_offsets : int64 [num_runs + 1]
+            Run ``r`` is entries ``[run_offsets[r], run_offsets[r + 1])``.
+
+        Returns
+        -------
+        HandoffDigest
+            int64 [num_runs] digests on the monitor's device, and their signature.
+
+        Raises
+        ------
+        KvCanaryError
+            KVC-M005, KVC-K004 … KVC-K006, KVC-C002 … KVC-C007.
+        """
         self._slots(function, "slot_indices", slot_indices)
         runs = self._slots(function, "run_offsets", run_offsets) - 1
         g, xp = self.groups[0], self.xp
