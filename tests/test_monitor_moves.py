@@ -157,7 +157,7 @@ def test_bad_arguments_change_nothing():
     with raises_code("KVC-K001"):
         d.monitor.put_records(moved, i64(NEW[:3]))
     packs = dict(moved.records)
-    packs["TAIL_V_FULL"] = d.monitor.groups[0].buffers["HEAD", "K"][4:8]  # a pack inside a canary buffer
+    packs["TAIL_V_FULL"] = d.monitor.groups[0].buffers["TAIL", "V"][4:8]  # a pack inside its own buffer
     with raises_code("KVC-C017"):  # found before the first buffer is written
         d.monitor.put_records(MovedRecords(packs, 4), i64(NEW))
     with raises_code("KVC-K014"):
