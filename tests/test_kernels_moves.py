@@ -55,7 +55,7 @@ def pair(op: str, ctx, **kwargs):
     before = int(ctx.violation_write_index[0])
     unbounded = ctx.replace(
         canary_buf=ctx.canary_buf.copy(),
-        violation_ring=np.zeros((before + 5 * ctx.num_slots + 8 * max(map(np.size, kwargs.values())), 8), np.int64),
+        violation_ring=np.zeros((before + 2 * max(len(v) for v in kwargs.values()) + 8, 8), np.int64),
         violation_write_index=ctx.violation_write_index.copy(),
         slot_run_counter=ctx.slot_run_counter.copy(),
         kernel_run_counter=ctx.kernel_run_counter.copy(),
