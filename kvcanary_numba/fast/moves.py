@@ -2,7 +2,7 @@
 
 On NumPy arrays these operations are the host tier's path (a host copy of moved KV, checked
 where it rests), so they run the vectorised specification (:mod:`kvcanary_numba.reference.move`,
-``records``, ``digest``). The records check and the digest run it block by block
+``records``, ``digest``), block by block
 (:data:`BLOCK_ENTRIES` entries: every temporary array of a block stays in the CPU's cache, where
 the hash passes run several times faster than over a million entries) on two threads, which
 NumPy's array operations let run at once (they release the GIL). The rows and values are the
@@ -41,10 +41,6 @@ BLOCK_ENTRIES = 1 << 15
 _THREADS = 2
 _POOL: ThreadPoolExecutor | None = None
 
-cpu_gather = reference_move.gather_canary_records
-cpu_scatter = reference_move.scatter_canary_records
-cpu_move = reference_move.move_canary_records
-
 
 def _chunks(n: int) -> list[tuple[int, int]]:
     """``[lo, hi)`` blocks of the entries, in order (one empty block for no entry)."""
@@ -60,11 +56,54 @@ def _map(function: Callable, chunks: list[tuple[int, int]]) -> list:
     return list(_POOL.map(lambda chunk: function(*chunk), chunks))
 
 
+def _blocks(n: int, rows_of: Callable[[int, int], np.ndarray]) -> list[np.ndarray]:
+    """``rows_of(lo, hi)`` of every block (rows numbered within the block), renumbered by entry."""
+
+    def block(lo: int, hi: int) -> np.ndarray:
+        rows = rows_of(lo, hi)
+        rows[:, 0] += lo
+        return rows
+
+    return _map(block, _chunks(n))
+
+
+def _counted(context, n: int) -> None:
+    bump(context.kernel_run_counter, 1)
+    bump(context.slot_run_counter, n)
+
+
+def cpu_gather(*, context, slot_indices, out_records) -> None:
+    """:func:`kvcanary_numba.reference.move.gather_canary_records`, block by block on two threads."""
+    slots, fields = np.asarray(slot_indices, dtype=np.int64), reference_move.pack_fields(out_records)
+    _counted(context, slots.shape[0])
+    take = lambda lo, hi: reference_move.take(context, slots[lo:hi], fields[lo:hi], check=True)  # noqa: E731
+    record_in_order(context, *_blocks(slots.shape[0], take))
+
+
+def cpu_scatter(*, context, records, slot_indices) -> None:
+    """:func:`kvcanary_numba.reference.move.scatter_canary_records`, block by block on two threads
+    (destinations are distinct: the blocks write disjoint records)."""
+    slots, fields = np.asarray(slot_indices, dtype=np.int64), reference_move.pack_fields(records)
+    _counted(context, slots.shape[0])
+    put = lambda lo, hi: reference_move.put(context, fields[lo:hi], slots[lo:hi])  # noqa: E731
+    record_in_order(context, *_blocks(slots.shape[0], put))
+
+
+def cpu_move(*, context, src_slot_indices, dst_slot_indices, scratch_records) -> None:
+    """:func:`kvcanary_numba.reference.move.move_canary_records`: every block's gather, then every block's scatter."""
+    src, dst = np.asarray(src_slot_indices, dtype=np.int64), np.asarray(dst_slot_indices, dtype=np.int64)
+    scratch = reference_move.pack_fields(scratch_records)
+    _counted(context, src.shape[0])
+    take = lambda lo, hi: reference_move.take(context, src[lo:hi], scratch[lo:hi], check=False)  # noqa: E731
+    taken = _blocks(src.shape[0], take)  # every read before the first write
+    put = lambda lo, hi: reference_move.put(context, scratch[lo:hi], dst[lo:hi], guard=src[lo:hi])  # noqa: E731
+    record_in_order(context, *taken, *_blocks(src.shape[0], put))
+
+
 def cpu_records(*, context, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
     """:func:`kvcanary_numba.reference.records.verify_canary_records`, its entries in two threads."""
     slots = np.asarray(slot_indices, dtype=np.int64)
-    bump(context.kernel_run_counter, 1)
-    bump(context.slot_run_counter, slots.shape[0])
+    _counted(context, slots.shape[0])
     entries = reference_records.run_entries(slots, run_offsets, run_start_positions, run_prev_slots)
     rows = _map(lambda lo, hi: reference_records.entry_rows(context, slots, *entries, lo, hi), _chunks(slots.shape[0]))
     record_in_order(context, *rows)
@@ -73,8 +112,7 @@ def cpu_records(*, context, slot_indices, run_offsets, run_start_positions, run_
 def cpu_digest(*, context, slot_indices, run_offsets, out_digests) -> None:
     """:func:`kvcanary_numba.reference.digest.compute_handoff_digest`, its entry hashes in two threads."""
     slots = np.asarray(slot_indices, dtype=np.int64)
-    bump(context.kernel_run_counter, 1)
-    bump(context.slot_run_counter, slots.shape[0])
+    _counted(context, slots.shape[0])
     index = reference_digest.run_index(slots, run_offsets)
     parts = _map(lambda lo, hi: reference_digest.entry_terms(context, slots, index, lo, hi), _chunks(slots.shape[0]))
     reference_digest.finish(context, out_digests, run_offsets, parts)

@@ -53,11 +53,13 @@ __all__ = [
     "gather_canary_records",
     "move_canary_records",
     "pack_fields",
+    "put",
     "range_rows",
     "record_in_order",
     "record_rows",
     "scatter_canary_records",
     "slot_classes",
+    "take",
 ]
 
 _FIELDS = CANARY_FIELDS_PER_SLOT
@@ -124,7 +126,7 @@ def record_in_order(context, *row_sets: np.ndarray) -> None:
     append_violation_rows(context, rows[:, 1:])
 
 
-def _take(context, slots: np.ndarray, out_fields: np.ndarray, *, check: bool) -> np.ndarray:
+def take(context, slots: np.ndarray, out_fields: np.ndarray, *, check: bool) -> np.ndarray:
     """Gather into ``out_fields`` (int64 [n, 4]); returns the rows (unrecorded)."""
     records = canary_fields(context.canary_buf)
     live, bad = slot_classes(slots, records.shape[0])
@@ -137,7 +139,7 @@ def _take(context, slots: np.ndarray, out_fields: np.ndarray, *, check: bool) ->
     return np.concatenate(rows)
 
 
-def _put(context, fields: np.ndarray, slots: np.ndarray, guard: np.ndarray | None = None) -> np.ndarray:
+def put(context, fields: np.ndarray, slots: np.ndarray, guard: np.ndarray | None = None) -> np.ndarray:
     """Store ``fields`` (int64 [n, 4]) at ``slots``; returns the rows (unrecorded).
 
     ``guard``: entries whose guard slot is not in ``[1, num_slots)`` are skipped silently
@@ -171,7 +173,7 @@ def gather_canary_records(*, context, slot_indices, out_records) -> None:
     slots = np.asarray(slot_indices, dtype=np.int64)
     bump(context.kernel_run_counter, 1)
     bump(context.slot_run_counter, slots.shape[0])
-    record_in_order(context, _take(context, slots, pack_fields(out_records), check=True))
+    record_in_order(context, take(context, slots, pack_fields(out_records), check=True))
 
 
 def scatter_canary_records(*, context, records, slot_indices) -> None:
@@ -189,7 +191,7 @@ def scatter_canary_records(*, context, records, slot_indices) -> None:
     slots = np.asarray(slot_indices, dtype=np.int64)
     bump(context.kernel_run_counter, 1)
     bump(context.slot_run_counter, slots.shape[0])
-    record_in_order(context, _put(context, pack_fields(records), slots))
+    record_in_order(context, put(context, pack_fields(records), slots))
 
 
 def move_canary_records(*, context, src_slot_indices, dst_slot_indices, scratch_records) -> None:
@@ -209,5 +211,5 @@ def move_canary_records(*, context, src_slot_indices, dst_slot_indices, scratch_
     bump(context.kernel_run_counter, 1)
     bump(context.slot_run_counter, src.shape[0])
     scratch = pack_fields(scratch_records)
-    taken = _take(context, src, scratch, check=False)  # every read before the first write
-    record_in_order(context, taken, _put(context, scratch, dst, guard=src))
+    taken = take(context, src, scratch, check=False)  # every read before the first write
+    record_in_order(context, taken, put(context, scratch, dst, guard=src))
