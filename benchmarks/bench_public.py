@@ -104,6 +104,17 @@ def _calls(plan: dict, verify: dict, write: dict) -> dict:
     }
 
 
+def _core_calls(plan: dict, verify: dict, write: dict) -> dict:
+    """The same calls through the core operation modules (``kvcanary_numba.<op>``), not the facade."""
+    from kvcanary_numba import plan as core_plan, verify as core_verify, write as core_write
+
+    return {
+        "plan": lambda _: core_plan.launch_canary_plan_kernels(**plan),
+        "verify": lambda _: core_verify.launch_canary_verify_kernel(**verify),
+        "write": lambda _: core_write.launch_canary_write_kernel(**write),
+    }
+
+
 def _offsets_kwargs(plan: dict) -> dict:
     """Keyword arguments of ``launch_plan_offsets_kernel`` on the plan case's inputs and plans."""
     vplan, wplan = plan["verify_plan_out"], plan["write_plan_out"]
@@ -145,6 +156,12 @@ def public_calls(run) -> None:
             with run.guard("public", f"{library} {call}"):
                 result = host_times(fn, iters=run.iters * 5, warmup=5, sync=synchronize)
                 run.add({"op": "public call host", "variant": f"{library} {call}", "bs": bs, **result})
+    # The core operations called directly (validation every call, numba-cuda's dispatcher launch):
+    # what docs/concepts/architecture.md compares with the package's top-level (fast wing) calls.
+    for call, fn in _core_calls(plan, verify, write).items():
+        with run.guard("public", f"core cupy {call}"):
+            result = host_times(fn, iters=run.iters * 5, warmup=5, sync=synchronize)
+            run.add({"op": "public call host", "variant": f"core cupy {call}", "bs": bs, **result})
     fresh = {**write}
 
     def new_inputs(_):  # an engine's per-step arrays: new objects every step (the pool may reuse memory)

@@ -356,3 +356,44 @@ def test_the_blocked_cpu_path_records_what_the_specification_records(rng, monkey
     compute_handoff_digest(context=b, slot_indices=table[0], run_offsets=table[1], out_digests=out)
     spec_digest.compute_handoff_digest(context=spec, slot_indices=table[0], run_offsets=table[1], out_digests=want)
     assert out.tolist() == want.tolist() and ring(b) == ring(spec)
+
+
+def _twin(ctx):
+    """A copy of ``ctx``'s buffer, ring and counters over the same sources (the specification's run)."""
+    arrays = ("canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter")
+    return ctx.replace(**{name: getattr(ctx, name).copy() for name in arrays})
+
+
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_the_blocked_cpu_moves_do_what_the_specification_does(rng, monkeypatch, block):
+    from kvcanary_numba.fast import moves as cpu_moves
+    from kvcanary_numba.reference import move as spec_move
+
+    monkeypatch.setattr(cpu_moves, "BLOCK_ENTRIES", block)
+    ctx = make_pool(rng, 24, mode=ALL)
+    write_request(ctx, list(range(1, 12)), [int(t) for t in rng.integers(0, 1000, 11)])
+    ctx.real_kv_sources[0].bytes_view()[[4, 9], 3] ^= 1  # two slots' KV changed under their records
+    spec = _twin(ctx)
+
+    slots = i64([3, 4, 0, 30, 9, -2, 7])  # padding, past the buffer and negative among them
+    pack, want = np.full((7, 32), 0xAA, np.uint8), np.full((7, 32), 0xAA, np.uint8)
+    gather_canary_records(context=ctx, slot_indices=slots, out_records=pack)
+    spec_move.gather_canary_records(context=spec, slot_indices=slots, out_records=want)
+    np.testing.assert_array_equal(pack, want)
+    assert ring(ctx) == ring(spec) and {r[1] for r in ring(ctx)} == {4, 9, 30, -2}
+
+    dst = i64([20, 21, 0, 22, 40, 23, 12])  # distinct destinations; one past the buffer
+    scatter_canary_records(context=ctx, records=pack, slot_indices=dst)
+    spec_move.scatter_canary_records(context=spec, records=want, slot_indices=dst)
+    np.testing.assert_array_equal(ctx.canary_buf, spec.canary_buf)
+    assert ring(ctx) == ring(spec) and counters(ctx) == counters(spec)
+
+    src, to = i64([5, 6, 7, 8, 50]), i64([6, 7, 8, 13, 14])  # overlapping sets: every read before a write
+    scratch, spec_scratch = np.zeros((5, 32), np.uint8), np.zeros((5, 32), np.uint8)
+    before = ctx.canary_buf[[5, 6, 7, 8], :32].copy()
+    move_canary_records(context=ctx, src_slot_indices=src, dst_slot_indices=to, scratch_records=scratch)
+    spec_move.move_canary_records(context=spec, src_slot_indices=src, dst_slot_indices=to, scratch_records=spec_scratch)
+    np.testing.assert_array_equal(ctx.canary_buf[[6, 7, 8, 13], :32], before)  # by NumPy indexing
+    np.testing.assert_array_equal(ctx.canary_buf, spec.canary_buf)
+    assert ring(ctx) == ring(spec) and counters(ctx) == counters(spec)
+    assert {r[1] for r in ring(ctx)[-4:]} >= {50}  # the source past the buffer is reported, its pair skipped

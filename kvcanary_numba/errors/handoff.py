@@ -6,14 +6,16 @@ from .registry import define
 
 _SIDES = (
     "import numpy as np\n"
-    "from kvcanary_numba import CanaryContext, HandoffDigest, HandoffSignature, check_handoff_digest\n"
+    "from kvcanary_numba import (CanaryContext, HandoffDigest, HandoffSignature,\n"
+    "                            check_handoff_digest)\n"
     "signature = HandoffSignature.of(CanaryContext.allocate(num_slots=8))\n"
     "sent = HandoffDigest(signature=signature, digests=np.array([11, 22], dtype=np.int64))\n"
 )
 _MONITOR = (
     "import numpy as np\n"
     "from kvcanary_numba import CanaryMonitor, KvGroup\n"
-    "monitor = CanaryMonitor(full=KvGroup(kind='full', num_slots=16, has_v=False), write_req_capacity=1, health_interval=0)\n"
+    "full = KvGroup(kind='full', num_slots=16, has_v=False)\n"
+    "monitor = CanaryMonitor(full=full, write_req_capacity=1, health_interval=0)\n"
     "old, new = np.array([3, 4], dtype=np.int64), np.array([8, 9], dtype=np.int64)\n"
 )
 
@@ -37,16 +39,20 @@ define(
     before=(
         "import numpy as np\n"
         "from kvcanary_numba import CanaryContext, HandoffSignature, RealKvHashMode, RealKvSource\n"
-        "kv = RealKvSource(tensor=np.zeros((8, 32), dtype=np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)\n"
+        "kv = RealKvSource(tensor=np.zeros((8, 32), dtype=np.uint8), page_size=1,\n"
+        "                  num_bytes_per_token=32, read_bytes=32)\n"
         "head = CanaryContext.allocate(num_slots=8)\n"
-        "tail = CanaryContext.allocate(num_slots=8, real_kv_sources=(kv,), real_kv_hash_mode=RealKvHashMode.ALL)\n"
+        "tail = CanaryContext.allocate(num_slots=8, real_kv_sources=(kv,),\n"
+        "                              real_kv_hash_mode=RealKvHashMode.ALL)\n"
         "HandoffSignature.of(head, tail)"
     ),
     after=(
         "import numpy as np\n"
         "from kvcanary_numba import CanaryContext, HandoffSignature, RealKvHashMode, RealKvSource\n"
-        "kv = RealKvSource(tensor=np.zeros((8, 32), dtype=np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)\n"
-        "tail = CanaryContext.allocate(num_slots=8, real_kv_sources=(kv,), real_kv_hash_mode=RealKvHashMode.ALL)\n"
+        "kv = RealKvSource(tensor=np.zeros((8, 32), dtype=np.uint8), page_size=1,\n"
+        "                  num_bytes_per_token=32, read_bytes=32)\n"
+        "tail = CanaryContext.allocate(num_slots=8, real_kv_sources=(kv,),\n"
+        "                              real_kv_hash_mode=RealKvHashMode.ALL)\n"
         "HandoffSignature.of(tail)"
     ),
     defensive="assert len({ctx.real_kv_hash_mode for ctx in contexts}) == 1",

@@ -26,8 +26,18 @@ define(
         "Pass mode='log' or mode='raise'.",
         "To run without checks, skip creating the monitor and its hooks.",
     ),
-    before="CanaryMonitor(**monitor_args(mode='none'))",
-    after=("enabled = False\nmonitor = CanaryMonitor(**monitor_args(mode='log')) if enabled else None"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, mode="none")'
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, mode="log")  # or "raise"'
+    ),
     defensive="mode = os.environ.get('KV_CANARY', 'log').strip().lower()",
     prevention="Parse the mode once from configuration with an explicit list of choices.",
     related=("KVC-C009",),
@@ -55,10 +65,37 @@ define(
         "Call the three hooks once per step in order, or use `with monitor.forward(batch): ...` "
         "followed by monitor.end_step().",
     ),
-    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.pre_forward(batch()); monitor.end_step()"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "monitor.pre_forward(batch)\n"
+        "monitor.end_step()  # post_forward() was skipped"
+    ),
     after=(
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.pre_forward(batch()); monitor.post_forward(); monitor.end_step()"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "monitor.pre_forward(batch)\n"
+        "# ... the engine's forward pass writes the KV ...\n"
+        "monitor.post_forward()\n"
+        "monitor.end_step()"
     ),
     defensive="with monitor.forward(batch):\n    run_forward()\nmonitor.end_step()",
     prevention="Wrap the engine's forward in one function that calls the hooks.",
@@ -81,12 +118,19 @@ define(
     ),
     solutions=("Pass swa_window_size = the model's sliding window for kind='swa' and 0 for kind='full'.",),
     before=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, full_to_swa_index_mapping=lut)'
     ),
     after=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4096, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, swa_window_size=4096,\n'
+        "           full_to_swa_index_mapping=lut)"
     ),
     defensive="window = config.sliding_window if kind == 'swa' else 0",
     prevention="Build both groups from the pool object that knows its window.",
@@ -109,10 +153,14 @@ define(
         "Passing the LUT to the FULL group as well.",
     ),
     solutions=("Give the LUT to the SWA group only.",),
-    before="KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4)",
+    before=('import kvcanary_numba as kc\n\nkc.KvGroup(kind="swa", num_slots=64, swa_window_size=4)'),
     after=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, swa_window_size=4,\n'
+        "           full_to_swa_index_mapping=lut)"
     ),
     defensive="lut = pool.full_to_swa if kind == 'swa' else None",
     prevention="Keep the LUT with the SWA sub-pool object and build the group from it.",
@@ -139,8 +187,19 @@ define(
         "Pass max_requests (req_to_token rows) and max_context_len when enabling the check.",
         "Fill StepBatch.token_ids_flat and token_offsets from the requests' token lists.",
     ),
-    before="CanaryMonitor(**monitor_args(check_verify_expected_token=True))",
-    after="CanaryMonitor(**monitor_args(check_verify_expected_token=True, max_requests=4, max_context_len=16))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, check_verify_expected_token=True)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, check_verify_expected_token=True,\n"
+        "                 max_requests=4, max_context_len=16)  # the token pool's shape"
+    ),
     defensive="check = snapshot is not None  # enable the check only where the engine keeps token lists",
     prevention="Enable the token check together with the code that builds token snapshots.",
     related=("KVC-S001",),
@@ -170,8 +229,20 @@ define(
         "Wrap the arrays: StepBatch(**arrays).",
         "Wrap each chain: SlotChain(slots=[...], start_position=0).",
     ),
-    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([[10, 11, 12]])"),
-    after=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([SlotChain(slots=[10, 11, 12])])"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "monitor.sweep([[10, 11, 12]])"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "monitor.sweep([kc.SlotChain(slots=[10, 11, 12])])"
+    ),
     defensive="chains = [c if isinstance(c, SlotChain) else SlotChain(slots=c) for c in chains]",
     prevention="Build the bundles in the one adapter between the engine and the monitor.",
     related=("KVC-V001",),
@@ -194,10 +265,94 @@ define(
         "slots=None for an empty chain.",
     ),
     solutions=("Pass a list of ints or a 1-D integer array; an empty chain is slots=[].",),
-    before="SlotChain(slots=np.array([[5, 6, 7]]))",
-    after="SlotChain(slots=np.array([5, 6, 7]))",
+    before=("import kvcanary_numba as kc\nimport numpy as np\n\nkc.SlotChain(slots=np.array([[5, 6, 7]]))  # 2-D"),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kc.SlotChain(slots=np.array([5, 6, 7]))  # one request's slots, in position order"
+    ),
     defensive="slots = [int(s) for s in slots]",
     prevention="Keep slot lists as integer arrays end to end.",
     related=("KVC-M009", "KVC-M004"),
+    extension=True,
+)
+
+define(
+    "KVC-M026",
+    title="Monitor used by two threads at once",
+    message=(
+        "{function}: called from thread {thread!r} while thread {owner!r} is inside this monitor's hooks; "
+        "a CanaryMonitor serves one host thread at a time"
+    ),
+    meaning=(
+        "A monitor's step is one sequence of hooks over one set of plans, canary buffers, counters and "
+        "readback state. Two threads stepping it at once would interleave two batches over those plans "
+        "and report violations that never happened. So a hook (pre_forward, post_forward, the block of "
+        "`with monitor.forward(batch):`, end_step, sweep, flush, capture_graph, finish_warmup, setting "
+        "backend, rebind_sources, the record moves) called while another thread is inside one is refused before it reads or changes "
+        "anything; the other thread's step goes on. Handing a monitor from thread to thread between "
+        "calls is fine, and stats() and violations may be read from any thread."
+    ),
+    triggers=(
+        "Worker threads of an engine each running steps on one shared monitor.",
+        "A watchdog thread calling end_step() or flush() while the engine thread is in a step.",
+    ),
+    solutions=(
+        "Hold one lock around each whole step (pre_forward to end_step) in the engine.",
+        "Give each thread (or each KV pool) its own monitor.",
+    ),
+    before=(
+        "import threading\n"
+        "\n"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False)  # K only\n"
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "rtt = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "def batch():  # a prefill of one request: four tokens into slots 10..13\n"
+        "    return kc.StepBatch(req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "                        extend_seq_lens=np.array([4]), req_to_token=rtt,\n"
+        "                        input_ids=np.arange(101, 105), positions=np.arange(4),\n"
+        "                        out_cache_loc=np.arange(10, 14))\n"
+        "inside, written = threading.Event(), threading.Event()\n"
+        "def engine_step():  # the engine's thread, inside a step's forward\n"
+        "    with monitor.forward(batch()):\n"
+        "        inside.set()\n"
+        "        written.wait(5)\n"
+        "threading.Thread(target=engine_step, daemon=True).start()\n"
+        "inside.wait(5)\n"
+        "monitor.end_step()  # a second thread steps the same monitor"
+    ),
+    after=(
+        "import threading\n"
+        "\n"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False)  # K only\n"
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "rtt = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "def batch():  # a prefill of one request: four tokens into slots 10..13\n"
+        "    return kc.StepBatch(req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "                        extend_seq_lens=np.array([4]), req_to_token=rtt,\n"
+        "                        input_ids=np.arange(101, 105), positions=np.arange(4),\n"
+        "                        out_cache_loc=np.arange(10, 14))\n"
+        "step_lock = threading.Lock()\n"
+        "def engine_step():\n"
+        "    with step_lock:  # one whole step at a time\n"
+        "        with monitor.forward(batch()):\n"
+        "            pass\n"
+        "        monitor.end_step()\n"
+        "threads = [threading.Thread(target=engine_step) for _ in range(2)]\n"
+        "for t in threads:\n"
+        "    t.start()\n"
+        "for t in threads:\n"
+        "    t.join()"
+    ),
+    defensive="with step_lock:\n    with monitor.forward(batch):\n        run_forward()\n    monitor.end_step()",
+    prevention="Let one thread own the monitor, or serialise whole steps, never single hooks.",
+    related=("KVC-M005",),
     extension=True,
 )

@@ -44,7 +44,8 @@ define(
         "Slice a larger pack to its first len(slot_indices) rows (a C-contiguous view).",
     ),
     before=_POOL
-    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=np.zeros((2, 32), dtype=np.uint8))",
+    + "pack = np.zeros((2, 32), dtype=np.uint8)  # two rows for three slots\n"
+    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=pack)",
     after=_POOL
     + "pack = np.zeros((len(slots), 32), dtype=np.uint8)\n"
     + "gather_canary_records(context=ctx, slot_indices=slots, out_records=pack)",
@@ -73,9 +74,11 @@ define(
         "View an int64 [n, 4] array as uint8 first: records.view(np.uint8).",
     ),
     before=_POOL
-    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=np.zeros((3, 64), dtype=np.uint8))",
+    + "pack = np.zeros((3, 64), dtype=np.uint8)  # rows of the buffer's stride\n"
+    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=pack)",
     after=_POOL
-    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=np.zeros((3, 32), dtype=np.uint8))",
+    + "pack = np.zeros((3, 32), dtype=np.uint8)  # one 32-byte record per slot\n"
+    + "gather_canary_records(context=ctx, slot_indices=slots, out_records=pack)",
     defensive="assert pack.dtype == np.uint8 and pack.shape[1] == CANARY_SLOT_BYTES",
     prevention="Allocate packs with one helper that takes only the number of slots.",
     related=("KVC-K001", "KVC-C012"),
@@ -105,7 +108,8 @@ define(
         "ctx = CanaryContext.allocate(num_slots=16)\n"
         "src, dst = np.array([5, 6, 7], dtype=np.int64), np.array([1, 2], dtype=np.int64)\n"
         "scratch = np.zeros((3, 32), dtype=np.uint8)\n"
-        "move_canary_records(context=ctx, src_slot_indices=src, dst_slot_indices=dst, scratch_records=scratch)"
+        "move_canary_records(context=ctx, src_slot_indices=src, dst_slot_indices=dst,\n"
+        "                    scratch_records=scratch)"
     ),
     after=(
         "import numpy as np\n"
@@ -113,7 +117,8 @@ define(
         "ctx = CanaryContext.allocate(num_slots=16)\n"
         "src, dst = np.array([5, 6, 7], dtype=np.int64), np.array([1, 2, 3], dtype=np.int64)\n"
         "scratch = np.zeros((3, 32), dtype=np.uint8)\n"
-        "move_canary_records(context=ctx, src_slot_indices=src, dst_slot_indices=dst, scratch_records=scratch)"
+        "move_canary_records(context=ctx, src_slot_indices=src, dst_slot_indices=dst,\n"
+        "                    scratch_records=scratch)"
     ),
     defensive="assert src.shape == dst.shape  # the KV copy's pairs",
     prevention="Derive the record move from the same (src, dst) pairs as the KV copy.",
@@ -140,7 +145,8 @@ define(
     ),
     before=_RUNS
     + "none = np.zeros(0, dtype=np.int64)\n"
-    + "verify_canary_records(context=ctx, slot_indices=none, run_offsets=none, run_start_positions=none, run_prev_slots=none)",
+    + "verify_canary_records(context=ctx, slot_indices=none, run_offsets=none,\n"
+    + "                      run_start_positions=none, run_prev_slots=none)",
     after=_RUNS
     + "none = np.zeros(0, dtype=np.int64)\n"
     + "verify_canary_records(\n"
@@ -166,11 +172,13 @@ define(
     before=_RUNS
     + "one = np.zeros(1, dtype=np.int64)\n"
     + "none = np.zeros(0, dtype=np.int64)\n"
-    + "verify_canary_records(context=ctx, slot_indices=slots, run_offsets=one, run_start_positions=none, run_prev_slots=none)",
+    + "verify_canary_records(context=ctx, slot_indices=slots, run_offsets=one,\n"
+    + "                      run_start_positions=none, run_prev_slots=none)",
     after=_RUNS
     + "verify_canary_records(\n"
     + "    context=ctx, slot_indices=slots, run_offsets=np.array([0, 3, 5], dtype=np.int64),\n"
-    + "    run_start_positions=np.array([0, 0], dtype=np.int64), run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
+    + "    run_start_positions=np.array([0, 0], dtype=np.int64),\n"
+    + "    run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
     + ")",
     defensive="assert run_offsets.shape[0] > 1 or slot_indices.shape[0] == 0",
     prevention="Build the run table from the same requests as the slot list.",
@@ -200,12 +208,14 @@ define(
     before=_RUNS
     + "verify_canary_records(\n"
     + "    context=ctx, slot_indices=slots, run_offsets=np.array([0, 3, 2], dtype=np.int64),\n"
-    + "    run_start_positions=np.array([0, 0], dtype=np.int64), run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
+    + "    run_start_positions=np.array([0, 0], dtype=np.int64),\n"
+    + "    run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
     + ")",
     after=_RUNS
     + "verify_canary_records(\n"
     + "    context=ctx, slot_indices=slots, run_offsets=np.array([0, 3, 5], dtype=np.int64),\n"
-    + "    run_start_positions=np.array([0, 0], dtype=np.int64), run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
+    + "    run_start_positions=np.array([0, 0], dtype=np.int64),\n"
+    + "    run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
     + ")",
     defensive="assert offsets[0] == 0 and offsets[-1] == len(slots) and (np.diff(offsets) >= 0).all()",
     prevention="Build each run table next to its slot list, from the same runs.",
@@ -234,12 +244,14 @@ define(
     before=_RUNS
     + "verify_canary_records(\n"
     + "    context=ctx, slot_indices=slots, run_offsets=np.array([0, 3, 5], dtype=np.int64),\n"
-    + "    run_start_positions=np.array([0, -1], dtype=np.int64), run_prev_slots=np.array([-1, 0], dtype=np.int64),\n"
+    + "    run_start_positions=np.array([0, -1], dtype=np.int64),\n"
+    + "    run_prev_slots=np.array([-1, 0], dtype=np.int64),\n"
     + ")",
     after=_RUNS
     + "verify_canary_records(\n"
     + "    context=ctx, slot_indices=slots, run_offsets=np.array([0, 3, 5], dtype=np.int64),\n"
-    + "    run_start_positions=np.array([0, 0], dtype=np.int64), run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
+    + "    run_start_positions=np.array([0, 0], dtype=np.int64),\n"
+    + "    run_prev_slots=np.array([-1, -1], dtype=np.int64),\n"
     + ")",
     defensive="assert (run_start_positions >= 0).all()",
     prevention="Take run start positions from the engine's request state (its prefix length).",

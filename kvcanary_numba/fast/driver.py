@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from functools import cache
 from typing import Any
+
+from .._runtime import imported
 
 __all__ = [
     "AbiMismatch",
@@ -230,7 +231,7 @@ class Driver:
 
     def current_device(self) -> int:
         """The current CUDA device (CuPy's, where the caller uses CuPy)."""
-        cupy = sys.modules.get("cupy")
+        cupy = imported("cupy")  # not while another thread imports it
         if cupy is not None:
             return int(cupy.cuda.runtime.getDevice())
         from numba import cuda

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from ..write import CanarySlotZeroWarning
 from .batch import StepBatch
 from .budget import VerifyBudget
+from .bundle import BundleWriteWarning
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
@@ -15,8 +17,10 @@ from .triage import CanaryBlindSpotWarning, Diagnosis
 __all__ = [
     "BIT_EXPLANATIONS",
     "MODES",
+    "BundleWriteWarning",
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
+    "CanarySlotZeroWarning",
     "CanaryStalledError",
     "CanaryViolationError",
     "Diagnosis",

@@ -1,23 +1,18 @@
 """CanaryMonitor: the per-step canary of one KV pool, in SGLang's order.
 
-A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()`` → ``end_step()``:
+A step is ``pre_forward(batch)`` (each group's plan, then the HEAD launches: verify, then write, of K
+and V, without real-KV sources) → the engine writes KV → ``post_forward()`` (the TAIL launches, with
+real-KV sources) → ``end_step()`` (an optional sweep of given chains, SWEEP tags; then the status
+readback: new violation rows, overflow warnings, health check). Between steps, records move with their KV.
 
-1. pre_forward: (expected-token scatter,) each group's plan, then the HEAD launches
-   (verify, then write) of K and V, without real-KV sources.
-2. post_forward: each group's TAIL launches (verify, then write) with real-KV sources.
-3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then the
-   status readback: new violation rows, overflow warnings, health check.
-
-Composition, no base classes: buffers (:mod:`.buffers`), batch checks, the step plan
-(:class:`~.steps.EagerSteps`), on a GPU the fast wing's prepared steps and a captured
-CUDA graph (:meth:`CanaryMonitor.capture_graph`), readback, pump, health, aftercare,
-budget. Each phase runs on the fastest of graph, prepared steps and plan.
+Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`),
+on a GPU the prepared steps and a captured graph, readback, pump, health, aftercare, budget, thread guard,
+record moves (:mod:`.moves`). Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -27,18 +22,20 @@ from .._validate import check_bool, check_int, resolve_backend
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
-from ..fast.steps import PreparedSteps
 from ..handoff import HandoffDigest
+from . import paths
 from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
 from .groups import KvGroup, check_group_placement, check_groups
+from .guard import HookGuard, one_thread
 from .health import HealthChecker
 from .moves import MovedRecords, RecordMoves
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
+from .sources import SourceWatch
 from .status import monitor_stats
 from .steps import EagerSteps
 from .sweep import SlotChain, sweep_chains
@@ -50,10 +47,7 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
-_CAPTURE_NEEDS_GPU = "CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps"
-_PREPARED_NEEDS_KERNELS = (
-    "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
-)
+_REBIND = "rebind_sources between end_step and pre_forward, or between pre_forward and post_forward"
 
 
 class CanaryMonitor:
@@ -73,9 +67,8 @@ class CanaryMonitor:
     real_kv_hash_mode : RealKvHashMode, optional
         Default: PARTIAL when any group has sources, else NONE.
     ring_capacity : int
-        Violation rows kept (fill-once; later rows are counted, not stored).
-        Every capacity and size is at most ``2**31 - 1`` (int32 device counters,
-        KVC-C011); buffers that do not fit in memory raise KVC-C015.
+        Violation rows kept (fill-once; later rows are counted, not stored). Every capacity is
+        at most ``2**31 - 1`` (int32 counters, KVC-C011); buffers that do not fit: KVC-C015.
     write_req_capacity : int
         Largest batch (requests) of a step.
     write_token_capacity : int, optional
@@ -85,45 +78,39 @@ class CanaryMonitor:
     sweep_capacity : int, optional
         Slots one sweep may cover (default: FULL slots).
     check_verify_expected_token : bool
-        Verify stored tokens against a per-request token pool; needs
-        ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
-        Off, the monitor cannot see a corrupted token in a request's newest
-        slot and says so with a :class:`~.triage.CanaryBlindSpotWarning`.
+        Verify stored tokens against a per-request token pool (needs ``max_requests``,
+        ``max_context_len`` and a token snapshot per batch). Off, a corrupted token in a
+        request's newest slot is unseen (:class:`~.triage.CanaryBlindSpotWarning` says so).
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
-        Steps run with the write chain-position assert off (synthetic warm-up
-        positions); 0 turns it on from the start. See :meth:`finish_warmup`.
+        Steps with the write chain-position assert off (synthetic warm-up positions; 0: on from
+        the start). See :meth:`finish_warmup`.
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
     bundle_dir : str or path, optional
-        Write a replayable bundle (``.npz``, :mod:`.bundle`) of every readback
-        that finds new violation rows into this directory (created if missing);
-        ``kvcanary inspect BUNDLE`` replays one. Paths: :attr:`bundles`.
+        Write a replayable bundle (``.npz``, :mod:`.bundle`; ``kvcanary inspect`` replays it) of
+        every readback with new violation rows here (created if missing). Paths: :attr:`bundles`.
     verify_budget : VerifyBudget, optional
-        Budgeted verification (:mod:`.budget`): each step verifies only the
-        prefix entries due then; every entry that stays in the plans for K
-        consecutive steps is verified within them (K: ``stats()["verify_period"]``).
+        Budgeted verification (:mod:`.budget`): each step verifies the prefix entries due then;
+        an entry in the plans for K steps is verified within them (K: ``stats()["verify_period"]``).
     backend : {"auto", "numpy", "cuda"}
-        Where the launches run: ``auto`` follows ``device``. ``cuda`` with
-        ``device="cpu"`` runs the Numba-CUDA kernels on NumPy buffers under Numba's
-        CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): for tests and host-time
-        measurements, not for production.
+        Where the launches run: ``auto`` follows ``device``. ``cuda`` with ``device="cpu"`` runs
+        the kernels on NumPy buffers under Numba's CUDA simulator (tests, not production).
     prepared : bool, optional
-        Record each batch shape's launches once and relaunch them (the fast wing's
-        prepared steps) instead of running the step plan every step. Default: on
-        with ``device="cuda"``. True needs the kernels (``backend`` resolving to
-        ``cuda``); under the simulator it records without compiling (tests).
+        Record each batch shape's launches once and relaunch them (the fast wing's prepared steps).
+        Default: on with ``device="cuda"``. True needs the kernels (``backend`` resolving to ``cuda``).
 
     Attributes
     ----------
     step_plan : EagerSteps
         Which launches each phase makes; run every step on the eager path.
     fast : PreparedSteps or None
-        The prepared steps (None: every step runs the plan). Setting it to None
-        switches a monitor to the eager path (benchmarks compare both).
+        The prepared steps (None, or set to None: every step runs the plan).
     graph : CapturedStep or None
         The captured step (:meth:`capture_graph`).
+    sources : SourceWatch
+        The real-KV sources as last checked (:meth:`rebind_sources`; re-checked before each TAIL).
     phase_launches : (ndarray, ndarray)
         Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
 
@@ -132,6 +119,11 @@ class CanaryMonitor:
     KvCanaryError
         KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
         KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
+
+    Notes
+    -----
+    One host thread at a time: a hook called while another thread is inside one (or inside
+    ``with monitor.forward(batch):``) raises KVC-M026 and changes nothing (:mod:`.guard`).
     """
 
     def __init__(
@@ -158,6 +150,7 @@ class CanaryMonitor:
         backend: str = "auto",
         prepared: bool | None = None,
     ):
+        self.thread_guard = HookGuard()  # one host thread at a time inside the hooks (KVC-M026)
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -174,9 +167,7 @@ class CanaryMonitor:
         health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = check_group_placement(_FN, groups, xp)
         backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
-        if prepared is not None and check_bool(_FN, "prepared", prepared) and backend != "cuda":
-            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared, reason=_PREPARED_NEEDS_KERNELS)
-        prepared = backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
+        prepared = paths.use_prepared(_FN, prepared, backend, xp)
         buffers = MonitorBuffers(
             _FN,
             groups,
@@ -196,6 +187,7 @@ class CanaryMonitor:
         self.sweep_capacity = caps["sweep_capacity"]
         self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens)
         self.status, self.ring, self.groups = buffers.status, buffers.ring, buffers.groups
+        self.sources = SourceWatch(self.groups, placement=self._placement, mode=self.real_kv_hash_mode)
         self.enable_chain_position_assert = buffers.enable_chain_position_assert
         self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
         self.readback = readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
@@ -204,12 +196,10 @@ class CanaryMonitor:
         plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
         self.pump = ViolationPump(mode=mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans)
         self.step = self.sweeps = 0
-        self._phase, self._batch, self._tail = _IDLE, None, None
+        self._phase, self._batch, self._launched, self._tail = _IDLE, None, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
         self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
-        self.graph = None
-        # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
-        self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
+        self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.moves = RecordMoves(self.groups, xp=xp, placement=self._placement, steps=self.step_plan, health=health)
         self.bundles = self.aftercare.bundles
@@ -221,83 +211,63 @@ class CanaryMonitor:
         return self.step_plan.backend
 
     @backend.setter
+    @one_thread
     def backend(self, backend: str) -> None:
-        fn = "CanaryMonitor.backend"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        resolved = resolve_backend(fn, backend, [("the monitor's buffers", self._placement)])
-        if self.fast is not None and resolved != "cuda":
-            raise error("KVC-C008", function=fn, argument="backend", got=backend, reason=_PREPARED_NEEDS_KERNELS)
-        self.step_plan.use_backend(resolved)
+        fn = self._order("CanaryMonitor.backend", _IDLE)
+        self.step_plan.use_backend(paths.switched_backend(fn, backend, self._placement, self.fast))
 
     _backend = backend  # the spelling earlier test harnesses set
 
     # --- step hooks -------------------------------------------------------------
+    @one_thread
     def pre_forward(self, batch: StepBatch) -> None:
         """Plan the step and run the HEAD launches; call before the engine writes KV.
 
         Raises
         ------
         KvCanaryError
-            KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, and the
-            launch functions' codes for malformed batch arrays.
+            KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, the launches' array codes.
         """
-        fn = "CanaryMonitor.pre_forward"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)  # all of it, before the first launch
-        graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
-            graph.pre()
-            self._tail = graph.post
-        elif fast is not None:
-            fast.pre(batch)
-            self._tail = fast.post
-        else:
-            plan = self.step_plan
-            plan.head(batch, *plan.prepare_inputs(batch))
-            # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
-            # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
-            planned = copy.copy(batch)
-            self._tail = lambda: plan.tail(planned)
-        self._batch, self._phase = batch, _PRE
+        fn = self._order("CanaryMonitor.pre_forward", _IDLE)
+        launched = self.batch_checks(fn, batch)  # all of it, before the first launch (int32 fields: int64 copies)
+        self._tail = paths.head(self.graph, self.fast, self.step_plan, launched, self.batch_checks.checked)
+        self._batch, self._launched, self._phase = batch, launched, _PRE
         self.pump.mark_planned(self.step)
-        self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
+        self.health.pre += 1  # one HEAD phase's launches
 
+    @one_thread
     def post_forward(self) -> None:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
+
+        The TAIL launches use the batch's arrays as they were at ``pre_forward`` on every path:
+        a field reassigned since is checked, not launched on.
 
         Raises
         ------
         KvCanaryError
             KVC-M005 (order); the batch's array codes when one of its fields was
             reassigned to a bad array since pre_forward (the step stays open).
-
-        Notes
-        -----
-        The TAIL launches use the batch's arrays as they were at ``pre_forward`` (the
-        ones the step was planned with) on every path: a field reassigned since is
-        checked, not launched on.
         """
-        fn = "CanaryMonitor.post_forward"
-        if self._phase is not _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        fn = self._order("CanaryMonitor.post_forward", _PRE)
         self.batch_checks(fn, self._batch)
+        self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
         self._tail()
         self._phase = _POST
         self.health.post += 1
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
-        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward."""
-        self.pre_forward(batch)
-        try:
-            yield self
-        except BaseException:
-            self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
-            raise
-        self.post_forward()
+        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward (one hook)."""
+        with self.thread_guard.holding("CanaryMonitor.forward"):
+            self.pre_forward(batch)
+            try:
+                yield self
+            except BaseException:
+                self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
+                raise
+            self.post_forward()
 
+    @one_thread
     def end_step(self, sweep: Sequence[SlotChain] | None = None) -> None:
         """Finish the step: optional sweep, then process the (previous, on a GPU) step's readback.
 
@@ -310,8 +280,7 @@ class CanaryMonitor:
         KvCanaryError
             KVC-M005 when called between pre_forward and post_forward; sweep's codes.
         """
-        if self._phase is _PRE:
-            raise error("KVC-M005", function="CanaryMonitor.end_step", state=self._phase, expected=_ORDER)
+        self._order("CanaryMonitor.end_step", _IDLE, _POST)
         if sweep is not None:
             self.sweep(sweep)
         step, self.step = self.step, self.step + 1
@@ -327,12 +296,34 @@ class CanaryMonitor:
             self.aftercare.process(self, snapshot, step)
 
     # --- controls ---------------------------------------------------------------
-    def capture_graph(self, batch: StepBatch) -> None:
-        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
-        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
+    @one_thread
+    def rebind_sources(self, *, k_sources, v_sources=(), group: str = "full") -> None:
+        """Point ``group``'s real-KV sources at new memory (a JAX pool's buffer after an update).
 
-        The engine must refill the batch arrays in place (same objects and shapes)
-        between steps. Health counting is unchanged: each replay counts its launches.
+        Parameters
+        ----------
+        k_sources, v_sources : tuple of RealKvSource
+            As many per half as the group was built with, folding as many bytes per slot each.
+        group : {"full", "swa"}
+
+        Raises
+        ------
+        KvCanaryError
+            Nothing changed: KVC-M005 after post_forward (legal: before pre_forward or post_forward),
+            KVC-C009, KVC-M023, KVC-R007 ... KVC-R011, KVC-C007. After: :mod:`.sources`.
+        """
+        fn = self._order("CanaryMonitor.rebind_sources", _IDLE, _PRE, expected=_REBIND)
+        self._follow(self.sources.rebind(fn, self.sources.group(fn, group), k_sources, v_sources))
+
+    def _follow(self, change) -> None:  # the paths after the sources changed (paths.follow)
+        pending = self._tail if self._phase is _PRE else None
+        self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._launched)
+        self._tail = self._tail if pending is None else tail
+
+    @one_thread
+    def capture_graph(self, batch: StepBatch) -> None:
+        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever the hooks get
+        this batch object, refilled in place; :meth:`rebind_sources` elsewhere drops the graph.
 
         Raises
         ------
@@ -341,23 +332,22 @@ class CanaryMonitor:
             end_step, and pre_forward's codes for the batch.
         """
         fn = "CanaryMonitor.capture_graph"
-        self.graph = None
-        if self.fast is None or self.xp is np:
-            raise error("KVC-C008", function=fn, argument="device", got=self.device, reason=_CAPTURE_NEEDS_GPU)
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)
-        self.graph = capture_step(self.fast, batch)
+        self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
+        self._order(fn, _IDLE)
+        self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
+    @one_thread
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
         self.enable_chain_position_assert.fill(1)
 
+    @one_thread
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags (:func:`.sweep.sweep_chains`)."""
         sweep_chains(self._between_steps("sweep"), chains, self.groups, xp=self.xp, health=self.health)
         self.sweeps += 1
 
+    @one_thread
     def flush(self) -> None:
         """Process every pending readback now (end of a run; waits for the device)."""
         self.aftercare.process(self, self.readback.flush(), self.step)
@@ -368,33 +358,43 @@ class CanaryMonitor:
         return self.pump.violations
 
     def stats(self) -> dict:
-        """Counters as of now (reads the device: not for the hot path)."""
+        """Counters as of now (reads the device: not for the hot path; :func:`.status.monitor_stats`)."""
         return monitor_stats(self)
 
-    # --- moved records: the component in monitor/moves.py ---------------------------
+    # --- moved records: thin delegations to monitor/moves.py ------------------------
+    @one_thread
     def take_records(self, slot_indices) -> MovedRecords:
         """Take the records of FULL ``slot_indices`` out, after their KV (:meth:`.moves.RecordMoves.take`)."""
         return self.moves.take(self._between_steps("take_records"), slot_indices)
 
+    @one_thread
     def put_records(self, moved: MovedRecords, slot_indices) -> None:
         """Put taken records at FULL ``slot_indices``, after their KV (:meth:`.moves.RecordMoves.put`)."""
         self.moves.put(self._between_steps("put_records"), moved, slot_indices)
 
+    @one_thread
     def move_records(self, src_slot_indices, dst_slot_indices, *, group: str = "full") -> None:
         """Move one group's records within its pool, after the KV (:meth:`.moves.RecordMoves.move`)."""
         self.moves.move(self._between_steps("move_records"), src_slot_indices, dst_slot_indices, group)
 
+    @one_thread
     def verify_records(self, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
         """Check landed runs now; rows come back at end_step (:meth:`.moves.RecordMoves.verify`)."""
         runs = (slot_indices, run_offsets, run_start_positions, run_prev_slots)
         self.moves.verify(self._between_steps("verify_records"), *runs)
 
+    @one_thread
     def handoff_digest(self, slot_indices, run_offsets) -> HandoffDigest:
         """One digest per request of the FULL TAIL records and live KV (:meth:`.moves.RecordMoves.digest`)."""
         return self.moves.digest(self._between_steps("handoff_digest"), slot_indices, run_offsets)
 
+    def _order(self, fn: str, *phases: str, expected: str = _ORDER) -> str:
+        """``fn`` when the step is in one of ``phases``, else KVC-M005."""
+        if self._phase not in phases:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=expected)
+        return fn
+
     def _between_steps(self, name: str) -> str:
-        """``CanaryMonitor.<name>``, or KVC-M005 between pre_forward and post_forward."""
-        if self._phase is _PRE:
-            raise error("KVC-M005", function=f"CanaryMonitor.{name}", state=self._phase, expected=_ORDER)
-        return f"CanaryMonitor.{name}"
+        """``CanaryMonitor.<name>`` between steps (KVC-M005); it folds live KV: moved sources are checked first."""
+        self._follow(self.sources.recheck(fn := self._order(f"CanaryMonitor.{name}", _IDLE, _POST)))
+        return fn

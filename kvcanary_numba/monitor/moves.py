@@ -82,6 +82,20 @@ def _mix(xp, acc, digest):
     return (h ^ (h >> np.uint64(31))).view(np.int64)
 
 
+def _contexts(g) -> list:
+    halves = [e.tag.name.split("_")[1] for e in g.sweep]
+    sweep = dict(zip(halves, (e.context for e in g.sweep)))
+    no_kv = dict(real_kv_sources=(), real_kv_hash_mode=RealKvHashMode.NONE)
+    return [
+        (
+            _buffer_name(stage, half, g.kind),
+            sweep[half].replace(canary_buf=g.buffers[stage, half], **no_kv) if stage == "HEAD" else sweep[half],
+        )
+        for stage in _STAGES
+        for half in halves
+    ]
+
+
 class RecordMoves:
     """Moves, checks and digests of a monitor's records.
 
@@ -101,25 +115,16 @@ class RecordMoves:
 
     def __init__(self, groups, *, xp, placement, steps, health):
         self.groups, self.xp, self.placement, self.steps, self.health = groups, xp, placement, steps, health
-        # Per group: (buffer name, context) of each buffer, in HEAD K, HEAD V, TAIL K, TAIL V order. Every
-        # context is its half's SWEEP context (tag, ring, counters); HEAD buffers fold no KV (HEAD records
-        # carry no fingerprint).
-        self.contexts = {}
-        for g in groups:
-            halves = [e.tag.name.split("_")[1] for e in g.sweep]
-            sweep = dict(zip(halves, (e.context for e in g.sweep)))
-            self.contexts[g.kind] = [
-                (
-                    _buffer_name(stage, half, g.kind),
-                    sweep[half].replace(
-                        canary_buf=g.buffers[stage, half], real_kv_sources=(), real_kv_hash_mode=RealKvHashMode.NONE
-                    )
-                    if stage == "HEAD"
-                    else sweep[half],
-                )
-                for stage in _STAGES
-                for half in halves
-            ]
+
+    @property
+    def contexts(self) -> dict[str, list]:
+        """Per group kind: (buffer name, context) of each buffer, in HEAD K, HEAD V, TAIL K, TAIL V order.
+
+        Every context is its half's SWEEP context as it is now (tag, ring, counters, real-KV sources:
+        ``rebind_sources`` replaces them, and nothing here keeps the old ones); HEAD buffers fold no KV
+        (HEAD records carry no fingerprint).
+        """
+        return {g.kind: _contexts(g) for g in self.groups}
 
     # --- arguments ------------------------------------------------------------
     def _slots(self, function: str, argument: str, slots):

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from .health import CanaryStalledError, HealthChecker
-from .report import Violation, decode_rows
+from .report import Violation, decode_rows, ring_summary
 from .status import Snapshot
 
 __all__ = ["CanaryViolationError", "ViolationPump", "logger"]
@@ -45,7 +45,7 @@ class ViolationPump:
         self.violations: list[Violation] = []
         self.planned = [-1] * _PLAN_HISTORY  # the step that last ran a plan, per step modulo the history
         self._capacity = int(ring.shape[0])
-        self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
+        self._rows_decoded, self._raised, self._overflow_warned, self._saturation_warned = 0, False, False, False
         self._index_seen = 0  # the write index of the last snapshot processed
 
     def mark_planned(self, step: int) -> None:
@@ -82,7 +82,7 @@ class ViolationPump:
                     )
         index, capacity = snapshot.write_index, self._capacity
         self._index_seen = index
-        stored = min(index, capacity)
+        stored = min(max(index, 0), capacity)
         new: list[Violation] = []
         if stored > self._rows_decoded:
             new = decode_rows(self.readback.ring(self.ring), self._rows_decoded, stored, step=snapshot.step)
@@ -91,6 +91,9 @@ class ViolationPump:
         if index > capacity and not self._overflow_warned:
             self._overflow_warned = True
             logger.warning("kv-canary: violation ring full (capacity %d); later rows are counted, not kept", capacity)
+        if snapshot.saturated and not self._saturation_warned:
+            self._saturation_warned = True
+            logger.warning("%s", ring_summary(index, capacity))
         report = self.health.check(snapshot)
         if new:
             self._report(new)
@@ -99,9 +102,25 @@ class ViolationPump:
                 raise CanaryStalledError(report)
             logger.error(report.message())
 
+    def counts(self, snapshot: Snapshot) -> dict:
+        """The ring's counts for ``stats()``: rows recorded (never negative) and whether the count saturated."""
+        return {
+            "violations_recorded": max(snapshot.write_index, 0),
+            "violations_saturated": snapshot.saturated,
+        }
+
+    def summary(self, snapshot: Snapshot) -> str:
+        """:func:`~.report.ring_summary` of ``snapshot``: rows recorded and kept, saturated or not."""
+        return ring_summary(snapshot.write_index, self._capacity)
+
     def _report(self, new: list[Violation]) -> None:
         if self.mode == "raise" and not self._raised:
             self._raised = True
             raise CanaryViolationError(new)
+        # One line per row (SGLang's summary, which log parsers read); the explanation and the
+        # triage are in ``monitor.violations`` (``Violation.describe()``) and at DEBUG.
+        detail = logger.isEnabledFor(logging.DEBUG)
         for v in new:
-            logger.warning("%s", v.describe())
+            logger.warning("%s", v.summary())
+            if detail:
+                logger.debug("%s", v.describe())
