@@ -98,6 +98,25 @@ def test_kv_changed_on_the_way_is_reported_where_it_lands():
     ]
 
 
+def test_moves_fold_the_sources_a_rebind_gave_and_follow_one_moved_in_place():
+    from monitor_helpers import source
+
+    d = driver()
+    k2 = d.k.copy()  # the pool's next K buffer (a functional update)
+    d.monitor.rebind_sources(k_sources=(source(k2),), v_sources=(source(d.v),))
+    d.k[OLD[0], 1] ^= 1  # the old buffer: no longer the KV, never read again
+    k2[OLD[1], 1] ^= 1  # the new one: read by the take
+    d.monitor.take_records(i64(OLD))
+    with pytest.raises(CanaryViolationError) as caught:
+        d.monitor.end_step()
+    assert [(v.tag, v.slot_idx) for v in caught.value.violations] == [("SWEEP_K_FULL", OLD[1])]
+
+    d = driver()
+    d.k.shape = (d.k.shape[0] * 2, d.k.shape[1] // 2)  # reshaped in place: breaks its source's rules
+    with raises_code("KVC-R011"):
+        d.monitor.take_records(i64(OLD))
+
+
 def test_compaction_within_the_pool(rng):
     d = driver()
     src, dst = [3, 4, 5, 6], [4, 5, 6, 7]  # onto itself, shifted
