@@ -154,7 +154,7 @@ def format_report(runs: list[DemoRun], *, device: str, config: EngineConfig) -> 
     ]
     for run in runs:
         name = run.fault or "clean run"
-        lines.append(f"{name:<15} {run.status:<15} {len(run.violations)} violation row(s)")
+        lines.append(f"{name:<20} {run.status:<15} {len(run.violations)} violation row(s)")
         if run.fault is not None:
             lines.append(f"  fault:    {ALL_FAULT_CLASSES[run.fault][0]}")
         for record in run.records:
