@@ -53,12 +53,13 @@ def _progress_bar(stream):
 
 
 def _demo(args) -> int:
-    from .engine import FAULT_CLASSES, EngineConfig
+    from .engine import ALL_FAULT_CLASSES, FAULT_CLASSES, EngineConfig
     from .engine.demo import format_report, report_dict, run_demo
 
     device = args.device if args.device != "auto" else ("cuda" if gpu_available() else "cpu")
     names = [f.strip() for f in args.faults.split(",") if f.strip()]
-    faults = list(FAULT_CLASSES) if names == ["all"] else [] if names == ["none"] else names
+    every = FAULT_CLASSES if args.swa_window else ALL_FAULT_CLASSES  # the host tier's faults: FULL-only pools
+    faults = list(every) if names == ["all"] else [] if names == ["none"] else names
     config = EngineConfig(seed=args.seed, swa_window=args.swa_window)
     progress = None if args.no_progress else _progress_bar(sys.stderr)
     runs = run_demo(steps=args.steps, faults=faults, device=device, config=config, progress=progress)

@@ -164,3 +164,10 @@ WARP_SIZE: Final[int] = 32
 # --- defaults ---------------------------------------------------------------
 
 DEFAULT_RING_CAPACITY: Final[int] = 1024
+
+# --- moved records (extension) ------------------------------------------------
+
+#: Seed of every hand-off digest entry (``KVCMOVED`` in ASCII); an extension, SGLang has no digest.
+HANDOFF_DIGEST_ANCHOR: Final[int] = 0x4B56434D4F564544
+#: Version of the hand-off digest's definition, part of its layout signature.
+HANDOFF_DIGEST_VERSION: Final[int] = 1

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace as _replace
 from typing import Any
 
 import numpy as np
@@ -126,16 +125,14 @@ def _tensor_problem(source: RealKvSource, info: ArrayInfo) -> Problem:
     if info.dtype.hasobject:
         return error("KVC-R010", function=_SOURCE, got=info.dtype.name)
     page_size, nbt = int(source.page_size), int(source.num_bytes_per_token)
-    rows, itemsize = info.shape[0], info.dtype.itemsize
-    row_bytes = info.shape[1] * itemsize
+    rows, itemsize, row_bytes = info.shape[0], info.dtype.itemsize, info.shape[1] * info.dtype.itemsize
     if rows and row_bytes:  # an empty tensor is never read: its strides do not matter
         column_ok = info.shape[1] == 1 or info.strides[1] == itemsize
         # Rows may repeat (stride 0, a broadcast view) but never run backwards or off the 16-byte grid.
         row_ok = rows == 1 or (info.strides[0] >= 0 and info.strides[0] % REAL_KV_ALIGN_BYTES == 0)
         if not (column_ok and row_ok):
             return error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
-    if row_bytes < page_size * nbt:
-        needed = page_size * nbt
+    if row_bytes < (needed := page_size * nbt):
         return error(
             "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt, needed=needed
         )
@@ -258,7 +255,7 @@ class CanaryContext:
 
     def replace(self, **changes: Any) -> CanaryContext:
         """A copy with some fields changed (e.g. another tag or buffer sharing this ring)."""
-        return dataclasses.replace(self, **changes)
+        return _replace(self, **changes)
 
 
 def check_real_kv_sources(

@@ -14,7 +14,7 @@ from importlib import metadata
 import pytest
 
 from kvcanary_numba import cli, doctor
-from kvcanary_numba.engine import FAULT_CLASSES
+from kvcanary_numba.engine import ALL_FAULT_CLASSES
 from kvcanary_numba.errors import REGISTRY
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -330,12 +330,12 @@ def test_python_dash_m_demo_shows_every_fault_class_caught():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert any(line.startswith("clean run") and "CLEAN" in line and " 0 violation" in line for line in lines)
-    for kind in FAULT_CLASSES:
+    for kind in ALL_FAULT_CLASSES:
         row = next(line for line in lines if line.startswith(kind + " "))
         assert "CAUGHT" in row, row
     assert (
         lines[-1]
-        == f"summary: {len(FAULT_CLASSES)}/{len(FAULT_CLASSES)} fault classes caught; clean run reported nothing"
+        == f"summary: {len(ALL_FAULT_CLASSES)}/{len(ALL_FAULT_CLASSES)} fault classes caught; clean run reported nothing"
     )
     assert "30/30 steps" in proc.stderr  # the progress bar
 

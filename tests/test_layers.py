@@ -23,7 +23,21 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "kvcanary_numba"
 
 BASE = {"errors", "constants", "hashing", "_jit", "_runtime", "_interop", "_overlap", "_validate"}
-CORE = {"context", "plans", "verify", "write", "plan", "plan_offsets", "scatter", "fingerprint", "launch"}
+CORE = {
+    "context",
+    "plans",
+    "verify",
+    "write",
+    "plan",
+    "plan_offsets",
+    "scatter",
+    "fingerprint",
+    "move",
+    "records",
+    "digest",
+    "handoff",
+    "launch",
+}
 PRODUCT = {"monitor", "engine", "cli", "doctor", "__main__"}
 LAYERS = {"base": 1, "kernels": 2, "reference": 2, "core": 3, "fast": 4, "product": 5, "facade": 6}
 #: What the kernels may import besides themselves: the device code's whole world.

@@ -36,12 +36,14 @@ CANARY_MODULES = (
     "fast.kernels.endpoints",
     "fast.kernels.write_shared",
     "kernels.fingerprint",
+    "kernels.move",
+    "kernels.records",
     "kernels.verify",
     "kernels.write",
 )
 #: Modules whose PTX must be call-free and stack-free and whose sm_90 build must not spill (the tiled writes:
 #: 16 warps x 1 entry per thread, one block per SM at their 76-112 registers).
-SPILL_FREE_MODULES = CANARY_MODULES + ("fast.kernels.tiled_endpoints", "fast.kernels.write_tiled")
+SPILL_FREE_MODULES = CANARY_MODULES + ("fast.kernels.tiled_endpoints", "fast.kernels.write_tiled", "kernels.digest")
 
 SCRIPT = r"""
 import importlib, json, sys
@@ -128,6 +130,7 @@ def _report(module: str) -> dict:
 
 def test_every_kernels_module_is_checked():
     core = {"kernels.fingerprint", "kernels.hashing", "kernels.verify", "kernels.write", "kernels.write_chunk"}
+    core |= {"kernels.move", "kernels.records", "kernels.digest"}
     fast = {
         "fast.kernels.endpoints",
         "fast.kernels.share",

@@ -252,6 +252,20 @@ def _hooks(d: Driver) -> dict:
         "flush": m.flush,
         "finish_warmup": m.finish_warmup,
         "backend": lambda: setattr(m, "backend", "numpy"),
+        **_moves(m),
+    }
+
+
+def _moves(m) -> dict:
+    """The record moves (monitor/moves.py), each guarded like the step hooks."""
+    slots, offsets = np.array([3, 4], dtype=np.int64), np.array([0, 2], dtype=np.int64)
+    moved = m.take_records(slots)  # taken while idle (its launches count, before the snapshot)
+    return {
+        "take_records": lambda: m.take_records(slots),
+        "put_records": lambda: m.put_records(moved, slots),
+        "move_records": lambda: m.move_records(slots, slots[::-1].copy()),
+        "verify_records": lambda: m.verify_records(slots, offsets, offsets[:1], offsets[:1] - 1),
+        "handoff_digest": lambda: m.handoff_digest(slots, offsets),
     }
 
 
@@ -289,10 +303,11 @@ def _hold_inside(d: Driver, where: str):
 def test_a_second_thread_is_refused_and_changes_nothing(where):
     d = Driver()
     d.step(PREFILL)
+    hooks = _hooks(d)
     thread, leave, errors = _hold_inside(d, where)
     try:
         before = snapshot(d.monitor)
-        for name, call in _hooks(d).items():
+        for name, call in hooks.items():
             with raises_code("KVC-M026") as excinfo:
                 call()
             assert f"CanaryMonitor.{name}" in str(excinfo.value)
@@ -305,6 +320,7 @@ def test_a_second_thread_is_refused_and_changes_nothing(where):
     # The first thread's step finished undisturbed: the same state as a monitor stepped in one thread.
     alone = Driver()
     alone.step(PREFILL)
+    _hooks(alone)  # the same take between the steps
     alone.step(DECODE)
     assert d.monitor.stats() == alone.monitor.stats()
     assert d.monitor.violations == alone.monitor.violations == []

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from .config import EngineConfig
 from .engine import ToyEngine
-from .faults import FAULT_CLASSES, FaultRecord
+from .faults import ALL_FAULT_CLASSES, FAULT_CLASSES, TRANSIT_FAULT_CLASSES, FaultRecord
+from .host_tier import HostTier
+from .pair import EnginePair
 
-__all__ = ["FAULT_CLASSES", "EngineConfig", "FaultRecord", "ToyEngine"]
+__all__ = [
+    "ALL_FAULT_CLASSES",
+    "FAULT_CLASSES",
+    "TRANSIT_FAULT_CLASSES",
+    "EngineConfig",
+    "EnginePair",
+    "FaultRecord",
+    "HostTier",
+    "ToyEngine",
+]

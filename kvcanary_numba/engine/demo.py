@@ -1,5 +1,8 @@
 """The demo behind ``kvcanary demo``: one clean run, then one run per fault class.
 
+The clean run offloads idle cached prefixes to host memory and reloads them (the host tier,
+records moved with their KV); each transit fault class runs with the host tier too.
+
 Each run is a fresh :class:`ToyEngine` with a :class:`CanaryMonitor` attached
 (mode ``log``, sweeps every few steps); a fault counts as caught when the
 monitor reports a violation at the slot the fault hit, with one of the bits
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from ..errors import error
 from .config import EngineConfig
 from .engine import ToyEngine
-from .faults import FAULT_CLASSES, FaultRecord
+from .faults import ALL_FAULT_CLASSES, FaultRecord
 
 __all__ = ["DemoRun", "TERMS", "format_report", "glossary", "report_dict", "run_demo"]
 
@@ -96,12 +99,14 @@ def run_demo(
         KVC-E001 for an unknown fault name; ToyEngine's and EngineConfig's codes.
     """
     for name in faults:  # before any run: a typo should not cost a clean run first
-        if name not in FAULT_CLASSES:
-            raise error("KVC-E001", function="run_demo", argument="faults", expected=tuple(FAULT_CLASSES), got=name)
+        if name not in ALL_FAULT_CLASSES:
+            raise error("KVC-E001", function="run_demo", argument="faults", expected=tuple(ALL_FAULT_CLASSES), got=name)
     fault_step = max(1, min(8, steps // 3))
     runs = []
     for fault in [None, *faults]:
-        engine = ToyEngine(config, device=device, faults={fault: fault_step} if fault else {})
+        # The clean run offloads idle prefixes to host memory and reloads them (FULL-only pools): moves stay silent.
+        host_tier = 0 if fault is None and not config.swa_window else None
+        engine = ToyEngine(config, device=device, faults={fault: fault_step} if fault else {}, host_tier=host_tier)
         monitor = engine.attach_monitor(mode="log", sweep_interval=SWEEP_INTERVAL)
         label = fault or "clean"
         with _quiet_monitor():
@@ -132,7 +137,7 @@ def report_dict(runs: list[DemoRun], *, device: str, config: EngineConfig) -> di
             "first_catch": run.catches[0].to_dict() if run.catches else None,
         }
         if run.fault is not None:
-            entry["description"] = FAULT_CLASSES[run.fault][0]
+            entry["description"] = ALL_FAULT_CLASSES[run.fault][0]
         out["runs"].append(entry)
     out["ok"] = all(run.ok for run in runs)
     return out
@@ -149,9 +154,9 @@ def format_report(runs: list[DemoRun], *, device: str, config: EngineConfig) -> 
     ]
     for run in runs:
         name = run.fault or "clean run"
-        lines.append(f"{name:<15} {run.status:<15} {len(run.violations)} violation row(s)")
+        lines.append(f"{name:<20} {run.status:<15} {len(run.violations)} violation row(s)")
         if run.fault is not None:
-            lines.append(f"  fault:    {FAULT_CLASSES[run.fault][0]}")
+            lines.append(f"  fault:    {ALL_FAULT_CLASSES[run.fault][0]}")
         for record in run.records:
             lines.append(f"  injected: step {record.step}, slots {list(record.slots)} ({record.detail})")
         if run.catches:

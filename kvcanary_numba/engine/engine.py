@@ -20,7 +20,8 @@ from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..monitor import CanaryMonitor, KvGroup, SlotChain, StepBatch
 from .config import EngineConfig
-from .faults import FAULT_CLASSES, FaultInjector, FaultRecord
+from .faults import ALL_FAULT_CLASSES, TRANSIT_FAULT_CLASSES, FaultInjector, FaultRecord
+from .host_tier import HostTier
 from .memory import KvPool
 from .scheduler import HostBatch, Scheduler
 
@@ -56,8 +57,8 @@ def _fault_schedule(faults, fault_step: int) -> dict[str, int]:
             got=type(faults).__name__,
         )
     for name, at in schedule.items():
-        if name not in FAULT_CLASSES:
-            raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(FAULT_CLASSES), got=name)
+        if name not in ALL_FAULT_CLASSES:
+            raise error("KVC-E001", function=_FN, argument="faults", expected=tuple(ALL_FAULT_CLASSES), got=name)
         check_int(_FN, f"faults[{name!r}]", at, low=0)
     return schedule
 
@@ -76,13 +77,17 @@ class ToyEngine:
         names alone use ``fault_step``.
     fault_step : int
         Default first step of the faults.
+    host_tier : int, optional
+        Offload idle cached prefixes to host memory, keeping this many in the pool (the least
+        recently used go first), and reload them when a request asks (:mod:`.host_tier`).
+        Default: off, or 0 when a transit fault is planted. FULL-only pools.
 
     Raises
     ------
     KvCanaryError
         KVC-E004 for a config that is not an EngineConfig or faults of another
-        type, KVC-E001 for an unknown fault, KVC-C011, KVC-C009, KVC-C008, and
-        EngineConfig's codes.
+        type, KVC-E001 for an unknown fault, KVC-C011, KVC-C009 (a host tier with an
+        SWA window), KVC-C008, and EngineConfig's codes.
     """
 
     def __init__(
@@ -92,12 +97,25 @@ class ToyEngine:
         device: str = "cpu",
         faults: Iterable[str] | Mapping[str, int] = (),
         fault_step: int = 8,
+        host_tier: int | None = None,
     ):
         c = config if config is not None else EngineConfig()
         if not isinstance(c, EngineConfig):
             raise error("KVC-E004", function=_FN, argument="config", expected="an EngineConfig", got=type(c).__name__)
         xp = array_module(_FN, device)
         schedule = _fault_schedule(faults, check_int(_FN, "fault_step", fault_step, low=0))
+        if host_tier is None and set(schedule) & set(TRANSIT_FAULT_CLASSES):
+            host_tier = 0
+        if host_tier is not None:
+            host_tier = check_int(_FN, "host_tier", host_tier, low=0)
+            if c.swa_window:
+                raise error(
+                    "KVC-C009",
+                    function=_FN,
+                    argument="config.swa_window (with a host tier)",
+                    expected=(0,),
+                    got=c.swa_window,
+                )
         self.config, self.device, self.xp = c, device, xp
         with coded_allocation(_FN, "config.num_pages", c.num_pages, what="KV pool", nbytes=c.pool_bytes):
             self.sched = Scheduler(c)
@@ -123,6 +141,7 @@ class ToyEngine:
         self.lut = self.sched.lut if on_host else xp.asarray(self.sched.lut)
         self._buffers = {} if on_host else self._device_buffers()
         self.injector = FaultInjector(self, schedule)
+        self.host_tier = None if host_tier is None else HostTier(self, host_tier)
         self.monitor: CanaryMonitor | None = None
         self.sweep_interval = 0
         self.oracle = True
@@ -281,6 +300,8 @@ class ToyEngine:
             self._sync_tables()
             due = self.sweep_interval and self.step_index % self.sweep_interval == 0
             monitor.end_step(sweep=self.live_chains() if due else None)
+        if self.host_tier is not None:
+            self.host_tier.after_step(self.step_index)  # between steps: offload, records with their KV
         return hb
 
     def run(self, steps: int, progress: Callable[[int, int], None] | None = None) -> None:

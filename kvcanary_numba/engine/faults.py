@@ -15,7 +15,7 @@ import numpy as np
 from ..constants import FailReason
 from ..monitor.report import Violation
 
-__all__ = ["FAULT_CLASSES", "FaultRecord", "FaultInjector"]
+__all__ = ["ALL_FAULT_CLASSES", "FAULT_CLASSES", "TRANSIT_FAULT_CLASSES", "FaultRecord", "FaultInjector"]
 
 F = FailReason
 _SEEN_BY_VERIFY = (
@@ -45,6 +45,23 @@ FAULT_CLASSES: dict[str, tuple[str, FailReason]] = {
     ),
 }
 
+#: Faults of KV in transit (the host tier's reloads, :mod:`.host_tier`; a pair's hand-off, :mod:`.pair`):
+#: the records move with their KV (:mod:`.transit`), and the landed runs are checked where the page table says.
+TRANSIT_FAULT_CLASSES: dict[str, tuple[str, FailReason]] = {
+    "host_bit_flip": (
+        "one KV byte of a prefix changes while it rests in host memory",
+        F.VERIFY_REAL_KV_HASH_MISMATCH,
+    ),
+    "stale_host_copy": ("a prefix is reloaded from host memory that another prefix's offload reused", _SEEN_BY_VERIFY),
+    "pages_swapped": ("two pages of a reload land in each other's slots (KV and records alike)", _SEEN_BY_VERIFY),
+    "page_missing": ("one page of a reload never arrives (neither its KV nor its records)", _SEEN_BY_VERIFY),
+    "records_left_behind": ("a reload copies the KV but leaves its canary records behind", _SEEN_BY_VERIFY),
+    "wrong_reload_slots": ("a reload lands in other slots than the page table names", _SEEN_BY_VERIFY),
+}
+
+#: Every fault class the toy engine plants: in the pool, then in transit.
+ALL_FAULT_CLASSES: dict[str, tuple[str, FailReason]] = {**FAULT_CLASSES, **TRANSIT_FAULT_CLASSES}
+
 
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
@@ -72,14 +89,17 @@ class FaultInjector:
         self.records: list[FaultRecord] = []
         self._armed: dict[str, object] = {}  # faults fired in two halves (before / after scheduling)
 
-    def _due(self, kind: str, step: int) -> bool:
+    def due(self, kind: str, step: int) -> bool:
+        """Whether ``kind`` is scheduled and may fire at ``step``."""
         return kind in self.pending and step >= self.pending[kind]
 
-    def _record(self, kind: str, step: int, slots, detail: str) -> None:
+    def fired(self, kind: str, step: int, slots, detail: str) -> None:
+        """Record that ``kind`` fired at ``step``, hitting FULL ``slots`` (it fires once)."""
         del self.pending[kind]
         lut = self.engine.sched.lut
         swa = tuple(int(lut[s]) for s in slots if lut[s]) if self.engine.sched.swa is not None else ()
-        self.records.append(FaultRecord(kind, step, tuple(int(s) for s in slots), swa, FAULT_CLASSES[kind][1], detail))
+        bits = ALL_FAULT_CLASSES[kind][1]
+        self.records.append(FaultRecord(kind, step, tuple(int(s) for s in slots), swa, bits, detail))
 
     def _victim(self, min_kv: int = 1):
         """A running request verified again next step (not finishing now), with some KV written."""
@@ -91,7 +111,7 @@ class FaultInjector:
     # --- before the scheduler allocates this step's slots ---------------------------
     def before_schedule(self, step: int) -> None:
         sched, ps = self.engine.sched, self.engine.config.page_size
-        if self._due("slot_reuse", step) and "slot_reuse" not in self._armed:
+        if self.due("slot_reuse", step) and "slot_reuse" not in self._armed:
             for req in sched.running:
                 written = set(req.slots[: req.kv_len])
                 full_pages = [pg for pg in req.pages if all(pg * ps + j in written for j in range(ps))]
@@ -99,13 +119,13 @@ class FaultInjector:
                     sched.pages.forced = (full_pages[0], req.rid)
                     self._armed["slot_reuse"] = full_pages[0]
                     break
-        if self._due("stale_page", step) and "stale_page" not in self._armed:
+        if self.due("stale_page", step) and "stale_page" not in self._armed:
             idle = [e for e in sched.entries.values() if e.refs == 0]
             if idle and len(sched.running) < self.engine.config.max_running:
                 sched.evict_prefix(idle[0], keep_index=True)
                 sched.forced_prefix = idle[0].prefix_id
                 self._armed["stale_page"] = idle[0]
-        if self._due("req_to_token", step):
+        if self.due("req_to_token", step):
             victim = self._victim(min_kv=2)
             others = [r for r in sched.running if r is not victim and r.kv_len > 0]
             if victim is not None and others:
@@ -120,21 +140,21 @@ class FaultInjector:
         if page is not None and sched.pages.forced is None:
             hit = [int(s) for s in batch.out_cache_loc if s // ps == page]
             del self._armed["slot_reuse"]
-            self._record("slot_reuse", step, hit, f"page {page} given to a second request")
+            self.fired("slot_reuse", step, hit, f"page {page} given to a second request")
         entry = self._armed.get("stale_page")
         if entry is not None and sched.forced_prefix is None:
             del self._armed["stale_page"]
             sched.entries.pop(entry.prefix_id, None)  # the stale entry served one hit; drop it
-            self._record("stale_page", step, entry.slots, f"freed prefix {entry.prefix_id} reused")
+            self.fired("stale_page", step, entry.slots, f"freed prefix {entry.prefix_id} reused")
         armed = self._armed.pop("req_to_token", None)
         if armed is not None:
             victim, target = armed
             new_slot = victim.slots[victim.kv_len]
-            self._record(
+            self.fired(
                 "req_to_token", step, (target, new_slot), f"row {victim.row} pos {victim.kv_len - 1} -> {target}"
             )
         for kind in ("token_flip", "position_flip"):
-            if self._due(kind, step):
+            if self.due(kind, step):
                 self._flip_input(kind, step, batch)
 
     def _flip_input(self, kind: str, step: int, batch) -> None:
@@ -146,17 +166,17 @@ class FaultInjector:
                     batch.input_ids[i] = batch.input_ids[i] % (self.engine.config.vocab_size - 1) + 1
                 else:
                     batch.positions[i] += 1
-                self._record(kind, step, [batch.out_cache_loc[i]], f"token {i} of the batch")
+                self.fired(kind, step, [batch.out_cache_loc[i]], f"token {i} of the batch")
                 return
 
     # --- after the TAIL launches -------------------------------------------------------
     def after_forward(self, step: int) -> None:
         engine = self.engine
-        if self._due("kv_byte_flip", step):
+        if self.due("kv_byte_flip", step):
             victim = self._victim()
             if victim is not None:
                 self._flip_kv("kv_byte_flip", step, victim.slots[-1])
-        if self._due("cached_kv_flip", step):
+        if self.due("cached_kv_flip", step):
             idle = [e for e in engine.sched.entries.values() if e.refs == 0]
             if idle:
                 self._flip_kv("cached_kv_flip", step, idle[0].slots[-1])
@@ -167,4 +187,4 @@ class FaultInjector:
         swa_slot = int(engine.sched.lut[slot])
         if engine.swa_kv is not None and swa_slot:
             engine.swa_kv.flip_byte(swa_slot)
-        self._record(kind, step, [slot], f"K layer 0 byte 0 of slot {slot}")
+        self.fired(kind, step, [slot], f"K layer 0 byte 0 of slot {slot}")

@@ -53,6 +53,15 @@ class FreeList:
         self.owner[unit] = owner
         return unit
 
+    def alloc_avoiding(self, owner: int, avoid) -> int:
+        """Like :meth:`alloc`, but never a unit of ``avoid`` (those stay free, in order)."""
+        kept = []
+        while self._free and self._free[-1] in avoid:
+            kept.append(self._free.pop())
+        unit = self.alloc(owner)
+        self._free.extend(reversed(kept))
+        return unit
+
     def free(self, unit: int, owner: int) -> None:
         """Return ``unit`` if ``owner`` still holds it (else it was taken over: leave it)."""
         if self.owner[unit] == owner:

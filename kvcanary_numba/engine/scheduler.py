@@ -84,6 +84,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.next_rid = 1
         self.forced_prefix: int | None = None  # fault hook: the next request uses this prefix
+        self.reload = None  # host tier hook: prefix id -> a PrefixEntry reloaded into the pool, or None
+        self.admit = True  # False: a decode engine of a pair (requests only arrive by hand-off)
         self.finished = self.prefix_hits = 0
 
     def _tokens(self, n: int) -> list[int]:
@@ -112,6 +114,8 @@ class Scheduler:
         )
         self.next_rid += 1
         entry = self.entries.get(prefix_id) if shared else None
+        if entry is None and shared and self.reload is not None:
+            entry = self.reload(prefix_id)
         if entry is not None:
             self.prefix_hits += 1
             entry.refs += 1
@@ -119,6 +123,18 @@ class Scheduler:
             req.slots = list(entry.slots)
             self.req_to_token[req.row, : len(entry.slots)] = entry.slots
         self.running.append(req)
+
+    def accept(self, tokens: list[int], prompt_len: int, max_new: int, kv_len: int, avoid=()) -> Request:
+        """A request handed over with its first ``kv_len`` positions' KV (a pair's decode engine): a row
+        and pages for them (none of the ``avoid`` pages), its page table written; decoded from the next step."""
+        req = Request(self.next_rid, self.free_rows.pop(), list(tokens), prompt_len, max_new, None, kv_len=kv_len)
+        self.next_rid += 1
+        ps = self.cfg.page_size
+        req.pages = [self.pages.alloc_avoiding(req.rid, avoid) for _ in range(-(-kv_len // ps))]
+        req.slots = [pg * ps + j for pg in req.pages for j in range(ps)][:kv_len]
+        self.req_to_token[req.row, :kv_len] = req.slots
+        self.running.append(req)
+        return req
 
     def _allocate(self, req: Request, position: int) -> int:
         ps = self.cfg.page_size
@@ -133,7 +149,7 @@ class Scheduler:
 
     def schedule(self) -> HostBatch:
         """Admit new requests and allocate the slots of every new token of this step."""
-        for _ in range(self.cfg.max_admit_per_step):
+        for _ in range(self.cfg.max_admit_per_step if self.admit else 0):
             if len(self.running) < self.cfg.max_running:
                 self._admit()
         cols = {k: [] for k in ("ids", "pos", "loc")}

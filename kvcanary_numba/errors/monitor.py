@@ -290,7 +290,7 @@ define(
         "readback state. Two threads stepping it at once would interleave two batches over those plans "
         "and report violations that never happened. So a hook (pre_forward, post_forward, the block of "
         "`with monitor.forward(batch):`, end_step, sweep, flush, capture_graph, finish_warmup, setting "
-        "backend) called while another thread is inside one is refused before it reads or changes "
+        "backend, rebind_sources, the record moves) called while another thread is inside one is refused before it reads or changes "
         "anything; the other thread's step goes on. Handing a monitor from thread to thread between "
         "calls is fine, and stats() and violations may be read from any thread."
     ),
@@ -354,63 +354,5 @@ define(
     defensive="with step_lock:\n    with monitor.forward(batch):\n        run_forward()\n    monitor.end_step()",
     prevention="Let one thread own the monitor, or serialise whole steps, never single hooks.",
     related=("KVC-M005",),
-    extension=True,
-)
-
-define(
-    "KVC-M023",
-    title="Rebound sources fold other bytes than the group's",
-    message=(
-        "{function}: {problem}, not {expected}; sources a monitor rebinds (or that move in place) "
-        "must fold what the ones they replace folded: as many per half, as many bytes per slot each"
-    ),
-    meaning=(
-        "Every TAIL write stamps a slot with the fingerprint of the bytes its sources fold, and every "
-        "later verify folds the slot again and compares. CanaryMonitor.rebind_sources points a group at "
-        "new memory (a JAX pool after a functional update, a reallocated pool); the fingerprints stamped "
-        "before stay valid only if the new sources fold the same bytes of each slot: the same number of "
-        "sources per half and, in ALL mode, the same read_bytes each. Otherwise every cached slot would "
-        "be reported. The same holds for a source whose fields or tensor changed in place (the monitor "
-        "follows such a source only while it folds what it did)."
-    ),
-    triggers=(
-        "Rebinding K to two layers' sources where the monitor was built with layer 0 only.",
-        "Rebinding with sources whose read_bytes differ from the ones built (ALL mode).",
-        "Rebinding sources on a monitor built without any (it folds none).",
-    ),
-    solutions=(
-        "Rebind the same strips of the new memory: one source per source the group was built with, "
-        "with the same read_bytes.",
-        "To fold other bytes, build a new CanaryMonitor (its fingerprints start over).",
-    ),
-    before=(
-        "import kvcanary_numba as kc\n"
-        "import numpy as np\n"
-        "\n"
-        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
-        "def src(t):\n"
-        "    return kc.RealKvSource(tensor=t, page_size=1,\n"
-        "                           num_bytes_per_token=256, read_bytes=256)\n"
-        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False, k_sources=(src(kv),))\n"
-        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
-        "kv = kv.copy()  # the pool's next buffer (a functional update)\n"
-        "monitor.rebind_sources(k_sources=(src(kv), src(kv)))  # two where one was built"
-    ),
-    after=(
-        "import kvcanary_numba as kc\n"
-        "import numpy as np\n"
-        "\n"
-        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
-        "def src(t):\n"
-        "    return kc.RealKvSource(tensor=t, page_size=1,\n"
-        "                           num_bytes_per_token=256, read_bytes=256)\n"
-        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False, k_sources=(src(kv),))\n"
-        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
-        "kv = kv.copy()  # the pool's next buffer (a functional update)\n"
-        "monitor.rebind_sources(k_sources=(src(kv),))"
-    ),
-    defensive="assert len(new_k_sources) == len(group.k_sources)",
-    prevention="Build each step's sources with the one function that built the monitor's.",
-    related=("KVC-R007", "KVC-R011", "KVC-M005"),
     extension=True,
 )

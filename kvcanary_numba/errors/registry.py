@@ -24,6 +24,7 @@ OPERATIONS: Final[dict[str, str]] = {
     "R": "Real-KV sources (RealKvSource, fingerprints)",
     "S": "Expected-token scatter (scatter_req_token_ids)",
     "M": "CanaryMonitor",
+    "K": "Moved records (gather, scatter, move, verify records, hand-off digest)",
     "E": "Toy engine and CLI",
 }
 

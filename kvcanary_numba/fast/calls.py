@@ -27,9 +27,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import (
+    digest as _digest,
     fingerprint as _fingerprint,
+    move as _move,
     plan as _plan,
     plan_offsets as _plan_offsets,
+    records as _records,
     scatter as _scatter,
     verify as _verify,
     write as _write,
@@ -39,7 +42,7 @@ from .._validate import stream_handle
 from ..constants import RealKvHashMode
 from ..errors import KvCanaryError, error
 from ..reference import scatter as reference_scatter
-from . import replay
+from . import moves, replay
 from .cpu import fingerprint as cpu_fingerprint, plan as cpu_plan, verify as cpu_verify, write as cpu_write
 from .memo import Memo, checked
 from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
@@ -47,12 +50,17 @@ from .scratch import CAPTURE_FUNCTION, STREAM_SCRATCH
 __all__ = [
     "OPERATIONS",
     "Operation",
+    "compute_handoff_digest",
     "compute_real_kv_hash",
+    "gather_canary_records",
     "launch_canary_plan_kernels",
     "launch_canary_verify_kernel",
     "launch_canary_write_kernel",
     "launch_plan_offsets_kernel",
+    "move_canary_records",
+    "scatter_canary_records",
     "scatter_req_token_ids",
+    "verify_canary_records",
 ]
 
 
@@ -198,8 +206,21 @@ _FINGERPRINT = Operation(
     _fingerprint_glue,
     normalize={"real_kv_hash_mode": lambda mode: RealKvHashMode(int(mode))},
 )
+
+
+# The moved-records operations: glue, CPU runs (the host tier's path) and value checks in fast/moves.py.
+_GATHER = Operation(_move.GATHER, _move.validate_gather, moves.cpu_gather, moves.gather_glue)
+_SCATTER_RECORDS = Operation(_move.SCATTER, _move.validate_scatter, moves.cpu_scatter, moves.scatter_glue)
+_MOVE = Operation(_move.MOVE, _move.validate_move, moves.cpu_move, moves.move_glue)
+_RECORDS = Operation(
+    _records.FUNCTION, _records.validate, moves.cpu_records, moves.records_glue, value_checks=moves.records_values
+)
+_DIGEST = Operation(
+    _digest.FUNCTION, _digest.validate, moves.cpu_digest, moves.digest_glue, value_checks=moves.digest_values
+)
+_ALL = (_OFFSETS, _PLAN, _VERIFY, _WRITE, _SCATTER, _FINGERPRINT, _GATHER, _SCATTER_RECORDS, _MOVE, _RECORDS, _DIGEST)
 #: Every operation by its public function's name (tests count validations, clear memos).
-OPERATIONS = {op.function: op for op in (_OFFSETS, _PLAN, _VERIFY, _WRITE, _SCATTER, _FINGERPRINT)}
+OPERATIONS = {op.function: op for op in _ALL}
 
 
 @functools.wraps(_plan_offsets.launch_plan_offsets_kernel)
@@ -333,3 +354,37 @@ def compute_real_kv_hash(
         backend,
         stream,
     )
+
+
+@functools.wraps(_move.gather_canary_records)
+def gather_canary_records(*, context, slot_indices, out_records, backend: str = "auto", stream=None) -> None:
+    _GATHER(dict(context=context, slot_indices=slot_indices, out_records=out_records), backend, stream)
+
+
+@functools.wraps(_move.scatter_canary_records)
+def scatter_canary_records(*, context, records, slot_indices, backend: str = "auto", stream=None) -> None:
+    _SCATTER_RECORDS(dict(context=context, records=records, slot_indices=slot_indices), backend, stream)
+
+
+@functools.wraps(_move.move_canary_records)
+def move_canary_records(
+    *, context, src_slot_indices, dst_slot_indices, scratch_records, backend: str = "auto", stream=None
+) -> None:
+    kwargs = dict(src_slot_indices=src_slot_indices, dst_slot_indices=dst_slot_indices, scratch_records=scratch_records)
+    _MOVE(dict(context=context, **kwargs), backend, stream)
+
+
+@functools.wraps(_records.verify_canary_records)
+def verify_canary_records(
+    *, context, slot_indices, run_offsets, run_start_positions, run_prev_slots, backend: str = "auto", stream=None
+) -> None:
+    runs = dict(run_offsets=run_offsets, run_start_positions=run_start_positions, run_prev_slots=run_prev_slots)
+    _RECORDS(dict(context=context, slot_indices=slot_indices, **runs), backend, stream)
+
+
+@functools.wraps(_digest.compute_handoff_digest)
+def compute_handoff_digest(
+    *, context, slot_indices, run_offsets, out_digests, backend: str = "auto", stream=None
+) -> None:
+    kwargs = dict(slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
+    _DIGEST(dict(context=context, **kwargs), backend, stream)

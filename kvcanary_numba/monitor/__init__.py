@@ -9,6 +9,7 @@ from .bundle import BundleWriteWarning
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
+from .moves import MovedRecords
 from .report import BIT_EXPLANATIONS, Violation, decode_rows
 from .sweep import SlotChain
 from .triage import CanaryBlindSpotWarning, Diagnosis
@@ -25,6 +26,7 @@ __all__ = [
     "Diagnosis",
     "HealthReport",
     "KvGroup",
+    "MovedRecords",
     "SlotChain",
     "StepBatch",
     "VerifyBudget",

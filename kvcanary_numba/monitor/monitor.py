@@ -1,16 +1,13 @@
 """CanaryMonitor: the per-step canary of one KV pool, in SGLang's order.
 
-A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()`` → ``end_step()``:
-
-1. pre_forward: (expected-token scatter,) each group's plan, then the HEAD launches
-   (verify, then write) of K and V, without real-KV sources.
-2. post_forward: each group's TAIL launches (verify, then write) with real-KV sources.
-3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then the
-   status readback: new violation rows, overflow warnings, health check.
+A step is ``pre_forward(batch)`` (each group's plan, then the HEAD launches: verify, then write, of K
+and V, without real-KV sources) → the engine writes KV → ``post_forward()`` (the TAIL launches, with
+real-KV sources) → ``end_step()`` (an optional sweep of given chains, SWEEP tags; then the status
+readback: new violation rows, overflow warnings, health check). Between steps, records move with their KV.
 
 Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`),
-on a GPU the prepared steps and a captured graph, readback, pump, health, aftercare, budget, thread guard.
-Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
+on a GPU the prepared steps and a captured graph, readback, pump, health, aftercare, budget, thread guard,
+record moves (:mod:`.moves`). Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ from .._validate import check_bool, check_int, resolve_backend
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
+from ..handoff import HandoffDigest
 from . import paths
 from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
@@ -33,13 +31,14 @@ from .bundle import Aftercare, check_bundle_dir
 from .groups import KvGroup, check_group_placement, check_groups
 from .guard import HookGuard, one_thread
 from .health import HealthChecker
+from .moves import MovedRecords, RecordMoves
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
 from .sources import SourceWatch
-from .status import Snapshot
+from .status import monitor_stats
 from .steps import EagerSteps
-from .sweep import SlotChain, build_sweep_entries, launch_sweep
+from .sweep import SlotChain, sweep_chains
 from .triage import warn_blind_spot
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
@@ -202,6 +201,7 @@ class CanaryMonitor:
         self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
         self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
+        self.moves = RecordMoves(self.groups, xp=xp, placement=self._placement, steps=self.step_plan, health=health)
         self.bundles = self.aftercare.bundles
 
     @property
@@ -213,9 +213,7 @@ class CanaryMonitor:
     @backend.setter
     @one_thread
     def backend(self, backend: str) -> None:
-        fn = "CanaryMonitor.backend"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        fn = self._order("CanaryMonitor.backend", _IDLE)
         self.step_plan.use_backend(paths.switched_backend(fn, backend, self._placement, self.fast))
 
     _backend = backend  # the spelling earlier test harnesses set
@@ -230,9 +228,7 @@ class CanaryMonitor:
         KvCanaryError
             KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, the launches' array codes.
         """
-        fn = "CanaryMonitor.pre_forward"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        fn = self._order("CanaryMonitor.pre_forward", _IDLE)
         launched = self.batch_checks(fn, batch)  # all of it, before the first launch (int32 fields: int64 copies)
         self._tail = paths.head(self.graph, self.fast, self.step_plan, launched, self.batch_checks.checked)
         self._batch, self._launched, self._phase = batch, launched, _PRE
@@ -252,9 +248,7 @@ class CanaryMonitor:
             KVC-M005 (order); the batch's array codes when one of its fields was
             reassigned to a bad array since pre_forward (the step stays open).
         """
-        fn = "CanaryMonitor.post_forward"
-        if self._phase is not _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        fn = self._order("CanaryMonitor.post_forward", _PRE)
         self.batch_checks(fn, self._batch)
         self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
         self._tail()
@@ -286,8 +280,7 @@ class CanaryMonitor:
         KvCanaryError
             KVC-M005 when called between pre_forward and post_forward; sweep's codes.
         """
-        if self._phase is _PRE:
-            raise error("KVC-M005", function="CanaryMonitor.end_step", state=self._phase, expected=_ORDER)
+        self._order("CanaryMonitor.end_step", _IDLE, _POST)
         if sweep is not None:
             self.sweep(sweep)
         step, self.step = self.step, self.step + 1
@@ -319,9 +312,7 @@ class CanaryMonitor:
             Nothing changed: KVC-M005 after post_forward (legal: before pre_forward or post_forward),
             KVC-C009, KVC-M023, KVC-R007 ... KVC-R011, KVC-C007. After: :mod:`.sources`.
         """
-        fn = "CanaryMonitor.rebind_sources"
-        if self._phase is _POST:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_REBIND)
+        fn = self._order("CanaryMonitor.rebind_sources", _IDLE, _PRE, expected=_REBIND)
         self._follow(self.sources.rebind(fn, self.sources.group(fn, group), k_sources, v_sources))
 
     def _follow(self, change) -> None:  # the paths after the sources changed (paths.follow)
@@ -342,8 +333,7 @@ class CanaryMonitor:
         """
         fn = "CanaryMonitor.capture_graph"
         self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._order(fn, _IDLE)
         self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
     @one_thread
@@ -353,25 +343,8 @@ class CanaryMonitor:
 
     @one_thread
     def sweep(self, chains: Sequence[SlotChain]) -> None:
-        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
-
-        Parameters
-        ----------
-        chains : list or tuple of SlotChain
-            Checked before the first launch (a generator is refused: KVC-M009).
-
-        Raises
-        ------
-        KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
-        """
-        fn = "CanaryMonitor.sweep"
-        if self._phase is _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
-        self._follow(self.sources.recheck(fn))
-        for g in self.groups:
-            self.health.add(launch_sweep(self.xp, g, entries))
+        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags (:func:`.sweep.sweep_chains`)."""
+        sweep_chains(self._between_steps("sweep"), chains, self.groups, xp=self.xp, health=self.health)
         self.sweeps += 1
 
     @one_thread
@@ -385,15 +358,43 @@ class CanaryMonitor:
         return self.pump.violations
 
     def stats(self) -> dict:
-        """Counters as of now (reads the device: not for the hot path)."""
-        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
-        return {
-            "step": self.step,
-            "protected_tokens": int(snap.slot_run_counters.sum()),
-            "kernel_runs": int(snap.kernel_run_counters.sum()),
-            "sweep_passes": self.sweeps,
-            **self.aftercare.stats(),
-            **self.pump.counts(snap),  # bundles written / lost; rows recorded, saturated
-            "violations_decoded": len(self.violations),
-            **({} if self.budget is None else self.budget.stats()),
-        }
+        """Counters as of now (reads the device: not for the hot path; :func:`.status.monitor_stats`)."""
+        return monitor_stats(self)
+
+    # --- moved records: thin delegations to monitor/moves.py ------------------------
+    @one_thread
+    def take_records(self, slot_indices) -> MovedRecords:
+        """Take the records of FULL ``slot_indices`` out, after their KV (:meth:`.moves.RecordMoves.take`)."""
+        return self.moves.take(self._between_steps("take_records"), slot_indices)
+
+    @one_thread
+    def put_records(self, moved: MovedRecords, slot_indices) -> None:
+        """Put taken records at FULL ``slot_indices``, after their KV (:meth:`.moves.RecordMoves.put`)."""
+        self.moves.put(self._between_steps("put_records"), moved, slot_indices)
+
+    @one_thread
+    def move_records(self, src_slot_indices, dst_slot_indices, *, group: str = "full") -> None:
+        """Move one group's records within its pool, after the KV (:meth:`.moves.RecordMoves.move`)."""
+        self.moves.move(self._between_steps("move_records"), src_slot_indices, dst_slot_indices, group)
+
+    @one_thread
+    def verify_records(self, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
+        """Check landed runs now; rows come back at end_step (:meth:`.moves.RecordMoves.verify`)."""
+        runs = (slot_indices, run_offsets, run_start_positions, run_prev_slots)
+        self.moves.verify(self._between_steps("verify_records"), *runs)
+
+    @one_thread
+    def handoff_digest(self, slot_indices, run_offsets) -> HandoffDigest:
+        """One digest per request of the FULL TAIL records and live KV (:meth:`.moves.RecordMoves.digest`)."""
+        return self.moves.digest(self._between_steps("handoff_digest"), slot_indices, run_offsets)
+
+    def _order(self, fn: str, *phases: str, expected: str = _ORDER) -> str:
+        """``fn`` when the step is in one of ``phases``, else KVC-M005."""
+        if self._phase not in phases:
+            raise error("KVC-M005", function=fn, state=self._phase, expected=expected)
+        return fn
+
+    def _between_steps(self, name: str) -> str:
+        """``CanaryMonitor.<name>`` between steps (KVC-M005); it folds live KV: moved sources are checked first."""
+        self._follow(self.sources.recheck(fn := self._order(f"CanaryMonitor.{name}", _IDLE, _POST)))
+        return fn

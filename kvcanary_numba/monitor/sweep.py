@@ -21,7 +21,7 @@ from ..errors import error
 from ..fast.calls import launch_canary_verify_kernel
 from .groups import check_type, translate_slots
 
-__all__ = ["SlotChain", "build_sweep_entries", "fill_sweep_plan", "launch_sweep"]
+__all__ = ["SlotChain", "build_sweep_entries", "fill_sweep_plan", "launch_sweep", "sweep_chains"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +158,23 @@ def launch_sweep(xp, group, entries: tuple[np.ndarray, ...]) -> np.ndarray:
         launch_canary_verify_kernel(context=endpoint.context, plan=group.sweep_plan, check_verify_expected_token=False)
         launches[endpoint.tag] += 1
     return launches
+
+
+def sweep_chains(function: str, chains: Sequence[SlotChain], groups, *, xp, health) -> None:
+    """:meth:`CanaryMonitor.sweep <kvcanary_numba.CanaryMonitor.sweep>`: verify whole chains (FULL slot
+    indices) against every group's tail buffers, SWEEP tags; each launch counts in ``health``.
+
+    Parameters
+    ----------
+    chains : list or tuple of SlotChain
+        Checked before the first launch (a generator is refused: KVC-M009); at most the sweep
+        plan's capacity of slots in all.
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-M009, KVC-M004.
+    """
+    entries = build_sweep_entries(function, chains, groups[0].sweep_plan.verify_capacity)  # every check first
+    for g in groups:
+        health.add(launch_sweep(xp, g, entries))

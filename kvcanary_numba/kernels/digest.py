@@ -1,0 +1,128 @@
+"""Hand-off digest kernels (``reference/digest.py``): per-run sums of entry hashes.
+
+``digest_clear`` zeroes the digests (and records the bit-256 row of a run whose range does not
+fit a valid run table, as ``kernels/records.py`` does); ``digest_src{n}`` adds every entry's
+hash to its run's digest. Sums modulo 2**64 do not depend on the order of the additions, so
+the GPU's value is the CPU's.
+
+Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries sit in one run
+adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp
+adds its lanes' sums in shared memory and lane 0 adds the total to the run's digest with one
+atomic. A tile that straddles runs (at most one per run boundary) adds lane by lane. So a run
+of a million entries costs one atomic per warp, not one per entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, int64, uint64
+
+from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash, warp_sync
+from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
+from .move import MOVE_THREADS, in_pool, out_of_range_row
+from .records import check_run, entry_run
+
+__all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
+
+_WARPS = MOVE_THREADS // WARP_SIZE
+_WARP = np.int64(WARP_SIZE)
+_LAST_LANE = np.int64(WARP_SIZE - 1)
+_ANCHOR = np.uint64(HANDOFF_DIGEST_ANCHOR)
+
+
+@cuda.jit(device=True)
+def entry_hash(index, buf, slot, live):
+    """``splitmix64(mix3(mix3(ANCHOR ^ index, token, position), prev_hash, real_kv_hash) ^ live)``; uint64."""
+    a = mix3(uint64(index) ^ _ANCHOR, uint64(buf[slot, TOKEN]), uint64(buf[slot, POSITION]))
+    return splitmix64(mix3(a, uint64(buf[slot, PREV_HASH]), uint64(buf[slot, REAL_KV])) ^ live)
+
+
+@cuda.jit(device=True)
+def _flush(sums, lane, acc, run, out):
+    """Add the warp's lane sums to digest ``run`` (nothing when ``run`` < 0); every lane calls it."""
+    sums[lane] = acc
+    warp_sync()
+    if lane == ZERO and run >= ZERO:
+        total = uint64(0)
+        for k in range(WARP_SIZE):
+            total += sums[k]
+        cuda.atomic.add(out, run, int64(total))
+    warp_sync()
+
+
+@cuda.jit
+def digest_clear(out, offsets, n, ring, write_index, kind):
+    """Zero every digest; record the bit-256 row of each run whose range is not a valid run's."""
+    runs = int64(offsets.shape[0]) - ONE
+    for r in range(int64(cuda.grid(1)), runs, int64(cuda.gridsize(1))):
+        out[r] = ZERO
+        check_run(offsets, runs, r, n, ring, write_index, kind)
+
+
+def _make_digest(nsrc: int):
+    def digest(buf, slots, offsets, out, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params):
+        tid = cuda.grid(1)
+        n = int64(slots.shape[0])
+        runs = int64(offsets.shape[0]) - ONE
+        if tid == 0:
+            cuda.atomic.add(kernel_counter, 0, ONE)
+            if n > 0:
+                cuda.atomic.add(slot_counter, 0, n)
+        num_slots = int64(buf.shape[0])
+        warp = cuda.threadIdx.x // WARP_SIZE
+        lane = int64(cuda.threadIdx.x % WARP_SIZE)
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        sums = cuda.shared.array((_WARPS, WARP_SIZE), uint64)[warp]
+        lane_runs = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        tiles = (n + _WARP - ONE) // _WARP
+        warps = int64(cuda.gridsize(1)) // _WARP
+        chunk = (tiles + warps - ONE) // warps
+        first = int64(tid // WARP_SIZE) * chunk
+        acc = uint64(0)
+        current = MINUS_ONE  # the run the lane sums belong to (the same on every lane)
+        for t in range(first, min(first + chunk, tiles)):
+            i = t * _WARP + lane
+            r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
+            slot = slots[i] if r >= ZERO else ZERO
+            ok = in_pool(slot, num_slots)
+            real = uint64(0)
+            if nsrc > 0:
+                real = warp_real_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+            h = entry_hash(e, buf, slot, real) if ok else uint64(0)
+            if slot != ZERO and not ok:
+                out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
+            lane_runs[lane] = r
+            warp_sync()
+            last = min(_LAST_LANE, n - ONE - t * _WARP)
+            whole = lane_runs[0] >= ZERO and lane_runs[0] == lane_runs[last]
+            first_run = lane_runs[0]
+            warp_sync()
+            if whole:
+                if first_run != current:
+                    _flush(sums, lane, acc, current, out)
+                    acc = uint64(0)
+                    current = first_run
+                acc += h
+            elif r >= ZERO:
+                cuda.atomic.add(out, r, int64(h))
+        _flush(sums, lane, acc, current, out)
+
+    digest.__name__ = digest.__qualname__ = f"digest_src{nsrc}"
+    return cuda.jit(digest)
+
+
+_RING = "int64[:, ::1], int32[::1], int64"
+KERNELS = {
+    "digest_clear": digest_clear,
+    **{f"digest_src{n}": _make_digest(n) for n in range(MAX_REAL_KV_SOURCES + 1)},
+}
+_DIGEST = (
+    "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], "
+    f"int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE})"
+)
+SIGNATURES = {
+    "digest_clear": (f"void(int64[::1], int64[::1], int64, {_RING})",),
+    **{f"digest_src{n}": (_DIGEST,) for n in range(MAX_REAL_KV_SOURCES + 1)},
+}

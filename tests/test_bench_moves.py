@@ -1,0 +1,61 @@
+"""``benchmarks/bench_moves.py`` on a CPU: ``--quick --cpu`` runs and writes its JSON and table; its pools
+check clean (a timing of a check that finds faults would time the ring). No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import kvcanary_numba as kc  # noqa: E402
+from benchmarks import bench_moves  # noqa: E402
+
+
+def test_quick_cpu_run_writes_json_and_markdown(tmp_path):
+    assert bench_moves.main(["--quick", "--cpu", "--out", str(tmp_path), "--name", "m"]) == 0
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert doc["schema"] == bench_moves.SCHEMA and doc["meta"]["gpu"] is False and doc["meta"]["quick"] is True
+    ops = {r["op"] for r in doc["results"]}
+    assert ops == {
+        "host verify records",
+        "host digest",
+        "host gather",
+        "host scatter",
+        "host copy of the records",
+    }
+    assert all(r["median_s"] >= 0 and r["slots"] == bench_moves.CPU_SIZES["quick"][0] for r in doc["results"])
+    assert (tmp_path / "m.md").read_text().startswith("# Moved records")
+
+
+def test_the_benchmark_pool_is_one_clean_request_in_a_random_order():
+    ctx, slots = bench_moves.pool(np, 300, kc.RealKvHashMode.ALL)
+    assert sorted(slots.tolist()) == list(range(1, 301)) and slots.tolist() != list(range(1, 301))
+    offsets, starts, prevs = bench_moves._runs(np, 300)
+    kc.verify_canary_records(
+        context=ctx, slot_indices=slots, run_offsets=offsets, run_start_positions=starts, run_prev_slots=prevs
+    )
+    assert int(ctx.violation_write_index[0]) == 0
+
+
+def test_targets_read_the_rows_they_name():
+    rows = [
+        {
+            "op": "gather + digest",
+            "variant": f"{1 << 20} slots, PARTIAL, random order",
+            "slots": 1 << 20,
+            "fraction_of_copy": 0.85,
+        },
+        {"op": "host verify records", "variant": f"{1 << 20} slots, PARTIAL", "slots": 1 << 20, "median_s": 0.2},
+        {"op": "host verify records", "variant": f"{1 << 20} slots, ALL", "slots": 1 << 20, "median_s": 0.05},
+    ]
+    got = {t["target"]: (t["value"], t["met"]) for t in bench_moves.targets(rows)}
+    assert got == {
+        f"gather + digest, {1 << 20} slots, PARTIAL, random order: fraction of copy bandwidth": (0.85, True),
+        f"host-tier verify records, {1 << 20} slots (s, wall)": (0.2, False),
+    }
