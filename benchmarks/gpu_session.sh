@@ -11,6 +11,7 @@
 #
 # Steps:
 #   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
+#   subset     the same tier restricted to TEST_FILES (a space-separated list; one call's share)
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 60 s; BENCH_BUDGET=s bounds its wall
 #              clock, default 330; pinned to core BENCH_PIN, default 3, empty: not pinned; BENCH_ONLY=sections)
@@ -134,7 +135,12 @@ for step in "${STEPS[@]}"; do
         # tests need mkdocs/nbformat, which the GPU image lacks.
         run_step tests 420 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider \
             --ignore=tests/test_vectors.py --ignore=tests/test_notebooks.py --ignore=tests/test_docs.py \
-            --ignore=tests/test_docs_browser.py --ignore=tests/test_ptx.py --junitxml="$OUT/tests.xml" tests ;;
+            --ignore=tests/test_docs_browser.py --ignore=tests/test_ptx.py --junitxml="$OUT/tests.xml" \
+            -rfE --durations=20 tests ;;
+    subset)
+        # shellcheck disable=SC2086  # TEST_FILES: a space-separated list
+        run_step subset 420 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider -rfE --durations=20 \
+            --junitxml="$OUT/subset.xml" ${TEST_FILES:?TEST_FILES names the test files} ;;
     vectors)
         if dir=$(find_vectors); then
             export KVCANARY_VECTORS=$dir
@@ -228,7 +234,7 @@ for step in "${STEPS[@]}"; do
         run_step ptx 420 sh -c 'python3 benchmarks/ptx_report.py --json "$OUT/ptx.jsonl" "$@" >"$OUT/ptx.md"; rc=$?;
             cat "$OUT/ptx.md"; exit $rc' ptx "${trees[@]}" ;;
     *)
-        echo "unknown step $step (tests, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
+        echo "unknown step $step (tests, subset, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
             "abpublic, abcpu, monitortests, interop, ptx)" | tee -a "$SUMMARY" ;;
     esac
 done

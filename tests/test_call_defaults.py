@@ -16,6 +16,7 @@ from helpers import i64, linear_rtt, raises_code
 import kvcanary_numba as kc
 from kvcanary_numba import plan as core_plan, plan_offsets as core_offsets, verify as core_verify, write as core_write
 from kvcanary_numba.fast import calls
+from kvcanary_numba.kernels import ON_SIMULATOR
 
 #: Public function -> (core function, {argument: default}).
 DEFAULTS = {
@@ -40,6 +41,10 @@ DEFAULTS = {
         dict(enable_write_input_assert=False, expected_input_tokens=None, expected_input_positions=None),
     ),
 }
+
+
+#: NumPy arrays through the kernels: only under the simulator (a GPU refuses them with KVC-C008).
+simulated = pytest.mark.skipif(not ON_SIMULATOR, reason="drives NumPy arrays through the kernels")
 
 
 @pytest.mark.parametrize("name", sorted(DEFAULTS))
@@ -88,7 +93,7 @@ SGLANG_OFF = dict(
 
 
 @pytest.mark.parametrize("plan", [kc.launch_canary_plan_kernels, core_plan.launch_canary_plan_kernels])
-@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=[pytest.mark.simulator, simulated])])
 def test_plan_with_defaults_equals_sglangs_full_call(plan, backend):
     short_v, short_w, batch = _step()
     plan(verify_plan_out=short_v, write_plan_out=short_w, **batch, backend=backend)
@@ -152,7 +157,7 @@ def test_offsets_with_defaults_equal_the_full_call():
 # --- verify and write: the asserts are off unless asked for ------------------------------
 
 
-@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=pytest.mark.simulator)])
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cuda", marks=[pytest.mark.simulator, simulated])])
 def test_write_and_verify_with_defaults_equal_the_full_calls(backend):
     results = []
     for full in (False, True):

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 from helpers import raises_code
-from monitor_helpers import DECODE, PREFILL, Driver, monitor_records
+from monitor_helpers import DECODE, PREFILL, Driver, monitor_records, token_bytes
 
 from kvcanary_numba.monitor import StepBatch
 from kvcanary_numba.monitor.batch import INDEX_FIELDS
@@ -73,12 +73,11 @@ def test_a_refilled_int32_batch_is_copied_every_step_into_buffers_allocated_once
         batch.prefix_lens[0] = position
         d.req_to_token[1, position] = slot
         with d.monitor.forward(batch):
-            d.k[slot] = 1
+            d.k[slot] = token_bytes(token, 0)  # the bytes Driver.step writes for this token
         d.monitor.end_step()
         twins.add(id(checks.widened.twin))
         buffers |= {id(b) for b in checks.widened.buffers.values()}
         want.step({1: [(token, slot)]})
-        want.k[slot] = 1  # the same KV bytes as the refilled batch's forward wrote
     assert len(twins) == 1 and len(buffers) == len(INDEX_FIELDS)  # nothing allocated after the first step
     assert d.monitor.violations == [] == want.monitor.violations
     assert checks.widened.twin.out_cache_loc.dtype == np.int64 and batch.out_cache_loc.dtype == np.int32
