@@ -51,8 +51,8 @@ def markdown(nb) -> str:
     return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
-def test_there_are_seven_tutorials():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
+def test_there_are_eight_tutorials():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07", "08"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)

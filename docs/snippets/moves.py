@@ -1,5 +1,6 @@
 """Moved KV and its records: a host tier round trip, a monitor (concepts/moves.md)."""
 
+import logging
 import warnings
 
 import numpy as np
@@ -20,6 +21,7 @@ from kvcanary_numba import (
     scatter_canary_records,
     verify_canary_records,
 )
+from kvcanary_numba.engine import EngineConfig, EnginePair, ToyEngine
 from kvcanary_numba.monitor import CanaryBlindSpotWarning
 
 warnings.simplefilter("ignore", CanaryBlindSpotWarning)
@@ -158,3 +160,23 @@ monitor.end_step()  # rows of the move come back here, as SWEEP rows
 print(monitor.violations)  # []
 # --8<-- [end:monitor]
 assert monitor.violations == []
+
+# The rows are counted below; the monitor's log line per row stays quiet.
+logging.getLogger("kvcanary_numba.monitor").setLevel(logging.ERROR)
+
+# --8<-- [start:toy-engine]
+# A host tier (on with a transit fault): two pages swapped on a reload, step 4 or later.
+engine = ToyEngine(EngineConfig(seed=1), faults={"pages_swapped": 4})
+engine.attach_monitor(mode="log")
+engine.run(12)
+first = engine.catches()["pages_swapped"][0]
+print(engine.host_tier.reloads, first.step, first.tag)  # 2 4 SWEEP_K_FULL
+
+# A prefill -> decode pair, a byte of one hand-off's KV changed on the way.
+pair = EnginePair(EngineConfig(seed=1), fault="host_bit_flip", mode="log")
+pair.run(16)
+print(len(pair.handoffs), len(pair.misses))  # 15 1: its digest differed, a cache miss
+# --8<-- [end:toy-engine]
+assert (engine.host_tier.reloads, first.step, first.tag) == (2, 4, "SWEEP_K_FULL")
+assert (len(pair.handoffs), len(pair.misses)) == (15, 1)
+assert pair.faults[0].caught_by(pair.monitors[1].violations[0])

@@ -19,6 +19,8 @@ planted in the first hand-off from ``fault_step`` on.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..errors import error
@@ -60,7 +62,15 @@ class EnginePair:
         The planted fault, when it fired (slots of the decode pool).
     """
 
-    def __init__(self, config: EngineConfig | None = None, *, device: str = "cpu", fault=None, fault_step=4, **options):
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        device: str = "cpu",
+        fault=None,
+        fault_step=4,
+        **monitor_options: Any,
+    ):
         if fault is not None and fault not in _FAULTS:
             raise error("KVC-E001", function="EnginePair", argument="fault", expected=_FAULTS, got=fault)
         config = config if config is not None else EngineConfig()
@@ -68,7 +78,7 @@ class EnginePair:
         self.decode = ToyEngine(config, device=device, faults={fault: fault_step} if fault else {})
         self.decode.sched.admit = False  # requests arrive only by hand-off
         self.fault, self.step_index = fault, 0
-        self.monitors = (self.prefill.attach_monitor(**options), self.decode.attach_monitor(**options))
+        self.monitors = (self.prefill.attach_monitor(**monitor_options), self.decode.attach_monitor(**monitor_options))
         self.handoffs: list[tuple[int, list[int]]] = []
         self.misses: list[tuple[int, list[int]]] = []
 
