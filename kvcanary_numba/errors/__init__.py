@@ -88,6 +88,7 @@ from . import (  # noqa: E402,F401
     monitor,
     plan,
     plan_inputs,
+    ranks,
     scatter,
     sources,
     triage,

@@ -1,4 +1,5 @@
-"""The user-level detector: CanaryMonitor, its step batches, sweeps, readable reports, triage, bundles, budgets."""
+"""The user-level detector: CanaryMonitor, its step batches, sweeps, readable reports, triage, bundles, budgets,
+and the verdict word that ranks of one job merge."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from .monitor import MODES, CanaryMonitor, CanaryViolationError
 from .report import BIT_EXPLANATIONS, Violation, decode_rows
 from .sweep import SlotChain
 from .triage import CanaryBlindSpotWarning, Diagnosis
+from .verdict import CanaryVerdictError, Verdict, merge_verdicts
 
 __all__ = [
     "BIT_EXPLANATIONS",
@@ -17,13 +19,16 @@ __all__ = [
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
     "CanaryStalledError",
+    "CanaryVerdictError",
     "CanaryViolationError",
     "Diagnosis",
     "HealthReport",
     "KvGroup",
     "SlotChain",
     "StepBatch",
+    "Verdict",
     "VerifyBudget",
     "Violation",
     "decode_rows",
+    "merge_verdicts",
 ]

@@ -16,7 +16,7 @@ records       int64 [k, 6]          tag, slot, and the slot's 4 record fields (t
                                     prev_hash, real_kv_hash) of the buffer the tag verifies
 kv            uint8 [k, 4, b]       the real-KV bytes each source folds for that slot
 kv_lengths    int64 [k, 4]          bytes of each source (0 = no such source)
-config        str (JSON)            format version, step, device, hash mode, group slot counts
+config        str (JSON)            format version, step, device, rank, hash mode, group slot counts
 ============  ====================  ================================================================
 
 Replay (:mod:`.replay`) rebuilds a small canary buffer of the recorded slots
@@ -148,6 +148,7 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
         "kvcanary_numba": __version__,
         "step": int(step),
         "device": monitor.device,
+        "rank": getattr(monitor, "rank", None),  # the monitor's rank in a job of several (None: one)
         "real_kv_hash_mode": int(monitor.real_kv_hash_mode),
         "check_verify_expected_token": monitor.check_tokens,
         "num_slots": {g.kind.upper(): int(g.group.num_slots) for g in monitor.groups},
@@ -165,9 +166,11 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
 
 
 def dump_bundle(monitor, violations, directory: pathlib.Path, step: int) -> pathlib.Path:
-    """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>-<i>.npz``; returns the path."""
-    i = 0
-    while (path := directory / f"kvcanary-step{step:06d}-{i}.npz").exists():
+    """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>[-rank<r>]-<i>.npz``; returns the path
+    (the rank keeps the bundles of several ranks apart in one directory)."""
+    i, rank = 0, getattr(monitor, "rank", None)
+    tag = f"step{step:06d}" if rank is None else f"step{step:06d}-rank{rank}"
+    while (path := directory / f"kvcanary-{tag}-{i}.npz").exists():
         i += 1
     np.savez_compressed(path, **collect_bundle(monitor, violations, step))
     return path

@@ -17,13 +17,12 @@ budget. Each phase runs on the fastest of graph, prepared steps and plan.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Sequence
 
 import numpy as np
 
 from .._runtime import array_module
-from .._validate import check_bool, check_int, resolve_backend
+from .._validate import check_bool, check_int
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
@@ -32,8 +31,10 @@ from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
+from .device import HookDevice, hooks_on_own_device
 from .groups import KvGroup, check_group_placement, check_groups
 from .health import HealthChecker
+from .paths import check_backend, check_capture, resolve_paths, run_head
 from .pump import CanaryViolationError, ViolationPump
 from .readback import CudaReadback, HostReadback
 from .report import Violation
@@ -41,6 +42,7 @@ from .status import Snapshot
 from .steps import EagerSteps
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
 from .triage import warn_blind_spot
+from .verdict import VerdictState, check_rank
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -48,11 +50,10 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
-_PREPARED_NEEDS_KERNELS = (
-    "prepared steps launch the CUDA kernels: device='cuda' (or backend='cuda' under the simulator)"
-)
+_HOOKS = ("pre_forward", "post_forward", "end_step", "capture_graph", "finish_warmup", "sweep", "flush", "stats")
 
 
+@hooks_on_own_device(*_HOOKS, "apply_verdict")  # each runs on the monitor's device (.device)
 class CanaryMonitor:
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
@@ -111,6 +112,10 @@ class CanaryMonitor:
         prepared steps) instead of running the step plan every step. Default: on
         with ``device="cuda"``. True needs the kernels (``backend`` resolving to
         ``cuda``); under the simulator it records without compiling (tests).
+    rank : int, optional
+        This monitor's rank in a job of several (>= 0): named in reports, errors and bundles.
+    verdict : bool
+        Write a per-step verdict word ranks merge (:mod:`.verdict`); ``raise`` then raises in :meth:`apply_verdict`.
 
     Attributes
     ----------
@@ -123,6 +128,8 @@ class CanaryMonitor:
         The captured step (:meth:`capture_graph`).
     phase_launches : (ndarray, ndarray)
         Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
+    verdict : VerdictState or None
+        The verdict word (``verdict.word``) and what acts on merged words.
 
     Raises
     ------
@@ -154,11 +161,13 @@ class CanaryMonitor:
         verify_budget: VerifyBudget | None = None,
         backend: str = "auto",
         prepared: bool | None = None,
+        rank: int | None = None,
+        verdict: bool = False,
     ):
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
-        self.mode, self.device = mode, device
+        self.mode, self.device, self.rank = mode, device, check_rank(_FN, rank)
         self.xp = xp = array_module(_FN, device)
         if real_kv_hash_mode is None:
             has_sources = any(g.k_sources or g.v_sources for g in groups)
@@ -169,11 +178,9 @@ class CanaryMonitor:
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
         interval = check_int(_FN, "health_interval", health_interval, low=0)
         health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
-        self._placement = check_group_placement(_FN, groups, xp)
-        backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
-        if prepared is not None and check_bool(_FN, "prepared", prepared) and backend != "cuda":
-            raise error("KVC-C008", function=_FN, argument="prepared", got=prepared, reason=_PREPARED_NEEDS_KERNELS)
-        prepared = backend == "cuda" and xp is not np if prepared is None else prepared  # default: on a GPU
+        self._placement = here = check_group_placement(_FN, groups, xp)
+        self.hook_device = HookDevice(None if xp is np else here.device)  # current around each hook
+        backend, prepared = resolve_paths(_FN, backend, prepared, here, xp)
         buffers = MonitorBuffers(
             _FN,
             groups,
@@ -199,11 +206,17 @@ class CanaryMonitor:
         self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
         self.health = health = HealthChecker(interval=interval, warmup_steps=health_warmup, phases=self.phase_launches)
         plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
-        self.pump = ViolationPump(mode=mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans)
+        self.verdict = VerdictState.build(_FN, verdict, self, placement=here)  # None unless verdict=True
+        pump_mode = "log" if self.verdict else mode  # with a verdict, every rank raises together (apply_verdict)
+        self.pump = ViolationPump(
+            mode=pump_mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans, rank=self.rank
+        )
         self.step = self.sweeps = 0
         self._phase, self._batch, self._tail = _IDLE, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
-        self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
+        self.step_plan = EagerSteps(
+            buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget, verdict=self.verdict
+        )
         self.graph = None
         # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
         self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
@@ -221,10 +234,7 @@ class CanaryMonitor:
         fn = "CanaryMonitor.backend"
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        resolved = resolve_backend(fn, backend, [("the monitor's buffers", self._placement)])
-        if self.fast is not None and resolved != "cuda":
-            raise error("KVC-C008", function=fn, argument="backend", got=backend, reason=_PREPARED_NEEDS_KERNELS)
-        self.step_plan.use_backend(resolved)
+        self.step_plan.use_backend(check_backend(fn, backend, self._placement, prepared=self.fast is not None))
 
     _backend = backend  # the spelling earlier test harnesses set
 
@@ -242,20 +252,7 @@ class CanaryMonitor:
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)  # all of it, before the first launch
-        graph, fast = self.graph, self.fast
-        if graph is not None and graph.matches(batch, self.batch_checks.checked):  # batch's fields, as just checked
-            graph.pre()
-            self._tail = graph.post
-        elif fast is not None:
-            fast.pre(batch)
-            self._tail = fast.post
-        else:
-            plan = self.step_plan
-            plan.head(batch, *plan.prepare_inputs(batch))
-            # TAIL stamps what HEAD planned: the arrays of this moment, as the prepared and graph paths
-            # (which bind them now) do, even if the engine reassigns a batch field before post_forward.
-            planned = copy.copy(batch)
-            self._tail = lambda: plan.tail(planned)
+        self._tail = run_head(self.graph, self.fast, self.step_plan, batch, self.batch_checks.checked)
         self._batch, self._phase = batch, _PRE
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
@@ -321,6 +318,8 @@ class CanaryMonitor:
         snapshot = self.readback.push(step, self.aftercare.quiet_index(self.pump, step - 1))
         if snapshot is not None:
             self.aftercare.process(self, snapshot, step)
+        if self.verdict is not None:
+            self.verdict.observe(self.health)  # a failed health check: later words say stalled
 
     # --- controls ---------------------------------------------------------------
     def capture_graph(self, batch: StepBatch) -> None:
@@ -338,14 +337,7 @@ class CanaryMonitor:
         """
         fn = "CanaryMonitor.capture_graph"
         self.graph = None
-        if self.fast is None or self.xp is np:
-            raise error(
-                "KVC-C008",
-                function=fn,
-                argument="device",
-                got=self.device,
-                reason="CUDA-graph capture needs device='cuda' (CuPy arrays on a GPU) and prepared steps",
-            )
+        check_capture(fn, self.fast, self.xp, self.device)
         if self._phase is not _IDLE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         self.batch_checks(fn, batch)
@@ -372,13 +364,22 @@ class CanaryMonitor:
         if self._phase is _PRE:
             raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
-        for g in self.groups:
-            self.health.add(launch_sweep(self.xp, g, entries))
+        self.health.add(sum(launch_sweep(self.xp, g, entries) for g in self.groups))  # in group order
         self.sweeps += 1
 
     def flush(self) -> None:
-        """Process every pending readback now (end of a run; waits for the device)."""
+        """Process every pending readback, then a merged verdict still copied (end of a run; waits)."""
         self.aftercare.process(self, self.readback.flush(), self.step)
+        if self.verdict is not None:
+            self.verdict.flush("CanaryMonitor.flush", step=self.step, violations=self.pump.violations)
+
+    def apply_verdict(self, merged):
+        """Act on the ranks' merged verdict word: :meth:`.verdict.VerdictState.apply` (what it returns
+        and raises); KVC-M050 on a monitor built without ``verdict=True``."""
+        fn = "CanaryMonitor.apply_verdict"
+        if self.verdict is None:
+            raise error("KVC-M050", function=fn)
+        return self.verdict.apply(fn, merged, step=self.step, violations=self.pump.violations)
 
     @property
     def violations(self) -> list[Violation]:
