@@ -204,8 +204,8 @@ class CanaryVerdictError(CanaryViolationError):
     """
 
     def __init__(self, verdict: Verdict, *, rank: int | None, step: int, violations):
-        self.verdict, self.rank, self.step = verdict, rank, step
-        super().__init__(violations)
+        super().__init__(violations, rank=rank)
+        self.verdict, self.step = verdict, step
         self.args = (
             f"kv-canary rank {rank}: every rank stops after {step} step(s): {verdict.summary()}; "
             f"this rank found {len(self.violations)} violation(s)" + "".join(f"\n{v.summary()}" for v in violations),
