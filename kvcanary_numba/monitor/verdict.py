@@ -15,8 +15,8 @@ never raises from :meth:`~.monitor.CanaryMonitor.end_step`; instead:
    or the monitor's ``verdict_merge=`` hook) and acts on it: in mode ``raise`` every rank
    raises :class:`CanaryVerdictError` on the same call.
 
-A merged word on the device is copied to pinned host memory behind the current stream and
-read on the NEXT call (waiting for that one copy only), so no call synchronises the device
+A merged word on the device is copied to pinned host memory in the current stream's order
+and read on the NEXT call (waiting for that one copy only), so no call synchronises the host
 with the current step; every rank then acts one call later, all on the same call. A NumPy
 merged word (a host merge) is acted on at once.
 """
@@ -281,7 +281,36 @@ class VerdictState:
                 self.stalled.fill(1)
 
     def apply(self, function: str, merged, *, step: int, violations) -> Verdict | None:
-        """Act on ``merged`` (a NumPy word now; a CUDA word one call later); the verdict acted on."""
+        """Act on the ranks' merged word (what ``CanaryMonitor.apply_verdict`` does).
+
+        Parameters
+        ----------
+        function : str
+            The caller, for error messages.
+        merged : array, int32 [VERDICT_LANES]
+            The element-wise max of every rank's :attr:`word`: a NumPy array (acted on now) or a
+            CUDA array on the monitor's device, written in the order of the current stream
+            (copied to the host in that order, acted on at the next call or :meth:`flush`).
+        step : int
+            The monitor's step count (named in the error).
+        violations : list of Violation
+            The rows this rank decoded so far (carried by the error).
+
+        Returns
+        -------
+        Verdict or None
+            The verdict acted on: ``merged``'s for a NumPy word, the previous call's for a CUDA
+            word (None at the first call).
+
+        Raises
+        ------
+        CanaryVerdictError
+            Mode ``raise``: the first verdict acted on that has new rows or lost launches (once;
+            later ones are logged, as in mode ``log``).
+        KvCanaryError
+            KVC-M051 (not a verdict word: e.g. a sum all-reduce), KVC-C007 (a CUDA word on another
+            device, or for a monitor on the host), KVC-C002 / KVC-C003 / KVC-C004 / KVC-C006.
+        """
         merged = native_array(function, "merged", merged) if dlpack_only(merged) else merged
         info = check_array(function, "merged", merged, dtype=np.int32, ndim=1, shape=(VERDICT_LANES,))
         if info.kind == "numpy":
@@ -320,29 +349,30 @@ class VerdictState:
 
 
 class _MergedCopies:
-    """Merged words copied to pinned host memory on a side stream, behind the current stream."""
+    """Merged words copied to pinned host memory on the current stream, read one call later.
+
+    The copy runs in the order of the current stream: after the collective that wrote the
+    merged word and before anything issued later (the next step's collective into the same
+    buffer) can overwrite it. Only the host waits, and only for the previous call's copy.
+    """
 
     def __init__(self):
         import cupy
         import cupyx
 
         self._cupy = cupy
-        self._stream = cupy.cuda.Stream(non_blocking=True)
         self._host = cupyx.empty_pinned((VERDICT_LANES,), np.int32)
-        self._ready = cupy.cuda.Event(disable_timing=True)
         self._copied = cupy.cuda.Event(disable_timing=True)
         self._pending = None  # the merged array being copied (kept alive until the copy is done)
 
     def push(self, ptr: int, keep) -> np.ndarray | None:
-        """Copy the word at device pointer ``ptr`` (of array ``keep``) after the current stream's
-        work; return the previous call's word (waiting for its copy only), None at the first."""
+        """Copy the word at device pointer ``ptr`` (of array ``keep``) in the current stream's order;
+        return the previous call's word (waiting for its copy), None at the first call."""
         previous = self.take()
-        runtime = self._cupy.cuda.runtime
-        self._ready.record(self._cupy.cuda.get_current_stream())
-        self._stream.wait_event(self._ready)  # the current stream never waits
+        runtime, stream = self._cupy.cuda.runtime, self._cupy.cuda.get_current_stream()
         nbytes = VERDICT_LANES * 4
-        runtime.memcpyAsync(self._host.ctypes.data, ptr, nbytes, runtime.memcpyDeviceToHost, self._stream.ptr)
-        self._copied.record(self._stream)
+        runtime.memcpyAsync(self._host.ctypes.data, ptr, nbytes, runtime.memcpyDeviceToHost, stream.ptr)
+        self._copied.record(stream)
         self._pending = keep
         return previous
 
