@@ -40,12 +40,14 @@ from .monitor import (
     Violation,
 )
 from .plans import VerifyPlan, WritePlan
+from .write import CanarySlotZeroWarning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CANARY_CHAIN_ANCHOR",
     "CanaryMonitor",
+    "CanarySlotZeroWarning",
     "CanaryStalledError",
     "CanaryViolationError",
     "KvGroup",

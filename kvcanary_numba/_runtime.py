@@ -11,6 +11,8 @@ capacity is at most ``INT32_MAX``; slots are int32 in ``req_to_token``, so a
 pool holds at most ``INT32_MAX`` slots. A size inside its bound may still not
 fit in memory: :func:`coded_allocation` turns the array library's
 ``MemoryError`` (CuPy's ``OutOfMemoryError`` is one) into KVC-C015.
+
+Modules that need numba-cuda or CuPy are imported on first use, under :data:`CUDA_IMPORTS`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,17 @@ import functools
 import importlib.metadata
 import importlib.util
 import os
+import sys
+import threading
 from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 
 from .errors import error
 
 __all__ = [
+    "CUDA_IMPORTS",
     "DEVICE_NAMES",
     "INT32_MAX",
     "MAX_SLOT_STRIDE_BYTES",
@@ -34,10 +40,28 @@ __all__ = [
     "array_module",
     "coded_allocation",
     "gpu_available",
+    "imported",
     "kernels_available",
     "kernels_unavailable",
     "simulator_enabled",
 ]
+
+#: Held while the package imports, on first use, a module that may be the process's first import of
+#: numba-cuda or CuPy: the launch glue and kernels, CuPy itself. Both packages import in cycles, and
+#: when two threads' imports wait on each other Python hands one of them a partially initialised
+#: module instead of deadlocking; so these imports take turns. The package's own modules import in
+#: no cycle (tests/test_layers.py), so imports reached only after one of these are safe without it.
+CUDA_IMPORTS = threading.RLock()
+
+
+def imported(name: str) -> ModuleType | None:
+    """``sys.modules[name]`` once its import has finished, else None: a module another thread is
+    still importing lacks what it defines further down."""
+    module = sys.modules.get(name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
+
 
 #: Why the kernels cannot run without numba-cuda (KVC-C008's reason).
 NO_NUMBA_CUDA = (
@@ -84,7 +108,8 @@ def array_module(function: str, device: str):
     if device == "cpu":
         return np
     try:
-        import cupy
+        with CUDA_IMPORTS:
+            import cupy
     except ImportError as exc:
         raise error(
             "KVC-C008", function=function, argument="device", got=device, reason=f"CuPy is not installed ({exc})"
@@ -100,7 +125,8 @@ def array_module(function: str, device: str):
 def gpu_available() -> bool:
     """True when CuPy imports and sees at least one CUDA device."""
     try:
-        import cupy
+        with CUDA_IMPORTS:
+            import cupy
 
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - any failure means "no usable GPU"

@@ -125,9 +125,16 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
     """Describe ``array`` or raise KVC-C001 if it is neither NumPy, CUDA nor DLPack.
 
     A DLPack-only object is described by its NumPy / CuPy view
-    (:func:`._interop.native_array`); the public wrappers hand that view on.
+    (:func:`._interop.native_array`); the public wrappers hand that view on. A
+    ``__cuda_array_interface__`` is read field by field and must agree with the object's
+    ``shape`` (:func:`._interop.array_interface`). Masked arrays and matrices are refused.
     """
     if isinstance(array, np.ndarray):
+        if type(array) is not np.ndarray:
+            _refuse_subclass(function, argument, array)
+        if array.dtype.kind not in "biufcO" and _interop.not_data(array.dtype):
+            got = f"{type(array).__name__} of dtype {array.dtype} ({_interop.not_data(array.dtype)}, not data)"
+            raise error("KVC-C001", function=function, argument=argument, got=got)
         flags = array.flags
         return ArrayInfo(
             "numpy", array.shape, array.dtype, flags.c_contiguous, array.strides, None, flags.writeable, None, array
@@ -143,40 +150,29 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
             True,
             array.device.id,
         )
-    try:
-        cai = getattr(array, "__cuda_array_interface__", None)
-    except Exception:  # noqa: BLE001 - e.g. a PyTorch tensor that requires grad refuses to export
-        cai = None
-    if not isinstance(cai, dict):
+    facts = _interop.array_interface(function, argument, array)
+    if facts is None:
         if _interop.dlpack_only(array):
             return inspect_array(function, argument, _interop.native_array(function, argument, array))
         raise error("KVC-C001", function=function, argument=argument, got=type(array).__name__)
-    shape = tuple(map(int, cai["shape"]))
-    dtype = _dtype(cai["typestr"])
-    strides = cai.get("strides")
-    if strides is None:  # the interface's way of saying C-contiguous
+    shape, dtype = facts.shape, facts.dtype
+    if facts.strides is None:  # the interface's way of saying C-contiguous
         strides, contiguous = c_strides(shape, dtype.itemsize), True
     else:
-        strides = tuple(strides)
+        strides = facts.strides
         contiguous = _is_c_contiguous(shape, strides, dtype.itemsize)
-    ptr, readonly = cai["data"]
-    ptr = int(ptr or 0)
-    # The memory's device, whatever the library calls it (size-0 arrays: None, any device).
-    device = _interop.pointer_device(ptr)
-    if device == _interop.NOT_DEVICE_MEMORY:
-        got = f"{type(array).__name__} whose interface points at {ptr:#x}, which is not CUDA device memory"
-        raise error("KVC-C001", function=function, argument=argument, got=got)
-    return ArrayInfo("cuda", shape, dtype, contiguous, strides, ptr, not readonly, device)
+    return ArrayInfo("cuda", shape, dtype, contiguous, strides, facts.ptr, not facts.readonly, facts.device)
 
 
-_DTYPES: dict[str, np.dtype] = {}
+#: ndarray subclasses whose elements or indexing mean something else than their bytes say.
+_REFUSED_SUBCLASSES = {np.ma.MaskedArray: "its mask would be ignored", np.matrix: "it indexes as 2-D"}
 
 
-def _dtype(typestr: str) -> np.dtype:
-    hit = _DTYPES.get(typestr)
-    if hit is None:
-        hit = _DTYPES[typestr] = np.dtype(typestr)
-    return hit
+def _refuse_subclass(function: str, argument: str, array: np.ndarray) -> None:
+    for cls, why in _REFUSED_SUBCLASSES.items():  # other subclasses (np.memmap) are read as arrays
+        if isinstance(array, cls):
+            got = f"{type(array).__name__} ({why}: pass np.asarray(...) of the data)"
+            raise error("KVC-C001", function=function, argument=argument, got=got)
 
 
 def check_array(

@@ -1,7 +1,8 @@
 """The ``kvcanary`` command line (also ``python -m kvcanary_numba``).
 
 Subcommands: ``demo`` (toy engine with planted faults, and what the canary
-caught), ``explain CODE`` (one error-catalogue entry), ``doctor`` (backends,
+caught), ``explain CODE`` (one error-catalogue entry; a pasted message, ours or SGLang's,
+finds its entry: :mod:`kvcanary_numba.errors.matching`), ``doctor`` (backends,
 versions, the CUDA runtime and driver, why a GPU path is unavailable:
 :mod:`kvcanary_numba.doctor`),
 ``inspect BUNDLE`` (replay a violation bundle), ``bench`` (the benchmark script
@@ -24,6 +25,8 @@ import textwrap
 from . import __version__, doctor
 from ._runtime import gpu_available
 from .errors import REGISTRY, ErrorEntry, KvCanaryError
+from .errors.matching import match_message
+from .monitor.bundle_file import MAX_BUNDLE_BYTES
 
 __all__ = ["main"]
 
@@ -116,21 +119,47 @@ def format_entry(entry: ErrorEntry) -> str:
 
 
 def _explain(args) -> int:
-    if args.code is None:
+    if not args.code:
         for code, entry in sorted(REGISTRY.items()):
             print(f"{code}  {entry.title}")
         return 0
-    code = _normalise(args.code)
+    text = " ".join(args.code)  # a message pasted without quotes arrives in pieces
+    code = _normalise(text)
     entry = REGISTRY.get(code)
-    if entry is None:
-        hints = close_codes(args.code)
-        print(f"kvcanary explain: unknown error code {args.code!r}.", file=sys.stderr)
+    if entry is not None:
+        print(format_entry(entry))
+        return 0
+    if _CODE_LIKE.fullmatch(text.strip().upper()):
+        hints = close_codes(text)
+        print(f"kvcanary explain: unknown error code {text!r}.", file=sys.stderr)
         if hints:
             print(f"Did you mean: {', '.join(hints)}?", file=sys.stderr)
         print("Run `kvcanary explain` without a code to list every code.", file=sys.stderr)
         return 2
-    print(format_entry(entry))
-    return 0
+    return _explain_message(text)
+
+
+#: An argument that is meant as a code (``KVC-P0O1``, ``P12``), not a pasted message.
+_CODE_LIKE = re.compile(r"(?:KVC-)?[A-Z][0-9A-Z]{1,3}")
+
+
+def _explain_message(text: str) -> int:
+    """A pasted message: its entry (0), the entries it is listed under (0), or the three nearest (2)."""
+    found = match_message(text)
+    if len(found) == 1 and found[0].how != "words":
+        print(f"kvcanary explain: {found[0].code}, which {found[0].why()}\n")
+        print(format_entry(REGISTRY[found[0].code]))
+        return 0
+    exact = found[0].how != "words"
+    if exact:
+        print(f"kvcanary explain: the message is listed under {len(found)} entries:")
+    else:
+        print("kvcanary explain: no entry's message matches the text; the three nearest:")
+    for match in found:
+        print(f"  {match.code}  {REGISTRY[match.code].title}")
+        print(textwrap.fill(f"why: {match.why()}", _WIDTH, initial_indent="      ", subsequent_indent="      "))
+    print("Run `kvcanary explain CODE` for the whole entry.")
+    return 0 if exact else 2
 
 
 # --- bench -------------------------------------------------------------------------
@@ -184,7 +213,7 @@ def _bench(args) -> int:
 def _inspect(args) -> int:
     from .monitor.replay import explain_bundle
 
-    print(explain_bundle(args.bundle))
+    print(explain_bundle(args.bundle, max_bytes=args.max_bytes))  # a bad bundle: one coded line, exit 2
     return 0
 
 
@@ -196,6 +225,17 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1 (a run needs at least one step), got {value}")
+    return value
+
+
+def _byte_limit(text: str) -> int:
+    """argparse type of ``inspect --max-bytes``: a whole number of bytes, >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
@@ -212,12 +252,22 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print a JSON report instead of text")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     demo.set_defaults(run=_demo)
-    explain = sub.add_parser("explain", help="print an error-catalogue entry (no code: list all)")
-    explain.add_argument("code", nargs="?", help="e.g. KVC-P001 (or P001)")
+    explain = sub.add_parser(
+        "explain", help="print the error-catalogue entry of a code or of a pasted message (nothing: list all)"
+    )
+    explain.add_argument(
+        "code", nargs="*", help="e.g. KVC-P001 (or P001), or a whole error message, ours or SGLang's, values included"
+    )
     explain.set_defaults(run=_explain)
     sub.add_parser("doctor", help="backends, GPU and versions").set_defaults(run=lambda args: doctor.report())
     inspect = sub.add_parser("inspect", help="replay a violation bundle (.npz) on the NumPy path and explain it")
     inspect.add_argument("bundle", help="a bundle written by CanaryMonitor(bundle_dir=...)")
+    inspect.add_argument(
+        "--max-bytes",
+        type=_byte_limit,
+        default=MAX_BUNDLE_BYTES,
+        help=f"largest file and inflated arrays to read (default {MAX_BUNDLE_BYTES} bytes)",
+    )
     inspect.set_defaults(run=_inspect)
     bench = sub.add_parser("bench", help="run benchmarks/run.py from a source checkout, passing arguments through")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")

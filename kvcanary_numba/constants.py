@@ -60,6 +60,11 @@ ROW_EXPECTED_TOKEN: Final[int] = 4
 ROW_STORED_CHAIN_HASH: Final[int] = 5
 ROW_EXPECTED_AUX: Final[int] = 6
 ROW_FAIL_REASON: Final[int] = 7
+#: The violation write index (int32) saturates here: a row recorded at this index or above is
+#: neither kept nor counted, so the index never wraps back over the first rows kept. The
+#: 2**24 below the int32 limit leave room for the adds in flight on a GPU (each thread that
+#: sees the limit takes its add back; far fewer threads are ever resident at once).
+VIOLATION_INDEX_SATURATED: Final[int] = (1 << 31) - (1 << 24)
 VIOLATION_FIELD_NAMES: Final[tuple[str, ...]] = (
     "kernel_kind",
     "slot_idx",

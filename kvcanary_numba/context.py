@@ -21,7 +21,7 @@ from .constants import (
     CanaryLaunchTag,
     RealKvHashMode,
 )
-from .errors import error
+from .errors import REGISTRY, KvCanaryError, error
 
 __all__ = ["CanaryContext", "RealKvSource", "check_context", "check_real_kv_sources"]
 
@@ -77,47 +77,20 @@ class RealKvSource:
 
     def __post_init__(self) -> None:
         # Geometry as Python ints first: NumPy integer products wrap silently and let reads run past the tensor.
-        page_size = _geometry_int(self.page_size)
-        if page_size is None or page_size < 1:
-            raise error("KVC-R001", function=_SOURCE, got=self.page_size)
-        nbt = _geometry_int(self.num_bytes_per_token)
-        if nbt is None or nbt <= 0 or nbt % REAL_KV_ALIGN_BYTES:
-            raise error("KVC-R002", function=_SOURCE, got=self.num_bytes_per_token)
-        rb = _geometry_int(self.read_bytes)
-        if rb is None or not 0 < rb <= nbt or rb % REAL_KV_ALIGN_BYTES:
-            raise error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=self.read_bytes)
-        for name, value in (("page_size", page_size), ("num_bytes_per_token", nbt), ("read_bytes", rb)):
-            object.__setattr__(self, name, value)
+        problem = _field_problem(self)
+        if problem is not None:
+            raise problem
+        for name in ("page_size", "num_bytes_per_token", "read_bytes"):
+            object.__setattr__(self, name, int(getattr(self, name)))
         if _interop.dlpack_only(self.tensor):  # kept as its NumPy / CuPy view (same memory)
             object.__setattr__(self, "tensor", _interop.native_array(_SOURCE, "tensor", self.tensor))
-        info = inspect_array(_SOURCE, "tensor", self.tensor)
-        if len(info.shape) != 2:
-            raise error("KVC-R004", function=_SOURCE, got=info.shape)
-        if info.dtype.hasobject:
-            raise error("KVC-R010", function=_SOURCE, got=info.dtype.name)
-        rows, itemsize = info.shape[0], info.dtype.itemsize
-        row_bytes = info.shape[1] * itemsize
-        if rows and row_bytes:  # an empty tensor is never read: its strides do not matter
-            column_ok = info.shape[1] == 1 or info.strides[1] == itemsize
-            # Rows may repeat (stride 0, a broadcast view) but never run backwards or off the 16-byte grid.
-            row_ok = rows == 1 or (info.strides[0] >= 0 and info.strides[0] % REAL_KV_ALIGN_BYTES == 0)
-            if not (column_ok and row_ok):
-                raise error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
-        if row_bytes < page_size * nbt:
-            raise error(
-                "KVC-R006",
-                function=_SOURCE,
-                got=row_bytes,
-                page_size=page_size,
-                num_bytes_per_token=nbt,
-                needed=page_size * nbt,
-            )
-        if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
-            raise error("KVC-C014", function=_SOURCE, argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
+        problem = _tensor_problem(self, inspect_array(_SOURCE, "tensor", self.tensor))
+        if problem is not None:
+            raise problem
 
     @property
     def rows(self) -> int:
-        return int(self.tensor.shape[0])
+        return int(inspect_array(_SOURCE, "tensor", self.tensor).shape[0])  # any array kind, interface-only too
 
     @property
     def slots_covered(self) -> int:
@@ -127,6 +100,64 @@ class RealKvSource:
     def bytes_view(self):
         """The tensor as a 2-D uint8 array [rows, row_bytes] sharing memory (NumPy or CuPy)."""
         return self.tensor.view(np.uint8)
+
+
+Problem = KvCanaryError | None
+
+
+def _field_problem(source: RealKvSource) -> Problem:
+    """The error (not raised) of the first integer field ``source`` gets wrong now, or None."""
+    page_size = _geometry_int(source.page_size)
+    if page_size is None or page_size < 1:
+        return error("KVC-R001", function=_SOURCE, got=source.page_size)
+    nbt = _geometry_int(source.num_bytes_per_token)
+    if nbt is None or nbt <= 0 or nbt % REAL_KV_ALIGN_BYTES:
+        return error("KVC-R002", function=_SOURCE, got=source.num_bytes_per_token)
+    rb = _geometry_int(source.read_bytes)
+    if rb is None or not 0 < rb <= nbt or rb % REAL_KV_ALIGN_BYTES:
+        return error("KVC-R003", function=_SOURCE, num_bytes_per_token=nbt, got=source.read_bytes)
+    return None
+
+
+def _tensor_problem(source: RealKvSource, info: ArrayInfo) -> Problem:
+    """What of ``source``'s tensor (described by ``info``) breaks the rules, or None (fields: good ints)."""
+    if len(info.shape) != 2:
+        return error("KVC-R004", function=_SOURCE, got=info.shape)
+    if info.dtype.hasobject:
+        return error("KVC-R010", function=_SOURCE, got=info.dtype.name)
+    page_size, nbt = int(source.page_size), int(source.num_bytes_per_token)
+    rows, itemsize = info.shape[0], info.dtype.itemsize
+    row_bytes = info.shape[1] * itemsize
+    if rows and row_bytes:  # an empty tensor is never read: its strides do not matter
+        column_ok = info.shape[1] == 1 or info.strides[1] == itemsize
+        # Rows may repeat (stride 0, a broadcast view) but never run backwards or off the 16-byte grid.
+        row_ok = rows == 1 or (info.strides[0] >= 0 and info.strides[0] % REAL_KV_ALIGN_BYTES == 0)
+        if not (column_ok and row_ok):
+            return error("KVC-R005", function=_SOURCE, got=info.strides, shape=info.shape, dtype=info.dtype.name)
+    if row_bytes < page_size * nbt:
+        needed = page_size * nbt
+        return error(
+            "KVC-R006", function=_SOURCE, got=row_bytes, page_size=page_size, num_bytes_per_token=nbt, needed=needed
+        )
+    if rows and row_bytes and info.ptr % REAL_KV_ALIGN_BYTES != 0:
+        return error("KVC-C014", function=_SOURCE, argument="tensor", expected=REAL_KV_ALIGN_BYTES, got=info.ptr)
+    return None
+
+
+def _source_problem(function: str, argument: str, source: RealKvSource) -> tuple[Problem, ArrayInfo | None]:
+    """The rules ``source`` was built under, on its fields and tensor as they are now (a frozen dataclass
+    over an array that is not: ``tensor.shape = ...``, ``object.__setattr__``, memory a library moved).
+
+    Returns (the first rule broken or None, the tensor's description or None). KVC-C001: no array.
+    """
+    problem = _field_problem(source)
+    if problem is not None:
+        return problem, None
+    if _interop.dlpack_only(source.tensor):  # construction keeps a NumPy / CuPy view; launches read no other
+        got = f"{type(source.tensor).__name__} (DLPack only)"
+        return error("KVC-C001", function=_SOURCE, argument="tensor", got=got), None
+    info = inspect_array(function, f"{argument}.tensor", source.tensor)
+    return _tensor_problem(source, info), info
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,7 +218,11 @@ class CanaryContext:
     ) -> CanaryContext:
         """Allocate a zeroed canary buffer, ring, write index and counters.
 
-        The chain-position assert flag starts at 1 (on), as in SGLang.
+        One canary record per KV slot ``0 .. num_slots - 1`` (the KV pool's rows). Slot 0 is
+        SGLang's padding slot: padded tokens write there and verify never checks it, so an
+        engine hands out KV slots from 1 (a write that stores a real token in slot 0 warns
+        once: ``CanarySlotZeroWarning``). The chain-position assert flag starts at 1 (on), as
+        in SGLang.
 
         Raises
         ------
@@ -236,8 +271,9 @@ def check_real_kv_sources(
 ) -> tuple[RealKvHashMode, Arrays]:
     """Launch-time checks of a source tuple and its mode (shared by verify, write and fingerprint).
 
-    The geometry of each source was checked when the :class:`RealKvSource`
-    was built; this adds what depends on the launch.
+    Each source's geometry is checked again (its tensor's shape, strides, dtype and
+    pointer, and its fields, as they are now: they may have changed in place since the
+    :class:`RealKvSource` was built), then what depends on the launch.
 
     Parameters
     ----------
@@ -263,7 +299,8 @@ def check_real_kv_sources(
     Raises
     ------
     KvCanaryError
-        KVC-R007, KVC-R008, KVC-R009, KVC-C011, KVC-C001.
+        KVC-R007, KVC-R008, KVC-R009, KVC-R011 (a source that changed since it was built), KVC-C011,
+        KVC-C001.
     """
     if not isinstance(real_kv_sources, (tuple, list)):
         raise error("KVC-R009", function=function, argument="real_kv_sources", got=type(real_kv_sources).__name__)
@@ -274,18 +311,23 @@ def check_real_kv_sources(
         name = f"real_kv_sources[{index}]"
         if not isinstance(source, RealKvSource):
             raise error("KVC-R009", function=function, argument=name, got=type(source).__name__)
-        if num_slots is not None and source.slots_covered < num_slots:
+        # Built valid, but its tensor or fields may have changed since (issue "memory that moves").
+        problem, info = _source_problem(function, name, source)
+        if problem is not None:
+            reason = REGISTRY[problem.code].message.format(**problem.fields)
+            raise error("KVC-R011", function=function, argument=name, reason=reason, cause=problem.code)
+        if num_slots is not None and info.shape[0] * source.page_size < num_slots:
             raise error(
                 "KVC-R007",
                 function=function,
                 index=index,
-                rows=source.rows,
+                rows=info.shape[0],
                 page_size=source.page_size,
-                got=source.slots_covered,
+                got=info.shape[0] * source.page_size,
                 needed=num_slots,
                 slots_of=slots_of,
             )
-        arrays.append((f"{name}.tensor", inspect_array(function, f"{name}.tensor", source.tensor)))
+        arrays.append((f"{name}.tensor", info))
     mode = check_int(function, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=len(RealKvHashMode) - 1)
     return RealKvHashMode(mode), arrays
 
@@ -340,16 +382,10 @@ def check_context(function: str, context: Any, *, writes_buffer: bool, needs_cha
     if needs_chain_flag or context.enable_chain_position_assert is not None:
         specs.append(("enable_chain_position_assert", np.int32, (1,)))
     for field, dtype, shape in specs:
-        info = check_array(
-            function,
-            f"context.{field}",
-            getattr(context, field),
-            dtype=dtype,
-            ndim=len(shape),
-            shape=shape,
-            min_len=1,
-            writeable=field != "enable_chain_position_assert",
+        rules = dict(
+            dtype=dtype, ndim=len(shape), shape=shape, min_len=1, writeable=field != "enable_chain_position_assert"
         )
+        info = check_array(function, f"context.{field}", getattr(context, field), **rules)
         arrays.append((f"context.{field}", info))
     _, source_arrays = check_real_kv_sources(
         function,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_array, resolve_backend, stream_handle
 from .constants import RealKvHashMode
 from .context import check_real_kv_sources
@@ -41,7 +42,8 @@ def run(backend: str, *, real_kv_sources, real_kv_hash_mode, slot_indices, out, 
             real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices, out=out
         )
     else:
-        from .launch import fingerprint as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import fingerprint as glue
 
         glue.compute_real_kv_hash(
             real_kv_sources=real_kv_sources, real_kv_hash_mode=mode, slot_indices=slot_indices, out=out, stream=stream

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import check_array, check_int, entry_length, resolve_backend
 from .errors import error
 from .plan_offsets import (
@@ -37,20 +38,35 @@ from .plans import ENTRY_FIELDS, VerifyPlan, WritePlan
 from .reference import plan as reference
 
 #: ``launch_plan_offsets_kernel`` is importable from here too: planning in one import (tutorials do).
-__all__ = ["PLAN", "launch_canary_plan_kernels", "launch_plan_offsets_kernel", "run_plan", "validate_plan"]
+__all__ = [
+    "PLAN",
+    "derive_verify_capacity",
+    "launch_canary_plan_kernels",
+    "launch_plan_offsets_kernel",
+    "run_plan",
+    "validate_plan",
+]
 
 #: The scalars that reach the implementation as Python ints (validated ints, NumPy integers included).
 _INTS = ("swa_window_size", "verify_capacity", "kv_token_id_vs_position_offset")
 
 
+def derive_verify_capacity(kwargs: dict) -> None:
+    """Fill a validated call's ``verify_capacity=None`` in from its verify plan (in place)."""
+    if kwargs["verify_capacity"] is None:
+        kwargs["verify_capacity"] = kwargs["verify_plan_out"].verify_capacity
+
+
 def run_plan(backend: str, *, stream=None, **kwargs) -> None:
     """Run a validated plan call (``kwargs``: :func:`launch_canary_plan_kernels`'s) on ``backend``."""
+    derive_verify_capacity(kwargs)
     for name in _INTS:
         kwargs[name] = int(kwargs[name])
     if backend == "numpy":
         reference.launch_canary_plan_kernels(**kwargs)
     else:
-        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import plan as glue
 
         glue.launch_canary_plan_kernels(**kwargs, stream=stream)
 
@@ -63,16 +79,19 @@ def launch_canary_plan_kernels(
     prefix_lens,
     extend_seq_lens,
     req_to_token,
-    swa_window_size,
-    full_to_swa_index_mapping,
-    verify_capacity,
-    req_to_verify_expected_tokens,
-    req_to_verify_expected_tokens_valid_lens,
-    kv_token_id_vs_position_offset,
+    swa_window_size=0,
+    full_to_swa_index_mapping=None,
+    verify_capacity=None,
+    req_to_verify_expected_tokens=None,
+    req_to_verify_expected_tokens_valid_lens=None,
+    kv_token_id_vs_position_offset=0,
     backend: str = "auto",
     stream=None,
 ) -> None:
     """Plan one step: fill ``verify_plan_out`` and ``write_plan_out`` in place.
+
+    The keywords are SGLang's; those that are off (no SWA, no expected-token pool) or follow
+    from the plans (``verify_capacity``) have defaults, so a plain step names six arguments.
 
     Parameters
     ----------
@@ -90,17 +109,20 @@ def launch_canary_plan_kernels(
         New tokens per request: positions ``[prefix, prefix + extend)`` are planned for writing.
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position); unresolvable -> ``OUT_OF_RANGE_SLOT``.
-    swa_window_size : int
-        SWA window ``W >= 0``: positions ``[max(prefix - W, 0), prefix)`` are verified.
-    full_to_swa_index_mapping : int64 [lut_len >= 1] or None
+    swa_window_size : int, default 0
+        SWA window ``W >= 0``: positions ``[max(prefix - W, 0), prefix)`` are verified; 0 (a
+        FULL group) verifies the whole prefix.
+    full_to_swa_index_mapping : int64 [lut_len >= 1] or None, default None
         Full-to-SWA slot LUT; required iff ``swa_window_size > 0``; ``lut[0] == 0`` (KVC-P008).
-    verify_capacity : int
-        Must equal ``verify_plan_out.verify_capacity``.
-    req_to_verify_expected_tokens : int32 [rows, cols] or None
-        Expected-token pool (see :func:`~kvcanary_numba.scatter.scatter_req_token_ids`).
-    req_to_verify_expected_tokens_valid_lens : int64 [bs] or None
+    verify_capacity : int or None, default None
+        None: ``verify_plan_out.verify_capacity``; given (SGLang passes it), it must equal that
+        (KVC-P004).
+    req_to_verify_expected_tokens : int32 [rows, cols] or None, default None
+        Expected-token pool (see :func:`~kvcanary_numba.scatter.scatter_req_token_ids`); None:
+        stored tokens are not planned for checking.
+    req_to_verify_expected_tokens_valid_lens : int64 [bs] or None, default None
         Valid columns per request; given iff the pool is.
-    kv_token_id_vs_position_offset : int
+    kv_token_id_vs_position_offset : int, default 0
         Column offset of the expected token (0 target model, +1 EAGLE draft).
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays.
@@ -193,9 +215,11 @@ def validate_plan(
         infos.append((name, info))
     for field in ("verify_num_valid", "enable"):
         infos.append(check_flag(function, f"verify_plan_out.{field}", entries[field]))
-    capacity = check_int(function, "verify_capacity", verify_capacity, low=0, high=INT32_MAX)
+    capacity = None
+    if verify_capacity is not None:  # None: the plan's own (derived when the call runs)
+        capacity = check_int(function, "verify_capacity", verify_capacity, low=0, high=INT32_MAX)
     length = entry_length(function, "verify_plan_out", lengths, capacity)
-    if capacity != length:
+    if capacity is not None and capacity != length:
         raise error(
             "KVC-P004", function=function, argument="verify_plan_out.verify_slot_indices", expected=length, got=capacity
         )

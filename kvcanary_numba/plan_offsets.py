@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_array, check_int, resolve_backend, stream_handle
 from .errors import error
 from .reference import plan as reference
@@ -132,7 +133,8 @@ def run_offsets(backend: str, *, stream=None, **kwargs) -> None:
     if backend == "numpy":
         reference.launch_plan_offsets_kernel(**kwargs)
     else:
-        from .launch import plan as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import plan as glue
 
         glue.launch_plan_offsets_kernel(**kwargs, stream=stream)
 
@@ -151,14 +153,14 @@ def launch_plan_offsets_kernel(
     prefix_lens,
     extend_seq_lens,
     req_to_token,
-    full_to_swa_index_mapping,
+    full_to_swa_index_mapping=None,
     out_verify_offsets_scratch,
     out_write_offsets,
     out_write_seed_slot_indices,
     out_verify_num_valid,
     out_verify_enable,
     out_write_num_valid_reqs,
-    swa_window_size,
+    swa_window_size=0,
     verify_capacity,
     backend: str = "auto",
     stream=None,
@@ -175,7 +177,7 @@ def launch_plan_offsets_kernel(
         New tokens of each request in this step (negative counts as 0).
     req_to_token : int32 [max_reqs, max_seq_len]
         KV slot of each (request row, position).
-    full_to_swa_index_mapping : int64 [lut_len >= 1] or None
+    full_to_swa_index_mapping : int64 [lut_len >= 1] or None, default None
         Full-to-SWA slot LUT; required iff ``swa_window_size > 0``. ``lut[0]`` must be 0
         (checked when the LUT is in host memory: KVC-P008; a GPU LUT is not read).
     out_verify_offsets_scratch : int64 [>= bs + 1]
@@ -190,7 +192,7 @@ def launch_plan_offsets_kernel(
         Receives 0 when the verify entries overflow ``verify_capacity``, else 1.
     out_write_num_valid_reqs : int32 [1]
         Receives ``bs``.
-    swa_window_size : int
+    swa_window_size : int, default 0
         SWA window ``W >= 0``; 0 verifies the whole prefix.
     verify_capacity : int
         Overflow threshold, in ``[0, 2**31 - 1]``.

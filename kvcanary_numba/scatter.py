@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_array, resolve_backend, stream_handle
 from .errors import error
 from .reference import scatter as reference
@@ -50,7 +51,8 @@ def run(backend: str, *, flat_in, offsets, req_pool_indices, pool_out, stream=No
             flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out
         )
     else:
-        from .launch import scatter as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import scatter as glue
 
         glue.scatter_req_token_ids(
             flat_in=flat_in, offsets=offsets, req_pool_indices=req_pool_indices, pool_out=pool_out, stream=stream

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _overlap
+from ._runtime import CUDA_IMPORTS
 from ._validate import as_native, check_bool, check_bundle, check_type, entry_length, resolve_backend, stream_handle
 from .context import check_context
 from .plans import ENTRY_FIELDS, VerifyPlan
@@ -60,13 +61,14 @@ def run(backend: str, *, context, plan, check_verify_expected_token, stream=None
     if backend == "numpy":
         reference.launch_canary_verify_kernel(context=context, plan=plan, check_verify_expected_token=check)
     else:
-        from .launch import verify as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from .launch import verify as glue
 
         glue.launch_canary_verify_kernel(context=context, plan=plan, check_verify_expected_token=check, stream=stream)
 
 
 def launch_canary_verify_kernel(
-    *, context, plan, check_verify_expected_token, backend: str = "auto", stream=None
+    *, context, plan, check_verify_expected_token=False, backend: str = "auto", stream=None
 ) -> None:
     """Verify the prefix slots a plan lists against their canary records.
 
@@ -92,7 +94,7 @@ def launch_canary_verify_kernel(
         verify_slot_indices, verify_expected_tokens, verify_expected_positions,
         verify_prev_slot_indices int64 [verify_capacity]; verify_num_valid,
         enable int32 [1].
-    check_verify_expected_token : bool
+    check_verify_expected_token : bool, default False
         Compare tokens; when False ``verify_expected_tokens`` is never read.
     backend : {"auto", "numpy", "cuda"}
         ``"auto"`` follows the arrays (NumPy -> reference, CUDA -> kernels).

@@ -20,9 +20,10 @@ if str(ROOT) not in sys.path:
 
 
 class CaiArray:
-    """Just a ``__cuda_array_interface__`` (never dereferenced): pointers for the packer."""
+    """Just a ``__cuda_array_interface__`` and the ``shape`` it states (never dereferenced)."""
 
     def __init__(self, shape, typestr="<i8", ptr=0x1000, strides=None):
+        self.shape = tuple(shape)
         self.__cuda_array_interface__ = {
             "shape": tuple(shape),
             "typestr": typestr,

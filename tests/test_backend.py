@@ -94,3 +94,57 @@ def test_numba_cuda_030_on_numpy_25_is_refused_with_its_reason(monkeypatch):
         monkeypatch.undo()
         _runtime.kernels_unavailable.cache_clear()
     assert _runtime.kernels_available() is (importlib.util.find_spec("numba_cuda") is not None)
+
+
+def test_launch_switches_are_arguments_and_no_environment_variable_is_read():
+    # Issue 33: garbage in the GPU launch switches raised RuntimeError when they were environment
+    # variables (KVCANARY_LAUNCH_ROUTE, _PARAM_BUFFER, _DRIVER_CALLS, _VERIFY_REPLAYS). The switches
+    # are now the monitor's backend= / prepared= arguments (coded errors) and module attributes that
+    # only tests set; the package reads no variable of its own, so garbage in them changes nothing.
+    import os
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    readers = [
+        f"{path.relative_to(root)}:{n}"
+        for path in sorted((root / "kvcanary_numba").rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if ("os.environ" in line or "getenv" in line)
+        and "NUMBA_ENABLE_CUDASIM" not in line
+        and "defensive=" not in line
+    ]
+    assert readers == []
+    code = (
+        "import numpy as np\n"
+        "from kvcanary_numba import compute_real_kv_hash, RealKvSource, RealKvHashMode\n"
+        "src = RealKvSource(tensor=np.ones((4, 32), np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)\n"
+        "out = np.zeros(2, np.int64)\n"
+        "compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=RealKvHashMode.ALL,"
+        " slot_indices=np.arange(2), out=out)\n"
+        "assert out.all()\n"
+    )
+    garbage = {
+        f"KVCANARY_{name}": "garbage" for name in ("LAUNCH_ROUTE", "PARAM_BUFFER", "DRIVER_CALLS", "VERIFY_REPLAYS")
+    }
+    env = {**os.environ, **garbage, "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "switch, value, code",
+    [
+        ("prepared", "yes", "KVC-C010"),
+        ("prepared", 1, "KVC-C010"),
+        ("backend", "gpu", "KVC-C009"),
+        ("backend", None, "KVC-C009"),
+    ],
+)
+def test_garbage_in_the_monitor_launch_switches_is_coded(switch, value, code):
+    from kvcanary_numba.monitor import CanaryMonitor, KvGroup
+
+    with raises_code(code):
+        CanaryMonitor(full=KvGroup(kind="full", num_slots=8), write_req_capacity=2, **{switch: value})

@@ -257,6 +257,22 @@ def test_snippet_runs(path):
     assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
 
 
+def _section(file: str, section: str) -> list[str]:
+    body = (SNIPPETS / file).read_text(encoding="utf-8").splitlines()
+    start = body.index(f"# --8<-- [start:{section}]")
+    return body[start + 1 : body.index(f"# --8<-- [end:{section}]")]
+
+
+def test_readme_quickstart_is_the_tested_snippet_in_at_most_15_lines():
+    """The README shows the quickstart itself (``test_snippet_runs`` and test_cli.py run it)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [body for _fence, language, body in _FENCE.findall(readme) if language.strip() == "python"]
+    shown = _section("quickstart.py", "quickstart")
+    assert blocks == ["\n".join(shown) + "\n"], "the README's Python block is docs/snippets/quickstart.py's section"
+    assert len(shown) <= 15 and max(map(len, shown)) <= 88, (len(shown), max(map(len, shown)))
+    assert "launch_canary_plan_kernels" in blocks[0] and "slot 0" in blocks[0]
+
+
 def test_every_include_resolves_to_a_file_and_section():
     for name, text in _markdown_sources().items():
         for target in _INCLUDE.findall(text):

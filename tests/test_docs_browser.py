@@ -304,3 +304,68 @@ def test_search_finds_the_page_of_a_pasted_sglang_message(browser, message, temp
     assert pages, f"no catalogue entry records {template!r}"
     found = _search(driver, base, message)
     assert found[0] in pages, (sorted(pages), found[:5])
+
+
+def _ours(code: str, **fields) -> str:
+    from kvcanary_numba.errors import error
+
+    return str(error(code, **fields))
+
+
+#: Pasted messages of ours, whole (with the ending that names the code) -> their code.
+PASTED_OURS = {
+    _ours("KVC-P001", function="launch_canary_plan_kernels", argument="write_plan_out.write_offsets", got=0): (
+        "KVC-P001"
+    ),
+    _ours(
+        "KVC-C002",
+        function="launch_canary_write_kernel",
+        argument="positions",
+        expected="int64 or int32",
+        got="float64",
+    ): ("KVC-C002"),
+}
+
+
+@pytest.mark.parametrize(("message", "code"), sorted(PASTED_OURS.items()))
+def test_search_finds_the_page_of_a_pasted_message_of_ours(browser, message, code):
+    driver, base = browser
+    found = _search(driver, base, message)
+    assert found[0] == f"/errors/{code}/", found[:5]
+
+
+#: Rows shown and the hint of the catalogue's filter box: (codes, hint text).
+FILTER_JS = """
+const box = document.getElementById("kvc-error-filter");
+box.value = arguments[0];
+box.dispatchEvent(new Event("input"));
+const shown = Array.from(document.querySelectorAll(".md-typeset table tbody tr"))
+  .filter(row => row.style.display !== "none")
+  .map(row => row.querySelector("a").textContent.trim());
+return [shown, document.getElementById("kvc-error-filter-hint").textContent];
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "codes", "hint"),
+    [
+        ("kv-canary: write_offsets_len must be positive, got 0", ["KVC-P001"], "Codes whose message this is:"),
+        ("kv-canary: scatter_req_token_ids offsets length 4 != bs+1 (5)", ["KVC-C004", "KVC-S001"], "Codes whose"),
+        (next(m for m, c in PASTED_OURS.items() if c == "KVC-P001"), ["KVC-P001"], ""),
+        ("write_offsets", None, ""),  # a word of a template: the rows holding it, as typed
+        ("the write offsets are too short", 3, "No code's message matches; the three sharing"),
+    ],
+)
+def test_the_catalogue_filter_finds_the_rows_of_a_pasted_message(browser, text, codes, hint):
+    driver, base = browser
+    driver.get(base + "errors/")
+    shown, said = driver.js(FILTER_JS, text)
+    if codes is None:
+        assert shown and all(
+            "write_offsets" in REGISTRY[c].message or "write_offsets" in REGISTRY[c].title for c in shown
+        )
+    elif isinstance(codes, int):
+        assert len(shown) == codes and "KVC-P001" in shown
+    else:
+        assert sorted(shown) == codes
+    assert said.startswith(hint)

@@ -99,16 +99,24 @@ def test_raise_mode_raises_once_with_every_row_of_the_readback():
     assert [v.slot_idx for v in d.monitor.violations] == [3, 5, 3, 5, 6]
 
 
-def test_log_mode_warns_once_per_row(caplog):
+def test_log_mode_logs_one_line_per_row_and_the_detail_at_debug(caplog):
     d = Driver(mode="log")
     d.step(PREFILL)
     d.k[4, 0] ^= 1
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         d.step(DECODE)
+        d.k[4, 0] ^= 1  # restored: the next step re-checks the row (INFO, not shown at WARNING)
+        d.step({1: [(105, 7)]})
     messages = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-    assert len(messages) == 1
-    assert messages[0].splitlines()[0] == d.monitor.violations[0].summary()
-    assert "why: verify_real_kv_hash:" in messages[0]
+    assert messages == [d.monitor.violations[0].summary()]
+    caplog.clear()
+    d.k[3, 0] ^= 1
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        d.step({1: [(106, 8)]})
+    found = d.monitor.violations[1]
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+    assert ("WARNING", found.summary()) in levels and ("DEBUG", found.describe()) in levels
+    assert "why: verify_real_kv_hash:" in found.describe()
 
 
 def test_chain_position_assert_is_off_during_warmup_then_on():

@@ -9,6 +9,7 @@ from monitor_helpers import PREFILL, ROWS, WIDTH, Driver, monitor_records
 
 from kvcanary_numba.constants import FailReason
 from kvcanary_numba.engine import EngineConfig, ToyEngine
+from kvcanary_numba.monitor import triage
 from kvcanary_numba.monitor.triage import BLIND_SPOT_MESSAGE, CanaryBlindSpotWarning
 
 F = FailReason
@@ -26,13 +27,25 @@ def _decode(d: Driver, steps: int) -> None:
         d.step({1: [(200 + i, 6 + i)]})
 
 
-def test_blind_configuration_warns_at_construction():
-    with pytest.warns(CanaryBlindSpotWarning, match="check_verify_expected_token=True"):
+def test_blind_configuration_warns_once_per_process_and_briefly(monkeypatch):
+    monkeypatch.setattr(triage, "_blind_spot_warned", False)  # as in a fresh process
+    with pytest.warns(CanaryBlindSpotWarning, match="check_verify_expected_token=True") as caught:
         Driver()
+    assert len(caught) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        Driver()  # a second blind monitor: already said
         Driver(**CLOSED)  # the closing configuration builds silently
-    assert "newest slot" in BLIND_SPOT_MESSAGE
+    assert "newest slot" in BLIND_SPOT_MESSAGE and len(BLIND_SPOT_MESSAGE) <= 200
+    assert "\n" not in BLIND_SPOT_MESSAGE
+
+
+def test_closed_configuration_never_warns(monkeypatch):
+    monkeypatch.setattr(triage, "_blind_spot_warned", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Driver(**CLOSED)
+    assert triage._blind_spot_warned is False
 
 
 def test_newest_slot_token_corruption_is_missed_without_the_token_check():

@@ -128,22 +128,22 @@ def _bad_files(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("case", "reason"),
+    ("case", "code", "reason"),
     [
-        ("missing", "not a readable"),
-        ("text", "not a readable"),
-        ("partial", "missing row_steps"),
-        ("newer", "format 9"),
-        ("shape", "entries has shape (2, 3)"),
+        ("missing", "KVC-M020", "cannot be read (No such file or directory)"),
+        ("text", "KVC-M020", "not a zip archive"),
+        ("partial", "KVC-M020", "missing row_steps"),
+        ("newer", "KVC-M020", "format 9"),
+        ("shape", "KVC-M033", "entries has shape (2, 3)"),
     ],
 )
-def test_a_bad_bundle_file_is_rejected_with_m020(case, reason, tmp_path, capsys):
+def test_a_bad_bundle_file_is_rejected_with_its_code(case, code, reason, tmp_path, capsys):
     path = _bad_files(tmp_path)[case]
     with pytest.raises(KvCanaryError) as info:
         load_bundle(path)
-    assert info.value.code == "KVC-M020" and reason in str(info.value)
+    assert info.value.code == code and reason in str(info.value)
     assert cli.main(["inspect", str(path)]) == 2
-    assert "KVC-M020" in capsys.readouterr().err
+    assert code in capsys.readouterr().err
 
 
 def test_a_bundle_dir_that_is_a_file_is_rejected_with_m022(tmp_path):

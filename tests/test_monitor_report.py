@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,14 @@ def test_to_dict_is_json_ready():
     assert json.loads(json.dumps(d)) == d
     assert d["tag"] == "TAIL_K_SWA" and d["reasons"] == ["write_position"] and d["step"] == 3
     assert d["stored_chain_hash"] == "0xde7fae23a9a1b716"
+
+
+def test_repr_names_the_tag_and_bits_and_prints_hashes_in_hex():
+    v = Violation(*_row(tag=CanaryLaunchTag.HEAD_K_FULL, chain=-1, bits=F.VERIFY_CHAIN_HASH_MISMATCH | 4), step=3)
+    assert repr(v) == (
+        "Violation(HEAD_K_FULL, slot_idx=53504, position=512, reasons=verify_chain_hash+verify_real_kv_hash, "
+        "stored_token=7, expected_token=7, stored_chain_hash=0xffffffffffffffff, "
+        "expected_aux=0x0000000000002100, step=3, pending)"
+    )
+    assert "kernel_kind" not in repr(v) and "-1" not in repr(v)
+    assert repr(dataclasses.replace(v, persistence="persistent", rewritten=True)).endswith("persistent, rewritten)")

@@ -83,7 +83,7 @@ def _flip_and_step(restore: bool):
 @pytest.mark.parametrize(("restore", "expected"), [(False, "persistent"), (True, "transient")])
 def test_next_step_marks_a_kv_flip_persistent_or_transient(restore, expected, caplog):
     d, _ = _flip_and_step(restore)
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
+    with caplog.at_level(logging.INFO, logger=LOGGER):  # the re-check line is INFO (detail)
         d.step({1: [(105, 7)]})
     first = d.monitor.violations[0]
     assert first.persistence == expected and first.diagnosis.category == "data_corruption"
@@ -92,13 +92,16 @@ def test_next_step_marks_a_kv_flip_persistent_or_transient(restore, expected, ca
     assert first.to_dict()["persistence"] == expected
 
 
-def test_the_log_line_of_a_new_row_carries_its_triage(caplog):
+def test_the_debug_detail_of_a_new_row_carries_its_triage(caplog):
     d = Driver()
     d.step(PREFILL)
     d.k[4, 0] ^= 0xFF
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
         d.step(DECODE)
-    assert "triage: data_corruption (pending): the KV bytes of the slot changed" in caplog.text
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and r.name == LOGGER]
+    assert any("triage: data_corruption (pending): the KV bytes of the slot changed" in m for m in debug)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == LOGGER]
+    assert warned == [d.monitor.violations[0].summary()]  # one line per row at WARNING
 
 
 @pytest.mark.parametrize(

@@ -51,8 +51,8 @@ def markdown(nb) -> str:
     return "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
 
 
-def test_there_are_six_tutorials():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+def test_there_are_seven_tutorials():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
@@ -90,9 +90,9 @@ def _distribution(requirement: str) -> str:
 
 def test_tutorials_extra_brings_what_the_notebooks_need():
     extra = {_distribution(r) for r in _extra("tutorials")}
-    # numba-cuda for tutorial 04's kernels, matplotlib for the plots, a kernel and
-    # nbclient to run them (tests/run_notebooks.py), Jupyter to open them.
-    assert {"numba-cuda", "matplotlib", "ipykernel", "nbclient", "jupyterlab"} <= extra
+    # numba-cuda for tutorial 04's kernels, JAX for tutorial 07, matplotlib for the plots, a
+    # kernel and nbclient to run them (tests/run_notebooks.py), Jupyter to open them.
+    assert {"numba-cuda", "jax", "matplotlib", "ipykernel", "nbclient", "jupyterlab"} <= extra
     numba_cuda = next(r for r in _extra("tutorials") if _distribution(r) == "numba-cuda")
     assert numba_cuda == next(r for r in _extra("gpu") if _distribution(r) == "numba-cuda")
 
@@ -121,7 +121,7 @@ def test_notebook_imports_only_what_the_install_command_brings(path):
 
     CuPy (the ``gpu`` extra) only inside an ``if`` or a function the cells call when a GPU is there.
     """
-    installed = {"kvcanary_numba", "numpy", "numba", "numba_cuda", "matplotlib"}
+    installed = {"kvcanary_numba", "numpy", "numba", "numba_cuda", "matplotlib", "jax"}
     for cell in code_cells(read(path)):
         for module, guarded in _imports(cell.source):
             if module == "cupy":

@@ -223,7 +223,7 @@ def test_fast_path_checks_changed_per_step_arrays_with_the_public_codes():
     m = driver.monitor
     batch = driver.batch({1: [(16, 10)], 2: [(25, 11)]})
     bad = StepBatch(**{f: getattr(batch, f) for f in batch.__dataclass_fields__})
-    bad.positions = batch.positions.astype(np.int32)  # reassigned after construction (which checks too)
+    bad.positions = batch.positions.astype(np.float64)  # reassigned after construction (which checks too)
     with raises_code("KVC-C002"):
         m.pre_forward(bad)
     bad = StepBatch(**{f: getattr(batch, f) for f in batch.__dataclass_fields__})

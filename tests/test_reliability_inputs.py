@@ -165,7 +165,7 @@ def _batch(**changes):
 @pytest.mark.parametrize(
     "field, value, code",
     [
-        ("positions", np.zeros(2, np.int32), "KVC-C002"),
+        ("positions", np.zeros(2, np.int16), "KVC-C002"),
         ("positions", np.zeros(2, ">i8"), "KVC-C002"),
         ("req_to_token", np.zeros((2, 4), np.int64), "KVC-C002"),
         ("input_ids", np.int64(3), "KVC-C001"),

@@ -83,7 +83,7 @@ def assert_rejected_without_change(state, call, code=None):
 
 #: One bad value per batch field: (field, value builder from the good array, code).
 BAD_FIELDS = [
-    ("positions", lambda a: a.astype(np.int32), "KVC-C002"),
+    ("positions", lambda a: a.astype(np.uint32), "KVC-C002"),
     ("positions", lambda a: a.astype(">i8"), "KVC-C002"),
     ("input_ids", lambda a: np.concatenate([a, a]), "KVC-C004"),
     ("out_cache_loc", lambda a: None, "KVC-C001"),
@@ -230,7 +230,7 @@ VERIFY_BAD = [
     ("check_verify_expected_token", lambda kw: 1, "KVC-C010"),
 ]
 WRITE_BAD = [
-    ("positions", lambda kw: kw["positions"].astype(np.int32), "KVC-C002"),
+    ("positions", lambda kw: kw["positions"].astype(np.uint32), "KVC-C002"),
     ("out_cache_loc", lambda kw: kw["out_cache_loc"][:2], "KVC-C004"),
     ("expected_input_tokens", lambda kw: kw["input_ids"], "KVC-W003"),
     ("context", lambda kw: kw["context"].replace(real_kv_sources=_sources(8)), "KVC-R007"),

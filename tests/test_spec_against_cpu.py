@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kvcanary_numba.constants import (
     CANARY_CHAIN_HEAD,
     OUT_OF_RANGE_SLOT,
+    VIOLATION_INDEX_SATURATED,
     CanaryLaunchTag,
     FailReason,
     RealKvHashMode,
@@ -51,6 +52,7 @@ def fast(op: str) -> ModuleType:
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
+SATURATED = VIOLATION_INDEX_SATURATED
 MODES = list(RealKvHashMode)
 #: Sizes around a warp (31, 32, 33), the CPU path's chunk of 2048 entries and its
 #: serial-fold threshold of 1024 slots, and several chunks.
@@ -175,9 +177,11 @@ def copy_context(ctx: CanaryContext) -> CanaryContext:
 
 
 def ring_setup(rng) -> tuple[int, int]:
-    """(ring capacity, starting write index): empty, part full, overflowing, full, or near the int32 wrap."""
+    """(ring capacity, starting write index): empty, part full, overflowing, full, near or past the
+    saturation value, near the int32 limit, or negative."""
     capacity = int(rng.choice([1, 3, 16, 64]))
-    start = int(rng.choice([0, 0, 0, capacity - 1, capacity, capacity + 5, INT32_MAX - 2, INT32_MAX, -(2**31)]))
+    near = [SATURATED - 3, SATURATED - 1, SATURATED, INT32_MAX - 2, INT32_MAX, -(2**31)]
+    start = int(rng.choice([0, 0, 0, capacity - 1, capacity, capacity + 5, *near]))
     return capacity, start
 
 

@@ -60,7 +60,7 @@ def test_per_step_arrays_of_the_same_layout_share_one_validation(validations):
     assert validations["write"] == 1
     args = write_args(plan, [5, 6], [0, 1], [3, 4])
     with raises_code("KVC-C002"):  # same call, one per-step array of another dtype
-        launch_canary_write_kernel(context=ctx, **{**args, "positions": args["positions"].astype(np.int32)})
+        launch_canary_write_kernel(context=ctx, **{**args, "positions": args["positions"].astype(np.int16)})
     with raises_code("KVC-C004"):
         launch_canary_write_kernel(context=ctx, **{**args, "positions": np.zeros(3, np.int64)})
 

@@ -63,7 +63,7 @@ def test_rejects_expected_inputs_without_assert(extra):
     [
         (dict(plan=VerifyPlan.allocate(verify_capacity=3)), "KVC-V001"),
         (dict(context=None), "KVC-V001"),
-        (dict(input_ids=np.zeros(2, np.int32)), "KVC-C002"),
+        (dict(input_ids=np.zeros(2, np.float32)), "KVC-C002"),
         (dict(input_ids=[1, 2]), "KVC-C001"),
         (dict(positions=np.zeros(3, np.int64)), "KVC-C004"),
         (dict(out_cache_loc=np.zeros((2, 1), np.int64)), "KVC-C003"),

@@ -3,11 +3,21 @@
 // SGLang message) then matches nothing. A colon before a space is turned into a space before
 // the search reads the box; "title:verify" (no space) keeps its field meaning. The "kv-canary: "
 // prefix of a pasted message is dropped: every SGLang message has it, so it ranks nothing, and
-// its "kv" matches every API heading (kvcanary_numba.*), burying the error page.
+// its "kv" matches every API heading (kvcanary_numba.*), burying the error page. A pasted
+// message of ours names its code ("... got 0 [KVC-P001] Run 'kvcanary explain KVC-P001' ..."):
+// the search is then for that code alone, whose page has it in its title.
 (function () {
+  var CODE = /\bKVC-[A-Z]\d{3}\b/i;
+
   function clean(event) {
     var box = event.target;
     if (!box || !box.classList || !box.classList.contains("md-search__input")) return;
+    var code = box.value.match(CODE);
+    if (code && box.value.trim().length > code[0].length) {
+      box.value = code[0].toUpperCase();
+      box.setSelectionRange(box.value.length, box.value.length);
+      return;
+    }
     var prefix = box.value.match(/^\s*kv-canary:?\s+(?=\S)/);  // ":" may already be a space
     var cut = prefix ? prefix[0].length : 0;
     var value = box.value.slice(cut).replace(/:(?=\s)/g, " ");  // colons: same length

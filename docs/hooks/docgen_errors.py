@@ -9,6 +9,7 @@ files at ``errors/<CODE>.md`` (URL ``errors/<CODE>/``, what
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Mapping
 
@@ -46,12 +47,22 @@ def code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def code_block(text: str, language: str = "python") -> str:
-    """A fenced block inside a ``kvc-wrap`` box: long lines wrap instead of scrolling (kvcanary.css)."""
+def code_block(text: str, language: str = "python", role: str = "") -> str:
+    """A fenced block inside a ``kvc-wrap`` box: long lines wrap instead of scrolling (kvcanary.css).
+
+    ``role`` (``"before"``, ``"after"``) becomes a class ``kvc-<role>`` of the box, by which
+    tests find an example on the built page.
+    """
     fence = "```"
     while fence in text:
         fence += "`"
-    return f'<div class="kvc-wrap" markdown>\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n\n</div>'
+    classes = f"kvc-wrap kvc-{role}" if role else "kvc-wrap"
+    return f'<div class="{classes}" markdown>\n\n{fence}{language}\n{text.rstrip()}\n{fence}\n\n</div>'
+
+
+def example_language(snippet: str) -> str:
+    """``bash`` for a ``kvcanary`` command line, else ``python``."""
+    return "bash" if snippet.lstrip().startswith("kvcanary ") else "python"
 
 
 def sglang_heading(message: str, index: int) -> str:
@@ -108,18 +119,17 @@ def render_entry(entry, registry: Mapping) -> str:
         "",
         "## Example fix",
         "",
-        "Both snippets run on a CPU as written (a test executes them): `xp` is the array module (NumPy "
-        "here, CuPy on a GPU), `ctx`, `vplan`, `wplan`, `req_to_token` are a small valid step, and "
-        "`plan_args(...)`, `write_args(...)`, `verify_args(...)`, `monitor_args(...)` stand for the other "
-        "arguments of a valid call (`tests/catalogue_examples.py`).",
+        "Both snippets run as printed, pasted into a fresh Python (or shell) on a CPU with only this "
+        "package installed: each has its own imports and arrays (NumPy here; CuPy arrays on a GPU). "
+        f"A test runs them from this page. `kvcanary explain {entry.code}` prints the same two.",
         "",
         f"Before (raises {entry.code}):",
         "",
-        code_block(entry.before),
+        code_block(entry.before, example_language(entry.before), "before"),
         "",
-        "After:",
+        "After (runs):",
         "",
-        code_block(entry.after),
+        code_block(entry.after, example_language(entry.after), "after"),
         "",
         "## Defensive pattern",
         "",
@@ -168,6 +178,33 @@ def group_by_operation(registry: Mapping, operations: Mapping) -> dict[str, list
     return {letter: entries for letter, entries in groups.items() if entries}
 
 
+def filter_data(registry: Mapping) -> dict:
+    """What the index page's filter box matches a pasted message with (``error-filter.js``):
+    per code the patterns of its messages, ours and SGLang's (each with its literal length: the most
+    specific matching pattern wins), and its distinctive words, made by
+    :mod:`kvcanary_numba.errors.matching` (what ``kvcanary explain`` runs), and the common words."""
+    from kvcanary_numba.errors import matching
+
+    codes = {}
+    for code in sorted(registry):
+        entry = registry[code]
+        known = matching.words(entry.title)
+        for template in matching.templates(entry):
+            known |= matching.words(template)
+        patterns = [
+            [matching.pattern_source(t), matching.literal_length(t)]
+            for t in matching.templates(entry)
+        ]
+        codes[code] = {"patterns": patterns, "words": sorted(known)}
+    return {"codes": codes, "common": sorted(matching.COMMON_WORDS)}
+
+
+def _json_script(element_id: str, data) -> str:
+    """``data`` as a JSON ``<script>`` of the page (``</`` escaped, so the text cannot close it)."""
+    text = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
 def render_index(registry: Mapping, operations: Mapping, intro: str) -> str:
     """The catalogue index: ``intro`` Markdown, a filter box, one table per operation."""
     parts = [
@@ -175,11 +212,16 @@ def render_index(registry: Mapping, operations: Mapping, intro: str) -> str:
         "",
         intro.strip(),
         "",
-        f"The catalogue holds **{len(registry)}** codes. Type part of a code or of a message to filter "
-        "the tables (the site search above also finds codes and message text).",
+        f"The catalogue holds **{len(registry)}** codes. Type part of a code or of a message, or paste a "
+        "whole error message (ours or SGLang's, values included), to filter the tables; "
+        '`kvcanary explain "<message>"` does the same offline. The site search above also finds '
+        "codes and message text.",
         "",
         '<input id="kvc-error-filter" class="md-input" type="search" '
-        'placeholder="Filter by code or message, e.g. P001 or write_offsets" aria-label="Filter errors">',
+        'placeholder="Filter by code or message, or paste an error message" aria-label="Filter errors">',
+        '<p id="kvc-error-filter-hint" class="kvc-filter-hint" role="status"></p>',
+        "",
+        _json_script("kvc-error-patterns", filter_data(registry)),
         "",
     ]
     for letter, entries in group_by_operation(registry, operations).items():

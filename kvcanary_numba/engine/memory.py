@@ -25,7 +25,9 @@ _K_LANE = np.uint64(0x165667B19E3779F9)
 class FreeList:
     """LIFO free list of unit ids ``1 .. count - 1`` with an owner per unit.
 
-    Unit 0 is reserved (the padding page / slot). LIFO order makes reuse of a
+    Unit 0 is reserved: page 0 holds slot 0, SGLang's padding slot, where padded tokens
+    write and which verify never checks, so a real token must never get it (the monitor
+    warns once if one does: ``CanarySlotZeroWarning``). LIFO order makes reuse of a
     freed unit immediate, which is what exposes use-after-free bugs quickly.
     ``owner[u]`` is the request id holding unit ``u`` (0 when free); a unit is
     only returned by :meth:`free` when the caller still owns it, so an injected
@@ -43,7 +45,7 @@ class FreeList:
         return len(self._free)
 
     def alloc(self, owner: int) -> int:
-        """Hand one unit to ``owner`` (a positive request id)."""
+        """Hand one unit (page or slot, never 0: the padding unit) to ``owner`` (a positive request id)."""
         if self.forced is not None and self.forced[1] != owner:
             unit, self.forced = self.forced[0], None
         else:

@@ -91,6 +91,7 @@ from . import (  # noqa: E402,F401
     ranks,
     scatter,
     sources,
+    threads,
     triage,
     verify,
     write,

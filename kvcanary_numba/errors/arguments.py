@@ -21,12 +21,33 @@ define(
     ),
     solutions=("Move the odd array to the device of the others once (cupy.asarray / .get()).",),
     before=(
-        "prefix = gpu_array(xp.asarray([4]))  # on the GPU; every other array is NumPy\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=prefix))"
+        "import types\n"
+        "\n"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "# An empty CuPy array as the package sees it: its CUDA array interface (never read)\n"
+        "on_gpu = types.SimpleNamespace(shape=(0,), __cuda_array_interface__=dict(\n"
+        '    shape=(0,), typestr="<i8", data=(0, False), version=3))\n'
+        "empty = np.zeros(0, np.int64)  # on the host, like the plans\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=on_gpu,\n"
+        "    prefix_lens=empty, extend_seq_lens=empty,\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))"
     ),
     after=(
-        "prefix = xp.asarray([4])  # with the other arrays (cupy.asnumpy(prefix) brings one back)\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=prefix))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "empty = np.zeros(0, np.int64)  # every array of a call on one device\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=empty,\n"
+        "    prefix_lens=empty, extend_seq_lens=empty,\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))"
     ),
     defensive="prefix_lens = xp.asarray(prefix_lens)  # xp = cupy when the plans live on a GPU",
     prevention="Allocate plans and contexts with the same device= as the engine's arrays.",
@@ -56,8 +77,20 @@ define(
         "Install the GPU extra (pip install 'kvcanary_numba[gpu]') on a machine with a GPU.",
         "Set NUMBA_ENABLE_CUDASIM=1 before importing numba to run kernels on NumPy arrays.",
     ),
-    before="launch_canary_verify_kernel(**verify_args(backend='cuda'))  # NumPy arrays, no GPU",
-    after="launch_canary_verify_kernel(**verify_args())  # backend='auto' follows the arrays",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        'kc.launch_canary_verify_kernel(context=ctx, plan=plan, backend="cuda")'
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)  # backend: the arrays'"
+    ),
     defensive="device = 'cuda' if kvcanary_numba.gpu_available() else 'cpu'",
     prevention="Run `kvcanary doctor` to see which backends this machine offers.",
     related=("KVC-C007", "KVC-C009"),
@@ -71,8 +104,12 @@ define(
     meaning="backend accepts 'auto', 'numpy' and 'cuda'; device accepts 'cpu' and 'cuda'.",
     triggers=("A typo such as backend='gpu' or device='cuda:0'.",),
     solutions=("Use one of the listed names.",),
-    before="VerifyPlan.allocate(verify_capacity=1024, device='gpu')",
-    after="VerifyPlan.allocate(verify_capacity=1024, device='cpu')  # or device='cuda' on a GPU",
+    before=('import kvcanary_numba as kc\n\nkc.VerifyPlan.allocate(verify_capacity=1024, device="gpu")'),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'kc.VerifyPlan.allocate(verify_capacity=1024, device="cpu")  # or "cuda" on a GPU'
+    ),
     defensive="device = 'cuda' if use_gpu else 'cpu'",
     prevention="Take the device from one configuration value.",
     related=("KVC-C008",),
@@ -90,8 +127,20 @@ define(
     ),
     triggers=("Passing an int, a NumPy bool array or None as a switch.",),
     solutions=("Pass True or False (bool(x) for a NumPy bool scalar).",),
-    before="launch_canary_verify_kernel(**verify_args(check_verify_expected_token=1))",
-    after="launch_canary_verify_kernel(**verify_args(check_verify_expected_token=False))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=1)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=True)"
+    ),
     defensive="check = bool(config.verify_tokens)",
     prevention="Keep switches in a typed configuration object.",
     related=("KVC-C011",),
@@ -112,8 +161,13 @@ define(
         "A kernel_kind outside CanaryLaunchTag.",
     ),
     solutions=("Pass a value in the stated range; use the enums for tags and modes.",),
-    before="VerifyPlan.allocate(verify_capacity=0)",
-    after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",
+    before=("import kvcanary_numba as kc\n\nkc.VerifyPlan.allocate(verify_capacity=0)"),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "num_slots = 64\n"
+        "kc.VerifyPlan.allocate(verify_capacity=3 * num_slots)  # SGLang's default"
+    ),
     defensive="capacity = max(1, 3 * num_kv_slots)",
     prevention="Derive capacities from the pool size once, at start-up.",
     related=("KVC-C010",),
@@ -140,10 +194,20 @@ define(
         "A negative int, or a bool, as the handle.",
     ),
     solutions=("Pass the stream object of your array library, or its integer handle.",),
-    before="launch_canary_verify_kernel(**verify_args(stream='side'))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        'kc.launch_canary_verify_kernel(context=ctx, plan=plan, stream="side")'
+    ),
     after=(
-        "side_stream = 0  # an int handle (0: the default stream); on a GPU e.g. cupy.cuda.Stream()\n"
-        "launch_canary_verify_kernel(**verify_args(stream=side_stream))"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)  # NumPy arrays\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "side_stream = 0  # an int handle (0: the default stream), or a cupy.cuda.Stream\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan, stream=side_stream)"
     ),
     defensive="stream = torch.cuda.current_stream()  # or cupy.cuda.get_current_stream()",
     prevention="Keep the engine's stream objects and pass them through unchanged.",

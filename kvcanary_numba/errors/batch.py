@@ -23,14 +23,36 @@ define(
         "(SGLang: max(cuda_graph_max_bs, req_to_token_pool_size)).",
     ),
     before=(
-        "monitor = CanaryMonitor(**monitor_args(write_req_capacity=1))\n"
-        "monitor.pre_forward(batch(req_pool_indices=xp.asarray([1, 2]), prefix_lens=xp.asarray([0, 0]),\n"
-        "                          extend_seq_lens=xp.asarray([2, 2])))  # 2 requests"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "req_to_token = np.array([[0, 0], [10, 11], [12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of two requests, two tokens each\n"
+        "    req_pool_indices=np.array([1, 2]), prefix_lens=np.array([0, 0]),\n"
+        "    extend_seq_lens=np.array([2, 2]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 201, 202]), positions=np.array([0, 1, 0, 1]),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "with monitor.forward(batch):\n"
+        "    pass  # the engine's forward pass writes the KV here\n"
+        "monitor.end_step()"
     ),
     after=(
-        "monitor = CanaryMonitor(**monitor_args(write_req_capacity=2))\n"
-        "monitor.pre_forward(batch(req_pool_indices=xp.asarray([1, 2]), prefix_lens=xp.asarray([0, 0]),\n"
-        "                          extend_seq_lens=xp.asarray([2, 2])))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=2)  # the largest batch\n"
+        "req_to_token = np.array([[0, 0], [10, 11], [12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of two requests, two tokens each\n"
+        "    req_pool_indices=np.array([1, 2]), prefix_lens=np.array([0, 0]),\n"
+        "    extend_seq_lens=np.array([2, 2]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 201, 202]), positions=np.array([0, 1, 0, 1]),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "with monitor.forward(batch):\n"
+        "    pass  # the engine's forward pass writes the KV here\n"
+        "monitor.end_step()"
     ),
     defensive="write_req_capacity = max(max_decode_bs, max_prefill_bs, req_to_token.shape[0])",
     prevention="Derive every monitor capacity from the engine's own limits in one place.",
@@ -59,13 +81,38 @@ define(
     ),
     solutions=("Build the monitor with write_token_capacity = max(max_bs * draft_tokens, max prefill tokens).",),
     before=(
-        "monitor = CanaryMonitor(**monitor_args(write_token_capacity=2))\n"
-        "monitor.pre_forward(batch())  # a 4-token prefill"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, write_token_capacity=2)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "with monitor.forward(batch):\n"
+        "    pass  # the engine's forward pass writes the KV here\n"
+        "monitor.end_step()"
     ),
     after=(
-        "chunked_prefill_size = 4\n"
-        "monitor = CanaryMonitor(**monitor_args(write_token_capacity=max(2, chunked_prefill_size)))\n"
-        "monitor.pre_forward(batch())"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "chunked_prefill_size = 4  # the most new tokens of one step\n"
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1,\n"
+        "                           write_token_capacity=chunked_prefill_size)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "with monitor.forward(batch):\n"
+        "    pass  # the engine's forward pass writes the KV here\n"
+        "monitor.end_step()"
     ),
     defensive="write_token_capacity = max(max_bs * max(1, num_draft_tokens), chunked_prefill_size)",
     prevention="Take the capacity from the same setting that bounds the engine's prefill chunks.",
@@ -92,11 +139,18 @@ define(
         "Split the chains over several sweep() calls.",
     ),
     before=(
-        "monitor = CanaryMonitor(**monitor_args(sweep_capacity=2))\nmonitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, sweep_capacity=2)\n"
+        "monitor.sweep([kc.SlotChain(slots=[10, 11, 12, 13])])"
     ),
     after=(
-        "monitor = CanaryMonitor(**monitor_args())  # sweep_capacity defaults to num_slots\n"
-        "monitor.sweep([SlotChain(slots=[10, 11, 12, 13])])"
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)  # sweeps up to 64 slots\n"
+        "monitor.sweep([kc.SlotChain(slots=[10, 11, 12, 13])])"
     ),
     defensive="for part in batched(chains, 64): monitor.sweep(part)",
     prevention="Size the sweep plan from the pool: a slot belongs to at most one cached chain.",
@@ -116,14 +170,28 @@ define(
     triggers=("An engine adapter that fills expected_input_tokens but forgot expected_input_positions.",),
     solutions=("Give both arrays, or leave both None to run without the write-input assert.",),
     before=(
-        "oracle_tokens = xp.asarray([101, 102, 103, 104])\n"
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "tokens, positions = np.array([101, 102, 103, 104]), np.arange(4)\n"
+        "kc.StepBatch(\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token, input_ids=tokens,\n"
+        "    positions=positions, out_cache_loc=np.array([10, 11, 12, 13]),\n"
+        "    expected_input_tokens=tokens)  # what the oracle says"
     ),
     after=(
-        "oracle_tokens, oracle_positions = xp.asarray([101, 102, 103, 104]), xp.arange(4)\n"
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.pre_forward(batch(expected_input_tokens=oracle_tokens, expected_input_positions=oracle_positions))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "tokens, positions = np.array([101, 102, 103, 104]), np.arange(4)\n"
+        "kc.StepBatch(\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token, input_ids=tokens,\n"
+        "    positions=positions, out_cache_loc=np.array([10, 11, 12, 13]),\n"
+        "    expected_input_tokens=tokens, expected_input_positions=positions)"
     ),
     defensive="if tokens is None or positions is None: tokens = positions = None",
     prevention="Produce the oracle's tokens and positions in one function that returns both.",

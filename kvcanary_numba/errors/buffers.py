@@ -23,12 +23,22 @@ define(
     ),
     solutions=("Allocate uint8 [num_slots, 32], or use CanaryContext.allocate.",),
     before=(
-        "canary_buf = xp.zeros((num_slots, 16), dtype=xp.uint8)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "buf = np.zeros((64, 16), np.uint8)  # 16 bytes per slot\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     after=(
-        "canary_buf = xp.zeros((num_slots, 32), dtype=xp.uint8)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "buf = np.zeros((64, kc.CANARY_SLOT_BYTES), np.uint8)  # 32 bytes per slot\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="stride = max(32, requested_stride)",
     prevention="Use CanaryContext.allocate, which sizes the buffer.",
@@ -55,14 +65,27 @@ define(
     ),
     solutions=("Pass a writeable copy (array.copy()).",),
     before=(
-        "canary_buf = np.load('buf.npy', mmap_mode='r')  # read-only\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "buf = np.zeros((64, 32), np.uint8)\n"
+        'buf.flags.writeable = False  # as np.load(path, mmap_mode="r") gives it\n'
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "pos = np.arange(4)\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + pos,\n"
+        "                              positions=pos, out_cache_loc=10 + pos)"
     ),
     after=(
-        "canary_buf = np.load('buf.npy').copy()\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "buf = np.zeros((64, 32), np.uint8)  # writeable (np.load(path).copy())\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "pos = np.arange(4)\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + pos,\n"
+        "                              positions=pos, out_cache_loc=10 + pos)"
     ),
     defensive="if not a.flags.writeable: a = a.copy()",
     prevention="Only pass buffers you own as outputs.",
@@ -85,14 +108,24 @@ define(
     ),
     solutions=("Allocate the array fresh, or slice at multiples of the stated alignment.",),
     before=(
-        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
-        "canary_buf = big_u8[3:3 + 32 * num_slots].reshape(-1, 32)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "raw = np.zeros(32 * 65, np.uint8)\n"
+        "buf = raw[3 : 3 + 32 * 64].reshape(64, 32)  # starts 3 bytes into raw\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     after=(
-        "big_u8 = xp.zeros(32 * (num_slots + 1), dtype=xp.uint8)\n"
-        "canary_buf = big_u8[32:].reshape(-1, 32)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(canary_buf=canary_buf)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "raw = np.zeros(32 * 65, np.uint8)\n"
+        "buf = raw[32:].reshape(64, 32)  # starts at a multiple of 8 bytes\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(canary_buf=buf)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="assert arr.data.ptr % 16 == 0",
     prevention="Never carve canary-owned arrays out of byte pools at arbitrary offsets.",
@@ -126,8 +159,12 @@ define(
         "Run each captured call once on the capturing stream, with the same sizes, before the "
         "capture (a warm-up step, as CUDA-graph runners already do).",
     ),
-    before="VerifyPlan.allocate(verify_capacity=2**31 - 1)  # 64 GiB of plan",
-    after="VerifyPlan.allocate(verify_capacity=3 * num_slots)",
+    before=(
+        "import kvcanary_numba as kc\n\nkc.CanaryContext.allocate(num_slots=2**31 - 1, slot_stride_bytes=4096)  # 8 TiB"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n\nkc.CanaryContext.allocate(num_slots=2**20)  # the KV pool's rows, 32 bytes each"
+    ),
     defensive="capacity = min(capacity, 3 * num_slots)",
     prevention="Derive every capacity in one place from the pool size.",
     related=("KVC-C011",),
@@ -162,14 +199,24 @@ define(
         "the call.",
     ),
     before=(
-        "counters = xp.zeros(1, dtype=xp.int64)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters, "
-        "kernel_run_counter=counters)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "counter = np.zeros(1, np.int64)\n"
+        "ctx = ctx.replace(slot_run_counter=counter, kernel_run_counter=counter)  # 1 array, 2x\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     after=(
-        "counters = xp.zeros(2, dtype=xp.int64)  # one buffer, two disjoint views\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters[0:1], "
-        "kernel_run_counter=counters[1:2])))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "counters = np.zeros(2, np.int64)  # one buffer, two disjoint views\n"
+        "ctx = ctx.replace(slot_run_counter=counters[:1], kernel_run_counter=counters[1:])\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="assert not np.may_share_memory(out, slot_indices)  # cupy.may_share_memory on a GPU",
     prevention="Give every output its own allocation, made once at start-up and reused every step.",

@@ -24,19 +24,44 @@ define(
         "(viewed zero-copy). Lists and scalars are not converted implicitly, because a hidden copy "
         "would make the canary check a snapshot instead of the live buffer. An interface whose "
         "pointer the CUDA driver does not map (host memory posing as a CUDA array) is refused too: "
-        "a kernel reading it would fault."
+        "a kernel reading it would fault; so is one with a field missing or mistyped, a mask, an "
+        "unknown version, a shape other than the object's, or more bytes than the allocation at its "
+        "pointer. Masked arrays (the mask would be ignored), matrices and arrays of dates, text or "
+        "records are not data the canary reads."
     ),
     triggers=(
         "Passing a Python list or tuple where an array is expected.",
         "A CPU framework tensor without DLPack, or a hand-made __cuda_array_interface__ over host memory.",
+        "A PyTorch tensor with requires_grad=True: it refuses both exports (pass tensor.detach()).",
+        "A numpy.ma masked array, or a producer whose __dlpack__ / __dlpack_device__ raises or lies.",
         f"Any argument of {_ALL_OPS}.",
     ),
     solutions=(
         "Wrap host data with numpy.asarray(..., dtype=...).",
         "Convert device tensors zero-copy with cupy.from_dlpack(tensor).",
     ),
-    before="launch_canary_plan_kernels(**plan_args(prefix_lens=[4]))",
-    after="launch_canary_plan_kernels(**plan_args(prefix_lens=np.asarray([4], dtype=np.int64)))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=[4], extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))  # prefix_lens: a list"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))  # prefix_lens: an array"
+    ),
     defensive="prefix_lens = cupy.from_dlpack(torch_prefix_lens)  # zero-copy view, live data",
     prevention="Keep the engine's metadata in CuPy (GPU) or NumPy (CPU) arrays from the start.",
     related=("KVC-C002", "KVC-C007"),
@@ -50,24 +75,42 @@ define(
     message="{function}: {argument} must have dtype {expected}, got {got}",
     exception="type",
     meaning=(
-        "Every array has one fixed dtype, the one SGLang's kernels use: int64 for per-request "
-        "metadata, plans, tokens, positions, slots and rings; int32 for req_to_token, "
-        "the expected-token pool and the count/flag scalars; uint8 for canary buffers. The kernels "
-        "are compiled for exactly these dtypes and never cast."
+        "Every array has the dtype SGLang's kernels use: int64 for per-request metadata, plans, "
+        "tokens, positions, slots and rings; int32 for req_to_token, the expected-token pool and the "
+        "count/flag scalars; uint8 for canary buffers. Where SGLang accepts int32 as well, so does "
+        "this package: the write's input_ids, positions and out_cache_loc and a StepBatch's request "
+        "and token arrays may be int32 or int64 (widened to int64 before a kernel reads them). Any "
+        "other dtype is refused: the kernels are compiled for these dtypes and nothing is cast "
+        "silently."
     ),
     triggers=(
         "req_to_token allocated as int64 (SGLang's ReqToTokenPool is int32).",
-        "Position or token arrays produced as int32 by the engine.",
+        "Positions or token ids computed in floating point (np.linspace, a division) or as uint32.",
         "violation_write_index allocated as int64 (it is int32, like SGLang's).",
     ),
     solutions=(
         "Allocate with the documented dtype, or cast once outside the hot path (astype).",
         "Use VerifyPlan.allocate / WritePlan.allocate / CanaryContext.allocate, which pick the dtypes.",
     ),
-    before="launch_canary_write_kernel(**write_args(positions=xp.arange(4, dtype=xp.int32)))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "positions = np.linspace(0, 3, 4)  # float64\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + positions,\n"
+        "                              positions=positions, out_cache_loc=np.arange(10, 14))"
+    ),
     after=(
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(positions=xp.arange(4, dtype=xp.int64)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "positions = np.arange(4)  # int64 (int32, as SGLang's launcher takes it, works too)\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + positions,\n"
+        "                              positions=positions, out_cache_loc=np.arange(10, 14))"
     ),
     defensive="positions = positions.astype(np.int64, copy=False)  # no copy when already int64",
     prevention="Let the allocators build every canary-owned array; cast engine arrays once per step.",
@@ -98,8 +141,24 @@ define(
         "Flatten vectors with .reshape(-1) (a view when contiguous).",
         "View a KV layer as [rows, bytes]: layer.view(numpy.uint8).reshape(rows, -1).",
     ),
-    before=("flat = xp.asarray([5, 6, 7, 8])\nscatter_req_token_ids(**scatter_args(flat_in=flat.reshape(1, -1)))"),
-    after=("flat = xp.asarray([5, 6, 7, 8])\nscatter_req_token_ids(**scatter_args(flat_in=flat.reshape(-1)))"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "flat = np.array([[5, 6, 7, 8]])  # shape (1, 4)\n"
+        "kc.scatter_req_token_ids(flat_in=flat, offsets=np.array([0, 4]),\n"
+        "                         req_pool_indices=np.array([1]), pool_out=pool)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "flat = np.array([5, 6, 7, 8])  # shape (4,)\n"
+        "kc.scatter_req_token_ids(flat_in=flat, offsets=np.array([0, 4]),\n"
+        "                         req_pool_indices=np.array([1]), pool_out=pool)"
+    ),
     defensive="assert_1d = flat.reshape(-1)  # explicit flatten at the engine boundary",
     prevention="Keep a table of the documented shapes next to the engine's buffer definitions.",
     related=("KVC-C004",),
@@ -132,13 +191,24 @@ define(
         "Pass 1-element views (counters[tag:tag + 1]) for per-launch counters.",
     ),
     before=(
-        "counters = xp.zeros(12, dtype=xp.int64)  # one per launch tag\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "counters = np.zeros(12, np.int64)  # one per launch tag\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(slot_run_counter=counters)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     after=(
-        "counters = xp.zeros(12, dtype=xp.int64)  # one per launch tag\n"
-        "tag = 0\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(slot_run_counter=counters[tag:tag + 1])))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "counters = np.zeros(12, np.int64)  # one per launch tag\n"
+        "tag = kc.CanaryLaunchTag.HEAD_K_FULL\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "ctx = ctx.replace(slot_run_counter=counters[tag : tag + 1])  # this launch's [1] view\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="bs = len(req_pool_indices); prefix_lens, extend_seq_lens = prefix_lens[:bs], extend_seq_lens[:bs]",
     prevention="Derive every batch length from one variable.",
@@ -160,12 +230,30 @@ define(
     ),
     solutions=("Allocate the array with at least the stated length (padding is allowed).",),
     before=(
-        "lut = xp.zeros(0, dtype=xp.int64)\n"
-        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "lut = np.zeros(0, np.int64)  # the full-to-SWA slot mapping, empty\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4, full_to_swa_index_mapping=lut)"
     ),
     after=(
-        "lut = xp.zeros(num_slots + 1, dtype=xp.int64)\n"
-        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "lut = np.arange(65, dtype=np.int64)  # full pool size + 1 entries\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4, full_to_swa_index_mapping=lut)"
     ),
     defensive="assert lut.shape[0] >= full_pool_size + 1",
     prevention="Size buffers from the pool's capacity, not from the current batch.",
@@ -192,13 +280,26 @@ define(
     ),
     solutions=("Pass a contiguous copy made once (numpy.ascontiguousarray / cupy.ascontiguousarray).",),
     before=(
-        "batch_tokens = xp.zeros((4, 2), dtype=xp.int64)  # token, position columns\n"
-        "launch_canary_write_kernel(**write_args(input_ids=batch_tokens[:, 0]))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "batch = np.array([[101, 0], [102, 1], [103, 2]])  # token, position columns\n"
+        "tokens, positions = batch[:, 0], batch[:, 1]  # strided views\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=tokens,\n"
+        "                              positions=positions, out_cache_loc=np.arange(10, 13))"
     ),
     after=(
-        "batch_tokens = xp.zeros((4, 2), dtype=xp.int64)  # token, position columns\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(input_ids=xp.ascontiguousarray(batch_tokens[:, 0])))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "batch = np.array([[101, 0], [102, 1], [103, 2]])  # token, position columns\n"
+        "tokens, positions = np.ascontiguousarray(batch.T)  # two contiguous rows\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=tokens,\n"
+        "                              positions=positions, out_cache_loc=np.arange(10, 13))"
     ),
     defensive="x = x if x.flags.c_contiguous else xp.ascontiguousarray(x)",
     prevention="Keep persistent canary buffers as fresh allocations, never views.",

@@ -40,8 +40,8 @@ define(
     ),
     triggers=("Raising max_running or the prompt lengths without raising num_pages.",),
     solutions=("Raise num_pages to the stated minimum, or lower max_running / the lengths.",),
-    before="EngineConfig(num_pages=8, max_running=8)",
-    after="EngineConfig(num_pages=96, max_running=8)",
+    before=("from kvcanary_numba.engine import EngineConfig\n\nEngineConfig(num_pages=8, max_running=8)"),
+    after=("from kvcanary_numba.engine import EngineConfig\n\nEngineConfig(num_pages=96, max_running=8)"),
     defensive="num_pages = max(num_pages, EngineConfig.min_pages(...))",
     prevention="Size the toy pool from the workload parameters.",
     related=("KVC-E003",),
@@ -62,8 +62,16 @@ define(
     ),
     triggers=("shared_prefix_len=3 with page_size=2.", "shared_prefix_len equal to the prompt length."),
     solutions=("Round shared_prefix_len down to a multiple of page_size below min_prompt_len.",),
-    before="EngineConfig(page_size=4, shared_prefix_len=6, min_prompt_len=6)",
-    after="EngineConfig(page_size=4, shared_prefix_len=4, min_prompt_len=6)",
+    before=(
+        "from kvcanary_numba.engine import EngineConfig\n"
+        "\n"
+        "EngineConfig(page_size=4, shared_prefix_len=6, min_prompt_len=6)"
+    ),
+    after=(
+        "from kvcanary_numba.engine import EngineConfig\n"
+        "\n"
+        "EngineConfig(page_size=4, shared_prefix_len=4, min_prompt_len=6)  # whole pages"
+    ),
     defensive="shared = (min_prompt_len - 1) // page_size * page_size",
     prevention="Derive the shared prefix length from the page size.",
     related=("KVC-E002",),
@@ -82,8 +90,8 @@ define(
     ),
     triggers=("ToyEngine({'seed': 1}) instead of ToyEngine(EngineConfig(seed=1)).", "faults=5 or faults=None."),
     solutions=("Wrap the settings: EngineConfig(**settings).", "Pass faults=() for none, or a list of names."),
-    before="ToyEngine({'seed': 1}, faults=None)",
-    after="ToyEngine(EngineConfig(seed=1), faults=())",
+    before=('from kvcanary_numba.engine import EngineConfig, ToyEngine\n\nToyEngine({"seed": 1}, faults=None)'),
+    after=("from kvcanary_numba.engine import EngineConfig, ToyEngine\n\nToyEngine(EngineConfig(seed=1), faults=())"),
     defensive="cfg = cfg if isinstance(cfg, EngineConfig) else EngineConfig(**cfg)",
     prevention="Build the config once with EngineConfig and pass it around.",
     related=("KVC-E001",),
@@ -101,8 +109,14 @@ define(
     ),
     triggers=("num_layers or num_pages set to a production model's size.",),
     solutions=("Use a few layers and pages: the toy engine exercises the canary, not the model.",),
-    before="EngineConfig(num_layers=80, num_pages=2**20, bytes_per_token=1024)",
-    after="EngineConfig(num_layers=2, num_pages=64, bytes_per_token=32)",
+    before=(
+        "from kvcanary_numba.engine import EngineConfig\n"
+        "\n"
+        "EngineConfig(num_layers=80, num_pages=2**20, bytes_per_token=1024)"
+    ),
+    after=(
+        "from kvcanary_numba.engine import EngineConfig\n\nEngineConfig(num_layers=2, num_pages=64, bytes_per_token=32)"
+    ),
     defensive="num_layers = min(num_layers, 4)",
     prevention="Keep toy-engine configurations small (the defaults).",
     related=("KVC-E002",),

@@ -19,8 +19,20 @@ define(
     meaning=f"page_size is the number of KV slots stored in one row of the source. {_LAYOUT}",
     triggers=("page_size=0 from an unset configuration value.", "A float page size (16.0)."),
     solutions=("Pass the KV pool's page size as an int (1 for token-granular pools).",),
-    before="RealKvSource(tensor=k_layer0, page_size=0, num_bytes_per_token=256, read_bytes=256)",
-    after="RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256)",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "kc.RealKvSource(tensor=k, page_size=0, num_bytes_per_token=256, read_bytes=256)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+    ),
     defensive="page_size = int(pool.page_size) or 1",
     prevention="Build sources with one helper that reads page size from the pool object.",
     related=("KVC-R002", "KVC-R006"),
@@ -41,10 +53,19 @@ define(
         "possible: it must be the real per-token stride); otherwise leave the source out.",
     ),
     before=(
-        "t = xp.zeros((num_slots, 24), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=24, read_bytes=16)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 24), np.uint8)  # 24 bytes per token\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=24, read_bytes=16)"
     ),
-    after="real_kv_sources = ()  # no source: fingerprints off for this pool",
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 32), np.uint8)  # rows padded to 32 bytes\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=16)"
+    ),
     defensive="sources = (src,) if nbytes % 16 == 0 else ()",
     prevention="Check alignment once when the pool is created.",
     related=("KVC-R003",),
@@ -65,12 +86,18 @@ define(
     triggers=("read_bytes=0 to disable a source.", "read_bytes larger than the strip."),
     solutions=("Omit the source instead of read_bytes=0.", "Use read_bytes=num_bytes_per_token for the whole strip."),
     before=(
-        "t = xp.zeros((num_slots, 128), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=128, read_bytes=0)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 128), np.uint8)\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=128, read_bytes=0)"
     ),
     after=(
-        "t = xp.zeros((num_slots, 128), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=t, page_size=1, num_bytes_per_token=128, read_bytes=128)  # or no source"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 128), np.uint8)\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=128, read_bytes=128)"
     ),
     defensive="read_bytes = min(num_bytes_per_token, max(16, read_bytes // 16 * 16))",
     prevention="Derive read_bytes from the mode: PARTIAL -> 16, ALL -> num_bytes_per_token.",
@@ -94,13 +121,19 @@ define(
     triggers=("Passing the whole [layers, slots, heads*dim] KV tensor.", "Passing a flat byte buffer."),
     solutions=("Pass one layer reshaped to 2-D: k_buffer[0].reshape(num_rows, -1).",),
     before=(
-        "k_buffer = xp.zeros((2, num_slots, 256), dtype=xp.uint8)  # [layer, slot, bytes]\n"
-        "RealKvSource(tensor=k_buffer, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k_buffer = np.zeros((2, 64, 256), np.uint8)  # [layer, slot, bytes]\n"
+        "kc.RealKvSource(tensor=k_buffer, page_size=1, num_bytes_per_token=256, read_bytes=256)"
     ),
     after=(
-        "k_buffer = xp.zeros((2, num_slots, 256), dtype=xp.uint8)  # [layer, slot, bytes]\n"
-        "RealKvSource(tensor=k_buffer[0].reshape(k_buffer.shape[1], -1), page_size=1,\n"
-        "             num_bytes_per_token=256, read_bytes=256)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k_buffer = np.zeros((2, 64, 256), np.uint8)  # [layer, slot, bytes]\n"
+        "k = k_buffer[0]  # layer 0: [slot, bytes]\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)"
     ),
     defensive="layer = k_buffer[0]; layer = layer.reshape(layer.shape[0], -1)",
     prevention="Fingerprint layer 0 (as SGLang does) through one helper.",
@@ -125,12 +158,18 @@ define(
     triggers=("A transposed view.", "A row stride of 24 bytes."),
     solutions=("Use a view whose rows are contiguous and 16-byte aligned, or pad the rows.",),
     before=(
-        "kv = xp.zeros((256, num_slots), dtype=xp.uint8).T  # rows 1 byte apart\n"
-        "RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((256, 64), np.uint8).T  # [slot, bytes], rows 1 byte apart\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)"
     ),
     after=(
-        "kv = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # rows 256 bytes apart\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)"
     ),
     defensive="assert t.strides[-1] == t.itemsize and t.strides[0] % 16 == 0",
     prevention="Pad KV rows to a multiple of 16 bytes at allocation.",
@@ -155,12 +194,18 @@ define(
     triggers=("page_size or num_bytes_per_token taken from another pool.", "A row view cut too short."),
     solutions=("Fix page_size / num_bytes_per_token to the tensor's real geometry.",),
     before=(
-        "t_256_bytes_per_row = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=t_256_bytes_per_row, page_size=4, num_bytes_per_token=128, read_bytes=16)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pages = np.zeros((16, 256), np.uint8)  # 256 bytes per page\n"
+        "kc.RealKvSource(tensor=pages, page_size=4, num_bytes_per_token=128, read_bytes=16)"
     ),
     after=(
-        "t_256_bytes_per_row = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "RealKvSource(tensor=t_256_bytes_per_row, page_size=2, num_bytes_per_token=128, read_bytes=16)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pages = np.zeros((16, 256), np.uint8)  # 2 tokens of 128 bytes per page\n"
+        "kc.RealKvSource(tensor=pages, page_size=2, num_bytes_per_token=128, read_bytes=16)"
     ),
     defensive="assert t.shape[1] * t.itemsize >= page_size * nbytes",
     prevention="Compute page_size and bytes per token from the same tensor.",
@@ -197,18 +242,27 @@ define(
         "Size the canary buffer from the KV pool: num_slots = rows * page_size.",
     ),
     before=(
-        "k0 = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "ctx = CanaryContext.allocate(num_slots=num_slots, real_kv_hash_mode=RealKvHashMode.ALL,\n"
-        "    real_kv_sources=(RealKvSource(tensor=k0[:16], page_size=1,\n"
-        "                                  num_bytes_per_token=256, read_bytes=256),))\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "rows = k[:16]  # 16 of the pool's 64 rows\n"
+        "src = kc.RealKvSource(tensor=rows, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64, real_kv_sources=(src,),\n"
+        "                                real_kv_hash_mode=kc.RealKvHashMode.ALL)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     after=(
-        "k0 = xp.zeros((num_slots, 256), dtype=xp.uint8)\n"
-        "ctx = CanaryContext.allocate(num_slots=k0.shape[0], real_kv_hash_mode=RealKvHashMode.ALL,\n"
-        "    real_kv_sources=(RealKvSource(tensor=k0, page_size=1,\n"
-        "                                  num_bytes_per_token=256, read_bytes=256),))\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=k.shape[0], real_kv_sources=(src,),\n"
+        "                                real_kv_hash_mode=kc.RealKvHashMode.ALL)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="assert all(s.slots_covered >= ctx.num_slots for s in ctx.real_kv_sources)",
     prevention=(

@@ -1,6 +1,7 @@
 """Codes KVC-M…: the CanaryMonitor (construction, step bundles, sweeps).
 
-A step's batch against the capacities and its expected inputs: :mod:`.batch`.
+A step's batch against the capacities and its expected inputs: :mod:`.batch`; host threads
+(KVC-M026): :mod:`.threads`; a job of several ranks: :mod:`.ranks`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ define(
         "Pass mode='log' or mode='raise'.",
         "To run without checks, skip creating the monitor and its hooks.",
     ),
-    before="CanaryMonitor(**monitor_args(mode='none'))",
-    after=("enabled = False\nmonitor = CanaryMonitor(**monitor_args(mode='log')) if enabled else None"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'kc.CanaryMonitor(full=full, write_req_capacity=1, mode="none")'
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        'monitor = kc.CanaryMonitor(full=full, write_req_capacity=1, mode="log")  # or "raise"'
+    ),
     defensive="mode = os.environ.get('KV_CANARY', 'log').strip().lower()",
     prevention="Parse the mode once from configuration with an explicit list of choices.",
     related=("KVC-C009",),
@@ -55,10 +66,37 @@ define(
         "Call the three hooks once per step in order, or use `with monitor.forward(batch): ...` "
         "followed by monitor.end_step().",
     ),
-    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.pre_forward(batch()); monitor.end_step()"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "monitor.pre_forward(batch)\n"
+        "monitor.end_step()  # post_forward() was skipped"
+    ),
     after=(
-        "monitor = CanaryMonitor(**monitor_args())\n"
-        "monitor.pre_forward(batch()); monitor.post_forward(); monitor.end_step()"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "req_to_token = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+        "batch = kc.StepBatch(  # a prefill of one request: four tokens into slots 10..13\n"
+        "    req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+        "    extend_seq_lens=np.array([4]), req_to_token=req_to_token,\n"
+        "    input_ids=np.array([101, 102, 103, 104]), positions=np.arange(4),\n"
+        "    out_cache_loc=np.array([10, 11, 12, 13]))\n"
+        "monitor.pre_forward(batch)\n"
+        "# ... the engine's forward pass writes the KV ...\n"
+        "monitor.post_forward()\n"
+        "monitor.end_step()"
     ),
     defensive="with monitor.forward(batch):\n    run_forward()\nmonitor.end_step()",
     prevention="Wrap the engine's forward in one function that calls the hooks.",
@@ -81,12 +119,19 @@ define(
     ),
     solutions=("Pass swa_window_size = the model's sliding window for kind='swa' and 0 for kind='full'.",),
     before=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, full_to_swa_index_mapping=lut)'
     ),
     after=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4096, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, swa_window_size=4096,\n'
+        "           full_to_swa_index_mapping=lut)"
     ),
     defensive="window = config.sliding_window if kind == 'swa' else 0",
     prevention="Build both groups from the pool object that knows its window.",
@@ -109,10 +154,14 @@ define(
         "Passing the LUT to the FULL group as well.",
     ),
     solutions=("Give the LUT to the SWA group only.",),
-    before="KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4)",
+    before=('import kvcanary_numba as kc\n\nkc.KvGroup(kind="swa", num_slots=64, swa_window_size=4)'),
     after=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)\n"
-        "KvGroup(kind='swa', num_slots=num_slots, swa_window_size=4, full_to_swa_index_mapping=lut)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        'kc.KvGroup(kind="swa", num_slots=64, swa_window_size=4,\n'
+        "           full_to_swa_index_mapping=lut)"
     ),
     defensive="lut = pool.full_to_swa if kind == 'swa' else None",
     prevention="Keep the LUT with the SWA sub-pool object and build the group from it.",
@@ -139,8 +188,19 @@ define(
         "Pass max_requests (req_to_token rows) and max_context_len when enabling the check.",
         "Fill StepBatch.token_ids_flat and token_offsets from the requests' token lists.",
     ),
-    before="CanaryMonitor(**monitor_args(check_verify_expected_token=True))",
-    after="CanaryMonitor(**monitor_args(check_verify_expected_token=True, max_requests=4, max_context_len=16))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, check_verify_expected_token=True)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "kc.CanaryMonitor(full=full, write_req_capacity=1, check_verify_expected_token=True,\n"
+        "                 max_requests=4, max_context_len=16)  # the token pool's shape"
+    ),
     defensive="check = snapshot is not None  # enable the check only where the engine keeps token lists",
     prevention="Enable the token check together with the code that builds token snapshots.",
     related=("KVC-S001",),
@@ -170,8 +230,20 @@ define(
         "Wrap the arrays: StepBatch(**arrays).",
         "Wrap each chain: SlotChain(slots=[...], start_position=0).",
     ),
-    before=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([[10, 11, 12]])"),
-    after=("monitor = CanaryMonitor(**monitor_args())\nmonitor.sweep([SlotChain(slots=[10, 11, 12])])"),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "monitor.sweep([[10, 11, 12]])"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        'full = kc.KvGroup(kind="full", num_slots=64, has_v=False)  # K only\n'
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "monitor.sweep([kc.SlotChain(slots=[10, 11, 12])])"
+    ),
     defensive="chains = [c if isinstance(c, SlotChain) else SlotChain(slots=c) for c in chains]",
     prevention="Build the bundles in the one adapter between the engine and the monitor.",
     related=("KVC-V001",),
@@ -194,10 +266,73 @@ define(
         "slots=None for an empty chain.",
     ),
     solutions=("Pass a list of ints or a 1-D integer array; an empty chain is slots=[].",),
-    before="SlotChain(slots=np.array([[5, 6, 7]]))",
-    after="SlotChain(slots=np.array([5, 6, 7]))",
+    before=("import kvcanary_numba as kc\nimport numpy as np\n\nkc.SlotChain(slots=np.array([[5, 6, 7]]))  # 2-D"),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kc.SlotChain(slots=np.array([5, 6, 7]))  # one request's slots, in position order"
+    ),
     defensive="slots = [int(s) for s in slots]",
     prevention="Keep slot lists as integer arrays end to end.",
     related=("KVC-M009", "KVC-M004"),
+    extension=True,
+)
+
+define(
+    "KVC-M023",
+    title="Rebound sources fold other bytes than the group's",
+    message=(
+        "{function}: {problem}, not {expected}; sources a monitor rebinds (or that move in place) "
+        "must fold what the ones they replace folded: as many per half, as many bytes per slot each"
+    ),
+    meaning=(
+        "Every TAIL write stamps a slot with the fingerprint of the bytes its sources fold, and every "
+        "later verify folds the slot again and compares. CanaryMonitor.rebind_sources points a group at "
+        "new memory (a JAX pool after a functional update, a reallocated pool); the fingerprints stamped "
+        "before stay valid only if the new sources fold the same bytes of each slot: the same number of "
+        "sources per half and, in ALL mode, the same read_bytes each. Otherwise every cached slot would "
+        "be reported. The same holds for a source whose fields or tensor changed in place (the monitor "
+        "follows such a source only while it folds what it did)."
+    ),
+    triggers=(
+        "Rebinding K to two layers' sources where the monitor was built with layer 0 only.",
+        "Rebinding with sources whose read_bytes differ from the ones built (ALL mode).",
+        "Rebinding sources on a monitor built without any (it folds none).",
+    ),
+    solutions=(
+        "Rebind the same strips of the new memory: one source per source the group was built with, "
+        "with the same read_bytes.",
+        "To fold other bytes, build a new CanaryMonitor (its fingerprints start over).",
+    ),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "def src(t):\n"
+        "    return kc.RealKvSource(tensor=t, page_size=1,\n"
+        "                           num_bytes_per_token=256, read_bytes=256)\n"
+        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False, k_sources=(src(kv),))\n"
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "kv = kv.copy()  # the pool's next buffer (a functional update)\n"
+        "monitor.rebind_sources(k_sources=(src(kv), src(kv)))  # two where one was built"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "def src(t):\n"
+        "    return kc.RealKvSource(tensor=t, page_size=1,\n"
+        "                           num_bytes_per_token=256, read_bytes=256)\n"
+        "full = kc.KvGroup(kind='full', num_slots=64, has_v=False, k_sources=(src(kv),))\n"
+        "monitor = kc.CanaryMonitor(full=full, write_req_capacity=1)\n"
+        "kv = kv.copy()  # the pool's next buffer (a functional update)\n"
+        "monitor.rebind_sources(k_sources=(src(kv),))"
+    ),
+    defensive="assert len(new_k_sources) == len(group.k_sources)",
+    prevention="Build each step's sources with the one function that built the monitor's.",
+    related=("KVC-R007", "KVC-R011", "KVC-M005"),
     extension=True,
 )

@@ -28,14 +28,30 @@ define(
         "When building arrays by hand, allocate write_req_capacity + 1 int64 entries.",
     ),
     before=(
-        "plan = WritePlan(write_offsets=xp.zeros(0, dtype=xp.int64),  # no room for the leading 0\n"
-        "                 write_seed_slot_indices=xp.zeros(0, dtype=xp.int64),\n"
-        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan(write_offsets=np.zeros(0, np.int64),  # no room for the leading 0\n"
+        "                     write_seed_slot_indices=np.zeros(0, np.int64),\n"
+        "                     write_num_valid_reqs=np.zeros(1, np.int32))\n"
+        "empty = np.zeros(0, np.int64)  # a batch of no requests\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=empty,\n"
+        "    prefix_lens=empty, extend_seq_lens=empty,\n"
+        "    req_to_token=np.zeros((1, 8), np.int32))"
     ),
     after=(
-        "plan = WritePlan.allocate(write_req_capacity=cap)  # cap + 1 offsets\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)  # 1 + 1 offsets\n"
+        "empty = np.zeros(0, np.int64)  # a batch of no requests\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=empty,\n"
+        "    prefix_lens=empty, extend_seq_lens=empty,\n"
+        "    req_to_token=np.zeros((1, 8), np.int32))"
     ),
     defensive=(
         "offsets = xp.zeros(write_req_capacity + 1, dtype=xp.int64)  # one more than requests\n"
@@ -74,14 +90,30 @@ define(
         "When building arrays by hand, make write_offsets exactly len(write_seed_slot_indices) + 1 long.",
     ),
     before=(
-        "plan = WritePlan(write_offsets=xp.zeros(cap, dtype=xp.int64),\n"
-        "                 write_seed_slot_indices=xp.full(cap, -1, dtype=xp.int64),\n"
-        "                 write_num_valid_reqs=xp.zeros(1, dtype=xp.int32))\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "cap = 4  # requests the write plan can describe\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan(write_offsets=np.zeros(cap, np.int64),  # one short\n"
+        "                     write_seed_slot_indices=np.full(cap, -1, np.int64),\n"
+        "                     write_num_valid_reqs=np.zeros(1, np.int32))\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))"
     ),
     after=(
-        "plan = WritePlan.allocate(write_req_capacity=cap)  # device='cuda' on a GPU\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "cap = 4  # requests the write plan can describe\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=cap)  # cap + 1 offsets\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))"
     ),
     defensive=("assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1"),
     prevention=(
@@ -113,15 +145,27 @@ define(
         "Split an oversized batch into launches that fit.",
     ),
     before=(
-        "wplan = WritePlan.allocate(write_req_capacity=1)  # then a 2-request batch\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=wplan, req_pool_indices=xp.asarray([1, 2]),\n"
-        "                                       prefix_lens=xp.asarray([4, 0]), extend_seq_lens=xp.asarray([1, 1])))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)  # then a batch of 2 requests\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1, 2]),\n"
+        "    prefix_lens=np.array([4, 0]), extend_seq_lens=np.array([1, 1]),\n"
+        "    req_to_token=np.zeros((3, 8), np.int32))"
     ),
     after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
         "cuda_graph_max_bs, req_pool_size = 2, 3\n"
-        "wplan = WritePlan.allocate(write_req_capacity=max(cuda_graph_max_bs, req_pool_size))\n"
-        "launch_canary_plan_kernels(**plan_args(write_plan_out=wplan, req_pool_indices=xp.asarray([1, 2]),\n"
-        "                                       prefix_lens=xp.asarray([4, 0]), extend_seq_lens=xp.asarray([1, 1])))"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=max(cuda_graph_max_bs, req_pool_size))\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1, 2]),\n"
+        "    prefix_lens=np.array([4, 0]), extend_seq_lens=np.array([1, 1]),\n"
+        "    req_to_token=np.zeros((3, 8), np.int32))"
     ),
     defensive=(
         "if len(req_pool_indices) > wplan.write_req_capacity:\n"
@@ -149,18 +193,40 @@ define(
         "entries than this, the plan sets verify_num_valid = verify_capacity and enable = 0 and "
         "leaves the entry arrays alone. The threshold must therefore be the real length of the "
         "entry arrays; a larger value would let the plan write past their end, a smaller one would "
-        "disable verification for steps that fit."
+        "disable verification for steps that fit. Leave verify_capacity out (None, the default) and "
+        "the plan's own length is used; SGLang passes it, and a value given must equal it."
     ),
     triggers=(
         "Passing a configured capacity while the plan was allocated with another one.",
         "Reallocating the verify plan (larger pool) without updating the capacity passed to the plan.",
     ),
     solutions=(
-        "Pass verify_capacity=verify_plan.verify_capacity.",
+        "Leave verify_capacity out (it defaults to the plan's), or pass verify_plan.verify_capacity.",
         "Allocate the plan from the same variable you pass as verify_capacity.",
     ),
-    before="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, verify_capacity=4096))  # vplan has 64",
-    after="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, verify_capacity=vplan.verify_capacity))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    verify_capacity=4096)  # vplan holds 8"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))  # verify_capacity: vplan's (or pass 8)"
+    ),
     defensive="verify_capacity = vplan.verify_capacity  # single source of truth",
     prevention="Never keep the capacity separately from the plan; read it from the plan object.",
     related=("KVC-P003", "KVC-C011"),

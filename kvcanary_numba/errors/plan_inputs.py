@@ -24,10 +24,30 @@ define(
         "For the SWA group pass swa_window_size=W and full_to_swa_index_mapping=lut.",
         "For the full group pass swa_window_size=0 and full_to_swa_index_mapping=None.",
     ),
-    before="launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=None))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4)  # no full_to_swa_index_mapping"
+    ),
     after=(
-        "lut = xp.arange(num_slots + 1, dtype=xp.int64)  # the pool's full-to-SWA mapping\n"
-        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "lut = np.arange(65, dtype=np.int64)  # full slot -> SWA slot (full pool size + 1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4, full_to_swa_index_mapping=lut)"
     ),
     defensive=(
         "lut = group.full_to_swa_index_mapping if group.is_swa else None\nwindow = group.window if group.is_swa else 0"
@@ -66,12 +86,32 @@ define(
         "Fill the pool with scatter_req_token_ids and pass the same per-request lengths it used.",
     ),
     before=(
-        "launch_canary_plan_kernels(**plan_args(req_to_verify_expected_tokens=pool,\n"
-        "                                       req_to_verify_expected_tokens_valid_lens=None))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    req_to_verify_expected_tokens=pool)"
     ),
     after=(
-        "launch_canary_plan_kernels(**plan_args(req_to_verify_expected_tokens=pool,\n"
-        "                                       req_to_verify_expected_tokens_valid_lens=lens))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "valid = np.array([5])  # tokens of request row 1 in the pool\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    req_to_verify_expected_tokens=pool,\n"
+        "    req_to_verify_expected_tokens_valid_lens=valid)"
     ),
     defensive=(
         "pool_args = (pool, lens) if check_tokens else (None, None)\n"
@@ -110,8 +150,28 @@ define(
         "Pass VerifyPlan.allocate(...) as verify_plan_out and WritePlan.allocate(...) as write_plan_out.",
         "To compute only write ranges and seeds, call launch_plan_offsets_kernel with raw arrays.",
     ),
-    before="launch_canary_plan_kernels(**plan_args(verify_plan_out=wplan, write_plan_out=vplan))",
-    after="launch_canary_plan_kernels(**plan_args(verify_plan_out=vplan, write_plan_out=wplan))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=wplan, write_plan_out=vplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))  # the plans swapped"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32))"
+    ),
     defensive="assert isinstance(vplan, VerifyPlan) and isinstance(wplan, WritePlan)",
     prevention="Always pass plans by keyword and allocate them next to each other.",
     related=("KVC-C001", "KVC-P002"),
@@ -141,13 +201,31 @@ define(
         "Set lut[0] = 0 after building the LUT by hand.",
     ),
     before=(
-        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)   # slot 0 maps to -1\n"
-        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "lut = np.full(65, -1, np.int64)  # padding slot 0 maps to -1\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4, full_to_swa_index_mapping=lut)"
     ),
     after=(
-        "lut = xp.full(num_slots + 1, -1, dtype=xp.int64)\n"
-        "lut[0] = 0                                          # padding stays padding\n"
-        "launch_canary_plan_kernels(**plan_args(swa_window_size=4, full_to_swa_index_mapping=lut))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "lut = np.full(65, -1, np.int64)\n"
+        "lut[0] = 0  # padding stays padding\n"
+        "kc.launch_canary_plan_kernels(\n"
+        "    verify_plan_out=vplan, write_plan_out=wplan, req_pool_indices=np.array([1]),\n"
+        "    prefix_lens=np.array([4]), extend_seq_lens=np.array([1]),\n"
+        "    req_to_token=np.zeros((2, 8), np.int32),\n"
+        "    swa_window_size=4, full_to_swa_index_mapping=lut)"
     ),
     defensive="assert int(lut[0]) == 0, 'full_to_swa_index_mapping[0] must map padding slot 0 to 0'",
     prevention=(

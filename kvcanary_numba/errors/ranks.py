@@ -1,10 +1,36 @@
-"""Codes KVC-M050 .. KVC-M059: monitors in a job of several ranks (the verdict word and its merge)."""
+"""Codes KVC-M050 and on: monitors in a job of several ranks (the verdict word and its merge)."""
 
 from __future__ import annotations
 
 from .registry import define
 
-_STEP = "m.pre_forward(batch()); m.post_forward(); m.end_step()\n"
+#: Two ranks' monitors (one process stands for two here), each through one clean step.
+_RANKS = (
+    "import kvcanary_numba as kc\n"
+    "import numpy as np\n"
+    "{extra}"
+    "\n"
+    "rtt = np.array([[0] * 4, [10, 11, 12, 13]], np.int32)\n"
+    "batch = kc.StepBatch(req_pool_indices=np.array([1]), prefix_lens=np.array([0]),\n"
+    "                     extend_seq_lens=np.array([4]), req_to_token=rtt,\n"
+    "                     input_ids=np.arange(101, 105), positions=np.arange(4),\n"
+    "                     out_cache_loc=np.arange(10, 14))\n"
+    "ranks = []\n"
+    "for rank in (0, 1):  # one monitor per rank\n"
+    "    full = kc.KvGroup(kind='full', num_slots=64, has_v=False)  # K only\n"
+    "    m = kc.CanaryMonitor(full=full, write_req_capacity=1, mode='raise',\n"
+    "                         {options})\n"
+    "    with m.forward(batch):\n"
+    "        pass  # the engine writes the step's KV here\n"
+    "    m.end_step()\n"
+    "    ranks.append(m)\n"
+)
+_MERGE = "from kvcanary_numba.monitor import merge_verdicts\n"
+
+
+def _ranks(options: str = "verdict=True, rank=rank", extra: str = "") -> str:
+    return _RANKS.format(options=options, extra=extra)
+
 
 define(
     "KVC-M050",
@@ -26,8 +52,12 @@ define(
         "Pass verdict=True (and rank=) to CanaryMonitor on every rank.",
         "In a job of one process, leave apply_verdict out: end_step reports by itself.",
     ),
-    before="m = CanaryMonitor(**monitor_args())\n" + _STEP + "m.apply_verdict(np.zeros(16, dtype=np.int32))",
-    after="m = CanaryMonitor(**monitor_args(verdict=True, rank=0))\n" + _STEP + "m.apply_verdict(m.verdict.word)",
+    before=_ranks("rank=rank")
+    + "for m in ranks:  # built without verdict=True: no word\n    m.apply_verdict(np.zeros(16, np.int32))",
+    after=_ranks(extra=_MERGE)
+    + "merged = merge_verdicts([m.verdict.word for m in ranks])  # the all-reduce, on the host\n"
+    "for m in ranks:\n"
+    "    m.apply_verdict(merged)",
     defensive="if m.verdict is not None:\n    m.apply_verdict(m.verdict.word)",
     prevention="Build every rank's monitor with the same options, verdict=True and its own rank.",
     related=("KVC-M051", "KVC-M001"),
@@ -55,19 +85,12 @@ define(
         "Combine the words with a max (ncclMax, ReduceOp.MAX, jax.lax.pmax) or merge_verdicts on the host.",
         "Pass the collective's output buffer, in the order of the current stream.",
     ),
-    before=(
-        "m = CanaryMonitor(**monitor_args(verdict=True, rank=0))\n"
-        + _STEP
-        + "words = [m.verdict.word.copy(), m.verdict.word.copy()]\n"
-        "m.apply_verdict(words[0] + words[1])  # a sum, not a max"
-    ),
-    after=(
-        "from kvcanary_numba.monitor import merge_verdicts\n"
-        "m = CanaryMonitor(**monitor_args(verdict=True, rank=0))\n"
-        + _STEP
-        + "words = [m.verdict.word.copy(), m.verdict.word.copy()]\n"
-        "m.apply_verdict(merge_verdicts(words))  # the element-wise max"
-    ),
+    before=_ranks() + "merged = ranks[0].verdict.word + ranks[1].verdict.word  # a sum, not a max\n"
+    "for m in ranks:\n"
+    "    m.apply_verdict(merged)",
+    after=_ranks(extra=_MERGE) + "merged = merge_verdicts([m.verdict.word for m in ranks])  # the element-wise max\n"
+    "for m in ranks:\n"
+    "    m.apply_verdict(merged)",
     defensive="merged = np.maximum.reduce(words)  # what an all-reduce with op=max computes",
     prevention="Wrap the engine's all-reduce of verdict words in one function that names the max.",
     related=("KVC-M050", "KVC-M052"),
@@ -88,11 +111,12 @@ define(
         "Passing one word (an array) instead of a list of words.",
     ),
     solutions=("Pass a list with one word per rank, each int32 [16].",),
-    before="from kvcanary_numba.monitor import merge_verdicts\nmerge_verdicts([])",
-    after=(
-        "from kvcanary_numba.monitor import merge_verdicts\n"
-        "m = CanaryMonitor(**monitor_args(verdict=True, rank=0))\n" + _STEP + "merge_verdicts([m.verdict.word])"
-    ),
+    before=_ranks(extra=_MERGE) + "words = [m.verdict.word for m in ranks if m.rank > 1]  # no such rank\n"
+    "merged = merge_verdicts(words)",
+    after=_ranks(extra=_MERGE) + "words = [m.verdict.word for m in ranks]  # one word per rank\n"
+    "merged = merge_verdicts(words)\n"
+    "for m in ranks:\n"
+    "    m.apply_verdict(merged)",
     defensive="merged = merge_verdicts(list(words)) if words else None",
     prevention="Collect exactly one word per rank before merging (a gather of the ranks' words).",
     related=("KVC-M051",),

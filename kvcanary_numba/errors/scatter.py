@@ -35,13 +35,23 @@ define(
         "Slice offsets to [:bs + 1] together with req_pool_indices[:bs].",
     ),
     before=(
-        "flat, lengths, rows = xp.asarray([5, 6, 7, 8]), xp.asarray([4]), xp.asarray([1])\n"
-        "scatter_req_token_ids(flat_in=flat, offsets=xp.cumsum(lengths), req_pool_indices=rows, pool_out=pool)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "flat, lengths = np.array([5, 6, 7, 8]), np.array([4])  # request row 1: 4 tokens\n"
+        "kc.scatter_req_token_ids(flat_in=flat, offsets=np.cumsum(lengths),  # [4]: no leading 0\n"
+        "                         req_pool_indices=np.array([1]), pool_out=pool)"
     ),
     after=(
-        "flat, lengths, rows = xp.asarray([5, 6, 7, 8]), xp.asarray([4]), xp.asarray([1])\n"
-        "offsets = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(lengths)]).astype(xp.int64)\n"
-        "scatter_req_token_ids(flat_in=flat, offsets=offsets, req_pool_indices=rows, pool_out=pool)"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "pool = np.zeros((2, 8), np.int32)  # expected tokens per request row\n"
+        "flat, lengths = np.array([5, 6, 7, 8]), np.array([4])  # request row 1: 4 tokens\n"
+        "offsets = np.concatenate([[0], np.cumsum(lengths)])  # [0, 4]: bs + 1 entries\n"
+        "kc.scatter_req_token_ids(flat_in=flat, offsets=offsets,\n"
+        "                         req_pool_indices=np.array([1]), pool_out=pool)"
     ),
     defensive=(
         "offsets = np.zeros(len(rows) + 1, dtype=np.int64)\n"

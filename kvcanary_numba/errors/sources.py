@@ -23,19 +23,24 @@ define(
         "Split the strips over several contexts (e.g. the K and V canaries) with at most 4 each.",
     ),
     before=(
-        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
-        "def source(layer):\n"
-        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "ctx = ctx.replace(real_kv_sources=tuple(source(layer) for layer in range(32)),\n"
-        "                  real_kv_hash_mode=RealKvHashMode.ALL)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "layers = [np.zeros((64, 256), np.uint8) for _ in range(8)]  # layer 0 of 8 K buffers\n"
+        "sources = tuple(kc.RealKvSource(tensor=layer, page_size=1, num_bytes_per_token=256,\n"
+        "                                read_bytes=256) for layer in layers)\n"
+        "kc.CanaryContext.allocate(num_slots=64, real_kv_sources=sources,  # 8 sources\n"
+        "                         real_kv_hash_mode=kc.RealKvHashMode.ALL)"
     ),
     after=(
-        "layers = [xp.zeros((num_slots, 256), dtype=xp.uint8) for _ in range(32)]\n"
-        "def source(layer):\n"
-        "    return RealKvSource(tensor=layers[layer], page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
-        "ctx = ctx.replace(real_kv_sources=(source(0),), real_kv_hash_mode=RealKvHashMode.ALL)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "layers = [np.zeros((64, 256), np.uint8) for _ in range(8)]  # layer 0 of 8 K buffers\n"
+        "sources = tuple(kc.RealKvSource(tensor=layer, page_size=1, num_bytes_per_token=256,\n"
+        "                                read_bytes=256) for layer in layers)\n"
+        "kc.CanaryContext.allocate(num_slots=64, real_kv_sources=sources[:1],  # as SGLang\n"
+        "                         real_kv_hash_mode=kc.RealKvHashMode.ALL)"
     ),
     defensive="sources = tuple(sources)[:MAX_REAL_KV_SOURCES]  # only if dropping the rest is acceptable",
     prevention="Keep the list of fingerprinted strips in one place and size it against MAX_REAL_KV_SOURCES.",
@@ -66,10 +71,24 @@ define(
         "Wrap each tensor: RealKvSource(tensor=t, page_size=p, num_bytes_per_token=n, read_bytes=r).",
         "Use () for no sources.",
     ),
-    before="launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=k_layer0)))",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(real_kv_sources=k)\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
+    ),
     after=(
-        "sources = (RealKvSource(tensor=k_layer0, page_size=1, num_bytes_per_token=256, read_bytes=256),)\n"
-        "launch_canary_verify_kernel(**verify_args(context=ctx.replace(real_kv_sources=sources)))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64).replace(real_kv_sources=(src,))\n"
+        "plan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=plan)"
     ),
     defensive="sources = tuple(sources or ())",
     prevention="Build contexts with CanaryContext.allocate(real_kv_sources=...).",
@@ -88,10 +107,75 @@ define(
     ),
     triggers=("np.array(list_of_tensors, dtype=object).", "A pandas column converted with .to_numpy()."),
     solutions=("Pass the KV memory itself (a numeric NumPy / CuPy array or a view of it).",),
-    before="RealKvSource(tensor=np.zeros((64, 4), dtype=object), page_size=1, num_bytes_per_token=32, read_bytes=32)",
-    after="RealKvSource(tensor=np.zeros((64, 32), dtype=np.uint8), page_size=1, num_bytes_per_token=32, read_bytes=32)",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 4), dtype=object)  # Python objects, not bytes\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "k = np.zeros((64, 32), np.uint8)\n"
+        "kc.RealKvSource(tensor=k, page_size=1, num_bytes_per_token=32, read_bytes=32)"
+    ),
     defensive="assert not tensor.dtype.hasobject",
     prevention="Fingerprint the engine's KV buffer, never a container of tensors.",
     related=("KVC-R004", "KVC-R005"),
+    extension=True,
+)
+
+define(
+    "KVC-R011",
+    title="Source changed after it was built",
+    message=(
+        "{function}: {argument} no longer passes the checks it was built under ({cause}): {reason}. "
+        "Its tensor or a field changed in place; build a new RealKvSource (a monitor: rebind_sources)"
+    ),
+    meaning=(
+        "A RealKvSource is a frozen description of memory that is not frozen: the array it names can be "
+        "reshaped in place (NumPy or CuPy `t.shape = ...`, a dtype or strides set on it), a PyTorch "
+        "tensor can be given other storage (`set_`, a growing `resize_`), a field can be overwritten "
+        "with `object.__setattr__`. Every launch that folds a source checks it again as it is then, "
+        "before any kernel reads it: a fingerprint launched on the changed geometry would read outside "
+        "the memory, or other bytes than the slot's. A monitor checks its sources' tensors (the object, "
+        "its pointer and layout, the fields) at every post_forward and sweep; one that still passes "
+        "every check is followed (as if rebound), one that does not is refused with this code and "
+        "nothing is launched."
+    ),
+    triggers=(
+        "Reshaping the KV buffer a source names in place (`kv.shape = ...`) instead of making a view.",
+        "A PyTorch KV tensor grown with `resize_` or re-pointed with `set_` after the source was built.",
+        "Changing a source's page_size or byte counts with `object.__setattr__`.",
+    ),
+    solutions=(
+        "Leave the source's tensor as it was built; give reshaped or reallocated memory a new RealKvSource.",
+        "On a CanaryMonitor, call rebind_sources(k_sources=..., v_sources=...) with the new sources.",
+    ),
+    before=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "kv.shape = (128, 128)  # the same memory, reshaped in place\n"
+        "kc.compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=kc.RealKvHashMode.ALL,\n"
+        "                        slot_indices=np.arange(4), out=np.zeros(4, np.int64))"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "kv = np.zeros((64, 256), np.uint8)  # layer 0 of the K pool: 256 bytes per token\n"
+        "src = kc.RealKvSource(tensor=kv, page_size=1, num_bytes_per_token=256, read_bytes=256)\n"
+        "halves = kv.reshape(128, 128)  # a view: the source's array keeps its shape\n"
+        "kc.compute_real_kv_hash(real_kv_sources=(src,), real_kv_hash_mode=kc.RealKvHashMode.ALL,\n"
+        "                        slot_indices=np.arange(4), out=np.zeros(4, np.int64))"
+    ),
+    defensive="source = RealKvSource(tensor=kv, **geometry)  # again, after anything that moves kv",
+    prevention="Treat a source's tensor as read-only metadata: reshape and reallocate views, not the array.",
+    related=("KVC-R006", "KVC-R007", "KVC-M023"),
     extension=True,
 )

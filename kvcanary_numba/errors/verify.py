@@ -26,8 +26,22 @@ define(
         "Pass verify_plan_out to verify and write_plan_out to write, as the plan step names them.",
         "Build a context around existing arrays with CanaryContext(canary_buf=..., ...) or ctx.replace(...).",
     ),
-    before="launch_canary_verify_kernel(context=ctx, plan=wplan, check_verify_expected_token=False)",
-    after="launch_canary_verify_kernel(context=ctx, plan=vplan, check_verify_expected_token=False)",
+    before=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=wplan)"
+    ),
+    after=(
+        "import kvcanary_numba as kc\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "vplan = kc.VerifyPlan.allocate(verify_capacity=8)\n"
+        "wplan = kc.WritePlan.allocate(write_req_capacity=1)\n"
+        "kc.launch_canary_verify_kernel(context=ctx, plan=vplan)  # verify reads the verify plan"
+    ),
     defensive="assert isinstance(verify_plan, VerifyPlan) and isinstance(ctx, CanaryContext)",
     prevention="Keep each step's plans in named fields (verify_plan, write_plan) rather than a tuple.",
     related=("KVC-C001", "KVC-W001"),

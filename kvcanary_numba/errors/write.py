@@ -31,16 +31,28 @@ define(
         "When slicing, slice write_offsets to bs + 1 and the seeds to bs.",
     ),
     before=(
-        "bs, offsets, seeds = 1, xp.asarray([0, 4, 0, 0]), xp.asarray([-1, -1, -1])\n"
-        "plan = WritePlan(write_offsets=offsets[:bs], write_seed_slot_indices=seeds[:bs],\n"
-        "                 write_num_valid_reqs=xp.ones(1, dtype=xp.int32))\n"
-        "launch_canary_write_kernel(**write_args(plan=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "bs, offsets, seeds = 1, np.array([0, 4, 0, 0]), np.array([-1, -1, -1])\n"
+        "plan = kc.WritePlan(write_offsets=offsets[:bs], write_seed_slot_indices=seeds[:bs],\n"
+        "                    write_num_valid_reqs=np.ones(1, np.int32))\n"
+        "pos = np.arange(4)\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + pos,\n"
+        "                              positions=pos, out_cache_loc=10 + pos)"
     ),
     after=(
-        "bs, offsets, seeds = 1, xp.asarray([0, 4, 0, 0]), xp.asarray([-1, -1, -1])\n"
-        "plan = WritePlan(write_offsets=offsets[:bs + 1], write_seed_slot_indices=seeds[:bs],\n"
-        "                 write_num_valid_reqs=xp.ones(1, dtype=xp.int32))\n"
-        "launch_canary_write_kernel(**write_args(plan=plan))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "bs, offsets, seeds = 1, np.array([0, 4, 0, 0]), np.array([-1, -1, -1])\n"
+        "plan = kc.WritePlan(write_offsets=offsets[: bs + 1], write_seed_slot_indices=seeds[:bs],\n"
+        "                    write_num_valid_reqs=np.ones(1, np.int32))\n"
+        "pos = np.arange(4)\n"
+        "kc.launch_canary_write_kernel(context=ctx, plan=plan, input_ids=100 + pos,\n"
+        "                              positions=pos, out_cache_loc=10 + pos)"
     ),
     defensive="assert plan.write_offsets.shape[0] == plan.write_seed_slot_indices.shape[0] + 1",
     prevention="Allocate plans once with WritePlan.allocate and never rebuild them from slices in the hot path.",
@@ -72,14 +84,29 @@ define(
         "Or pass enable_write_input_assert=False when there is no oracle for this step.",
     ),
     before=(
-        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
-        "    expected_input_tokens=None, expected_input_positions=None))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "pos = np.arange(4)\n"
+        "oracle_ids, oracle_pos = 100 + pos, pos  # what an independent oracle expects\n"
+        "kc.launch_canary_write_kernel(\n"
+        "    context=ctx, plan=plan, input_ids=100 + pos, positions=pos, out_cache_loc=10 + pos,\n"
+        "    enable_write_input_assert=True)  # but no expected inputs"
     ),
     after=(
-        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
-        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "pos = np.arange(4)\n"
+        "oracle_ids, oracle_pos = 100 + pos, pos  # what an independent oracle expects\n"
+        "kc.launch_canary_write_kernel(\n"
+        "    context=ctx, plan=plan, input_ids=100 + pos, positions=pos, out_cache_loc=10 + pos,\n"
+        "    enable_write_input_assert=True,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos)"
     ),
     defensive=(
         "check = oracle is not None\n"
@@ -103,10 +130,11 @@ define(
     meaning=(
         "Expected inputs are only read when enable_write_input_assert=True. Passing them with the "
         "flag off almost always means the flag was meant to be on (the check would silently not "
-        "run), so the combination is rejected, as in SGLang."
+        "run), so the combination is rejected, as in SGLang. The flag is False by default."
     ),
     triggers=(
-        "A configuration that fills the oracle arrays but forgot to turn the assert on.",
+        "A configuration that fills the oracle arrays but forgot to turn the assert on (or left it "
+        "at its default, False).",
         "Reusing keyword arguments of an asserted launch for an unasserted one.",
     ),
     solutions=(
@@ -114,15 +142,30 @@ define(
         "Or pass expected_input_tokens=None and expected_input_positions=None.",
     ),
     before=(
-        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
-        "launch_canary_write_kernel(**write_args(enable_write_input_assert=False,\n"
-        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "pos = np.arange(4)\n"
+        "oracle_ids, oracle_pos = 100 + pos, pos  # what an independent oracle expects\n"
+        "kc.launch_canary_write_kernel(\n"
+        "    context=ctx, plan=plan, input_ids=100 + pos, positions=pos, out_cache_loc=10 + pos,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos)\n"
+        "# enable_write_input_assert is False by default: the expected inputs would go unread"
     ),
     after=(
-        "oracle_ids, oracle_pos = 100 + xp.arange(4), xp.arange(4)\n"
-        "launch_canary_plan_kernels(**plan_args(prefix_lens=xp.asarray([0]), extend_seq_lens=xp.asarray([4])))\n"
-        "launch_canary_write_kernel(**write_args(enable_write_input_assert=True,\n"
-        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos))"
+        "import kvcanary_numba as kc\n"
+        "import numpy as np\n"
+        "\n"
+        "ctx = kc.CanaryContext.allocate(num_slots=64)\n"
+        "plan = kc.WritePlan.allocate(write_req_capacity=1)  # filled by the plan step\n"
+        "pos = np.arange(4)\n"
+        "oracle_ids, oracle_pos = 100 + pos, pos  # what an independent oracle expects\n"
+        "kc.launch_canary_write_kernel(\n"
+        "    context=ctx, plan=plan, input_ids=100 + pos, positions=pos, out_cache_loc=10 + pos,\n"
+        "    enable_write_input_assert=True,\n"
+        "    expected_input_tokens=oracle_ids, expected_input_positions=oracle_pos)"
     ),
     defensive="expected = (oracle_ids, oracle_pos) if check else (None, None)",
     prevention="Derive the flag from the presence of the oracle, never from a separate setting.",

@@ -1,11 +1,20 @@
-"""Which per-step arrays the prepared phases are bound to, and whether a step needs rebinding.
+"""Which per-step arrays the prepared phases are bound to, and whether an array is still what was checked.
 
 :class:`~.steps.PreparedSteps` keeps one :class:`BoundArrays` for the last step
 whose arrays it bound; a step that :meth:`~BoundArrays.holds` launches the
 same phases without computing their key or looking at a role.
 
+An array can change under the same Python object: NumPy's and CuPy's ``shape``
+(and NumPy's ``strides`` and ``dtype``) can be set in place, a PyTorch tensor can
+be given other storage (``set_``, a growing ``resize_``), any object with a CUDA
+array interface can report another pointer. So the identity tests here also
+compare what of each array can change that way (:func:`layout_key`): the
+shape, strides and dtype of a NumPy array (whose memory moves only with its
+shape: ``resize``), the shape and pointer of a CuPy array (its strides follow its
+shape, its dtype is fixed), the whole layout of anything else.
+
 The tests the hooks run on every call are straight-line code generated once per
-shape of the question (:func:`identity_test`, :func:`_exact_test`): a loop or a
+shape of the question (:func:`holds_test`, :func:`_exact_test`): a loop or a
 ``map`` over the arrays costs two to three times as much, and a prepared step
 is a few microseconds of host time in all.
 """
@@ -13,25 +22,93 @@ is a few microseconds of host time in all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
-from operator import attrgetter, is_
 from typing import Any
+
+import numpy as np
 
 from ..launch._launch import array_layout
 
-__all__ = ["BoundArrays", "identity_test"]
+__all__ = ["BoundArrays", "holds_test", "layout_key", "safe_layout"]
 
-_SHAPE = attrgetter("shape")
+
+def safe_layout(x: Any) -> Any:
+    """``array_layout(x)``, or a new object (equal to nothing) when ``x`` cannot tell it now
+    (a deleted or donated buffer, an object that is no array): the caller then checks it in full."""
+    try:
+        return array_layout(x)
+    except Exception:  # noqa: BLE001 - any failure to describe means "not the same"
+        return object()
+
+
+def _kind(x: Any) -> str:
+    if x is None or isinstance(x, (int, float, str)):
+        return "none"  # nothing to compare but the object: an immutable value
+    if type(x) is np.ndarray:
+        return "numpy"
+    if type(x).__module__.split(".")[0] == "cupy" and hasattr(x, "data"):
+        return "cupy"
+    return "other"
+
+
+#: Per kind: the conditions on stored object ``o`` (``{i}``: its index) and the values they compare with.
+_CONDITIONS = {
+    "numpy": ("o{i}.shape == s{i}", "o{i}.strides == t{i}", "o{i}.dtype is d{i}"),
+    "cupy": ("o{i}.shape == s{i}", "o{i}.data.ptr == p{i}"),
+    "other": ("_layout(o{i}) == l{i}",),
+    "none": (),
+}
+_PARAMS = {"numpy": ("s", "t", "d"), "cupy": ("s", "p"), "other": ("l",), "none": ()}
+
+
+def _values(x: Any, kind: str) -> tuple:
+    if kind == "numpy":
+        return x.shape, x.strides, x.dtype
+    if kind == "cupy":
+        return x.shape, x.data.ptr
+    return (safe_layout(x),) if kind == "other" else ()
+
+
+def layout_key(x: Any) -> tuple:
+    """What of array ``x`` a launch depends on and an in-place change can alter (see the module
+    docstring); equal keys of one object mean nothing a launch reads of it moved."""
+    kind = _kind(x)
+    return (kind, *_values(x, kind))
+
+
+def _generated(kinds: tuple[str, ...], first: list[str], tested: tuple[int, ...]) -> Callable:
+    """``make(o0, ..., values...)`` returning ``test(new)``: ``first`` are the leading lines of the
+    test's body (they bind or test ``a{i}`` against ``o{i}``), then each ``tested`` index's conditions."""
+    conditions, params = [], []
+    for i in tested:
+        conditions += [c.format(i=i) for c in _CONDITIONS[kinds[i]]]
+        params += [f"{p}{i}" for p in _PARAMS[kinds[i]]]
+    body = [*first, f"        return {' and '.join(conditions) or 'True'}"]
+    source = "\n".join(
+        [
+            f"def make({', '.join([f'o{i}' for i in range(len(kinds))] + params)}):",
+            "    def test(new):",
+            *body,
+            "    return test",
+        ]
+    )
+    scope: dict = {"_layout": safe_layout}
+    exec(source + "\n", scope)  # noqa: S102 - names generated here, no outside input
+    return scope["make"]
+
+
+def _made(make: Callable, objects: tuple, kinds: tuple[str, ...], tested: tuple[int, ...]) -> Callable:
+    values = [v for i in tested for v in _values(objects[i], kinds[i])]
+    return make(*objects, *values)
 
 
 class BoundArrays:
     """The batch arrays (roles of fixed shape) two phases were last bound to.
 
     :meth:`holds` says whether a step's arrays need no rebinding: each is the
-    same object, or a new view with the same base and layout (pointer, shape,
-    strides, dtype: the same kernel argument, on the same device), and every
-    array still has the shape it had (an in-place ``shape`` change gives
-    another key). Anything else takes the keyed, validating path.
+    same object, or a new view with the same base, with the layout (pointer,
+    shape, strides, dtype: the same kernel argument, on the same device) it had
+    when bound. An array changed in place since has another layout: anything
+    else takes the keyed, validating path.
 
     Parameters
     ----------
@@ -44,78 +121,72 @@ class BoundArrays:
         rebound at every step, whatever :meth:`holds` says.
     """
 
-    __slots__ = ("_exact", "arrays", "free", "head", "present", "shapes", "tail")
+    __slots__ = ("_exact", "arrays", "free", "head", "layouts", "tail")
 
     def __init__(self, arrays: tuple, head, tail, free: tuple = ()):
         self.arrays, self.head, self.tail, self.free = arrays, head, tail, free
-        self.present = [a for a in arrays if a is not None]
-        try:
-            self.shapes = list(map(_SHAPE, self.present))
-        except AttributeError:  # an array object without .shape (DLPack only): the keyed path every step
-            self.shapes = None
-        self._exact = None if self.shapes is None else _exact_test(arrays)
+        self.layouts = [None if a is None else safe_layout(a) for a in arrays]
+        self._exact = _exact_test(arrays)
 
     def holds(self, arrays: tuple) -> bool:
-        if self._exact is not None and self._exact(arrays):  # the usual step: the same objects
+        if self._exact(arrays):  # the usual step: the same objects, unchanged
             return True
-        old = self.arrays
-        if self.shapes is None or len(arrays) != len(old):
+        return len(arrays) == len(self.arrays) and all(map(_same, arrays, self.arrays, self.layouts))
+
+
+def _same(new: Any, old: Any, layout: Any) -> bool:
+    """``new`` is ``old`` or another view of its base (``buffer[:n]`` sliced again), with ``layout``."""
+    if new is None or old is None:
+        return new is old
+    if new is not old:
+        base = getattr(old, "base", None)
+        if type(new) is not type(old) or base is None or getattr(new, "base", None) is not base:
             return False
-        if not (all(map(is_, arrays, old)) or all(map(_same, arrays, old))):
-            return False
-        return list(map(_SHAPE, self.present)) == self.shapes
+    return safe_layout(new) == layout
 
 
-def _same(new: Any, old: Any) -> bool:
-    """``new`` is ``old``, or another view of its base with its layout (``buffer[:n]`` sliced again)."""
-    if new is old:
-        return True
-    if new is None or old is None or type(new) is not type(old):
-        return False
-    base = getattr(old, "base", None)
-    return base is not None and getattr(new, "base", None) is base and array_layout(new) == array_layout(old)
-
-
-_MAKERS: dict[tuple, Callable] = {}  # (count, indices whose shape is compared) -> factory of exact tests
+_MAKERS: dict[tuple, Callable] = {}  # (count, distinct indices, kinds) -> factory of exact tests
 
 
 def _exact_test(arrays: tuple) -> Callable[[tuple], bool]:
-    """``exact(new)``: ``new`` holds the very objects of ``arrays`` and each array still has its shape
-    now. Straight-line code over closure cells (each distinct array's shape read once): 0.9 -> 0.5 us
-    on the development VM against ``all(map(...))`` and a list of shapes, and every prepared step
-    runs it. The code depends only on the count and on which entries are distinct arrays: compiled
-    once per such pattern."""
+    """``exact(new)``: ``new`` holds the very objects of ``arrays``, each with the layout key it has now
+    (:func:`layout_key`; each distinct array read once). Straight-line code over closure cells: 0.9 ->
+    0.5 us on the development VM against ``all(map(...))`` and a list of shapes, and every prepared
+    step runs it. Compiled once per count, pattern of distinct entries and kinds of array."""
     n = len(arrays)
     distinct = tuple(i for i, a in enumerate(arrays) if a is not None and all(a is not b for b in arrays[:i]))
-    make = _MAKERS.get((n, distinct))
+    kinds = tuple(_kind(a) for a in arrays)
+    make = _MAKERS.get((n, distinct, kinds))
     if make is None:
         names = ", ".join(f"a{i}" for i in range(n))
-        tests = [f"a{i} is o{i}" for i in range(n)] + [f"o{i}.shape == s{i}" for i in distinct]
-        params = [f"o{i}" for i in range(n)] + [f"s{i}" for i in distinct]
-        source = (
-            f"def make({', '.join(params)}):\n"
-            f"    def exact(new):\n"
-            f"        if len(new) != {n}:\n"
-            f"            return False\n"
-            f"        {names}, = new\n"
-            f"        return {' and '.join(tests)}\n"
-            f"    return exact\n"
-        )
-        scope: dict = {}
-        exec(source, scope)  # noqa: S102 - names generated above, no outside input
-        make = _MAKERS[(n, distinct)] = scope["make"]
-    return make(*arrays, *(arrays[i].shape for i in distinct))
+        first = [
+            f"        if len(new) != {n}:",
+            "            return False",
+            f"        {names}, = new",
+            f"        if not ({' and '.join(f'a{i} is o{i}' for i in range(n))}):",
+            "            return False",
+        ]
+        make = _MAKERS[(n, distinct, kinds)] = _generated(kinds, first, distinct)
+    return _made(make, arrays, kinds, distinct)
 
 
-@cache
-def identity_test(names: tuple[str, ...]) -> Callable[[Any, tuple], bool]:
-    """``same(obj, objects)``: whether ``getattr(obj, names[i]) is objects[i]`` for every ``i``.
+_HOLDERS: dict[tuple, Callable] = {}  # (names, kinds) -> factory of holds tests
 
-    Straight-line code (one ``is`` per name, built once per tuple of names): a third of the
-    cost of a loop over the names or of building the tuple to compare. The monitor's hooks
-    run one at every call (``StepBatch`` fields), a graph match another.
+
+def holds_test(names: tuple[str, ...], objects: tuple) -> Callable[[Any], bool]:
+    """``holds(obj)``: ``getattr(obj, names[i]) is objects[i]`` for every ``i``, and each of those
+    arrays still has the layout key it has now (:func:`layout_key`; an int, float or str is
+    compared by identity alone).
+
+    Straight-line code (one ``is`` per name, then each array's key; compiled once per tuple of
+    names and kinds of array): the monitor's hooks run one at every call (``StepBatch`` fields, as
+    last checked), a graph match another (the captured arrays).
     """
-    tests = " and ".join(f"obj.{name} is objects[{i}]" for i, name in enumerate(names))
-    scope: dict = {}
-    exec(f"def same(obj, objects):\n    return {tests}\n", scope)  # noqa: S102 - names are attribute names
-    return scope["same"]
+    kinds = tuple(_kind(x) for x in objects)
+    make = _HOLDERS.get((names, kinds))
+    if make is None:
+        same = " and ".join(f"new.{name} is o{i}" for i, name in enumerate(names))
+        first = [f"        if not ({same}):", "            return False"]
+        tested = tuple(i for i, kind in enumerate(kinds) if kind != "none")
+        make = _HOLDERS[(names, kinds)] = _generated(kinds, first, tested)
+    return _made(make, objects, kinds, tuple(i for i, kind in enumerate(kinds) if kind != "none"))

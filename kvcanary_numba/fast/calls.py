@@ -22,6 +22,7 @@ Docstrings, signatures and errors are the core's (``functools.wraps``): read tho
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ from .. import (
     verify as _verify,
     write as _write,
 )
+from .._runtime import CUDA_IMPORTS
 from .._validate import stream_handle
 from ..constants import RealKvHashMode
 from ..errors import KvCanaryError, error
@@ -54,35 +56,59 @@ __all__ = [
 ]
 
 
+#: Held while one public call issues its launches. The plan's kernels hand data to each other
+#: through launch scratch shared by every call on a stream (``fast/scratch.py``), and packed
+#: launches are kept per argument snapshot: two threads' calls must not interleave there.
+_LAUNCHING = threading.RLock()
+
+
 class Operation:
     """One public operation: the core's ``validate``, where it runs (the optimised CPU function, or
-    ``glue()``: the launch glue, imported on the kernel path only since it needs numba-cuda),
-    scalar normalisation and the value checks a memo hit still owes."""
+    the launch glue: ``load_glue()`` imports it on the kernel path only, since it needs
+    numba-cuda), scalar normalisation, the value checks a memo hit still owes and ``derive``: the
+    defaults that follow from other arguments (the plan's ``verify_capacity=None``), filled in
+    after validation."""
 
     def __init__(
         self,
         function: str,
         validate: Callable,
         cpu_run: Callable,
-        glue: Callable[[], Callable],
+        load_glue: Callable[[], Callable],
         *,
         normalize: dict[str, Callable] | None = None,
         value_checks: Callable[[dict], None] | None = None,
+        derive: Callable[[dict], None] | None = None,
     ):
-        self.function, self.validate, self.cpu_run, self.glue = function, validate, cpu_run, glue
-        self.normalize, self.value_checks = normalize or {}, value_checks
+        self.function, self.validate, self.cpu_run, self.load_glue = function, validate, cpu_run, load_glue
+        self.normalize, self.value_checks, self.derive = normalize or {}, value_checks, derive
         self.memo = Memo()
+        self._imported = False
+
+    def glue(self) -> Callable:
+        """The launch glue; the first call that needs it imports it (one thread at a time: later
+        imports are look-ups of a module whose import has finished)."""
+        if self._imported:
+            return self.load_glue()
+        with CUDA_IMPORTS:
+            glue = self.load_glue()
+        self._imported = True
+        return glue
 
     def __call__(self, kwargs: dict, backend: str, stream: Any) -> None:
         handle = stream_handle(self.function, stream)
         entry, kwargs = checked(self.function, self.memo, self.validate, kwargs, backend, self.value_checks)
+        if self.derive is not None:  # defaults that follow from other arguments (after validation)
+            self.derive(kwargs)
         for name, cast in self.normalize.items():
             kwargs[name] = cast(kwargs[name])
         if entry.kind == "numpy":
             self.cpu_run(**kwargs)
             return
+        glue = self.glue()
         try:
-            replay.run_launches(entry, self.glue(), kwargs, handle)
+            with _LAUNCHING:
+                replay.run_launches(entry, glue, kwargs, handle)
         except KvCanaryError as exc:  # launch scratch refused during graph capture: name the public call
             if exc.fields.get("function") != CAPTURE_FUNCTION:
                 raise
@@ -140,6 +166,7 @@ _PLAN = Operation(
     _plan_glue,
     normalize={"swa_window_size": int, "verify_capacity": int, "kv_token_id_vs_position_offset": int},
     value_checks=functools.partial(_plan_offsets.check_values, _plan.PLAN),
+    derive=_plan.derive_verify_capacity,
 )
 _VERIFY = Operation(
     _verify.FUNCTION,
@@ -148,12 +175,20 @@ _VERIFY = Operation(
     _verify_glue,
     normalize={"check_verify_expected_token": bool},
 )
+
+
+def _cpu_write(**kwargs) -> None:
+    """The optimised CPU write, on int64 copies of int32 inputs (as the core's specification)."""
+    cpu_write.launch_canary_write_kernel(**_write.host_int64(kwargs))
+
+
 _WRITE = Operation(
     _write.FUNCTION,
     _write.validate,
-    cpu_write.launch_canary_write_kernel,
+    _cpu_write,
     _write_glue,
     normalize={"enable_write_input_assert": bool},
+    value_checks=_write.check_values,
 )
 _SCATTER = Operation(_scatter.FUNCTION, _scatter.validate, reference_scatter.scatter_req_token_ids, _scatter_glue)
 _FINGERPRINT = Operation(
@@ -174,14 +209,14 @@ def launch_plan_offsets_kernel(
     prefix_lens,
     extend_seq_lens,
     req_to_token,
-    full_to_swa_index_mapping,
+    full_to_swa_index_mapping=None,
     out_verify_offsets_scratch,
     out_write_offsets,
     out_write_seed_slot_indices,
     out_verify_num_valid,
     out_verify_enable,
     out_write_num_valid_reqs,
-    swa_window_size,
+    swa_window_size=0,
     verify_capacity,
     backend: str = "auto",
     stream=None,
@@ -216,12 +251,12 @@ def launch_canary_plan_kernels(
     prefix_lens,
     extend_seq_lens,
     req_to_token,
-    swa_window_size,
-    full_to_swa_index_mapping,
-    verify_capacity,
-    req_to_verify_expected_tokens,
-    req_to_verify_expected_tokens_valid_lens,
-    kv_token_id_vs_position_offset,
+    swa_window_size=0,
+    full_to_swa_index_mapping=None,
+    verify_capacity=None,
+    req_to_verify_expected_tokens=None,
+    req_to_verify_expected_tokens_valid_lens=None,
+    kv_token_id_vs_position_offset=0,
     backend: str = "auto",
     stream=None,
 ) -> None:
@@ -247,7 +282,7 @@ def launch_canary_plan_kernels(
 
 @functools.wraps(_verify.launch_canary_verify_kernel)
 def launch_canary_verify_kernel(
-    *, context, plan, check_verify_expected_token, backend: str = "auto", stream=None
+    *, context, plan, check_verify_expected_token=False, backend: str = "auto", stream=None
 ) -> None:
     _VERIFY(dict(context=context, plan=plan, check_verify_expected_token=check_verify_expected_token), backend, stream)
 
@@ -260,9 +295,9 @@ def launch_canary_write_kernel(
     input_ids,
     positions,
     out_cache_loc,
-    enable_write_input_assert,
-    expected_input_tokens,
-    expected_input_positions,
+    enable_write_input_assert=False,
+    expected_input_tokens=None,
+    expected_input_positions=None,
     backend: str = "auto",
     stream=None,
 ) -> None:

@@ -13,21 +13,13 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import Any
 
-from ..launch._launch import array_layout
-from .bound import identity_test
+from .bound import holds_test, safe_layout
 
 __all__ = ["CapturedStep", "capture_graph", "capture_step"]
 
 
-def _same_layout(new: Any, old: Any) -> bool:
-    if new is old:
-        return True
-    if new is None or old is None:
-        return False
-    try:
-        return array_layout(new) == array_layout(old)
-    except (AttributeError, KeyError, TypeError):  # not an array: never the captured one
-        return False
+def _same_layout(new: Any, layout: Any) -> bool:
+    return layout is None if new is None else safe_layout(new) == layout
 
 
 class CapturedStep:
@@ -62,8 +54,10 @@ class CapturedStep:
     def __init__(self, batch, head, tail, *, roles: tuple[str, ...]):
         self.roles = tuple(roles)
         self._fields = attrgetter(*roles)  # every role's array: what the graphs hold pointers to
-        self._same_arrays = identity_test(self.roles)
         self.batch, self._captured, self.head, self.tail = batch, self._fields(batch), head, tail
+        # The captured arrays as they are now: the same objects changed in place are not what the graphs launch on.
+        self._holds = holds_test(self.roles, self._captured)
+        self._layouts = [None if a is None else safe_layout(a) for a in self._captured]
         self.replays = 0
         self._matched = None  # the monitor's checked-fields tuple this graph last matched
 
@@ -72,8 +66,9 @@ class CapturedStep:
         return self._captured[self.roles.index(role)]
 
     def matches(self, batch, checked: tuple | None = None) -> bool:
-        """Whether ``batch`` is the captured batch and each role's array is the captured object
-        or has its layout (pointer, shape, strides, dtype: what the graph launches on).
+        """Whether ``batch`` is the captured batch and each role's array has the layout the captured
+        array had at capture (pointer, shape, strides, dtype: what the graph launches on), whether it
+        is that object or another.
 
         ``checked`` is the monitor's ``(batch, field objects)`` of its last array check, passed
         only when ``batch``'s fields are those objects now: a tuple that matched once matches
@@ -83,8 +78,7 @@ class CapturedStep:
             return False
         if checked is not None and checked is self._matched:
             return True
-        captured = self._captured
-        same = self._same_arrays(batch, captured) or all(map(_same_layout, self._fields(batch), captured))
+        same = self._holds(batch) or all(map(_same_layout, self._fields(batch), self._layouts))
         if same and checked is not None:
             self._matched = checked
         return same

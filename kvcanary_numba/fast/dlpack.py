@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import threading
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from .. import _interop
+from .._runtime import CUDA_IMPORTS
 from .._validate import c_strides
+from ..errors import error
 
 __all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view", "native_array", "native_views"]
 
@@ -35,6 +38,7 @@ __all__ = ["DlpackView", "INTERNED", "capsule_fields", "cuda_view", "native_arra
 INTERNED = 512
 
 _DLPACK_READ_ONLY = 1  # DLManagedTensorVersioned flags bit (DLPack >= 1.0)
+_MAX_DIMS = 64  # NumPy's limit: a tensor claiming more is not one
 #: DLDataType code -> NumPy kind letter (0 int, 1 uint, 2 float, 6 bool); others are not read here.
 _KINDS = {0: "i", 1: "u", 2: "f", 6: "b"}
 
@@ -81,8 +85,11 @@ _get_name.argtypes = [ctypes.py_object]
 def capsule_fields(capsule: Any) -> tuple | None:
     """(pointer, shape, byte strides, dtype, (device type, device id), read-only) of an
     unconsumed DLPack capsule, or None when its dtype is not one NumPy names the same way
-    (vector lanes, bfloat16, complex, an odd bit width) or the capsule is not a tensor."""
-    name = _get_name(capsule)
+    (vector lanes, bfloat16, complex, an odd bit width) or the capsule is not a tensor.
+
+    Raises ValueError (from ctypes) for an object that is not a capsule, KVC-C001 for a tensor
+    whose number of dimensions no array has."""
+    name = _get_name(capsule)  # ValueError (from ctypes) for anything but a capsule
     if name == b"dltensor_versioned":
         managed = _Versioned.from_address(_get_pointer(capsule, name))
         tensor, read_only = managed.dl_tensor, bool(managed.flags & _DLPACK_READ_ONLY)
@@ -95,6 +102,10 @@ def capsule_fields(capsule: Any) -> tuple | None:
         return None
     dtype = np.dtype("?" if kind == "b" else f"{kind}{tensor.dtype.bits // 8}")
     ndim = int(tensor.ndim)
+    if not 0 <= ndim <= _MAX_DIMS:  # its shape would be read from memory past the tensor's
+        raise error(
+            "KVC-C001", function="capsule_fields", argument="capsule", got=f"a DLPack tensor of {ndim} dimensions"
+        )
     shape = tuple(int(tensor.shape[i]) for i in range(ndim))
     if tensor.strides:  # in elements; NULL means C-contiguous
         strides = tuple(int(tensor.strides[i]) * dtype.itemsize for i in range(ndim))
@@ -117,6 +128,8 @@ class DlpackView:
     dtype : numpy.dtype
     device_id : int
         The DLPack device id (the pointer's driver attribute is what validation trusts).
+    device_type : int
+        The capsule's DLPack device type (kDLCUDA, kDLCUDAManaged for memory a kernel can read).
     """
 
     __slots__ = (
@@ -125,12 +138,14 @@ class DlpackView:
         "strides",
         "dtype",
         "device_id",
+        "device_type",
         "_kvcanary_layout",
         "__weakref__",
     )
 
-    def __init__(self, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype, device_id: int, read_only: bool):
-        self.shape, self.strides, self.dtype, self.device_id = shape, strides, dtype, device_id
+    def __init__(self, ptr: int, shape: tuple, strides: tuple, dtype: np.dtype, device: tuple, read_only: bool):
+        self.shape, self.strides, self.dtype = shape, strides, dtype
+        self.device_type, self.device_id = device
         self.__cuda_array_interface__ = {
             "shape": shape,
             "strides": strides,
@@ -147,6 +162,7 @@ class DlpackView:
 
 
 _interned: OrderedDict[tuple, DlpackView] = OrderedDict()
+_interning = threading.Lock()  # several host threads may read producers at once
 
 
 def _capsule(x: Any, stream: int):
@@ -167,13 +183,14 @@ def cuda_view(x: Any, stream: int) -> DlpackView | None:
         return None
     ptr, shape, strides, dtype, device, read_only = fields
     key = (ptr, shape, strides, dtype.str, device, read_only)
-    view = _interned.get(key)
-    if view is None:
-        view = _interned[key] = DlpackView(ptr, shape, strides, dtype, device[1], read_only)
-        if len(_interned) > INTERNED:
-            _interned.popitem(last=False)
-    else:
-        _interned.move_to_end(key)
+    with _interning:
+        view = _interned.get(key)
+        if view is None:
+            view = _interned[key] = DlpackView(ptr, shape, strides, dtype, device, read_only)
+            if len(_interned) > INTERNED:
+                _interned.popitem(last=False)
+        else:
+            _interned.move_to_end(key)
     return view
 
 
@@ -184,14 +201,25 @@ def _consumer_stream(cupy) -> int:
 
 def native_array(function: str, argument: str, x: Any):
     """A view of DLPack-only ``x``: NumPy for host memory; for CUDA memory a :class:`DlpackView`
-    (dtypes it does not read, bfloat16 or vector lanes, go through ``cupy.from_dlpack``)."""
-    device_type, _ = x.__dlpack_device__()
-    if int(device_type) in (_interop.KDL_CUDA, _interop.KDL_CUDA_MANAGED):
+    (dtypes it does not read, bfloat16 or vector lanes, go through ``cupy.from_dlpack``).
+
+    KVC-C001 when the producer's ``__dlpack_device__`` or ``__dlpack__`` raises, answers with
+    something that is not a DLPack capsule, or names CUDA for a capsule on another device."""
+    device_type = _interop.dlpack_device_type(function, argument, x)
+    if device_type in (_interop.KDL_CUDA, _interop.KDL_CUDA_MANAGED):
         try:
-            import cupy
+            with CUDA_IMPORTS:
+                import cupy
         except ImportError:  # the core says why (KVC-C001)
             return _interop.native_array(function, argument, x)
-        view = cuda_view(x, _consumer_stream(cupy))
+        try:
+            view = cuda_view(x, _consumer_stream(cupy))
+        except Exception as exc:  # noqa: BLE001 - the producer's refusal, or a capsule that lies
+            got = f"{type(x).__name__} whose __dlpack__() failed: {type(exc).__name__}: {str(exc)[:160]}"
+            raise error("KVC-C001", function=function, argument=argument, got=got) from None
+        if view is not None and view.device_type not in (_interop.KDL_CUDA, _interop.KDL_CUDA_MANAGED):
+            got = f"{type(x).__name__} whose __dlpack_device__() says CUDA but whose capsule is on device type "
+            raise error("KVC-C001", function=function, argument=argument, got=f"{got}{view.device_type}")
         if view is not None:
             return view
     return _interop.native_array(function, argument, x)

@@ -21,12 +21,13 @@ referenced are never cached at depth.
 from __future__ import annotations
 
 import dataclasses
-import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._runtime import imported
 from .dlpack import native_array, native_views
 from .overlap import recheck_for
 from .tokens import TOKENS, Uncacheable, token
@@ -46,6 +47,12 @@ def _numpy(x, depth, state):
     return (hit[1] if hit is not None and hit[0]() is x else token(x), x.shape, x.strides, x.dtype, x.flags.writeable)
 
 
+def _numpy_subclass(x, depth, state):
+    # The type is part of it: validation refuses some subclasses (masked arrays) that a plain
+    # array of the same layout passes.
+    return (type(x), *_numpy(x, depth, state))
+
+
 def _cupy(x, depth, state):
     return (x.data.ptr, x.shape, x.strides, x.dtype)
 
@@ -55,7 +62,7 @@ _inlined_cupy: type = _ABSENT  # what snapshot() inlines like NumPy's: cupy.ndar
 
 
 def _cupy_array_type() -> type:
-    return getattr(sys.modules.get("cupy"), "ndarray", _ABSENT)
+    return getattr(imported("cupy"), "ndarray", _ABSENT)
 
 
 def _torch(x, depth, state):
@@ -73,9 +80,23 @@ def _numba(x, depth, state):
 
 
 def _cai(x, depth, state):
-    cai = x.__cuda_array_interface__
-    strides = cai.get("strides")
-    layout = (tuple(cai["data"]), tuple(cai["shape"]), None if strides is None else tuple(strides), cai["typestr"])
+    # Every field validation reads (version, mask, stream too); a dict it cannot read is validated in full.
+    try:
+        cai = x.__cuda_array_interface__
+        strides = cai.get("strides")
+        layout = (
+            tuple(cai["data"]),
+            tuple(cai["shape"]),
+            None if strides is None else tuple(strides),
+            cai["typestr"],
+            cai.get("version"),
+            cai.get("mask") is None,
+            cai.get("stream"),
+            tuple(x.shape),
+        )
+        hash(layout)
+    except Exception:  # noqa: BLE001 - missing fields, unhashable values, an interface that raises
+        raise Uncacheable(type(x).__name__) from None
     return layout if depth == 0 else (token(x), *layout)
 
 
@@ -153,8 +174,10 @@ def _is_numba_device_array(cls: type) -> bool:
 
 
 def _walker_for(cls: type) -> Callable:
-    if issubclass(cls, np.ndarray):
+    if cls is np.ndarray:
         return _numpy
+    if issubclass(cls, np.ndarray):
+        return _numpy_subclass
     root = cls.__module__.split(".")[0]
     if root == "cupy" and hasattr(cls, "data"):
         return _cupy
@@ -221,40 +244,45 @@ class Memo:
     """Snapshots of calls that passed validation, with an :class:`Entry` each (bounded, oldest out).
 
     The last snapshot found is compared first: a serving loop repeats one call, and comparing two
-    equal snapshots is cheaper than hashing one (a snapshot's hash is not cached).
+    equal snapshots is cheaper than hashing one (a snapshot's hash is not cached). Several host
+    threads may share a memo: the last hit is one (snapshot, entry) pair, replaced whole, and
+    entries are added and evicted under a lock.
     """
 
-    __slots__ = ("_hits", "size", "_last_key", "_last")
+    __slots__ = ("_hits", "size", "_last", "_adding")
 
     def __init__(self, size: int = 1024):
         self._hits: dict[tuple, Any] = {}
         self.size = size
-        self._last_key: tuple | None = None
-        self._last: Any = None
+        self._last: tuple[tuple | None, Any] = (None, None)
+        self._adding = threading.Lock()
 
     def get(self, key: tuple | None):
         if key is None:
             return None
-        if key == self._last_key:
-            return self._last
+        last = self._last
+        if key == last[0]:
+            return last[1]
         hit = self._hits.get(key)
         if hit is not None:
-            self._last_key, self._last = key, hit
+            self._last = (key, hit)
         return hit
 
     def put(self, key: tuple | None, result: Any) -> None:
         if key is None:
             return
-        if len(self._hits) >= self.size:
-            oldest = next(iter(self._hits))
-            if oldest == self._last_key:
-                self._last_key = self._last = None
-            del self._hits[oldest]
-        self._hits[key] = result
+        with self._adding:
+            if len(self._hits) >= self.size:
+                oldest = next(iter(self._hits))
+                if oldest == self._last[0]:
+                    self._last = (None, None)
+                del self._hits[oldest]
+            self._hits[key] = result
 
     def clear(self) -> None:
-        self._hits.clear()
-        self._last_key = self._last = None
+        with self._adding:
+            self._hits.clear()
+            self._last = (None, None)
 
 
 def checked(
@@ -277,7 +305,7 @@ def checked(
     try:
         key, views = snapshot((*kwargs.values(), backend))
         dlpack = bool(views)
-    except Uncacheable:  # unknown content: validated in full, and may hold DLPack objects
+    except Exception:  # noqa: BLE001 - Uncacheable, or an object that fails to describe itself: validated in full
         key, views, dlpack = None, None, True
     if dlpack:
         kwargs = {name: native_views(value, function, name, views) for name, value in kwargs.items()}

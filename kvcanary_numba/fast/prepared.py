@@ -129,6 +129,18 @@ def _packed(ty, value):
     return value
 
 
+def _swapped(arg, old, new):
+    """``arg`` with each view of (or reference to) ``old`` aimed at ``new``; None when it holds none."""
+    if isinstance(arg, View):
+        return arg.on(new) if arg.source is old else None
+    if isinstance(arg, tuple):
+        items = [_swapped(item, old, new) for item in arg]
+        if all(item is None for item in items):
+            return None
+        return tuple(item if swap is None else swap for item, swap in zip(arg, items))
+    return new if arg is old else None
+
+
 # --- the prepared launch --------------------------------------------------------
 
 
@@ -236,6 +248,30 @@ class PreparedLaunch:
             view_layout = view.layout()
         self.args[index] = source  # keeps the memory alive while the launch may use it
         self._pack_array(index, view_layout)
+
+    def viewing(self, array: Any) -> list[int]:
+        """Indices of the arguments that view ``array`` (inside tuples too): where :meth:`repoint` acts."""
+        return [index for index, arg in enumerate(self.args) if _swapped(arg, array, array) is not None]
+
+    def repoint(self, old: Any, new: Any, indices: Sequence[int] | None = None) -> bool:
+        """Aim every view of array ``old`` among the arguments (inside tuples too; only ``indices`` when
+        given) at ``new``, which has the geometry ``old`` was packed with (shape, strides, dtype: nothing
+        else of the launch depends on it); only the slots of the arguments holding one are rewritten.
+        Returns whether any did. ``new`` may be ``old`` itself: memory that moved in place is packed again.
+        """
+        changed = False
+        for index in range(len(self.args)) if indices is None else indices:
+            arg = self.args[index]
+            swapped = _swapped(arg, old, new)
+            if swapped is None:
+                continue
+            changed, self.args[index] = True, swapped  # the launch keeps ``new`` alive, no longer ``old``
+            if self.raw:
+                ty, start = self._types[index], self._starts[index]
+                for k, value in enumerate(_slot_values(ty, swapped)):
+                    self._slots[start + k].value = value
+                self.packed[index] = _packed(ty, swapped)
+        return changed
 
     def _pack_array(self, index: int, layout: tuple) -> None:
         if self.packed[index] == layout:

@@ -34,6 +34,7 @@ from collections import OrderedDict
 from operator import attrgetter
 from typing import Any, Protocol
 
+from .._runtime import CUDA_IMPORTS
 from .._validate import inspect_array
 from ..launch._launch import LaunchSpec, View, array_layout, current_stream
 from . import driver as _driver, native as _native
@@ -174,9 +175,10 @@ def compile_monitor_kernels(plan) -> int:
     steps run ``chain_publish`` and one tiled write per phase (fused) or per endpoint (plain).
     Returns the number of (kernel, signature) pairs compiled.
     """
-    from ..kernels import plan as plan_kernels, verify
-    from .endpoints import fused_count, source_count
-    from .kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_shared, write_tiled
+    with CUDA_IMPORTS:  # a GPU monitor's first import of numba.cuda: one thread at a time
+        from ..kernels import plan as plan_kernels, verify
+        from .endpoints import fused_count, source_count
+        from .kernels import chain, endpoints, scatter_lens, tiled_endpoints, translate, write_shared, write_tiled
 
     def compile_eagerly(module, names=None) -> int:
         count = 0
@@ -241,6 +243,7 @@ class PreparedSteps:
         self._step: PreparedPhase | None = None  # the TAIL phase post() launches (None: the validated path)
         self._planned = None  # the validated path's batch fields as of pre()
         self._last: BoundArrays | None = None  # the arrays the phases were last bound to, and those phases
+        self._holders: dict[int, list] = {}  # id(long-lived array) -> launches viewing it (:meth:`repoint`)
         self.prepared = 0
 
     @property
@@ -252,6 +255,41 @@ class PreparedSteps:
     def bound(self) -> BoundArrays | None:
         """The arrays and phases of the last step that bound them (None after the validated path)."""
         return self._last
+
+    def repoint(self, moves) -> None:
+        """Aim every prepared launch at moved long-lived arrays (the monitor's real-KV sources).
+
+        ``moves`` lists ``(old, new)`` arrays where ``new`` has the geometry ``old`` had when the
+        phases were recorded (shape, strides, dtype) and may live elsewhere (another pointer), or be
+        ``old`` itself moved in place: each view of ``old`` is aimed at ``new`` and its pointer re-packed
+        (a launch table sees it). The launches then keep ``new`` alive and drop ``old``. A pending
+        TAIL phase (between :meth:`pre` and :meth:`post`) launches on ``new``.
+        """
+        for old, new in moves:
+            holders = self._holding(old)
+            for launch, indices in holders:
+                launch.repoint(old, new, indices)
+            if new is not old:
+                del self._holders[id(old)]
+                self._holders.setdefault(id(new), []).extend(holders)
+
+    def _holding(self, array) -> list:
+        """(launch, argument indices) of every prepared launch viewing ``array``: found once, then kept
+        (and carried to the array a repoint aims them at) until a recording or :meth:`forget`."""
+        hit = self._holders.get(id(array))
+        if hit is None:
+            launches = [launch for phases in self._phases.values() for phase in phases for launch in phase.launches]
+            found = [(launch, launch.viewing(array)) for launch in launches]
+            hit = self._holders[id(array)] = [(launch, indices) for launch, indices in found if indices]
+        return hit
+
+    def forget(self) -> None:
+        """Drop every prepared phase: long-lived arrays they were recorded with changed geometry. The
+        next :meth:`pre` records its batch shape again; a pending TAIL phase is dropped too (the
+        caller runs that step's TAIL another way)."""
+        self._phases.clear()
+        self._holders.clear()
+        self._last = self._step = self._planned = None
 
     def record(self, batch) -> tuple[PreparedPhase, PreparedPhase]:
         """The phases of ``batch``'s shapes, recorded now if new (inputs left to the device)."""
@@ -271,6 +309,7 @@ class PreparedSteps:
         with recording() as tail:
             plan.tail(batch)
         hit = self._phases[key] = (PreparedPhase(head.launches, roles, free), PreparedPhase(tail.launches, roles, free))
+        self._holders.clear()  # the new launches view long-lived arrays too
         self.prepared += 1
         if len(self._phases) > self.max_shapes:
             self._phases.popitem(last=False)

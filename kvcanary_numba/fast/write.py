@@ -13,7 +13,9 @@ running its request's chain. The fast wing adds two things:
   2026-12-04, 8 x 8k, 8 x 32k, 1 x 128k tokens).
 
 Any other write (a short public one) is the core's launch. All stamp the same records and
-report the same rows.
+report the same rows. int32 inputs are widened first into scratch kept per stream
+(``launch.write.widen_inputs`` with :data:`.scratch.STREAM_SCRATCH`), so a replayed call
+never allocates.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import numpy as np
 from ..constants import WARP_SIZE
 from ..launch import write as _core
 from ..launch._launch import ON_SIMULATOR, current_stream, launch, persistent_grid, resident_grid, sim_shape
-from ..launch.write import write_arguments, write_shape
+from ..launch.write import WIDENED, widen_inputs, write_arguments, write_shape
 from .chain import launch_chain_publish, write_chain
 from .kernels import share as _share, write_shared as _shared, write_tiled as _tiled
+from .scratch import STREAM_SCRATCH
 
 __all__ = ["launch_canary_write_kernel", "tiled_block", "unshared_scratch", "write_shape"]
 
@@ -59,6 +62,10 @@ def launch_canary_write_kernel(
 ) -> None:
     """Queue the write of validated arguments on ``stream`` (None: the current stream; see the module docstring)."""
     stream = current_stream() if stream is None else int(stream)  # a long write's scratch is per stream
+    wide = widen_inputs(
+        STREAM_SCRATCH, stream, dict(input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc)
+    )
+    input_ids, positions, out_cache_loc = (wide[name] for name in WIDENED)
     capacity = plan.write_seed_slot_indices.shape[0]
     # A monitor step shares one chain between its write launches; a long public write
     # publishes its own (fast/chain.py).

@@ -1,8 +1,9 @@
 """Numba-CUDA kernels: ``@cuda.jit`` kernels and device functions only.
 
 One family per operation (``verify``; ``write`` with its device helpers in
-``write_chunk``; ``fingerprint``; ``plan`` with ``lookback``; ``scatter``; ``budget``)
-plus ``hashing`` (device splitmix64 / mix3 / slot hash). Host code never lives here:
+``write_chunk`` and ``widen``, the int32 inputs it accepts copied into int64; ``fingerprint``;
+``plan`` with ``lookback``; ``scatter``; ``budget``) plus ``hashing`` (device splitmix64 /
+mix3 / slot hash). Host code never lives here:
 argument checks are in the operation modules (``kvcanary_numba/<op>.py``), grids and
 argument views in ``kvcanary_numba/launch/<op>.py``. These modules import only Numba,
 NumPy, llvmlite, ``constants``, ``hashing`` and each other (``tests/test_kernels_layers.py``):

@@ -30,6 +30,7 @@ from ..constants import (  # fail bits as int64 scalars, under this module's sho
     FAIL_SLOT_RANGE as _SLOT_RANGE_BIT,
     FAIL_TOKEN as _TOKEN_BIT,
     MAX_REAL_KV_SOURCES,
+    VIOLATION_INDEX_SATURATED,
     WARP_SIZE,
 )
 from ..hashing import to_signed
@@ -46,16 +47,23 @@ _WARPS = VERIFY_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
 
 _CHAIN_HEAD_I64 = np.int64(to_signed(int(CHAIN_HEAD)))
+_SATURATED = np.int32(VIOLATION_INDEX_SATURATED)
 
 
 @cuda.jit(device=True)
 def record_violation(ring, write_index, kind, slot, position, stored_token, expected_token, chain_hash, aux, bits):
     """Append one 8-field row to the fill-once ring (all values int64).
 
-    The index keeps counting past the capacity; rows that do not fit are dropped.
+    The index keeps counting past the capacity (rows that do not fit are dropped) up to
+    ``VIOLATION_INDEX_SATURATED``, where it stays: a saturated index is not added to,
+    and a thread whose add landed at or past it takes the add back (``reference/ring.py``).
     """
+    if write_index[0] >= _SATURATED:  # saturated: it never drops below again, a stale read is safe
+        return
     seq = cuda.atomic.add(write_index, 0, int32(1))
-    if seq >= 0 and seq < ring.shape[0]:  # seq < 0 only after 2**31 rows (int32 wrap)
+    if seq >= _SATURATED:  # others reached the limit since the read: the count stays there
+        cuda.atomic.sub(write_index, 0, int32(1))
+    elif seq >= 0 and seq < ring.shape[0]:  # a negative ticket (a caller's index) is never stored
         ring[seq, 0] = kind
         ring[seq, 1] = slot
         ring[seq, 2] = position

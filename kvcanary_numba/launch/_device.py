@@ -11,11 +11,11 @@ tests give simulated launches other shapes instead.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache, lru_cache
 
+from .._runtime import imported
 from ..kernels import ON_SIMULATOR
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 def current_device() -> int:
     """The current CUDA device: CuPy's where the process uses CuPy (its ``Device.use()`` makes
     the device's primary context current, which numba-cuda then uses too), else numba-cuda's."""
-    cupy = sys.modules.get("cupy")
+    cupy = imported("cupy")  # not while another thread imports it
     if cupy is not None:
         return int(cupy.cuda.runtime.getDevice())
     from numba import cuda

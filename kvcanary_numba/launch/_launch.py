@@ -19,7 +19,6 @@ caller array it was made from, a packed launch can be re-pointed at next step's 
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .._runtime import imported
 from .._validate import c_strides
 from ..kernels import ON_SIMULATOR
 from ._device import SIM_SHAPES, compile_kernel, numba_stream, resident_blocks, simulated_shapes, sm_count
@@ -193,8 +193,10 @@ def _materialize(arg: Any):
 
 def current_stream() -> int:
     """CuPy's current stream handle when the caller uses CuPy, else 0 (the legacy default stream)."""
-    cupy = sys.modules.get("cupy")  # only if the caller already uses CuPy
-    return int(cupy.cuda.get_current_stream().ptr) if cupy is not None and not ON_SIMULATOR else 0
+    if ON_SIMULATOR:
+        return 0
+    cupy = imported("cupy")  # only if the caller already uses CuPy (not while another thread imports it)
+    return int(cupy.cuda.get_current_stream().ptr) if cupy is not None else 0
 
 
 # --- launch descriptions and the one launch ------------------------------------------
@@ -263,19 +265,25 @@ def launch(kernel, signature: str, grid: int, block: int, args: Sequence[Any], s
         run(spec)
 
 
+#: The simulator runs a kernel by swapping module state that every simulated kernel reads (its
+#: ``cuda`` object, thread indices): launches from two host threads at once must take turns.
+_SIMULATED_LAUNCH = threading.Lock()
+
+
 def run(spec: LaunchSpec) -> None:
     """Run one launch description now: ``kernel[grid, block, stream](*args)``.
 
     Under the simulator the arguments' types are checked against the declared signature
     first (a type drift fails in CPU tests, not as a mistyped launch on a GPU), and
     read-only inputs go as copies: the simulator copies every array argument back after
-    the kernel.
+    the kernel; simulated launches of several host threads run one at a time.
     """
     args = [_materialize(a) for a in spec.args]
     if ON_SIMULATOR:
         check_signature(spec.signature, args)
         args = [a.copy() if getattr(getattr(a, "flags", None), "writeable", True) is False else a for a in args]
-        spec.kernel[spec.grid, spec.block](*args)
+        with _SIMULATED_LAUNCH:
+            spec.kernel[spec.grid, spec.block](*args)
         return
     spec.kernel[spec.grid, spec.block, numba_stream(spec.stream)](*args)
 

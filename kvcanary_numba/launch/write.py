@@ -3,6 +3,11 @@
 Called by :func:`kvcanary_numba.write.run` with validated arguments: CUDA arrays on a GPU,
 NumPy arrays under the simulator. One warp walks one request (the chain is serial within a
 request); requests spread over blocks first, then warps stride over them.
+
+``input_ids``, ``positions`` and ``out_cache_loc`` may be int32 (as SGLang's launcher
+accepts): :func:`widen_inputs` copies each into int64 launch scratch first, one launch of
+:mod:`kvcanary_numba.kernels.widen` each (scratch as in ``launch/plan.py``: per call by
+default, kept per stream by the fast wing).
 """
 
 from __future__ import annotations
@@ -10,10 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..constants import WARP_SIZE
-from ..kernels import write as kernels
+from ..kernels import widen, write as kernels
 from ._launch import (
     ON_SIMULATOR,
     THREADS_PER_SM,
+    array_layout,
+    block_size,
+    current_stream,
     kernel_array,
     launch,
     persistent_grid,
@@ -22,8 +30,41 @@ from ._launch import (
     sim_shape,
 )
 from .context import context_args
+from .plan import CallScratch
 
-__all__ = ["launch_canary_write_kernel", "write_arguments", "write_shape"]
+__all__ = ["WIDENED", "launch_canary_write_kernel", "widen_inputs", "write_arguments", "write_shape"]
+
+#: The write's arguments that may be int32 (widened to int64 before the write kernel reads them).
+WIDENED = ("input_ids", "positions", "out_cache_loc")
+_WIDEN_SIG = widen.SIGNATURES["widen_int32"][0]
+_WIDEN_BLOCK = 256
+
+
+def _dtype(array) -> np.dtype:
+    """The NumPy dtype of an array argument (its attribute when it is one: NumPy, CuPy, Numba)."""
+    dtype = getattr(array, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else array_layout(array)[3]
+
+
+def widen_inputs(scratch, stream: int, arrays: dict) -> dict:
+    """``arrays`` (name -> array) with each int32 one replaced by an int64 copy in ``scratch``.
+
+    The copy is a view of a scratch array of the next power-of-two size (one array per size
+    class and name, so the fast wing's per-stream scratch serves every call of that class),
+    filled by one launch of ``widen_int32`` on ``stream``, ahead of the write in stream order.
+    """
+    out = dict(arrays)
+    for name, array in arrays.items():
+        if array is None or _dtype(array) != np.int32:
+            continue
+        n = int(array.shape[0])
+        size = 1 << max(n - 1, 0).bit_length()
+        wide = scratch.zeros(f"widened_{name}", (size,), np.int64, stream)[:n]
+        block = block_size(_WIDEN_BLOCK)
+        grid = persistent_grid(n, block)
+        launch(widen.widen_int32, _WIDEN_SIG, grid, block, (kernel_array(array), wide), stream)
+        out[name] = wide
+    return out
 
 
 def write_arguments(
@@ -69,8 +110,9 @@ def launch_canary_write_kernel(
     expected_input_tokens,
     expected_input_positions,
     stream: int | None = None,
+    scratch=None,
 ) -> None:
-    """Queue the warp-per-request write kernel on ``stream``.
+    """Queue the warp-per-request write kernel on ``stream`` (after widening int32 inputs).
 
     Parameters
     ----------
@@ -81,7 +123,7 @@ def launch_canary_write_kernel(
     plan : WritePlan
         int64 [capacity + 1] offsets, int64 [capacity] seeds, int32 [1]
         ``write_num_valid_reqs``.
-    input_ids, positions, out_cache_loc : int64 [num_tokens]
+    input_ids, positions, out_cache_loc : int64 or int32 [num_tokens]
         Entries' tokens, positions and target slots.
     enable_write_input_assert : bool
         Selects the variant that compares with the expected inputs.
@@ -89,7 +131,14 @@ def launch_canary_write_kernel(
         Present exactly when ``enable_write_input_assert``.
     stream : int or None
         CUDA stream handle (None: CuPy's current stream).
+    scratch : optional
+        Where int32 inputs are widened (:class:`~kvcanary_numba.launch.plan.CallScratch`:
+        per call).
     """
+    stream = current_stream() if stream is None else int(stream)
+    scratch = CallScratch() if scratch is None else scratch
+    wide = widen_inputs(scratch, stream, dict(input_ids=input_ids, positions=positions, out_cache_loc=out_cache_loc))
+    input_ids, positions, out_cache_loc = (wide[name] for name in WIDENED)
     nsrc, args = write_arguments(
         context, plan, input_ids, positions, out_cache_loc, expected_input_tokens, expected_input_positions
     )

@@ -3,8 +3,10 @@ and the verdict word that ranks of one job merge."""
 
 from __future__ import annotations
 
+from ..write import CanarySlotZeroWarning
 from .batch import StepBatch
 from .budget import VerifyBudget
+from .bundle import BundleWriteWarning
 from .groups import KvGroup
 from .health import CanaryStalledError, HealthReport
 from .monitor import MODES, CanaryMonitor, CanaryViolationError
@@ -16,8 +18,10 @@ from .verdict import CanaryVerdictError, Verdict, merge_verdicts
 __all__ = [
     "BIT_EXPLANATIONS",
     "MODES",
+    "BundleWriteWarning",
     "CanaryBlindSpotWarning",
     "CanaryMonitor",
+    "CanarySlotZeroWarning",
     "CanaryStalledError",
     "CanaryVerdictError",
     "CanaryViolationError",

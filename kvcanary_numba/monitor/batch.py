@@ -1,7 +1,13 @@
-"""StepBatch: the metadata of one forward step, as the monitor's hooks take it."""
+"""StepBatch: the metadata of one forward step, as the monitor's hooks take it.
+
+The request arrays and the token arrays may be int32 or int64 (SGLang accepts both in a
+ForwardBatch); the kernels read int64, so :class:`BatchChecks` hands the launches a batch
+whose int32 fields are int64 copies in buffers the monitor allocates once (:class:`Widened`).
+"""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -11,10 +17,11 @@ import numpy as np
 from .._runtime import INT32_MAX, coded_allocation
 from .._validate import check_array, check_int, resolve_backend
 from ..errors import error
-from ..fast.bound import identity_test
+from ..fast.bound import holds_test
+from ..write import check_index_array, warn_slot_zero
 from .groups import check_type
 
-__all__ = ["BatchChecks", "StepBatch", "allocate_token_pool"]
+__all__ = ["INDEX_FIELDS", "BatchChecks", "StepBatch", "Widened", "allocate_token_pool", "slot_zero_written"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -25,18 +32,23 @@ class StepBatch:
     entries ``[sum(extend_seq_lens[:r]), sum(extend_seq_lens[:r + 1]))`` of the
     token arrays.
 
+    Slots: KV slot 0 is SGLang's padding slot (padding rows and padded tokens point there) and
+    is never verified, so an engine allocates its KV slots from 1; the monitor warns once
+    (:class:`~kvcanary_numba.write.CanarySlotZeroWarning`) when a real request's new token
+    targets slot 0, seen where ``out_cache_loc`` is host memory (no device read on a GPU).
+
     Attributes
     ----------
-    req_pool_indices : int64 [bs]
+    req_pool_indices : int64 or int32 [bs]
         req_to_token row of each request (0 = padding row).
-    prefix_lens : int64 [bs]
+    prefix_lens : int64 or int32 [bs]
         Tokens whose KV was written before this step (verified this step).
-    extend_seq_lens : int64 [bs]
+    extend_seq_lens : int64 or int32 [bs]
         New tokens per request (written this step).
     req_to_token : int32 [rows, max_context_len]
         FULL KV slot of every (row, position), already holding this step's new slots.
-    input_ids, positions, out_cache_loc : int64 [num_tokens]
-        Token, position and FULL KV slot of every new token.
+    input_ids, positions, out_cache_loc : int64 or int32 [num_tokens]
+        Token, position and FULL KV slot (1 or more; 0 is the padding slot) of every new token.
     expected_input_tokens, expected_input_positions : int64 [num_tokens] or None
         What an independent oracle says the new tokens and positions should
         be; when given, the write kernels assert them (write-input assert).
@@ -72,7 +84,7 @@ class StepBatch:
         """The field objects, in declaration order (what :meth:`check_arrays` looks at)."""
         return _GET_FIELDS(self)
 
-    def check_arrays(self, function: str, *, kind: str | None = None, device: int | None = None) -> None:
+    def check_arrays(self, function: str, *, kind: str | None = None, device: int | None = None) -> list:
         """Check every field (type, dtype, ndim, lengths, contiguity, one device) before any launch.
 
         Parameters
@@ -83,6 +95,11 @@ class StepBatch:
             The monitor's array kind (``"numpy"`` / ``"cuda"``) and CUDA device:
             every field must live there (KVC-C007).
 
+        Returns
+        -------
+        list of (str, ArrayInfo)
+            Every present field as ``batch.<field>`` and what the checks read of it.
+
         Raises
         ------
         KvCanaryError
@@ -90,9 +107,10 @@ class StepBatch:
             KVC-M011 for one expected-input array without the other.
         """
         infos = _check_fields(function, self)
-        if kind is not None:
-            infos.insert(0, ("the monitor's buffers", _Placement(kind, device)))
-        resolve_backend(function, "auto", infos)
+        resolve_backend(
+            function, "auto", infos if kind is None else [("the monitor's buffers", _Placement(kind, device)), *infos]
+        )
+        return infos
 
     @property
     def batch_size(self) -> int:
@@ -145,16 +163,20 @@ _FIELDS = (
 _GET_FIELDS = attrgetter(*_FIELDS)  # one C call for the tuple of field objects
 
 
-#: ``same_fields(batch, fields)``: each field of ``batch`` is the object in ``fields`` (declaration order);
-#: the hooks run it at every call, so it is the fast wing's generated test, not a loop.
-same_fields = identity_test(_FIELDS)
+#: The fields that may be int32 (SGLang's ForwardBatch takes int32 or int64 for them).
+INDEX_FIELDS = ("req_pool_indices", "prefix_lens", "extend_seq_lens", "input_ids", "positions", "out_cache_loc")
+_REQUEST_FIELDS = INDEX_FIELDS[:3]
 
 
 class BatchChecks:
     """A monitor's checks of the batches its hooks get, remembering the batch last checked.
 
-    The array checks are skipped for the batch (and field objects) last checked, so a batch
-    refilled in place costs a few identity tests per hook; the capacity checks always run.
+    The array checks are skipped for the batch last checked while its fields are the objects
+    checked, each with the layout it had then (shape, strides, dtype, pointer: an array reshaped
+    or given other memory in place is checked again), so a batch refilled in place costs a few
+    identity and layout tests per hook (the fast wing's generated ``holds_test``); the capacity
+    checks always run. A call returns the batch to launch on: the one given, or (int32 fields)
+    its widened twin.
 
     Attributes
     ----------
@@ -162,20 +184,110 @@ class BatchChecks:
         The last batch that passed and its field objects. Set only on success (a rejected
         call changes nothing) and replaced, never mutated: a captured step keys its memo
         on this tuple's identity.
+    widened : Widened
+        The int64 copies of int32 fields.
     """
 
     def __init__(self, placement, caps: dict, *, check_tokens: bool):
-        self.placement, self.checked = placement, None
+        self.placement, self.checked, self._holds = placement, None, None
         self.capacities = (caps["write_req_capacity"], caps["write_token_capacity"], check_tokens)
+        self.widened = Widened(placement, caps)
+        self._slot_zero_seen = False
 
-    def __call__(self, function: str, batch: StepBatch) -> None:
+    def __call__(self, function: str, batch: StepBatch) -> StepBatch:
+        """Check ``batch`` (all of it when new, its sizes always) and return the batch to launch on."""
         seen = self.checked
-        if seen is None or seen[0] is not batch or not same_fields(batch, seen[1]):
+        fresh = seen is None or seen[0] is not batch or not self._holds(batch)
+        if fresh:
             check_type(function, "batch", batch, StepBatch)
             fields = batch.fields()
-            batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
-            self.checked = (batch, fields)
+            infos = batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
         batch.check_fits(function, *self.capacities)
+        if fresh:
+            self.checked, self._holds = (batch, fields), holds_test(_FIELDS, fields)
+            self.widened.use(batch, [name[6:] for name, info in infos if info.dtype == np.int32])
+        if not self._slot_zero_seen and slot_zero_written(batch):
+            self._slot_zero_seen = True  # said once per monitor (and once per process: warn_slot_zero)
+            warn_slot_zero(function)
+        return self.widened.refill(batch)
+
+
+class Widened:
+    """int64 copies of a batch's int32 index fields, for the kernels (which read int64).
+
+    The buffers (one per field, sized by the monitor's capacities) are allocated at the first
+    batch with an int32 field and kept: a step allocates nothing. :meth:`use` makes the twin of
+    a newly checked batch (the same object again for the same batch, so a captured graph keeps
+    matching), :meth:`refill` copies the values at every hook, on CuPy's current stream (the
+    monitor's launches follow in stream order), and returns the batch to launch on.
+    """
+
+    def __init__(self, placement, caps: dict):
+        self.placement = placement
+        self.sizes = {
+            name: caps["write_req_capacity"] if name in _REQUEST_FIELDS else caps["write_token_capacity"]
+            for name in INDEX_FIELDS
+        }
+        self.buffers: dict[str, Any] = {}
+        self.source: StepBatch | None = None
+        self.twin: StepBatch | None = None
+        self.names: tuple[str, ...] = ()
+
+    def use(self, batch: StepBatch, int32_fields) -> None:
+        """Make (or update) the twin of ``batch`` whose ``int32_fields`` are views of the buffers."""
+        names = tuple(name for name in INDEX_FIELDS if name in int32_fields)
+        if not names:
+            self.source = self.twin = None
+            self.names = ()
+            return
+        twin = self.twin if self.source is batch else copy.copy(batch)
+        for name in _FIELDS:
+            value = getattr(batch, name)
+            setattr(twin, name, self._buffer(name)[: value.shape[0]] if name in names else value)
+        self.source, self.twin, self.names = batch, twin, names
+
+    def refill(self, batch: StepBatch) -> StepBatch:
+        """Copy ``batch``'s int32 fields (the batch :meth:`use` saw) into its twin; the batch to launch on."""
+        twin = self.twin
+        if twin is None:
+            return batch
+        if self.placement.kind == "numpy":
+            for name in self.names:
+                np.copyto(getattr(twin, name), getattr(batch, name))
+        else:
+            import cupy
+
+            for name in self.names:
+                cupy.copyto(getattr(twin, name), cupy.asarray(getattr(batch, name)))
+        return twin
+
+    def _buffer(self, name: str):
+        buffer = self.buffers.get(name)
+        if buffer is None:
+            size = max(self.sizes[name], 1)
+            if self.placement.kind == "numpy":
+                buffer = np.zeros(size, dtype=np.int64)
+            else:
+                import cupy
+
+                with cupy.cuda.Device(self.placement.device):
+                    buffer = cupy.zeros(size, dtype=np.int64)
+            self.buffers[name] = buffer
+        return buffer
+
+
+def slot_zero_written(batch: StepBatch) -> bool:
+    """Whether a real request's new token targets slot 0, read from host arrays only (False for
+    device arrays: reading them would sync). The plan gives padding rows (``req_pool_indices``
+    0) no entries, so the step's real entries are the first ``sum(extend_seq_lens)`` of them."""
+    loc, rows, lens = batch.out_cache_loc, batch.req_pool_indices, batch.extend_seq_lens
+    if not (isinstance(loc, np.ndarray) and isinstance(rows, np.ndarray) and isinstance(lens, np.ndarray)):
+        return False
+    zero = loc == 0
+    if not zero.any():
+        return False
+    real = int(np.where(rows != 0, np.maximum(lens, 0), 0).sum())
+    return bool(zero[:real].any())
 
 
 class _Placement:
@@ -197,14 +309,19 @@ def _check_fields(function: str, batch: StepBatch) -> list:
         infos.append((f"batch.{name}", info))
         return info.shape
 
+    def index(name, shape=None, shape_of=None):  # int64 or int32
+        info = check_index_array(function, f"batch.{name}", getattr(batch, name), shape=shape, shape_of=shape_of)
+        infos.append((f"batch.{name}", info))
+        return info.shape
+
     infos: list = []
-    (bs,) = one("req_pool_indices", np.int64)
-    one("prefix_lens", np.int64, shape=(bs,), shape_of="batch.req_pool_indices")
-    one("extend_seq_lens", np.int64, shape=(bs,), shape_of="batch.req_pool_indices")
+    (bs,) = index("req_pool_indices")
+    index("prefix_lens", shape=(bs,), shape_of="batch.req_pool_indices")
+    index("extend_seq_lens", shape=(bs,), shape_of="batch.req_pool_indices")
     one("req_to_token", np.int32, ndim=2)
-    (n,) = one("input_ids", np.int64)
-    one("positions", np.int64, shape=(n,), shape_of="batch.input_ids")
-    one("out_cache_loc", np.int64, shape=(n,), shape_of="batch.input_ids")
+    (n,) = index("input_ids")
+    index("positions", shape=(n,), shape_of="batch.input_ids")
+    index("out_cache_loc", shape=(n,), shape_of="batch.input_ids")
     pair = ("expected_input_tokens", "expected_input_positions")
     given = [getattr(batch, name) is not None for name in pair]
     if given[0] != given[1]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._runtime import CUDA_IMPORTS
 from .._validate import inspect_array, resolve_backend
 from ..constants import CANARY_SLOT_BYTES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
@@ -148,7 +149,8 @@ def select_verify_entries(
     if resolve_backend(fn, backend, arrays) == "numpy":
         reference_budget.select_verify_entries(**kwargs)
     else:
-        from ..launch import budget as glue  # needs numba-cuda: imported on the kernel path only
+        with CUDA_IMPORTS:  # needs numba-cuda: imported on the kernel path only, one thread at a time
+            from ..launch import budget as glue
 
         glue.select_verify_entries(**kwargs)
 

@@ -16,28 +16,47 @@ records       int64 [k, 6]          tag, slot, and the slot's 4 record fields (t
                                     prev_hash, real_kv_hash) of the buffer the tag verifies
 kv            uint8 [k, 4, b]       the real-KV bytes each source folds for that slot
 kv_lengths    int64 [k, 4]          bytes of each source (0 = no such source)
-config        str (JSON)            format version, step, device, rank, hash mode, group slot counts
+config        str (JSON)            format version, step, device, (rank,) hash mode, group slot counts,
+                                    the SHA-256 digest of the arrays and the rest of the config
 ============  ====================  ================================================================
 
-Replay (:mod:`.replay`) rebuilds a small canary buffer of the recorded slots
-and runs verify on the NumPy path over the entries.
+The digest makes an edited or damaged copy a refusal rather than a replay. Replay (:mod:`.replay`) rebuilds a
+small canary buffer of the recorded slots and runs verify on the NumPy path over
+the entries. Reading checks the file before trusting it (:mod:`.bundle_file`) and
+its contents against the schema (:mod:`.bundle_check`). Writing never raises into
+the engine's loop (:class:`Aftercare`): a bundle that cannot be written is a
+:class:`BundleWriteWarning` and a count in ``stats()``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pathlib
+import sys
+import warnings
 
 import numpy as np
 
+from .._validate import check_int
 from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
+from .bundle_check import check_contents, decode_config
+from .bundle_file import BUNDLE_FORMAT, BUNDLE_KEYS, MAX_BUNDLE_BYTES, bundle_digest, read_bundle_arrays
 from .triage import Rechecker, read_slots, slot_view
 
-__all__ = ["BUNDLE_FORMAT", "BUNDLE_KEYS", "Aftercare", "collect_bundle", "dump_bundle", "load_bundle"]
+__all__ = [
+    "BUNDLE_FORMAT",
+    "BUNDLE_KEYS",
+    "MAX_BUNDLE_BYTES",
+    "Aftercare",
+    "BundleWriteWarning",
+    "collect_bundle",
+    "dump_bundle",
+    "load_bundle",
+]
 
-BUNDLE_FORMAT = 1
-BUNDLE_KEYS = ("rows", "row_steps", "entries", "entry_origin", "records", "kv", "kv_lengths", "config")
 _WRITE_BITS = 8 | 16
 _WRITE_RANGE = 256
 _SEED_RANGE = 128  # alone and at position -1: the write kernel's out-of-range seed row
@@ -148,12 +167,13 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
         "kvcanary_numba": __version__,
         "step": int(step),
         "device": monitor.device,
-        "rank": getattr(monitor, "rank", None),  # the monitor's rank in a job of several (None: one)
         "real_kv_hash_mode": int(monitor.real_kv_hash_mode),
         "check_verify_expected_token": monitor.check_tokens,
         "num_slots": {g.kind.upper(): int(g.group.num_slots) for g in monitor.groups},
     }
-    return dict(
+    if getattr(monitor, "rank", None) is not None:  # a job of several ranks (a job of one writes none)
+        config["rank"] = monitor.rank
+    arrays = dict(
         rows=rows,
         row_steps=np.array([v.step for v in violations], dtype=np.int64),
         entries=np.array(entries, dtype=np.int64).reshape(-1, 5),
@@ -161,18 +181,38 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
         records=np.array(records, dtype=np.int64).reshape(-1, 6),
         kv=kv_all,
         kv_lengths=np.concatenate(kv_lengths) if kv_lengths else np.zeros((0, MAX_REAL_KV_SOURCES), np.int64),
-        config=np.array(json.dumps(config, sort_keys=True)),
     )
+    config["digest"] = bundle_digest(arrays, config)
+    return {**arrays, "config": np.array(json.dumps(config, sort_keys=True))}
+
+
+def _write_arrays(file, arrays: dict) -> None:
+    """Write ``arrays`` as an ``.npz`` into the open binary ``file`` (tests replace it to fill the disk)."""
+    np.savez_compressed(file, **arrays)
 
 
 def dump_bundle(monitor, violations, directory: pathlib.Path, step: int) -> pathlib.Path:
     """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>[-rank<r>]-<i>.npz``; returns the path
-    (the rank keeps the bundles of several ranks apart in one directory)."""
+    (the rank keeps the bundles of several ranks apart in one directory).
+
+    The file is written under a hidden name and renamed when complete, so a reader never sees
+    half a bundle; a write that fails (OSError: no space, no permission, no directory) leaves
+    nothing behind and raises.
+    """
+    arrays = collect_bundle(monitor, violations, step)
     i, rank = 0, getattr(monitor, "rank", None)
     tag = f"step{step:06d}" if rank is None else f"step{step:06d}-rank{rank}"
     while (path := directory / f"kvcanary-{tag}-{i}.npz").exists():
         i += 1
-    np.savez_compressed(path, **collect_bundle(monitor, violations, step))
+    partial = directory / f".{path.name}.partial"
+    try:
+        with open(partial, "wb") as f:
+            _write_arrays(f, arrays)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
     return path
 
 
@@ -188,39 +228,38 @@ def check_bundle_dir(function: str, bundle_dir) -> pathlib.Path | None:
     return path
 
 
-def load_bundle(path) -> dict:
-    """Read a bundle: its arrays and the decoded config (``"config"`` -> dict).
+def load_bundle(path, *, max_bytes: int = MAX_BUNDLE_BYTES) -> dict:
+    """Read a bundle: its arrays and the decoded config (``"config"`` -> dict), checked before use.
+
+    Parameters
+    ----------
+    path : str or path
+        A regular file written by :func:`dump_bundle`.
+    max_bytes : int
+        Largest file, and largest total of its arrays once inflated, to read (1 GiB by default).
 
     Raises
     ------
     KvCanaryError
-        KVC-M020 when the file is missing, not an ``.npz``, lacks a key, or has another format.
+        KVC-M020 (missing, empty, not an ``.npz``, members missing or unexpected, pickles,
+        another format), KVC-M030 (a FIFO, directory or device), KVC-M031 (over ``max_bytes``),
+        KVC-C011 (``max_bytes`` not a positive int),
+        KVC-M032 (truncated, damaged, or not matching its digest), KVC-M033 (config or arrays
+        outside the schema: :mod:`.bundle_check`).
     """
-    fn, path = "load_bundle", pathlib.Path(path)
+    fn = "load_bundle"
+    arrays = read_bundle_arrays(fn, path, max_bytes=check_int(fn, "max_bytes", max_bytes, low=1))
+    config = decode_config(fn, str(path), arrays.pop("config"))
+    check_contents(fn, str(path), arrays, config, digest=True)
+    return {**arrays, "config": config}
 
-    def bad(reason: str):
-        return error("KVC-M020", function=fn, path=str(path), reason=reason)
 
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            out = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise bad(f"not a readable .npz file ({type(exc).__name__})") from exc
-    missing = [k for k in BUNDLE_KEYS if k not in out]
-    if missing:
-        raise bad(f"missing {', '.join(missing)}")
-    try:
-        out["config"] = json.loads(str(out["config"]))
-    except ValueError as exc:
-        raise bad("config is not JSON") from exc
-    if out["config"].get("format") != BUNDLE_FORMAT:
-        raise bad(f"format {out['config'].get('format')!r}, this version reads {BUNDLE_FORMAT}")
-    shapes = {"rows": (2, 8), "entries": (2, 5), "records": (2, 6), "kv": (3, None), "kv_lengths": (2, 4)}
-    for key, (ndim, cols) in shapes.items():
-        a = out[key]
-        if a.ndim != ndim or (cols is not None and a.shape[-1] != cols) or a.dtype.kind not in "iu":
-            raise bad(f"{key} has shape {a.shape} and dtype {a.dtype}")
-    return out
+class BundleWriteWarning(RuntimeWarning):
+    """A violation bundle could not be written (directory gone or not writable, disk full).
+
+    Issued once per monitor, at the first failure; ``stats()["bundle_failures"]`` counts every
+    one. Detection goes on: the step's violations are reported as without ``bundle_dir``.
+    """
 
 
 class Aftercare:
@@ -230,10 +269,22 @@ class Aftercare:
     ----------
     bundle_dir : path or None
         Where bundles go (already checked by :func:`check_bundle_dir`); None writes none.
+
+    Attributes
+    ----------
+    bundles : list of pathlib.Path
+        The bundles written.
+    bundle_failures : int
+        Bundles that could not be written (each failure once; the first is a :class:`BundleWriteWarning`).
     """
 
     def __init__(self, bundle_dir: pathlib.Path | None):
         self.rechecker, self.bundle_dir, self.bundles = Rechecker(), bundle_dir, []
+        self.bundle_failures = 0
+
+    def stats(self) -> dict:
+        """``bundles_written`` and ``bundle_failures``, for the monitor's ``stats()``."""
+        return {"bundles_written": len(self.bundles), "bundle_failures": self.bundle_failures}
 
     def quiet_index(self, pump, step: int) -> int:
         """:meth:`ViolationPump.quiet_index`, or -1 while rows wait for their re-check."""
@@ -250,9 +301,44 @@ class Aftercare:
         start = len(found)
         try:
             monitor.pump.process(snapshot)
-        finally:
-            if len(found) > start:  # every step runs this: nothing is built when no row is new
-                new = found[start:]
-                self.rechecker.track(start, start + len(new))
-                if self.bundle_dir is not None:
-                    self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, snapshot.step))
+        except BaseException:
+            self._keep(monitor, found, start, snapshot.step, raising=True)
+            raise
+        self._keep(monitor, found, start, snapshot.step, raising=False)
+
+    def _keep(self, monitor, found: list, start: int, step: int, *, raising: bool) -> None:
+        """Track the rows the pump added (every step runs this: nothing is built when none is new)."""
+        if len(found) <= start:
+            return
+        new = found[start:]
+        self.rechecker.track(start, start + len(new))
+        if self.bundle_dir is None:
+            return
+        try:
+            self.bundles.append(dump_bundle(monitor, new, self.bundle_dir, step))
+        except Exception as exc:  # noqa: BLE001 - a bundle is evidence, never a reason to stop detecting
+            self.bundle_failures += 1
+            if self.bundle_failures == 1:
+                self._warn(exc, step, raising=raising)
+
+    def _warn(self, exc: Exception, step: int, *, raising: bool) -> None:
+        reason = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+        message = (
+            f"kv-canary: the violation bundle of step {step} could not be written to {self.bundle_dir} "
+            f"({reason}); detection goes on, stats()['bundle_failures'] counts the bundles lost"
+        )
+        try:
+            warnings.warn(message, BundleWriteWarning, stacklevel=_engine_frame())
+        except BundleWriteWarning:  # warnings are errors here: unless a violation is being raised
+            if not raising:
+                raise
+
+
+def _engine_frame() -> int:
+    """``stacklevel`` of the first caller outside this package (the engine's line that ran the hook),
+    however many package frames (hooks, the thread guard) lie between."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # the caller of the function that asks
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level

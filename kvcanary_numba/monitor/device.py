@@ -22,7 +22,22 @@ from typing import Any
 
 from ..fast import scratch as _scratch
 
-__all__ = ["HookDevice", "hooks_on_own_device", "on_own_device"]
+__all__ = ["MONITOR_HOOKS", "HookDevice", "hooks_on_own_device", "on_own_device"]
+
+#: The methods of CanaryMonitor that run with its device current (every one that launches,
+#: records, copies or reads its buffers).
+MONITOR_HOOKS = (
+    "pre_forward",
+    "post_forward",
+    "end_step",
+    "capture_graph",
+    "finish_warmup",
+    "sweep",
+    "flush",
+    "stats",
+    "rebind_sources",
+    "apply_verdict",
+)
 
 _tokens = itertools.count()
 

@@ -28,6 +28,7 @@ __all__ = [
     "Endpoint",
     "check_group_placement",
     "check_groups",
+    "check_hash_mode",
     "check_type",
     "translate_slots",
 ]
@@ -157,6 +158,15 @@ def check_group_placement(function: str, groups: list[KvGroup], xp) -> Any:
     return here
 
 
+def check_hash_mode(function: str, mode: Any, groups: list[KvGroup]) -> RealKvHashMode:
+    """The monitor's real-KV hash mode: ``mode`` checked (KVC-C011), by default PARTIAL when any group
+    has sources, else NONE."""
+    if mode is None:
+        has_sources = any(g.k_sources or g.v_sources for g in groups)
+        mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
+    return RealKvHashMode(check_int(function, "real_kv_hash_mode", mode, low=0, high=2))
+
+
 def check_groups(function: str, full: Any, swa: Any) -> list[KvGroup]:
     """The monitor's groups, FULL first (KVC-M009 for a non-KvGroup, KVC-C009 for the wrong kind)."""
     groups = []
@@ -217,7 +227,8 @@ class GroupState:
         write_token_capacity: int,
         sweep_capacity: int,
     ):
-        self.group, self.kind = group, group.kind
+        # The description without its sources: the TAIL and SWEEP contexts hold those (:meth:`use_sources`).
+        self.group, self.kind = dataclasses.replace(group, k_sources=(), v_sources=()), group.kind
         self.window = group.swa_window_size
         self.lut = group.full_to_swa_index_mapping
         halves = ("K", "V") if group.has_v else ("K",)
@@ -261,6 +272,21 @@ class GroupState:
             xp.zeros(scratch, dtype=bool),
         )
         self._loc_views: dict[int, tuple] = {}  # n -> the scratch views of n tokens: same objects every step
+
+    @property
+    def sources(self) -> dict[str, tuple[RealKvSource, ...]]:
+        """The real-KV sources the TAIL and SWEEP launches fold, by half (``"K"``, and ``"V"`` with a V half)."""
+        return {endpoint.tag.name.split("_")[1]: endpoint.context.real_kv_sources for endpoint in self.tail}
+
+    def use_sources(self, sources: dict[str, tuple[RealKvSource, ...]]) -> None:
+        """Fold ``sources`` (by half, checked by the caller) from the next TAIL and SWEEP launch on.
+
+        The group keeps no reference to the sources it folded before.
+        """
+        for endpoints in (self.tail, self.sweep):
+            endpoints[:] = [
+                Endpoint(e.tag, e.context.replace(real_kv_sources=sources[e.tag.name.split("_")[1]])) for e in endpoints
+            ]
 
     @staticmethod
     def allocation_bytes(

@@ -8,10 +8,9 @@ A step is ``pre_forward(batch)`` → the engine writes KV → ``post_forward()``
 3. end_step: an optional sweep of given chains (verify only, SWEEP tags), then the
    status readback: new violation rows, overflow warnings, health check.
 
-Composition, no base classes: buffers (:mod:`.buffers`), batch checks, the step plan
-(:class:`~.steps.EagerSteps`), on a GPU the fast wing's prepared steps and a captured
-CUDA graph (:meth:`CanaryMonitor.capture_graph`), readback, pump, health, aftercare,
-budget. Each phase runs on the fastest of graph, prepared steps and plan.
+Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`), on a GPU
+the prepared steps and a captured graph, readback, pump, health, verdict, aftercare, budget, thread guard, device.
+Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
 """
 
 from __future__ import annotations
@@ -22,27 +21,26 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._runtime import array_module
-from .._validate import check_bool, check_int
+from .._validate import check_bool, check_int, resolve_backend
 from ..constants import DEFAULT_RING_CAPACITY, RealKvHashMode
 from ..errors import error
 from ..fast.capture import capture_step
-from ..fast.steps import PreparedSteps
+from . import paths
 from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
-from .device import HookDevice, hooks_on_own_device
-from .groups import KvGroup, check_group_placement, check_groups
-from .health import HealthChecker
-from .paths import check_backend, check_capture, resolve_paths, run_head
-from .pump import CanaryViolationError, ViolationPump
-from .readback import CudaReadback, HostReadback
+from .device import MONITOR_HOOKS, HookDevice, hooks_on_own_device
+from .groups import KvGroup, check_group_placement, check_groups, check_hash_mode
+from .guard import HookGuard, one_thread
+from .pump import CanaryViolationError
 from .report import Violation
-from .status import Snapshot
+from .reporting import build_reporting, monitor_stats
+from .sources import SourceWatch
 from .steps import EagerSteps
 from .sweep import SlotChain, build_sweep_entries, launch_sweep
 from .triage import warn_blind_spot
-from .verdict import VerdictState, check_rank
+from .verdict import apply_verdict, check_rank, flush_verdict
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -50,10 +48,10 @@ MODES = ("log", "raise")
 _FN = "CanaryMonitor"
 _IDLE, _PRE, _POST = "idle", "between pre_forward and post_forward", "after post_forward"
 _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
-_HOOKS = ("pre_forward", "post_forward", "end_step", "capture_graph", "finish_warmup", "sweep", "flush", "stats")
+_REBIND = "rebind_sources between end_step and pre_forward, or between pre_forward and post_forward"
 
 
-@hooks_on_own_device(*_HOOKS, "apply_verdict")  # each runs on the monitor's device (.device)
+@hooks_on_own_device(*MONITOR_HOOKS)  # each runs with the monitor's device current
 class CanaryMonitor:
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
@@ -71,9 +69,8 @@ class CanaryMonitor:
     real_kv_hash_mode : RealKvHashMode, optional
         Default: PARTIAL when any group has sources, else NONE.
     ring_capacity : int
-        Violation rows kept (fill-once; later rows are counted, not stored).
-        Every capacity and size is at most ``2**31 - 1`` (int32 device counters,
-        KVC-C011); buffers that do not fit in memory raise KVC-C015.
+        Violation rows kept (fill-once; later rows are counted, not stored). Every capacity is
+        at most ``2**31 - 1`` (int32 counters, KVC-C011); buffers that do not fit: KVC-C015.
     write_req_capacity : int
         Largest batch (requests) of a step.
     write_token_capacity : int, optional
@@ -83,35 +80,28 @@ class CanaryMonitor:
     sweep_capacity : int, optional
         Slots one sweep may cover (default: FULL slots).
     check_verify_expected_token : bool
-        Verify stored tokens against a per-request token pool; needs
-        ``max_requests`` and ``max_context_len`` and a token snapshot per batch.
-        Off, the monitor cannot see a corrupted token in a request's newest
-        slot and says so with a :class:`~.triage.CanaryBlindSpotWarning`.
+        Verify stored tokens against a per-request token pool (needs ``max_requests``,
+        ``max_context_len`` and a token snapshot per batch). Off, a corrupted token in a
+        request's newest slot is unseen (:class:`~.triage.CanaryBlindSpotWarning` says so).
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
-        Steps run with the write chain-position assert off (synthetic warm-up
-        positions); 0 turns it on from the start. See :meth:`finish_warmup`.
+        Steps with the write chain-position assert off (synthetic warm-up positions; 0: on from
+        the start). See :meth:`finish_warmup`.
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
     bundle_dir : str or path, optional
-        Write a replayable bundle (``.npz``, :mod:`.bundle`) of every readback
-        that finds new violation rows into this directory (created if missing);
-        ``kvcanary inspect BUNDLE`` replays one. Paths: :attr:`bundles`.
+        Write a replayable bundle (``.npz``, :mod:`.bundle`; ``kvcanary inspect`` replays it) of
+        every readback with new violation rows here (created if missing). Paths: :attr:`bundles`.
     verify_budget : VerifyBudget, optional
-        Budgeted verification (:mod:`.budget`): each step verifies only the
-        prefix entries due then; every entry that stays in the plans for K
-        consecutive steps is verified within them (K: ``stats()["verify_period"]``).
+        Budgeted verification (:mod:`.budget`): each step verifies the prefix entries due then;
+        an entry in the plans for K steps is verified within them (K: ``stats()["verify_period"]``).
     backend : {"auto", "numpy", "cuda"}
-        Where the launches run: ``auto`` follows ``device``. ``cuda`` with
-        ``device="cpu"`` runs the Numba-CUDA kernels on NumPy buffers under Numba's
-        CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): for tests and host-time
-        measurements, not for production.
+        Where the launches run: ``auto`` follows ``device``. ``cuda`` with ``device="cpu"`` runs
+        the kernels on NumPy buffers under Numba's CUDA simulator (tests, not production).
     prepared : bool, optional
-        Record each batch shape's launches once and relaunch them (the fast wing's
-        prepared steps) instead of running the step plan every step. Default: on
-        with ``device="cuda"``. True needs the kernels (``backend`` resolving to
-        ``cuda``); under the simulator it records without compiling (tests).
+        Record each batch shape's launches once and relaunch them (the fast wing's prepared steps).
+        Default: on with ``device="cuda"``. True needs the kernels (``backend`` resolving to ``cuda``).
     rank : int, optional
         This monitor's rank in a job of several (>= 0): named in reports, errors and bundles.
     verdict : bool
@@ -122,10 +112,11 @@ class CanaryMonitor:
     step_plan : EagerSteps
         Which launches each phase makes; run every step on the eager path.
     fast : PreparedSteps or None
-        The prepared steps (None: every step runs the plan). Setting it to None
-        switches a monitor to the eager path (benchmarks compare both).
+        The prepared steps (None, or set to None: every step runs the plan).
     graph : CapturedStep or None
         The captured step (:meth:`capture_graph`).
+    sources : SourceWatch
+        The real-KV sources as last checked (:meth:`rebind_sources`; re-checked before each TAIL).
     phase_launches : (ndarray, ndarray)
         Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
     verdict : VerdictState or None
@@ -136,6 +127,11 @@ class CanaryMonitor:
     KvCanaryError
         KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
         KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
+
+    Notes
+    -----
+    One host thread at a time: a hook called while another thread is inside one (or inside
+    ``with monitor.forward(batch):``) raises KVC-M026 and changes nothing (:mod:`.guard`).
     """
 
     def __init__(
@@ -164,23 +160,20 @@ class CanaryMonitor:
         rank: int | None = None,
         verdict: bool = False,
     ):
+        self.thread_guard = HookGuard()  # one host thread at a time inside the hooks (KVC-M026)
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
         self.mode, self.device, self.rank = mode, device, check_rank(_FN, rank)
         self.xp = xp = array_module(_FN, device)
-        if real_kv_hash_mode is None:
-            has_sources = any(g.k_sources or g.v_sources for g in groups)
-            real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
-        self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
+        self.real_kv_hash_mode = check_hash_mode(_FN, real_kv_hash_mode, groups)  # default: PARTIAL with sources
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
         warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
-        interval = check_int(_FN, "health_interval", health_interval, low=0)
-        health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
         self._placement = here = check_group_placement(_FN, groups, xp)
         self.hook_device = HookDevice(None if xp is np else here.device)  # current around each hook
-        backend, prepared = resolve_paths(_FN, backend, prepared, here, xp)
+        backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
+        prepared = paths.use_prepared(_FN, prepared, backend, xp)
         buffers = MonitorBuffers(
             _FN,
             groups,
@@ -200,26 +193,19 @@ class CanaryMonitor:
         self.sweep_capacity = caps["sweep_capacity"]
         self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens)
         self.status, self.ring, self.groups = buffers.status, buffers.ring, buffers.groups
+        self.sources = SourceWatch(self.groups, placement=self._placement, mode=self.real_kv_hash_mode)
         self.enable_chain_position_assert = buffers.enable_chain_position_assert
         self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
-        self.readback = readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
-        self.health = health = HealthChecker(interval=interval, warmup_steps=health_warmup, phases=self.phase_launches)
-        plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
-        self.verdict = VerdictState.build(_FN, verdict, self, placement=here)  # None unless verdict=True
-        pump_mode = "log" if self.verdict else mode  # with a verdict, every rank raises together (apply_verdict)
-        self.pump = ViolationPump(
-            mode=pump_mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans, rank=self.rank
+        self.readback, self.phase_launches, self.health, self.verdict, self.pump = build_reporting(
+            _FN, self, verdict, (health_interval, health_warmup_steps), caps["verify_capacity"], placement=here
         )
         self.step = self.sweeps = 0
-        self._phase, self._batch, self._tail = _IDLE, None, None
+        self._phase, self._batch, self._launched, self._tail = _IDLE, None, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
         self.step_plan = EagerSteps(
             buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget, verdict=self.verdict
         )
-        self.graph = None
-        # On a GPU, PreparedSteps compiles the kernels every step uses now (never inside a capture).
-        self.fast = PreparedSteps(self.step_plan, compile=xp is not np) if prepared else None
+        self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
         self.bundles = self.aftercare.bundles
 
@@ -230,67 +216,70 @@ class CanaryMonitor:
         return self.step_plan.backend
 
     @backend.setter
+    @one_thread
     def backend(self, backend: str) -> None:
         fn = "CanaryMonitor.backend"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.step_plan.use_backend(check_backend(fn, backend, self._placement, prepared=self.fast is not None))
+        self._order(fn, self._phase is _IDLE)
+        self.step_plan.use_backend(paths.switched_backend(fn, backend, self._placement, self.fast))
 
     _backend = backend  # the spelling earlier test harnesses set
 
+    def _order(self, function: str, legal: bool, expected: str = _ORDER) -> None:  # KVC-M005 unless legal
+        if not legal:
+            raise error("KVC-M005", function=function, state=self._phase, expected=expected)
+
     # --- step hooks -------------------------------------------------------------
+    @one_thread
     def pre_forward(self, batch: StepBatch) -> None:
         """Plan the step and run the HEAD launches; call before the engine writes KV.
 
         Raises
         ------
         KvCanaryError
-            KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, and the
-            launch functions' codes for malformed batch arrays.
+            KVC-M005 (order), KVC-M009, KVC-M002, KVC-M003, KVC-M008, the launches' array codes.
         """
         fn = "CanaryMonitor.pre_forward"
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)  # all of it, before the first launch
-        self._tail = run_head(self.graph, self.fast, self.step_plan, batch, self.batch_checks.checked)
-        self._batch, self._phase = batch, _PRE
+        self._order(fn, self._phase is _IDLE)
+        launched = self.batch_checks(fn, batch)  # all of it, before the first launch (int32 fields: int64 copies)
+        self._tail = paths.head(self.graph, self.fast, self.step_plan, launched, self.batch_checks.checked)
+        self._batch, self._launched, self._phase = batch, launched, _PRE
         self.pump.mark_planned(self.step)
-        self.health.pre += 1  # one HEAD phase's launches (health.host counts them per tag)
+        self.health.pre += 1  # one HEAD phase's launches
 
+    @one_thread
     def post_forward(self) -> None:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
+
+        The TAIL launches use the batch's arrays as they were at ``pre_forward`` on every path:
+        a field reassigned since is checked, not launched on.
 
         Raises
         ------
         KvCanaryError
             KVC-M005 (order); the batch's array codes when one of its fields was
             reassigned to a bad array since pre_forward (the step stays open).
-
-        Notes
-        -----
-        The TAIL launches use the batch's arrays as they were at ``pre_forward`` (the
-        ones the step was planned with) on every path: a field reassigned since is
-        checked, not launched on.
         """
         fn = "CanaryMonitor.post_forward"
-        if self._phase is not _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._order(fn, self._phase is _PRE)
         self.batch_checks(fn, self._batch)
+        self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
         self._tail()
         self._phase = _POST
         self.health.post += 1
 
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
-        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward."""
-        self.pre_forward(batch)
-        try:
-            yield self
-        except BaseException:
-            self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
-            raise
-        self.post_forward()
+        """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward (one hook)."""
+        with self.thread_guard.holding("CanaryMonitor.forward"):
+            self.pre_forward(batch)
+            try:
+                yield self
+            except BaseException:
+                self._phase, self._batch = _IDLE, None  # the step is abandoned: no TAIL launches
+                raise
+            self.post_forward()
 
+    @one_thread
     def end_step(self, sweep: Sequence[SlotChain] | None = None) -> None:
         """Finish the step: optional sweep, then process the (previous, on a GPU) step's readback.
 
@@ -303,8 +292,7 @@ class CanaryMonitor:
         KvCanaryError
             KVC-M005 when called between pre_forward and post_forward; sweep's codes.
         """
-        if self._phase is _PRE:
-            raise error("KVC-M005", function="CanaryMonitor.end_step", state=self._phase, expected=_ORDER)
+        self._order("CanaryMonitor.end_step", self._phase is not _PRE)
         if sweep is not None:
             self.sweep(sweep)
         step, self.step = self.step, self.step + 1
@@ -322,12 +310,35 @@ class CanaryMonitor:
             self.verdict.observe(self.health)  # a failed health check: later words say stalled
 
     # --- controls ---------------------------------------------------------------
-    def capture_graph(self, batch: StepBatch) -> None:
-        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever
-        :meth:`pre_forward` / :meth:`post_forward` get this same batch object.
+    @one_thread
+    def rebind_sources(self, *, k_sources, v_sources=(), group: str = "full") -> None:
+        """Point ``group``'s real-KV sources at new memory (a JAX pool's buffer after an update).
 
-        The engine must refill the batch arrays in place (same objects and shapes)
-        between steps. Health counting is unchanged: each replay counts its launches.
+        Parameters
+        ----------
+        k_sources, v_sources : tuple of RealKvSource
+            As many per half as the group was built with, folding as many bytes per slot each.
+        group : {"full", "swa"}
+
+        Raises
+        ------
+        KvCanaryError
+            Nothing changed: KVC-M005 after post_forward (legal: before pre_forward or post_forward),
+            KVC-C009, KVC-M023, KVC-R007 ... KVC-R011, KVC-C007. After: :mod:`.sources`.
+        """
+        fn = "CanaryMonitor.rebind_sources"
+        self._order(fn, self._phase is not _POST, _REBIND)
+        self._follow(self.sources.rebind(fn, self.sources.group(fn, group), k_sources, v_sources))
+
+    def _follow(self, change) -> None:  # the paths after the sources changed (paths.follow)
+        pending = self._tail if self._phase is _PRE else None
+        self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._launched)
+        self._tail = self._tail if pending is None else tail
+
+    @one_thread
+    def capture_graph(self, batch: StepBatch) -> None:
+        """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever the hooks get
+        this batch object, refilled in place; :meth:`rebind_sources` elsewhere drops the graph.
 
         Raises
         ------
@@ -336,17 +347,16 @@ class CanaryMonitor:
             end_step, and pre_forward's codes for the batch.
         """
         fn = "CanaryMonitor.capture_graph"
-        self.graph = None
-        check_capture(fn, self.fast, self.xp, self.device)
-        if self._phase is not _IDLE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
-        self.batch_checks(fn, batch)
-        self.graph = capture_step(self.fast, batch)
+        self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
+        self._order(fn, self._phase is _IDLE)
+        self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
+    @one_thread
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
         self.enable_chain_position_assert.fill(1)
 
+    @one_thread
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags.
 
@@ -361,25 +371,23 @@ class CanaryMonitor:
             KVC-M005 (between pre_forward and post_forward), KVC-M009, KVC-M004.
         """
         fn = "CanaryMonitor.sweep"
-        if self._phase is _PRE:
-            raise error("KVC-M005", function=fn, state=self._phase, expected=_ORDER)
+        self._order(fn, self._phase is not _PRE)
         entries = build_sweep_entries(fn, chains, self.sweep_capacity)  # every check before the first launch
-        self.health.add(sum(launch_sweep(self.xp, g, entries) for g in self.groups))  # in group order
+        self._follow(self.sources.recheck(fn))
+        for g in self.groups:
+            self.health.add(launch_sweep(self.xp, g, entries))
         self.sweeps += 1
 
+    @one_thread
     def flush(self) -> None:
         """Process every pending readback, then a merged verdict still copied (end of a run; waits)."""
         self.aftercare.process(self, self.readback.flush(), self.step)
-        if self.verdict is not None:
-            self.verdict.flush("CanaryMonitor.flush", step=self.step, violations=self.pump.violations)
+        flush_verdict(self, "CanaryMonitor.flush")
 
+    @one_thread
     def apply_verdict(self, merged):
-        """Act on the ranks' merged verdict word: :meth:`.verdict.VerdictState.apply` (what it returns
-        and raises); KVC-M050 on a monitor built without ``verdict=True``."""
-        fn = "CanaryMonitor.apply_verdict"
-        if self.verdict is None:
-            raise error("KVC-M050", function=fn)
-        return self.verdict.apply(fn, merged, step=self.step, violations=self.pump.violations)
+        """Act on the ranks' merged verdict word: :func:`.verdict.apply_verdict` (returns, raises)."""
+        return apply_verdict(self, "CanaryMonitor.apply_verdict", merged)
 
     @property
     def violations(self) -> list[Violation]:
@@ -388,13 +396,4 @@ class CanaryMonitor:
 
     def stats(self) -> dict:
         """Counters as of now (reads the device: not for the hot path)."""
-        snap = Snapshot(self.step, self.status.words.get() if self.xp is not np else self.status.words.copy())
-        return {
-            "step": self.step,
-            "protected_tokens": int(snap.slot_run_counters.sum()),
-            "kernel_runs": int(snap.kernel_run_counters.sum()),
-            "sweep_passes": self.sweeps,
-            "violations_recorded": snap.write_index,
-            "violations_decoded": len(self.violations),
-            **({} if self.budget is None else self.budget.stats()),
-        }
+        return monitor_stats(self)

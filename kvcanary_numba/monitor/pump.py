@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from .health import CanaryStalledError, HealthChecker
-from .report import Violation, decode_rows
+from .report import Violation, decode_rows, ring_summary
 from .status import Snapshot
 
 __all__ = ["CanaryViolationError", "ViolationPump", "logger"]
@@ -45,11 +45,12 @@ class ViolationPump:
     def __init__(self, *, mode: str, ring, readback, health: HealthChecker, plan_capacities, rank: int | None = None):
         self.mode, self.ring, self.readback, self.health, self.rank = mode, ring, readback, health, rank
         self._who = "kv-canary" if rank is None else f"kv-canary rank {rank}"
+        self._line = "" if rank is None else f"rank {rank}: "  # before each row's and the saturation's line
         self.plan_capacities = list(plan_capacities)
         self.violations: list[Violation] = []
         self.planned = [-1] * _PLAN_HISTORY  # the step that last ran a plan, per step modulo the history
         self._capacity = int(ring.shape[0])
-        self._rows_decoded, self._raised, self._overflow_warned = 0, False, False
+        self._rows_decoded, self._raised, self._overflow_warned, self._saturation_warned = 0, False, False, False
         self._index_seen = 0  # the write index of the last snapshot processed
 
     def mark_planned(self, step: int) -> None:
@@ -87,7 +88,7 @@ class ViolationPump:
                     )
         index, capacity = snapshot.write_index, self._capacity
         self._index_seen = index
-        stored = min(index, capacity)
+        stored = min(max(index, 0), capacity)
         new: list[Violation] = []
         if stored > self._rows_decoded:
             new = decode_rows(self.readback.ring(self.ring), self._rows_decoded, stored, step=snapshot.step)
@@ -98,6 +99,9 @@ class ViolationPump:
             logger.warning(
                 "%s: violation ring full (capacity %d); later rows are counted, not kept", self._who, capacity
             )
+        if snapshot.saturated and not self._saturation_warned:
+            self._saturation_warned = True
+            logger.warning("%s%s", self._line, ring_summary(index, capacity))
         report = self.health.check(snapshot)
         if new:
             self._report(new)
@@ -106,9 +110,25 @@ class ViolationPump:
                 raise CanaryStalledError(report)
             logger.error(report.message())
 
+    def counts(self, snapshot: Snapshot) -> dict:
+        """The ring's counts for ``stats()``: rows recorded (never negative) and whether the count saturated."""
+        return {
+            "violations_recorded": max(snapshot.write_index, 0),
+            "violations_saturated": snapshot.saturated,
+        }
+
+    def summary(self, snapshot: Snapshot) -> str:
+        """:func:`~.report.ring_summary` of ``snapshot``: rows recorded and kept, saturated or not."""
+        return ring_summary(snapshot.write_index, self._capacity)
+
     def _report(self, new: list[Violation]) -> None:
         if self.mode == "raise" and not self._raised:
             self._raised = True
             raise CanaryViolationError(new, rank=self.rank)
+        # One line per row (SGLang's summary, which log parsers read; a rank's lines start with
+        # "rank <r>: "); the explanation and the triage are in ``monitor.violations`` and at DEBUG.
+        detail = logger.isEnabledFor(logging.DEBUG)
         for v in new:
-            logger.warning("%s", v.describe() if self.rank is None else f"rank {self.rank}: {v.describe()}")
+            logger.warning("%s%s", self._line, v.summary())
+            if detail:
+                logger.debug("%s%s", self._line, v.describe())

@@ -28,7 +28,8 @@ from ..constants import (
 from ..context import CanaryContext, RealKvSource
 from ..fast.calls import launch_canary_verify_kernel
 from ..plans import VerifyPlan
-from .bundle import load_bundle
+from .bundle import MAX_BUNDLE_BYTES, load_bundle
+from .bundle_check import check_bundle_dict
 from .report import decode_rows, tag_name
 
 __all__ = ["Replay", "replay_bundle", "explain_bundle"]
@@ -74,21 +75,27 @@ def _replay_tag(bundle: dict, tag: int, backend: str) -> np.ndarray:
     pick = bundle["records"][:, 0] == tag
     records, kv, lens = bundle["records"][pick], bundle["kv"][pick], bundle["kv_lengths"][pick]
     entries = bundle["entries"][bundle["entries"][:, 0] == tag]
-    compact = {int(s): i + 1 for i, s in enumerate(records[:, 1])}
-    size = len(compact) + 1
+    recorded = records[:, 1]  # distinct, in range (bundle_check): recorded slot i sits in row i + 1
+    order = np.argsort(recorded)
+    size = recorded.shape[0] + 1
     buf = np.zeros((size, CANARY_SLOT_BYTES), dtype=np.uint8)
     buf.view(np.int64)[1:, :4] = records[:, 2:6]
 
-    def local(s: int) -> int:
-        if s <= 0:  # padding (slot) / anchor / unreachable predecessor: same meaning in the small buffer
-            return s
-        return compact.get(s, max(s, size))  # recorded -> its row; out of range stays out of range
+    def local(slots: np.ndarray) -> np.ndarray:
+        """Recorded slot -> its row; a slot <= 0 (padding, anchor, unreachable predecessor) keeps its
+        meaning; any other slot stays out of range of the small buffer."""
+        out = np.where(slots <= 0, slots, np.maximum(slots, size))
+        if order.shape[0]:
+            at = np.minimum(np.searchsorted(recorded[order], slots), order.shape[0] - 1)
+            hit = (recorded[order][at] == slots) & (slots > 0)
+            out[hit] = order[at[hit]] + 1
+        return out
 
     n = max(entries.shape[0], 1)
     plan = VerifyPlan.allocate(verify_capacity=n)
-    plan.verify_slot_indices[: entries.shape[0]] = [local(int(s)) for s in entries[:, 1]]
+    plan.verify_slot_indices[: entries.shape[0]] = local(entries[:, 1])
     plan.verify_expected_positions[: entries.shape[0]] = entries[:, 2]
-    plan.verify_prev_slot_indices[: entries.shape[0]] = [local(int(s)) for s in entries[:, 3]]
+    plan.verify_prev_slot_indices[: entries.shape[0]] = local(entries[:, 3])
     plan.verify_expected_tokens[: entries.shape[0]] = entries[:, 4]
     plan.verify_num_valid[0] = entries.shape[0]
     mode = RealKvHashMode(config["real_kv_hash_mode"]) if not name.startswith("HEAD") else RealKvHashMode.NONE
@@ -113,22 +120,30 @@ def _replay_tag(bundle: dict, tag: int, backend: str) -> np.ndarray:
     )
     launch_canary_verify_kernel(context=ctx, plan=plan, check_verify_expected_token=True, backend=backend)
     rows = ring[: min(int(ctx.violation_write_index[0]), n)].copy()
-    back = {v: k for k, v in compact.items()}
-    rows[:, ROW_SLOT_IDX] = [back.get(int(s), int(s)) for s in rows[:, ROW_SLOT_IDX]]
+    slots = rows[:, ROW_SLOT_IDX]
+    mine = (slots >= 1) & (slots < size)  # rows of the small buffer: back to the slots they stand for
+    slots[mine] = recorded[slots[mine] - 1]
     out_of_range = (rows[:, ROW_FAIL_REASON] & int(F.SLOT_OUT_OF_RANGE)) != 0
     rows[out_of_range, ROW_EXPECTED_AUX] = num_slots
     return rows
 
 
-def replay_bundle(path_or_bundle, *, backend: str = "numpy") -> Replay:
+def replay_bundle(path_or_bundle, *, backend: str = "numpy", max_bytes: int = MAX_BUNDLE_BYTES) -> Replay:
     """Load a bundle (path or :func:`~.bundle.load_bundle` dict) and re-run verify over its data.
+
+    A dict is checked against the bundle schema as a file is (its digest aside: an edited
+    dict is an experiment, not a damaged file).
 
     Raises
     ------
     KvCanaryError
-        KVC-M020 for a bad bundle file.
+        :func:`~.bundle.load_bundle`'s codes (KVC-M020, KVC-M030 … KVC-M033) for a bad bundle.
     """
-    bundle = path_or_bundle if isinstance(path_or_bundle, dict) else load_bundle(path_or_bundle)
+    if isinstance(path_or_bundle, dict):
+        check_bundle_dict("replay_bundle", path_or_bundle)
+        bundle = path_or_bundle
+    else:
+        bundle = load_bundle(path_or_bundle, max_bytes=max_bytes)
     recorded = [dataclasses.replace(v, step=int(s)) for v, s in zip(decode_rows(bundle["rows"]), bundle["row_steps"])]
     rows = [
         _replay_tag(bundle, int(t), backend)
@@ -139,9 +154,15 @@ def replay_bundle(path_or_bundle, *, backend: str = "numpy") -> Replay:
     return Replay(bundle, recorded, replayed)
 
 
-def explain_bundle(path_or_bundle) -> str:
-    """The text ``kvcanary inspect`` prints: config, each recorded row with its triage, the replay verdict."""
-    r = replay_bundle(path_or_bundle)
+def explain_bundle(path_or_bundle, *, max_bytes: int = MAX_BUNDLE_BYTES) -> str:
+    """The text ``kvcanary inspect`` prints: config, each recorded row with its triage, the replay verdict.
+
+    Raises
+    ------
+    KvCanaryError
+        :func:`replay_bundle`'s codes for a bad bundle (nothing is printed then).
+    """
+    r = replay_bundle(path_or_bundle, max_bytes=max_bytes)
     c = r.bundle["config"]
     rank = "" if c.get("rank") is None else f" of rank {c['rank']}"  # bundles of a job of several ranks
     lines = [

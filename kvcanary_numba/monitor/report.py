@@ -24,6 +24,7 @@ from ..constants import (
     ROW_STORED_CHAIN_HASH,
     ROW_STORED_TOKEN,
     VIOLATION_FIELDS,
+    VIOLATION_INDEX_SATURATED,
     CanaryLaunchTag,
     FailReason,
     fail_reason_label,
@@ -31,7 +32,7 @@ from ..constants import (
 from ..hashing import to_unsigned
 from .triage import Diagnosis, diagnose
 
-__all__ = ["BIT_EXPLANATIONS", "Violation", "decode_rows", "tag_name", "reason_labels"]
+__all__ = ["BIT_EXPLANATIONS", "Violation", "decode_rows", "ring_summary", "tag_name", "reason_labels"]
 
 #: One line per FailReason bit: what the check saw and what usually causes it.
 BIT_EXPLANATIONS: dict[FailReason, str] = {
@@ -97,7 +98,7 @@ def _hex(value: int) -> str:
     return f"0x{to_unsigned(value):016x}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class Violation:
     """One decoded violation-ring row.
 
@@ -127,6 +128,17 @@ class Violation:
     step: int = -1
     persistence: str = "pending"
     rewritten: bool = False
+
+    def __repr__(self) -> str:
+        """The row as a reader wants it: the tag's and bits' names, hashes in hex (fields as stored:
+        :meth:`to_dict`)."""
+        rewritten = ", rewritten" if self.rewritten else ""
+        return (
+            f"Violation({self.tag}, slot_idx={self.slot_idx}, position={self.position}, "
+            f"reasons={'+'.join(self.reasons) or 'none'}, stored_token={self.stored_token}, "
+            f"expected_token={self.expected_token}, stored_chain_hash={_hex(self.stored_chain_hash)}, "
+            f"expected_aux={_hex(self.expected_aux)}, step={self.step}, {self.persistence}{rewritten})"
+        )
 
     @property
     def tag(self) -> str:
@@ -250,3 +262,23 @@ def decode_rows(ring: np.ndarray, start: int = 0, stop: int | None = None, *, st
         ROW_FAIL_REASON,
     )
     return [Violation(*(int(row[f]) for f in fields), step=step) for row in rows[max(start, 0) : stop]]
+
+
+def ring_summary(recorded: int, capacity: int) -> str:
+    """One line on the ring's count: rows recorded and kept, and whether the count saturated.
+
+    Parameters
+    ----------
+    recorded : int
+        The write index (rows ever recorded; a negative caller-set index reads as 0).
+    capacity : int
+        Rows the ring keeps.
+    """
+    recorded = max(int(recorded), 0)
+    kept = f"{min(recorded, capacity)} kept (ring capacity {capacity})"
+    if recorded >= VIOLATION_INDEX_SATURATED:
+        return (
+            f"kv-canary: violation count saturated: at least {recorded} rows recorded, {kept}; the int32 write "
+            "index stays at its limit, so later rows are neither kept nor counted"
+        )
+    return f"kv-canary: {recorded} violation row(s) recorded, {kept}"

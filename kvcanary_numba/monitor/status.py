@@ -8,7 +8,8 @@ copy per step (:mod:`.readback`) carries every signal.
 Layout (int64 words):
 
 ====================  =====================================================
-word 0                int32 lanes: [violation_write_index, unused]
+word 0                int32 lanes: [violation_write_index (saturates at
+                      ``VIOLATION_INDEX_SATURATED``, never wraps), unused]
 words 1 .. 12         kernel_run_counter per CanaryLaunchTag
 words 13 .. 24        slot_run_counter per CanaryLaunchTag
 words 25 + 2g, +1     group g, int32 lanes: [enable, verify_num_valid,
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..constants import NUM_LAUNCH_TAGS
+from ..constants import NUM_LAUNCH_TAGS, VIOLATION_INDEX_SATURATED
 
 __all__ = ["FIRST_PLAN_WORD", "StatusBlock", "Snapshot"]
 
@@ -64,8 +65,14 @@ class Snapshot:
 
     @property
     def write_index(self) -> int:
-        """Violation rows ever recorded (keeps counting past the ring capacity)."""
+        """Violation rows ever recorded (keeps counting past the ring capacity, up to
+        ``VIOLATION_INDEX_SATURATED``, where it stays)."""
         return _low_lane(self.words[0])
+
+    @property
+    def saturated(self) -> bool:
+        """True when the write index reached its saturation value: more rows were seen than it counts."""
+        return self.write_index >= VIOLATION_INDEX_SATURATED
 
     @property
     def kernel_run_counters(self) -> np.ndarray:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._runtime import CUDA_IMPORTS
 from ..fast.calls import (
     launch_canary_plan_kernels,
     launch_canary_verify_kernel,
@@ -157,7 +158,8 @@ class EagerSteps:
             What ``prepare_inputs(batch, eager=False)`` returned (filled here).
         """
         # The kernel glue needs numba.cuda, which a CPU-only install lacks: imported on the GPU path only.
-        from ..fast.inputs import scatter_tokens_and_lens, translate_slots
+        with CUDA_IMPORTS:
+            from ..fast.inputs import scatter_tokens_and_lens, translate_slots
 
         if self.check_tokens:
             scatter_tokens_and_lens(
@@ -235,7 +237,8 @@ class EagerSteps:
         g, chain = self.groups[index], self._chain(index)
         plan = g.verify_plan if self.budget is None else self.budget.plans[index]
         if self.kernels:
-            from ..fast import endpoints as glue  # the kernels' glue: numba.cuda, not on the CPU path
+            with CUDA_IMPORTS:  # the kernels' glue: numba.cuda, not on the CPU path
+                from ..fast import endpoints as glue
 
             contexts = [endpoint.context for endpoint in endpoints]
             glue.launch_endpoint_verifies(contexts=contexts, plan=plan, check_verify_expected_token=self.check_tokens)

@@ -70,10 +70,12 @@ def _slot_array(function: str, slots) -> np.ndarray:
     problem = None
     if isinstance(slots, (str, bytes)) or slots is None:
         problem = type(slots).__name__
+    elif isinstance(slots, (np.ma.MaskedArray, np.matrix)):  # np.asarray would drop the mask, keep 2-D
+        problem = f"a {type(slots).__name__}"
     else:
         try:
             array = np.asarray(slots)
-        except (OverflowError, ValueError, TypeError) as exc:  # ragged or beyond every integer dtype
+        except Exception as exc:  # noqa: BLE001 - ragged, beyond every integer dtype, or an object that raises
             array, problem = None, f"{type(exc).__name__}: {str(exc)[:60]}"
         if array is not None:
             if array.size == 0 and array.ndim == 1:

@@ -256,7 +256,7 @@ class Rechecker:
                     persistence=recheck_row(found[i], records[j], None if live is None else live[j]),
                     rewritten=rewritten(found[i], records[j]),
                 )
-                logger.warning(
+                logger.info(  # the row was logged when read back: its re-check is detail (INFO)
                     "kv-canary: re-check at step %d: %s slot %d position %d is %s (%s)",
                     step,
                     v.tag,
@@ -273,14 +273,21 @@ class CanaryBlindSpotWarning(UserWarning):
 
 
 BLIND_SPOT_MESSAGE = (
-    "kv-canary blind spot: check_verify_expected_token is off, so a corrupted token in a request's newest "
-    "slot is never detected (nothing hashes a slot's own token until the next write, which chains from the "
-    "corrupted record). Close it with check_verify_expected_token=True (and max_requests, max_context_len, "
-    "and token_ids_flat / token_offsets in every StepBatch)."
+    "kv-canary blind spot: check_verify_expected_token is off, so a token corrupted in a request's newest "
+    "slot goes unseen; pass check_verify_expected_token=True to close it (warned once per process)"
 )
+
+#: Whether this process has shown the blind-spot warning (it is advice about a configuration, not
+#: about one monitor: an engine that builds a monitor per pool or per rank hears it once).
+_blind_spot_warned = False
 
 
 def warn_blind_spot(check_tokens: bool) -> None:
-    """Warn (:class:`CanaryBlindSpotWarning`) when the expected-token check is off."""
-    if not check_tokens:
+    """Warn (:class:`CanaryBlindSpotWarning`) when the expected-token check is off, once per process.
+
+    ``docs/concepts/reading-a-violation.md`` explains the blind spot; the warning only names it.
+    """
+    global _blind_spot_warned
+    if not check_tokens and not _blind_spot_warned:
+        _blind_spot_warned = True
         warnings.warn(BLIND_SPOT_MESSAGE, CanaryBlindSpotWarning, stacklevel=3)

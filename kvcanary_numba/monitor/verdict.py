@@ -47,14 +47,17 @@ from ..constants import (
 from ..errors import error
 from ..reference import verdict as reference_verdict
 from .pump import CanaryViolationError
+from .readback import MergedCopies
 from .status import FIRST_PLAN_WORD
 
 __all__ = [
     "CanaryVerdictError",
     "Verdict",
     "VerdictState",
+    "apply_verdict",
     "check_rank",
     "decode_verdict",
+    "flush_verdict",
     "merge_verdicts",
     "write_verdict",
 ]
@@ -264,7 +267,7 @@ class VerdictState:
             rank=0 if rank is None else int(rank),
         )
         self.last: Verdict | None = None  # the merged verdict acted on last
-        self._copies = None if xp is np else _MergedCopies()
+        self._copies = None if xp is np else MergedCopies(VERDICT_LANES)
         self._raised = self._stall_seen = False
         self._health_seen = None
 
@@ -348,41 +351,19 @@ class VerdictState:
         return verdict
 
 
-class _MergedCopies:
-    """Merged words copied to pinned host memory on the current stream, read one call later.
+def apply_verdict(monitor, function: str, merged) -> Verdict | None:
+    """``CanaryMonitor.apply_verdict``: :meth:`VerdictState.apply` for ``monitor`` (its step and rows);
+    KVC-M050 on a monitor built without ``verdict=True``."""
+    if monitor.verdict is None:
+        raise error("KVC-M050", function=function)
+    return monitor.verdict.apply(function, merged, step=monitor.step, violations=monitor.pump.violations)
 
-    The copy runs in the order of the current stream: after the collective that wrote the
-    merged word and before anything issued later (the next step's collective into the same
-    buffer) can overwrite it. Only the host waits, and only for the previous call's copy.
-    """
 
-    def __init__(self):
-        import cupy
-        import cupyx
-
-        self._cupy = cupy
-        self._host = cupyx.empty_pinned((VERDICT_LANES,), np.int32)
-        self._copied = cupy.cuda.Event(disable_timing=True)
-        self._pending = None  # the merged array being copied (kept alive until the copy is done)
-
-    def push(self, ptr: int, keep) -> np.ndarray | None:
-        """Copy the word at device pointer ``ptr`` (of array ``keep``) in the current stream's order;
-        return the previous call's word (waiting for its copy), None at the first call."""
-        previous = self.take()
-        runtime, stream = self._cupy.cuda.runtime, self._cupy.cuda.get_current_stream()
-        nbytes = VERDICT_LANES * 4
-        runtime.memcpyAsync(self._host.ctypes.data, ptr, nbytes, runtime.memcpyDeviceToHost, stream.ptr)
-        self._copied.record(stream)
-        self._pending = keep
-        return previous
-
-    def take(self) -> np.ndarray | None:
-        """The word of the copy in flight, once it is done (None when none is)."""
-        if self._pending is None:
-            return None
-        self._copied.synchronize()
-        self._pending = None
-        return self._host.copy()
+def flush_verdict(monitor, function: str) -> Verdict | None:
+    """``CanaryMonitor.flush``'s last part: act on a merged word still being copied (None: no verdict)."""
+    if monitor.verdict is None:
+        return None
+    return monitor.verdict.flush(function, step=monitor.step, violations=monitor.pump.violations)
 
 
 def check_rank(function: str, rank) -> int | None:

@@ -5,8 +5,13 @@ A context's ring is ``violation_ring`` (int64 [capacity, 8]) with its
 value of the index, and increments the index (on the GPU one ``atomicAdd``,
 ``kernels/verify.py`` ``record_violation``). The row lands at ``ring[ticket]``
 only when ``0 <= ticket < capacity``: the ring fills once and then keeps
-counting, so the index tells how many rows were ever recorded. The index is an
-int32 and wraps after 2**31 rows; a negative ticket is never stored.
+counting, so the index tells how many rows were ever recorded.
+
+The count saturates at ``VIOLATION_INDEX_SATURATED`` (``2**31 - 2**24``): a
+ticket at or above it leaves the index as it is and stores nothing, so the int32
+index never wraps and never overwrites the first rows kept. An index at the
+limit means "at least that many rows". A negative index (set by a caller) counts
+up; its tickets are never stored.
 
 Here rows land in call order; on the GPU they land in atomic order, so tests
 compare GPU rings with these as multisets. The row layout and the fill-once
@@ -17,6 +22,8 @@ rule are described in ``docs/concepts/violation-ring.md`` and
 from __future__ import annotations
 
 import numpy as np
+
+from ..constants import VIOLATION_INDEX_SATURATED
 
 __all__ = ["append_violation_rows", "bump", "canary_fields", "record_violation"]
 
@@ -72,8 +79,9 @@ def record_violation(context, slot, position, stored_token, expected_token, chai
 def append_violation_rows(context, rows: np.ndarray) -> None:
     """Record ``rows`` one after the other, as :func:`record_violation` records one.
 
-    Row ``j`` gets ticket ``write_index + j`` (with int32 wrap-around), and the
-    index ends ``k`` higher whether or not the rows fit.
+    Row ``j`` gets ticket ``write_index + j``, and the index ends ``k`` higher
+    whether or not the rows fit, up to ``VIOLATION_INDEX_SATURATED`` (rows from
+    there on are neither kept nor counted).
 
     Parameters
     ----------
@@ -90,6 +98,8 @@ def _store(context, row) -> None:
     """Take a ticket from the write index; store ``row`` (8 int64 values) if it fits."""
     ring, index = context.violation_ring, context.violation_write_index
     seq = int(index[0])  # the ticket: the index before this row (atomicAdd's return value)
-    bump(index, 1)
-    if 0 <= seq < ring.shape[0]:  # seq < 0 only after 2**31 rows (the int32 index wrapped)
+    if seq >= VIOLATION_INDEX_SATURATED:  # saturated: the count stays, nothing is stored
+        return
+    index[0] = seq + 1  # below the int32 limit: no wrap
+    if 0 <= seq < ring.shape[0]:  # a negative ticket (a caller's index) is never stored
         ring[seq] = row

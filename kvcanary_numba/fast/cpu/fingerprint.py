@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import prange
 
-from ..._jit import cpu_jit, twin
+from ..._jit import cpu_jit, run_parallel, twin
 from ...constants import PARTIAL_READ_BYTES, RealKvHashMode
 from ...context import RealKvSource
 from ...hashing import splitmix64_u64
@@ -110,21 +110,17 @@ def fold_slots(real_kv_sources: Sequence[RealKvSource], real_kv_hash_mode: int, 
     limit = slots_covered(real_kv_sources)
     if mode == _NONE or limit <= 0 or slots.shape[0] == 0:
         return out  # also keeps empty sources from being viewed at all
-    fold = _fold_source_serial if slots.shape[0] < SERIAL_FOLD_SLOTS else _fold_source_into
+    many = slots.shape[0] >= SERIAL_FOLD_SLOTS  # few slots: starting the parallel loop costs more
     for src in real_kv_sources:
         words, row_stride = _word_span(src)
         # Word offsets: slot s starts at (s // page) * row_stride + (s % page) * words_per_token;
         # only its first _bytes_per_slot bytes are read, never the holes.
-        fold(
-            words,
-            slots,
-            limit,
-            row_stride,
-            int(src.page_size),
-            int(src.num_bytes_per_token) // 8,
-            _bytes_per_slot(src, mode) // 8,
-            out,
-        )
+        page, per_token, count = int(src.page_size), int(src.num_bytes_per_token) // 8, _bytes_per_slot(src, mode) // 8
+        args = (words, slots, limit, row_stride, page, per_token, count, out)
+        if many:
+            run_parallel(_fold_source_into, _fold_source_serial, *args)
+        else:
+            _fold_source_serial(*args)
     return out
 
 

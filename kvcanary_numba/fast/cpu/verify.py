@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import prange
 
-from ..._jit import cpu_jit, twin
+from ..._jit import cpu_jit, run_parallel, twin
 from ...constants import (  # fail bits as int64 scalars, under this module's short names
     CANARY_CHAIN_HEAD,
     CANARY_FIELDS_PER_SLOT,
@@ -29,6 +29,7 @@ from ...constants import (  # fail bits as int64 scalars, under this module's sh
     FIELD_TOKEN,
     TOKEN_TO_KV_SLOT_PADDING,
     VIOLATION_FIELDS,
+    VIOLATION_INDEX_SATURATED,
 )
 from ...hashing import splitmix64_mix3_u64
 from ...reference.ring import bump, canary_fields
@@ -43,17 +44,20 @@ _PADDING = np.int64(TOKEN_TO_KV_SLOT_PADDING)
 def append_violation_rows(context, rows: np.ndarray) -> None:
     """Record ``rows`` (int64 [k, 8]) fill-once into the context's ring, in order.
 
-    Row ``j`` takes ticket ``seq = write_index + j`` (int32 wrap-around, as the
-    GPU's atomicAdd) and lands only when ``0 <= seq < ring_capacity``; the
-    index advances by ``k`` whether or not the rows fit.
+    Row ``j`` takes ticket ``seq = write_index + j`` and lands only when
+    ``0 <= seq < ring_capacity``; the index advances by ``k`` whether or not the
+    rows fit, up to ``VIOLATION_INDEX_SATURATED`` (rows from there on are neither
+    kept nor counted: the index never wraps).
     """
-    if rows.shape[0] == 0:
-        return
     ring, index = context.violation_ring, context.violation_write_index
-    tickets = (np.arange(rows.shape[0], dtype=np.int64) + np.int64(index[0])).astype(np.int32)
+    start = int(index[0])
+    counted = min(rows.shape[0], max(VIOLATION_INDEX_SATURATED - start, 0))
+    if counted == 0:
+        return
+    tickets = np.arange(counted, dtype=np.int64) + start
     fits = (tickets >= 0) & (tickets < ring.shape[0])
-    ring[tickets[fits]] = rows[fits]
-    bump(index, rows.shape[0])
+    ring[tickets[fits]] = rows[:counted][fits]
+    index[0] = start + counted  # at most the saturation value: no wrap
 
 
 #: Entries per chunk of the compiled pass (its gathered records stay in cache).
@@ -156,8 +160,11 @@ def launch_canary_verify_kernel(*, context, plan, check_verify_expected_token) -
     expected_real = fold_slots(context.real_kv_sources, context.real_kv_hash_mode, slots).view(np.int64)
     bits = np.empty(active, dtype=np.int64)
     aux = np.empty(active, dtype=np.int64)
-    check_entries = _check_entries_serial if active <= _CHUNK else _check_entries
-    check_entries(records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
+    args = (records, slots, positions, prevs, tokens, check, expected_real, bits, aux)
+    if active > _CHUNK:  # several chunks: one per core
+        run_parallel(_check_entries, _check_entries_serial, *args)
+    else:
+        _check_entries_serial(*args)
 
     hit = bits.nonzero()[0]  # entry order: the order rows are appended in
     if hit.shape[0] == 0:
