@@ -10,6 +10,8 @@ Run: ``python examples/ranks/cpu_ranks.py --ranks 3 --fault-rank 1``. The last l
 JSON summary; the exit status is 0 when every rank stopped at the same step (or none did, with no
 fault), 1 when they disagree, 2 when a rank hung or died. ``--no-verdict`` builds the monitors
 without the verdict: the corrupted rank raises alone and the others are left waiting (status 2).
+``--hang-rank R --hang-step S`` makes rank R stop answering before its collective of step S (an
+engine hung elsewhere): the coordinator's deadline reports it and every process is ended.
 """
 
 from __future__ import annotations
@@ -19,17 +21,24 @@ import json
 import multiprocessing as mp
 import pathlib
 import sys
+import time
 
 import numpy as np
 
 HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _rank_main(rank: int, conn, options: dict) -> None:
+def _rank_main(rank: int, conn, options: dict, hang_at: int | None = None) -> None:
     sys.path.insert(0, str(HERE))
     from rank_loop import run_rank
 
+    calls = 0
+
     def allreduce_max(word) -> np.ndarray:
+        nonlocal calls
+        calls += 1
+        if calls == hang_at:  # --hang-rank: this rank never joins this step's collective
+            time.sleep(3600)
         conn.send(("word", np.asarray(word).tobytes()))
         kind, payload = conn.recv()
         if kind != "merged":
@@ -93,23 +102,30 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--no-verdict", action="store_true", help="each rank raises alone (the hang the verdict prevents)"
     )
+    parser.add_argument("--hang-rank", type=int, default=None, help="a rank that stops answering")
+    parser.add_argument("--hang-step", type=int, default=2, help="the step whose collective it never joins")
     args = parser.parse_args(argv)
     options = dict(steps=args.steps, fault_rank=args.fault_rank, fault_step=args.fault_step, seed=args.seed)
     options["verdict"] = not args.no_verdict
     context = mp.get_context("spawn")
     pipes = [context.Pipe() for _ in range(args.ranks)]
     procs = [
-        context.Process(target=_rank_main, args=(rank, child, options), daemon=True)
+        context.Process(
+            target=_rank_main,
+            args=(rank, child, options, args.hang_step + 1 if rank == args.hang_rank else None),
+            daemon=True,
+        )
         for rank, (_, child) in enumerate(pipes)
     ]
     for p in procs:
         p.start()
     results, problems = coordinate([parent for parent, _ in pipes], args.timeout)
-    for p in procs:
-        p.join(timeout=10)
-        if p.is_alive():
-            problems.append(f"pid {p.pid} did not exit")
+    for rank, p in enumerate(procs):
+        p.join(timeout=2 if problems else 30)
+        if p.is_alive():  # a hung rank (told to abort, it cannot listen): ended here, never waited for
+            problems.append(f"rank {rank} (pid {p.pid}) did not exit: killed")
             p.kill()
+            p.join()
     for rank in sorted(results):
         r = results[rank]
         said = "ran to the end" if r["stopped_at"] is None else f"stopped at step {r['stopped_at']}"

@@ -62,6 +62,9 @@ def main(argv=None) -> int:
     options = dict(steps=args.steps, fault_rank=args.fault_rank, fault_step=args.fault_step, seed=args.seed)
     from cupy.cuda import nccl
 
+    if not nccl.available:  # CuPy without its NCCL library
+        print(json.dumps({"ranks": 0, "stopped_at": [], "problems": ["cupy.cuda.nccl has no NCCL library"]}))
+        return 2
     unique_id = nccl.get_unique_id()  # the parent makes it; every rank joins the same communicator
     context = mp.get_context("spawn")  # a CUDA context does not survive fork
     results = context.Queue()
@@ -92,7 +95,8 @@ def main(argv=None) -> int:
         said = "ran to the end" if r["stopped_at"] is None else f"stopped at step {r['stopped_at']}"
         print(f"rank {rank}: {said} (rows of its own: {r['own_rows']}, faults planted: {r['faults']})")
     stops = {r["stopped_at"] for r in done.values()}
-    print(json.dumps({"ranks": len(done), "stopped_at": sorted(stops, key=str), "problems": problems}, sort_keys=True))
+    summary = {"ranks": len(done), "stopped_at": sorted(stops, key=str), "problems": problems, "results": done}
+    print(json.dumps(summary, sort_keys=True))
     if problems or len(done) != args.ranks:
         return 2
     return 0 if len(stops) == 1 else 1
