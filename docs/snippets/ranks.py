@@ -73,11 +73,9 @@ for t, (prefix, tokens, slots) in enumerate(steps):
     for r in ranks:
         r.step(prefix, tokens, slots)
     # --8<-- [start:merge]
-    # The engine's collective: one element-wise max over the ranks' words (each int32 [16]).
-    words = [r.monitor.verdict.word for r in ranks]
-    merged = merge_verdicts(
-        words
-    )  # on GPUs: all_reduce(op=MAX) of monitor.verdict.word
+    # The engine's collective: one element-wise max of the ranks' words (int32 [16]
+    # each); on GPUs, an all-reduce with op=MAX of every rank's monitor.verdict.word.
+    merged = merge_verdicts([r.monitor.verdict.word for r in ranks])
     for r in ranks:  # every rank hands the same merged word back ...
         try:
             r.monitor.apply_verdict(merged)

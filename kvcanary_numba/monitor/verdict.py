@@ -11,9 +11,9 @@ never raises from :meth:`~.monitor.CanaryMonitor.end_step`; instead:
 2. the engine combines the words of all ranks with its own collective: one element-wise
    max (NCCL's ``ncclMax``, ``torch.distributed.all_reduce(op=MAX)``, ``jax.lax.pmax``;
    :func:`merge_verdicts` on the host);
-3. every rank hands the merged word back (:meth:`~.monitor.CanaryMonitor.apply_verdict`,
-   or the monitor's ``verdict_merge=`` hook) and acts on it: in mode ``raise`` every rank
-   raises :class:`CanaryVerdictError` on the same call.
+3. every rank hands the merged word back (:meth:`~.monitor.CanaryMonitor.apply_verdict`)
+   and acts on it: in mode ``raise`` every rank raises :class:`CanaryVerdictError` on the
+   same call.
 
 A merged word on the device is copied to pinned host memory in the current stream's order
 and read on the NEXT call (waiting for that one copy only), so no call synchronises the host
