@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 from launch_fakes import KERNEL_A, SIG, args_for, gpu  # noqa: F401
-from monitor_helpers import DECODE, PREFILL, Driver
+from monitor_helpers import DECODE, PREFILL, Driver, source
 
 from kvcanary_numba.fast import driver as _driver, glue_memo, replay, scratch
 from kvcanary_numba.fast.memo import Entry
@@ -235,3 +235,38 @@ def test_a_monitors_launches_take_its_own_scratch_lane():
     other.monitor.pre_forward(other.batch(DECODE))
     assert owners == [d.monitor.hook_device.token, other.monitor.hook_device.token]
     assert owners[0] != owners[1] and scratch.owner() is None
+
+
+def test_every_hook_of_a_monitor_runs_on_its_device_and_reading_does_not_switch():
+    from kvcanary_numba.monitor import SlotChain
+
+    d = Driver(verdict=True, rank=0)
+    m = d.monitor
+    runtime = FakeRuntime(current=0)  # the engine's device is 0, the monitor's 1
+    m.hook_device = HookDevice(1, runtime)
+    seen = {}
+
+    def on(name, call):
+        runtime.calls = []
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - a refusal still ran on the device (capture on the CPU)
+            seen[name + " (raised)"] = type(exc).__name__
+        seen[name] = ("set", 1) in runtime.calls and runtime.current == 0
+
+    on("pre_forward", lambda: m.pre_forward(d.batch(PREFILL)))
+    on("post_forward", m.post_forward)
+    on("end_step", m.end_step)
+    on("sweep", lambda: m.sweep([SlotChain(slots=[1, 2])]))
+    on("flush", m.flush)
+    on("stats", m.stats)
+    on("finish_warmup", m.finish_warmup)
+    on("apply_verdict", lambda: m.apply_verdict(m.verdict.word.copy()))
+    on("rebind_sources", lambda: m.rebind_sources(k_sources=(source(d.k),), v_sources=(source(d.v),)))
+    on("capture_graph", lambda: m.capture_graph(d.batch(DECODE)))
+    hooks = [k for k in seen if "(raised)" not in k]
+    assert len(hooks) == 10 and all(seen[k] for k in hooks), seen
+    raised = {k: v for k, v in seen.items() if "(raised)" in k}
+    assert raised == {"capture_graph (raised)": "KvCanaryError"}  # KVC-C008 on the CPU, after the switch
+    runtime.calls = []
+    assert m.violations == [] and m.step == 1 and runtime.calls == []  # reading switches nothing

@@ -202,6 +202,25 @@ def test_reports_and_bundles_name_the_rank(tmp_path, caplog):
     assert "rank" not in load_bundle(path)["config"] and path.name.startswith("kvcanary-step000001-0")
 
 
+@pytest.mark.parametrize("rank", [-1, 2**31 - 1, "2", 2.0, True])
+def test_a_bundle_whose_rank_is_no_rank_is_refused(tmp_path, rank):
+    from bundle_damage import repack
+
+    d = Driver(mode="log", rank=3, bundle_dir=tmp_path)
+    d.step(PREFILL)
+    d.k[3, 0] ^= 1
+    d.step(DECODE)
+    (path,) = d.monitor.bundles
+    arrays = load_bundle(path)
+    edited = tmp_path / "edited.npz"
+    edited.write_bytes(repack(arrays, config={**arrays["config"], "rank": 3}))  # as written: loads
+    assert load_bundle(edited)["config"]["rank"] == 3
+    edited.write_bytes(repack(arrays, config={**arrays["config"], "rank": rank}))  # digest made anew
+    with pytest.raises(KvCanaryError) as caught:
+        load_bundle(edited)
+    assert caught.value.code == "KVC-M033" and "rank" in str(caught.value)
+
+
 @pytest.mark.simulator
 @pytest.mark.parametrize("prepared", [False, True], ids=["eager", "prepared"])
 def test_on_the_kernels_a_fault_on_one_rank_stops_both_at_the_same_call(prepared):
