@@ -171,3 +171,27 @@ DEFAULT_RING_CAPACITY: Final[int] = 1024
 HANDOFF_DIGEST_ANCHOR: Final[int] = 0x4B56434D4F564544
 #: Version of the hand-off digest's definition, part of its layout signature.
 HANDOFF_DIGEST_VERSION: Final[int] = 1
+# --- verdict word (extension) -------------------------------------------------
+
+#: int32 lanes of a monitor's per-step verdict word (``kernels/verdict.py``). Every lane is
+#: >= 0 and ranks combine their words with one element-wise max (NCCL's ``ncclMax``, any
+#: engine's max all-reduce): each flag lane is then "any rank", each count lane "the most".
+VERDICT_LANES: Final[int] = 16
+#: Lane 0: :data:`VERDICT_MAGIC`, the word's format (a word the engine mixed up fails it).
+VERDICT_FORMAT: Final[int] = 0
+#: Lane 1: verdicts this monitor has written (one per TAIL phase), saturating at 2**31 - 1.
+VERDICT_SEQ: Final[int] = 1
+#: Lane 2: violation rows recorded since the previous verdict (stored or not), saturating.
+VERDICT_NEW_ROWS: Final[int] = 2
+#: Lane 3: rank + 1 when lane 2 is positive, else 0 (merged: the highest rank with new rows).
+VERDICT_RANK: Final[int] = 3
+#: Lane 4: 1 when the ring is full (rows are counted, not kept).
+VERDICT_RING_FULL: Final[int] = 4
+#: Lane 5: 1 when a group's plan of this step overflowed its verify capacity (verify skipped).
+VERDICT_PLAN_OVERFLOW: Final[int] = 5
+#: Lane 6: 1 once a health check found launches that did not run (sticky).
+VERDICT_STALLED: Final[int] = 6
+#: Lanes 7 .. 15: lane 7 + b is 1 when a new row has FailReason bit ``1 << b``.
+VERDICT_FAIL_BITS: Final[int] = 7
+#: Lane 0's value: "KV" and format 1.
+VERDICT_MAGIC: Final[int] = 0x4B560001

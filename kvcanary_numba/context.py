@@ -379,16 +379,10 @@ def check_context(function: str, context: Any, *, writes_buffer: bool, needs_cha
     if needs_chain_flag or context.enable_chain_position_assert is not None:
         specs.append(("enable_chain_position_assert", np.int32, (1,)))
     for field, dtype, shape in specs:
-        info = check_array(
-            function,
-            f"context.{field}",
-            getattr(context, field),
-            dtype=dtype,
-            ndim=len(shape),
-            shape=shape,
-            min_len=1,
-            writeable=field != "enable_chain_position_assert",
+        rules = dict(
+            dtype=dtype, ndim=len(shape), shape=shape, min_len=1, writeable=field != "enable_chain_position_assert"
         )
+        info = check_array(function, f"context.{field}", getattr(context, field), **rules)
         arrays.append((f"context.{field}", info))
     _, source_arrays = check_real_kv_sources(
         function,

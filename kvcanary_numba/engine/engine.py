@@ -177,6 +177,8 @@ class ToyEngine:
         verify_budget=None,
         backend: str = "auto",
         prepared: bool | None = None,
+        rank: int | None = None,
+        verdict: bool = False,
     ) -> CanaryMonitor:
         """Build a :class:`CanaryMonitor` over this engine's pool and call it every step.
 
@@ -204,6 +206,9 @@ class ToyEngine:
         backend, prepared
             Passed to the monitor: where its launches run and whether they are prepared
             (``backend="cuda"`` on a CPU engine runs the kernels under the simulator: tests).
+        rank, verdict
+            Passed to the monitor: its rank in a job of several, and the per-step verdict word
+            the ranks merge (``examples/ranks/``).
 
         Raises
         ------
@@ -252,6 +257,8 @@ class ToyEngine:
             verify_budget=verify_budget,
             backend=backend,
             prepared=prepared,
+            rank=rank,
+            verdict=verdict,
         )
         self.monitor, self.sweep_interval, self.oracle = monitor, sweep_interval, oracle
         return monitor

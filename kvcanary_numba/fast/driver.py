@@ -29,7 +29,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from .._runtime import imported
+from ..launch._device import current_device
 
 __all__ = [
     "AbiMismatch",
@@ -108,12 +108,17 @@ def native_address(fn) -> int | None:
 # --- compiled kernels ---------------------------------------------------------------
 
 
-@cache
 def bound_kernel(kernel, signature: str):
-    """``kernel`` compiled for ``signature`` and loaded into the current context now (a module
-    load is not allowed later, inside CUDA-graph capture)."""
-    compiled = kernel.compile(signature)
-    compiled.bind()
+    """``kernel`` compiled for ``signature`` and loaded into the current device's context now (a
+    module load is not allowed later, inside CUDA-graph capture); once per device: a kernel
+    loaded on one GPU is not loaded on another (the process's :data:`driver` says which is current)."""
+    return _bound_on(kernel, signature, driver.current_device())
+
+
+@cache
+def _bound_on(kernel, signature: str, device: int):
+    compiled = kernel.compile(signature)  # numba-cuda compiles for the current device's architecture
+    compiled.bind()  # loads the module into the current context: ``device``'s
     return compiled
 
 
@@ -230,13 +235,10 @@ class Driver:
         check_types(kernel, signature, args)
 
     def current_device(self) -> int:
-        """The current CUDA device (CuPy's, where the caller uses CuPy)."""
-        cupy = imported("cupy")  # not while another thread imports it
-        if cupy is not None:
-            return int(cupy.cuda.runtime.getDevice())
-        from numba import cuda
-
-        return int(cuda.get_current_device().id)
+        """The current CUDA device (CuPy's, where the caller uses CuPy): part of every key of a
+        driver handle, a packed launch, a replay and launch scratch (a handle, a loaded module
+        and scratch memory belong to one device's context)."""
+        return current_device()
 
     @property
     def cu(self):

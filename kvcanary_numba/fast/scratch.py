@@ -1,4 +1,4 @@
-"""Launch scratch: device arrays the fast wing owns, cached per (device, stream), never freed or moved.
+"""Launch scratch: device arrays the fast wing owns, cached per (device, lane), never freed or moved.
 
 Users of it: the plan's look-back state and verify offsets (``launch/plan.py`` takes a
 ``scratch`` object; the core's default allocates per call, the fast wing passes
@@ -8,26 +8,34 @@ plan capacity). Sizes never depend on a value read from the device.
 
 Why never freed: a memoised public call replays packed launches, and a captured CUDA
 graph holds the pointers it was captured with; both may name a scratch array long after
-the call that allocated it. Why per stream: launches on one stream use a scratch array
-in stream order, so concurrent streams must not share one. Nothing is allocated when
-the array already exists, so a call can be captured into a CUDA graph after one eager
-call with the same sizes on the same stream (allocation is not allowed during capture).
-A first allocation while the stream captures is refused with KVC-C015 before the driver
-is asked (its own error would also invalidate the capture).
+the call that allocated it. Why per device: the memory must be on the device that runs
+the launch (one process may drive several GPUs). Why per lane: launches on one stream
+use a scratch array in stream order, so concurrent streams must not share one; the lane
+is the call's stream, or the owner a caller names with :func:`owned_by`. A monitor's
+hooks name the monitor: its prepared steps keep the scratch pointers they were recorded
+with and replay them on whatever stream the engine steps on, so two monitors that
+recorded on one stream and then step concurrently on two must still not share scratch.
+Nothing is allocated when the array already exists, so a call can be captured into a
+CUDA graph after one eager call with the same sizes on the same stream (allocation is
+not allowed during capture). A first allocation while the stream captures is refused
+with KVC-C015 before the driver is asked (its own error would also invalidate the capture).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import threading
 
 import numpy as np
 
 from ..errors import error
 from ..launch._launch import ON_SIMULATOR
+from . import driver as _driver, replay
 from .driver import libcuda_function
 
-__all__ = ["CAPTURE_FUNCTION", "STREAM_SCRATCH", "StreamScratch", "stream_capturing"]
+__all__ = ["CAPTURE_FUNCTION", "STREAM_SCRATCH", "StreamScratch", "owned_by", "owner", "stream_capturing", "swap_owner"]
 
 #: The ``function`` of KVC-C015 raised here; a public call's dispatch names itself instead.
 CAPTURE_FUNCTION = "launch scratch"
@@ -40,25 +48,30 @@ _CAPTURE_ERRORS = range(900, 909)
 
 
 class StreamScratch:
-    """Zeroed arrays by (device, stream, name, shape, dtype), allocated on first use, never freed.
+    """Zeroed arrays by (device, lane, name, shape, dtype), allocated on first use, never freed.
 
-    Under the simulator the arrays are NumPy, cached all the same, so simulated tests see state
-    carried from launch to launch (e.g. the plan's look-back).
+    The device is the driver's current one (:meth:`.driver.Driver.current_device`); the lane
+    is the owner named by :func:`owned_by`, else the call's stream. Under the simulator (no
+    raw launches) every call shares one lane and the arrays are NumPy, so simulated tests see
+    state carried from launch to launch (e.g. the plan's look-back).
     """
 
     def __init__(self):
-        #: (device id, stream handle) -> {(name, shape, dtype): zeroed array}; never shrinks.
-        self._arrays: dict[tuple[int, int], dict[tuple, object]] = {}
+        #: (device id, lane) -> {(name, shape, dtype): zeroed array}; never shrinks.
+        self._arrays: dict[tuple, dict[tuple, object]] = {}
+
+    def key(self, stream: int) -> tuple:
+        """(device, lane) of a launch on ``stream`` now: ``("owner", token)`` inside
+        :func:`owned_by`, else the stream handle; (-1, 0) under the simulator."""
+        driver = _driver.driver
+        if not driver.raw:
+            return (-1, 0)
+        token = getattr(_owner, "token", None)
+        return driver.current_device(), int(stream) if token is None else ("owner", token)
 
     def arrays(self, stream: int) -> dict[tuple, object]:
-        """The scratch arrays of the current device and ``stream``."""
-        if ON_SIMULATOR:
-            key = (-1, 0)
-        else:
-            from numba import cuda
-
-            key = (cuda.get_current_device().id, int(stream))
-        return self._arrays.setdefault(key, {})
+        """The scratch arrays of the current device and lane (see :meth:`key`)."""
+        return self._arrays.setdefault(self.key(stream), {})
 
     def zeros(self, name: str, shape: tuple[int, ...], dtype, stream: int):
         """The zeroed array ``name`` of the current device and ``stream``, allocated on first use."""
@@ -90,6 +103,37 @@ class StreamScratch:
 
 #: The scratch of every fast public call and monitor step of this process.
 STREAM_SCRATCH = StreamScratch()
+
+_owner = threading.local()
+
+
+def swap_owner(token):
+    """Make ``token`` (any hashable, or None: per stream) this thread's scratch owner; returns the
+    previous one (what a caller restores: owners nest)."""
+    previous = getattr(_owner, "token", None)
+    _owner.token = token
+    return previous
+
+
+@contextlib.contextmanager
+def owned_by(token):
+    """Launch scratch taken on this thread inside the block is ``token``'s (any hashable; a
+    monitor's hooks pass the monitor's), whatever the stream; blocks nest."""
+    previous = swap_owner(token)
+    try:
+        yield
+    finally:
+        swap_owner(previous)
+
+
+def owner():
+    """The scratch owner of this thread now (None: scratch is per stream)."""
+    return getattr(_owner, "token", None)
+
+
+# Which scratch a glue call takes is state the glue reads besides its arguments: a launch
+# packed for one owner replays only for that owner (replay.LAUNCH_STATE).
+replay.LAUNCH_STATE.append(owner)
 
 
 def stream_capturing(stream: int) -> bool:

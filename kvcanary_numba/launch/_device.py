@@ -3,8 +3,10 @@
 The launch glue asks the device once per kernel: how many multiprocessors it has
 (:func:`sm_count`), how many blocks of a compiled kernel stay resident
 (:func:`resident_blocks`), and numba-cuda's stream object for a raw handle
-(:func:`numba_stream`). None of it runs under the simulator, where
-:func:`simulated_shapes` lets tests give simulated launches other shapes instead.
+(:func:`numba_stream`). Each answer is cached per device (:func:`current_device`): one
+process may drive several GPUs, of different sizes, and a stream object belongs to one
+device's context. None of it runs under the simulator, where :func:`simulated_shapes` lets
+tests give simulated launches other shapes instead.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache, lru_cache
 
+from .._runtime import imported
 from ..kernels import ON_SIMULATOR
 
 __all__ = [
     "SIM_SHAPES",
     "SIM_SHAPE_NAMES",
     "compile_kernel",
+    "current_device",
     "numba_stream",
     "resident_blocks",
     "simulated_shapes",
@@ -26,33 +30,61 @@ __all__ = [
 ]
 
 
+def current_device() -> int:
+    """The current CUDA device: CuPy's where the process uses CuPy (its ``Device.use()`` makes
+    the device's primary context current, which numba-cuda then uses too), else numba-cuda's."""
+    cupy = imported("cupy")  # not while another thread imports it
+    if cupy is not None:
+        return int(cupy.cuda.runtime.getDevice())
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)
+
+
 @cache
 def compile_kernel(kernel, signature: str):
-    """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator."""
+    """``kernel`` compiled for ``signature`` (cached); the kernel itself under the simulator.
+
+    One object serves every device: numba-cuda builds and loads its code per device when a
+    launch asks for it (``resident_blocks`` and launches run on the current device)."""
     if ON_SIMULATOR:
         return kernel
     return kernel.compile(signature)
 
 
-@cache
 def sm_count() -> int:
-    """Multiprocessors of the current device (1 under the simulator)."""
+    """Multiprocessors of the current device (1 under the simulator); cached per device."""
     if ON_SIMULATOR:
         return 1
-    from numba import cuda
-
-    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    return _sm_count(current_device())
 
 
 @cache
+def _sm_count(device: int) -> int:
+    from numba import cuda
+
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)  # the current device is ``device``
+
+
 def resident_blocks(kernel, signature: str, block: int) -> int:
-    """Blocks of ``block`` threads of the compiled kernel that fit on the device at once (cached)."""
+    """Blocks of ``block`` threads of the compiled kernel that fit on the current device at once
+    (cached per device, kernel and block size)."""
+    return _resident_blocks(kernel, signature, block, current_device())
+
+
+@cache
+def _resident_blocks(kernel, signature: str, block: int, device: int) -> int:
     return max(1, int(compile_kernel(kernel, signature).max_cooperative_grid_blocks(block)))
 
 
-@lru_cache(maxsize=64)
 def numba_stream(handle: int):
-    """numba-cuda's stream object for a raw handle (0: the default stream), cached."""
+    """numba-cuda's stream object for a raw handle (0: the default stream) on the current device,
+    cached per (device, handle): numba-cuda ties a stream object to one device's context."""
+    return _numba_stream(handle, current_device())
+
+
+@lru_cache(maxsize=64)
+def _numba_stream(handle: int, device: int):
     from numba import cuda
 
     return cuda.external_stream(handle) if handle else cuda.default_stream()

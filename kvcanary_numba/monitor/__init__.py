@@ -1,4 +1,5 @@
-"""The user-level detector: CanaryMonitor, its step batches, sweeps, readable reports, triage, bundles, budgets."""
+"""The user-level detector: CanaryMonitor, its step batches, sweeps, readable reports, triage, bundles, budgets,
+and the verdict word that ranks of one job merge."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .moves import MovedRecords
 from .report import BIT_EXPLANATIONS, Violation, decode_rows
 from .sweep import SlotChain
 from .triage import CanaryBlindSpotWarning, Diagnosis
+from .verdict import CanaryVerdictError, Verdict, merge_verdicts
 
 __all__ = [
     "BIT_EXPLANATIONS",
@@ -22,6 +24,7 @@ __all__ = [
     "CanaryMonitor",
     "CanarySlotZeroWarning",
     "CanaryStalledError",
+    "CanaryVerdictError",
     "CanaryViolationError",
     "Diagnosis",
     "HealthReport",
@@ -29,7 +32,9 @@ __all__ = [
     "MovedRecords",
     "SlotChain",
     "StepBatch",
+    "Verdict",
     "VerifyBudget",
     "Violation",
     "decode_rows",
+    "merge_verdicts",
 ]

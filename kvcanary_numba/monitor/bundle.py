@@ -16,7 +16,7 @@ records       int64 [k, 6]          tag, slot, and the slot's 4 record fields (t
                                     prev_hash, real_kv_hash) of the buffer the tag verifies
 kv            uint8 [k, 4, b]       the real-KV bytes each source folds for that slot
 kv_lengths    int64 [k, 4]          bytes of each source (0 = no such source)
-config        str (JSON)            format version, step, device, hash mode, group slot counts,
+config        str (JSON)            format version, step, device, (rank,) hash mode, group slot counts,
                                     the SHA-256 digest of the arrays and the rest of the config
 ============  ====================  ================================================================
 
@@ -171,6 +171,8 @@ def collect_bundle(monitor, violations, step: int) -> dict[str, np.ndarray]:
         "check_verify_expected_token": monitor.check_tokens,
         "num_slots": {g.kind.upper(): int(g.group.num_slots) for g in monitor.groups},
     }
+    if getattr(monitor, "rank", None) is not None:  # a job of several ranks (a job of one writes none)
+        config["rank"] = monitor.rank
     arrays = dict(
         rows=rows,
         row_steps=np.array([v.step for v in violations], dtype=np.int64),
@@ -190,15 +192,17 @@ def _write_arrays(file, arrays: dict) -> None:
 
 
 def dump_bundle(monitor, violations, directory: pathlib.Path, step: int) -> pathlib.Path:
-    """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>-<i>.npz``; returns the path.
+    """Write the bundle of ``violations`` to ``directory/kvcanary-step<step>[-rank<r>]-<i>.npz``; returns the path
+    (the rank keeps the bundles of several ranks apart in one directory).
 
     The file is written under a hidden name and renamed when complete, so a reader never sees
     half a bundle; a write that fails (OSError: no space, no permission, no directory) leaves
     nothing behind and raises.
     """
     arrays = collect_bundle(monitor, violations, step)
-    i = 0
-    while (path := directory / f"kvcanary-step{step:06d}-{i}.npz").exists():
+    i, rank = 0, getattr(monitor, "rank", None)
+    tag = f"step{step:06d}" if rank is None else f"step{step:06d}-rank{rank}"
+    while (path := directory / f"kvcanary-{tag}-{i}.npz").exists():
         i += 1
     partial = directory / f".{path.name}.partial"
     try:

@@ -68,7 +68,10 @@ _CONFIG = {
         ),
     ),
 }
-_OPTIONAL = {"digest": ("a SHA-256 hex string", lambda v: isinstance(v, str) and len(v) == 64)}
+_OPTIONAL = {
+    "digest": ("a SHA-256 hex string", lambda v: isinstance(v, str) and len(v) == 64),
+    "rank": ("an int in [0, 2**31 - 2]", lambda v: _is_int(v, 0, INT32_MAX - 1)),
+}
 
 
 class _Check:

@@ -28,6 +28,7 @@ __all__ = [
     "Endpoint",
     "check_group_placement",
     "check_groups",
+    "check_hash_mode",
     "check_type",
     "translate_slots",
 ]
@@ -155,6 +156,15 @@ def check_group_placement(function: str, groups: list[KvGroup], xp) -> Any:
         ]
     resolve_backend(function, "auto", infos)
     return here
+
+
+def check_hash_mode(function: str, mode: Any, groups: list[KvGroup]) -> RealKvHashMode:
+    """The monitor's real-KV hash mode: ``mode`` checked (KVC-C011), by default PARTIAL when any group
+    has sources, else NONE."""
+    if mode is None:
+        has_sources = any(g.k_sources or g.v_sources for g in groups)
+        mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
+    return RealKvHashMode(check_int(function, "real_kv_hash_mode", mode, low=0, high=2))
 
 
 def check_groups(function: str, full: Any, swa: Any) -> list[KvGroup]:

@@ -8,8 +8,8 @@ interleave two batches over those plans and report violations that never happene
 So a monitor refuses, with KVC-M026, a hook called while another host thread is inside one of
 its hooks (``pre_forward``, ``post_forward``, the whole block of ``with monitor.forward(batch):``,
 ``end_step``, ``sweep``, ``flush``, ``capture_graph``, ``finish_warmup``, setting ``backend``,
-``rebind_sources`` and the record moves: ``take_records``, ``put_records``, ``move_records``,
-``verify_records``, ``handoff_digest``).
+``rebind_sources``, ``apply_verdict`` and the record moves: ``take_records``, ``put_records``,
+``move_records``, ``verify_records``, ``handoff_digest``).
 The refused call reads and changes nothing; the other thread's step goes on undisturbed.
 
 Why refuse rather than wait: a call that waited would run later against whatever step the other

@@ -5,8 +5,8 @@ and V, without real-KV sources) → the engine writes KV → ``post_forward()`` 
 real-KV sources) → ``end_step()`` (an optional sweep of given chains, SWEEP tags; then the status
 readback: new violation rows, overflow warnings, health check). Between steps, records move with their KV.
 
-Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`),
-on a GPU the prepared steps and a captured graph, readback, pump, health, aftercare, budget, thread guard,
+Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`), on a GPU
+the prepared steps and a captured graph, readback, pump, health, verdict, aftercare, budget, thread guard, device,
 record moves (:mod:`.moves`). Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
 """
 
@@ -28,18 +28,18 @@ from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
-from .groups import KvGroup, check_group_placement, check_groups
+from .device import MONITOR_HOOKS, HookDevice, hooks_on_own_device
+from .groups import KvGroup, check_group_placement, check_groups, check_hash_mode
 from .guard import HookGuard, one_thread
-from .health import HealthChecker
 from .moves import MovedRecords, RecordMoves
-from .pump import CanaryViolationError, ViolationPump
-from .readback import CudaReadback, HostReadback
+from .pump import CanaryViolationError
 from .report import Violation
+from .reporting import build_reporting, monitor_stats
 from .sources import SourceWatch
-from .status import monitor_stats
 from .steps import EagerSteps
 from .sweep import SlotChain, sweep_chains
 from .triage import warn_blind_spot
+from .verdict import apply_verdict, check_rank, flush_verdict
 
 __all__ = ["CanaryMonitor", "CanaryViolationError", "MODES"]
 
@@ -50,6 +50,7 @@ _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 _REBIND = "rebind_sources between end_step and pre_forward, or between pre_forward and post_forward"
 
 
+@hooks_on_own_device(*MONITOR_HOOKS)  # each runs with the monitor's device current
 class CanaryMonitor:
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
@@ -62,8 +63,7 @@ class CanaryMonitor:
     device : {"cpu", "cuda"}
         NumPy (reference path) or CuPy (Numba-CUDA kernels) buffers.
     mode : {"log", "raise"}
-        ``log``: one ``logging.warning`` per violation. ``raise``: one
-        :class:`CanaryViolationError` with all rows, raised once.
+        ``log``: one log line per violation. ``raise``: one :class:`CanaryViolationError` with all rows.
     real_kv_hash_mode : RealKvHashMode, optional
         Default: PARTIAL when any group has sources, else NONE.
     ring_capacity : int
@@ -84,8 +84,7 @@ class CanaryMonitor:
     max_requests, max_context_len : int, optional
         Shape of that token pool (req_to_token rows, context length).
     warmup_steps : int
-        Steps with the write chain-position assert off (synthetic warm-up positions; 0: on from
-        the start). See :meth:`finish_warmup`.
+        Steps with the chain-position assert off (warm-up positions; 0: on at once; :meth:`finish_warmup`).
     health_interval, health_warmup_steps : int
         Health check cadence (0 = off) and the steps before the first check.
     bundle_dir : str or path, optional
@@ -100,6 +99,10 @@ class CanaryMonitor:
     prepared : bool, optional
         Record each batch shape's launches once and relaunch them (the fast wing's prepared steps).
         Default: on with ``device="cuda"``. True needs the kernels (``backend`` resolving to ``cuda``).
+    rank : int, optional
+        This monitor's rank in a job of several (>= 0): named in reports, errors and bundles.
+    verdict : bool
+        Write a per-step verdict word ranks merge (:mod:`.verdict`); ``raise`` acts in :meth:`apply_verdict`.
 
     Attributes
     ----------
@@ -111,14 +114,13 @@ class CanaryMonitor:
         The captured step (:meth:`capture_graph`).
     sources : SourceWatch
         The real-KV sources as last checked (:meth:`rebind_sources`; re-checked before each TAIL).
-    phase_launches : (ndarray, ndarray)
-        Launches per tag of one HEAD and one TAIL phase (int64 ``[NUM_LAUNCH_TAGS]`` each).
+    verdict : VerdictState or None
+        The verdict word (``verdict.word``) and what acts on merged words.
 
     Raises
     ------
     KvCanaryError
-        KVC-M001, KVC-M008, KVC-M009, KVC-C007 (a group array on another device),
-        KVC-C008, KVC-C009, KVC-C010, KVC-C011, KVC-C015, KVC-M021, KVC-M022.
+        KVC-M001, M008, M009, C007 (a group array on another device), C008 ... C011, C015, M021, M022.
 
     Notes
     -----
@@ -149,23 +151,21 @@ class CanaryMonitor:
         verify_budget: VerifyBudget | None = None,
         backend: str = "auto",
         prepared: bool | None = None,
+        rank: int | None = None,
+        verdict: bool = False,
     ):
         self.thread_guard = HookGuard()  # one host thread at a time inside the hooks (KVC-M026)
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
-        self.mode, self.device = mode, device
+        self.mode, self.device, self.rank = mode, device, check_rank(_FN, rank)
         self.xp = xp = array_module(_FN, device)
-        if real_kv_hash_mode is None:
-            has_sources = any(g.k_sources or g.v_sources for g in groups)
-            real_kv_hash_mode = RealKvHashMode.PARTIAL if has_sources else RealKvHashMode.NONE
-        self.real_kv_hash_mode = RealKvHashMode(check_int(_FN, "real_kv_hash_mode", real_kv_hash_mode, low=0, high=2))
+        self.real_kv_hash_mode = check_hash_mode(_FN, real_kv_hash_mode, groups)  # default: PARTIAL with sources
         self.check_tokens = check_bool(_FN, "check_verify_expected_token", check_verify_expected_token)
         warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
-        interval = check_int(_FN, "health_interval", health_interval, low=0)
-        health_warmup = check_int(_FN, "health_warmup_steps", health_warmup_steps, low=0)
-        self._placement = check_group_placement(_FN, groups, xp)
+        self._placement = here = check_group_placement(_FN, groups, xp)
+        self.hook_device = HookDevice(None if xp is np else here.device)  # current around each hook
         backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
         prepared = paths.use_prepared(_FN, prepared, backend, xp)
         buffers = MonitorBuffers(
@@ -190,24 +190,22 @@ class CanaryMonitor:
         self.sources = SourceWatch(self.groups, placement=self._placement, mode=self.real_kv_hash_mode)
         self.enable_chain_position_assert = buffers.enable_chain_position_assert
         self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
-        self.readback = readback = HostReadback(self.status) if xp is np else CudaReadback(self.status)
-        self.phase_launches = tuple(sum(g.launch_counts(stage) for g in self.groups) for stage in ("head", "tail"))
-        self.health = health = HealthChecker(interval=interval, warmup_steps=health_warmup, phases=self.phase_launches)
-        plans = [(g.kind.upper(), caps["verify_capacity"]) for g in self.groups]
-        self.pump = ViolationPump(mode=mode, ring=self.ring, readback=readback, health=health, plan_capacities=plans)
-        self.step = self.sweeps = 0
-        self._phase, self._batch, self._launched, self._tail = _IDLE, None, None, None
+        self.readback, self.phase_launches, self.health, self.verdict, self.pump = build_reporting(
+            _FN, self, verdict, (health_interval, health_warmup_steps), caps["verify_capacity"], placement=here
+        )
+        self.step, self.sweeps, self._phase, self._batch, self._launched, self._tail = 0, 0, _IDLE, None, None, None
         self.budget = BudgetState.build(self, verify_budget, _FN)
-        self.step_plan = EagerSteps(buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget)
+        self.step_plan = EagerSteps(
+            buffers, xp=xp, backend=backend, check_tokens=self.check_tokens, budget=self.budget, verdict=self.verdict
+        )
         self.graph, self.fast = None, paths.prepared_steps(self.step_plan, xp) if prepared else None
         self.aftercare = Aftercare(check_bundle_dir(_FN, bundle_dir))  # triage re-checks, bundles
-        self.moves = RecordMoves(self.groups, xp=xp, placement=self._placement, steps=self.step_plan, health=health)
+        self.moves = RecordMoves(self.groups, xp=xp, placement=here, steps=self.step_plan, health=self.health)
         self.bundles = self.aftercare.bundles
 
     @property
     def backend(self) -> str:
-        """Where the eager steps launch: ``"numpy"`` or ``"cuda"``; settable between steps (with
-        prepared steps, only to ``"cuda"``: they launch the kernels)."""
+        """Where the eager steps launch (``"numpy"`` or ``"cuda"``); settable between steps (prepared: ``"cuda"``)."""
         return self.step_plan.backend
 
     @backend.setter
@@ -245,8 +243,7 @@ class CanaryMonitor:
         Raises
         ------
         KvCanaryError
-            KVC-M005 (order); the batch's array codes when one of its fields was
-            reassigned to a bad array since pre_forward (the step stays open).
+            KVC-M005 (order); a field reassigned to a bad array since pre_forward: its codes (the step stays open).
         """
         fn = self._order("CanaryMonitor.post_forward", _PRE)
         self.batch_checks(fn, self._batch)
@@ -294,8 +291,9 @@ class CanaryMonitor:
         snapshot = self.readback.push(step, self.aftercare.quiet_index(self.pump, step - 1))
         if snapshot is not None:
             self.aftercare.process(self, snapshot, step)
+        if self.verdict is not None:
+            self.verdict.observe(self.health)  # a failed health check: later words say stalled
 
-    # --- controls ---------------------------------------------------------------
     @one_thread
     def rebind_sources(self, *, k_sources, v_sources=(), group: str = "full") -> None:
         """Point ``group``'s real-KV sources at new memory (a JAX pool's buffer after an update).
@@ -309,8 +307,7 @@ class CanaryMonitor:
         Raises
         ------
         KvCanaryError
-            Nothing changed: KVC-M005 after post_forward (legal: before pre_forward or post_forward),
-            KVC-C009, KVC-M023, KVC-R007 ... KVC-R011, KVC-C007. After: :mod:`.sources`.
+            Nothing changed: KVC-M005 after post_forward, C009, M023, R007 ... R011, C007 (:mod:`.sources`).
         """
         fn = self._order("CanaryMonitor.rebind_sources", _IDLE, _PRE, expected=_REBIND)
         self._follow(self.sources.rebind(fn, self.sources.group(fn, group), k_sources, v_sources))
@@ -328,8 +325,7 @@ class CanaryMonitor:
         Raises
         ------
         KvCanaryError
-            KVC-C008 without prepared steps on a GPU, KVC-M005 between pre_forward and
-            end_step, and pre_forward's codes for the batch.
+            KVC-C008 without prepared steps on a GPU, KVC-M005 inside a step, pre_forward's batch codes.
         """
         fn = "CanaryMonitor.capture_graph"
         self.graph = paths.check_capture(fn, self.fast, self.xp, self.device)  # None, or KVC-C008
@@ -343,14 +339,20 @@ class CanaryMonitor:
 
     @one_thread
     def sweep(self, chains: Sequence[SlotChain]) -> None:
-        """Verify whole chains (FULL slot indices) against the tail buffers, SWEEP tags (:func:`.sweep.sweep_chains`)."""
+        """Verify whole chains (FULL slot indices) against the tail buffers (:func:`.sweep.sweep_chains`)."""
         sweep_chains(self._between_steps("sweep"), chains, self.groups, xp=self.xp, health=self.health)
         self.sweeps += 1
 
     @one_thread
     def flush(self) -> None:
-        """Process every pending readback now (end of a run; waits for the device)."""
+        """Process every pending readback, then a merged verdict still copied (end of a run; waits)."""
         self.aftercare.process(self, self.readback.flush(), self.step)
+        flush_verdict(self, "CanaryMonitor.flush")
+
+    @one_thread
+    def apply_verdict(self, merged):
+        """Act on the ranks' merged verdict word: :func:`.verdict.apply_verdict` (returns, raises)."""
+        return apply_verdict(self, "CanaryMonitor.apply_verdict", merged)
 
     @property
     def violations(self) -> list[Violation]:
@@ -358,7 +360,7 @@ class CanaryMonitor:
         return self.pump.violations
 
     def stats(self) -> dict:
-        """Counters as of now (reads the device: not for the hot path; :func:`.status.monitor_stats`)."""
+        """Counters as of now (reads the device: not for the hot path)."""
         return monitor_stats(self)
 
     # --- moved records: thin delegations to monitor/moves.py ------------------------
@@ -388,13 +390,11 @@ class CanaryMonitor:
         """One digest per request of the FULL TAIL records and live KV (:meth:`.moves.RecordMoves.digest`)."""
         return self.moves.digest(self._between_steps("handoff_digest"), slot_indices, run_offsets)
 
-    def _order(self, fn: str, *phases: str, expected: str = _ORDER) -> str:
-        """``fn`` when the step is in one of ``phases``, else KVC-M005."""
+    def _order(self, fn: str, *phases: str, expected: str = _ORDER) -> str:  # fn in phases, else KVC-M005
         if self._phase not in phases:
             raise error("KVC-M005", function=fn, state=self._phase, expected=expected)
         return fn
 
-    def _between_steps(self, name: str) -> str:
-        """``CanaryMonitor.<name>`` between steps (KVC-M005); it folds live KV: moved sources are checked first."""
+    def _between_steps(self, name: str) -> str:  # KVC-M005 inside a step; moved sources checked first (live KV)
         self._follow(self.sources.recheck(fn := self._order(f"CanaryMonitor.{name}", _IDLE, _POST)))
         return fn

@@ -19,10 +19,11 @@ _PLAN_HISTORY = 4  # the GPU snapshot lags a step; remember a few steps' "a plan
 class CanaryViolationError(RuntimeError):
     """Raised once, in mode ``raise``, with every violation the first failing readback found."""
 
-    def __init__(self, violations: Sequence[Violation]):
-        self.violations = list(violations)
+    def __init__(self, violations: Sequence[Violation], *, rank: int | None = None):
+        self.violations, self.rank = list(violations), rank
         lines = "\n".join(v.summary() for v in self.violations)
-        super().__init__(f"kv-canary: {len(self.violations)} violation(s) detected\n{lines}")
+        who = "kv-canary" if rank is None else f"kv-canary rank {rank}"
+        super().__init__(f"{who}: {len(self.violations)} violation(s) detected\n{lines}")
 
 
 class ViolationPump:
@@ -37,10 +38,14 @@ class ViolationPump:
     health : HealthChecker
     plan_capacities : list of (str, int)
         Group name and verify capacity, in status-lane order.
+    rank : int, optional
+        The monitor's rank, named in the errors and log lines (None: a job of one).
     """
 
-    def __init__(self, *, mode: str, ring, readback, health: HealthChecker, plan_capacities):
-        self.mode, self.ring, self.readback, self.health = mode, ring, readback, health
+    def __init__(self, *, mode: str, ring, readback, health: HealthChecker, plan_capacities, rank: int | None = None):
+        self.mode, self.ring, self.readback, self.health, self.rank = mode, ring, readback, health, rank
+        self._who = "kv-canary" if rank is None else f"kv-canary rank {rank}"
+        self._line = "" if rank is None else f"rank {rank}: "  # before each row's and the saturation's line
         self.plan_capacities = list(plan_capacities)
         self.violations: list[Violation] = []
         self.planned = [-1] * _PLAN_HISTORY  # the step that last ran a plan, per step modulo the history
@@ -74,8 +79,9 @@ class ViolationPump:
             for lane, (name, capacity) in enumerate(self.plan_capacities):
                 if snapshot.plan_enable(lane) == 0:
                     logger.warning(
-                        "kv-canary: per-forward verify skipped at step %d for the %s group: the plan "
+                        "%s: per-forward verify skipped at step %d for the %s group: the plan "
                         "overflowed verify_capacity=%d; raise verify_capacity",
+                        self._who,
                         snapshot.step,
                         name,
                         capacity,
@@ -90,10 +96,12 @@ class ViolationPump:
             self.violations.extend(new)
         if index > capacity and not self._overflow_warned:
             self._overflow_warned = True
-            logger.warning("kv-canary: violation ring full (capacity %d); later rows are counted, not kept", capacity)
+            logger.warning(
+                "%s: violation ring full (capacity %d); later rows are counted, not kept", self._who, capacity
+            )
         if snapshot.saturated and not self._saturation_warned:
             self._saturation_warned = True
-            logger.warning("%s", ring_summary(index, capacity))
+            logger.warning("%s%s", self._line, ring_summary(index, capacity))
         report = self.health.check(snapshot)
         if new:
             self._report(new)
@@ -116,11 +124,11 @@ class ViolationPump:
     def _report(self, new: list[Violation]) -> None:
         if self.mode == "raise" and not self._raised:
             self._raised = True
-            raise CanaryViolationError(new)
-        # One line per row (SGLang's summary, which log parsers read); the explanation and the
-        # triage are in ``monitor.violations`` (``Violation.describe()``) and at DEBUG.
+            raise CanaryViolationError(new, rank=self.rank)
+        # One line per row (SGLang's summary, which log parsers read; a rank's lines start with
+        # "rank <r>: "); the explanation and the triage are in ``monitor.violations`` and at DEBUG.
         detail = logger.isEnabledFor(logging.DEBUG)
         for v in new:
-            logger.warning("%s", v.summary())
+            logger.warning("%s%s", self._line, v.summary())
             if detail:
-                logger.debug("%s", v.describe())
+                logger.debug("%s%s", self._line, v.describe())

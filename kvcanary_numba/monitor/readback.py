@@ -5,7 +5,8 @@ copy goes to pinned host memory on a side stream, ordered after the step's
 launches by an event, and the host reads an earlier step's copy once its event
 says it is done (normally the previous step's), so it never stalls the GPU
 (SGLang pumps its ``write_index > 0`` flag the same way). On the CPU the block
-is host memory and is read immediately.
+is host memory and is read immediately. :class:`MergedCopies` reads the ranks'
+merged verdict words the same way, one call later (:mod:`.verdict`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from ..fast import driver as _driver, native as _native
 from .status import FIRST_PLAN_WORD, Snapshot, StatusBlock, _snapshot
 
-__all__ = ["HostReadback", "CudaReadback"]
+__all__ = ["CudaReadback", "HostReadback", "MergedCopies"]
 
 
 class HostReadback:
@@ -170,3 +171,41 @@ class CudaReadback:
     def ring(self, ring) -> np.ndarray:
         """Host copy of the ring (synchronous; only done when the index says there are rows)."""
         return self._cupy.asnumpy(ring)
+
+
+class MergedCopies:
+    """Small int32 words (the ranks' merged verdict words) copied to pinned host memory on the
+    current stream, read one call later.
+
+    The copy runs in the order of the current stream: after the collective that wrote the
+    merged word and before anything issued later (the next step's collective into the same
+    buffer) can overwrite it. Only the host waits, and only for the previous call's copy.
+    """
+
+    def __init__(self, lanes: int):
+        import cupy
+        import cupyx
+
+        self._cupy = cupy
+        self._host = cupyx.empty_pinned((lanes,), np.int32)
+        self._copied = cupy.cuda.Event(disable_timing=True)
+        self._pending = None  # the merged array being copied (kept alive until the copy is done)
+
+    def push(self, ptr: int, keep) -> np.ndarray | None:
+        """Copy the word at device pointer ``ptr`` (of array ``keep``) in the current stream's order;
+        return the previous call's word (waiting for its copy), None at the first call."""
+        previous = self.take()
+        runtime, stream = self._cupy.cuda.runtime, self._cupy.cuda.get_current_stream()
+        nbytes = self._host.nbytes
+        runtime.memcpyAsync(self._host.ctypes.data, ptr, nbytes, runtime.memcpyDeviceToHost, stream.ptr)
+        self._copied.record(stream)
+        self._pending = keep
+        return previous
+
+    def take(self) -> np.ndarray | None:
+        """The word of the copy in flight, once it is done (None when none is)."""
+        if self._pending is None:
+            return None
+        self._copied.synchronize()
+        self._pending = None
+        return self._host.copy()

@@ -164,8 +164,9 @@ def explain_bundle(path_or_bundle, *, max_bytes: int = MAX_BUNDLE_BYTES) -> str:
     """
     r = replay_bundle(path_or_bundle, max_bytes=max_bytes)
     c = r.bundle["config"]
+    rank = "" if c.get("rank") is None else f" of rank {c['rank']}"  # bundles of a job of several ranks
     lines = [
-        f"bundle of step {c['step']} ({c['device']} run, kvcanary_numba {c['kvcanary_numba']}): "
+        f"bundle of step {c['step']}{rank} ({c['device']} run, kvcanary_numba {c['kvcanary_numba']}): "
         f"{len(r.recorded)} row(s), {r.bundle['entries'].shape[0]} entries, {r.bundle['records'].shape[0]} "
         f"records; real_kv_hash_mode={RealKvHashMode(c['real_kv_hash_mode']).name}",
         "",

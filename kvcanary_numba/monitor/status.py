@@ -25,7 +25,7 @@ import numpy as np
 
 from ..constants import NUM_LAUNCH_TAGS, VIOLATION_INDEX_SATURATED
 
-__all__ = ["FIRST_PLAN_WORD", "StatusBlock", "Snapshot", "monitor_stats"]
+__all__ = ["FIRST_PLAN_WORD", "StatusBlock", "Snapshot"]
 
 _KRC = 1
 _SLOT = _KRC + NUM_LAUNCH_TAGS
@@ -103,19 +103,3 @@ def _low_lane(word) -> int:
     """The int32 lane in the low half of an int64 status word (lane 2w of word w: little-endian)."""
     value = int(word) & 0xFFFFFFFF  # a Python int: no int32 view per read
     return value - (1 << 32) if value & 0x80000000 else value
-
-
-def monitor_stats(monitor) -> dict:
-    """:meth:`CanaryMonitor.stats <kvcanary_numba.CanaryMonitor.stats>`: counters as of now (reads the device)."""
-    words = monitor.status.words
-    snap = Snapshot(monitor.step, words.get() if monitor.xp is not np else words.copy())
-    return {
-        "step": monitor.step,
-        "protected_tokens": int(snap.slot_run_counters.sum()),
-        "kernel_runs": int(snap.kernel_run_counters.sum()),
-        "sweep_passes": monitor.sweeps,
-        **monitor.aftercare.stats(),
-        **monitor.pump.counts(snap),  # bundles written / lost; rows recorded, saturated
-        "violations_decoded": len(monitor.violations),
-        **({} if monitor.budget is None else monitor.budget.stats()),
-    }

@@ -77,6 +77,8 @@ class EagerSteps:
         Whether the plans check stored tokens against the token pool.
     budget : BudgetState or None
         Budgeted verification: each phase verifies only the entries due this step.
+    verdict : VerdictState, optional
+        The monitor's verdict word, written by the TAIL phase's last launch.
 
     Attributes
     ----------
@@ -91,8 +93,9 @@ class EagerSteps:
     batch_roles = BATCH_ROLES
     free_roles = FREE_ROLES
 
-    def __init__(self, buffers: MonitorBuffers, *, xp, backend: str, check_tokens: bool, budget):
+    def __init__(self, buffers: MonitorBuffers, *, xp, backend: str, check_tokens: bool, budget, verdict=None):
         self.groups, self.xp, self.budget, self.check_tokens = buffers.groups, xp, budget, check_tokens
+        self.verdict = verdict
         self.token_pool, self.valid_lens = buffers.token_pool, buffers.valid_lens
         caps = buffers.caps
         self._capacities = dict(tokens=caps["write_token_capacity"], requests=caps["write_req_capacity"])
@@ -213,6 +216,8 @@ class EagerSteps:
         asserted = batch.expected_input_tokens is not None
         for i, (g, loc) in enumerate(zip(self.groups, self.locs)):
             self._endpoints(i, g.tail, batch, loc, asserted, publish=False)
+        if self.verdict is not None:  # after every launch that may record a row this step
+            self.verdict.write(self.backend)
 
     def roles(self, batch: StepBatch, lens) -> dict[str, Any]:
         """The per-step arrays the launches read, by role: every :data:`BATCH_ROLES` field, the
