@@ -306,6 +306,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--setup-tokens", type=int, default=32768, help="tokens per setup prefill step")
+    p.add_argument("--only", choices=("decode", "prefill"), default=None, help="one kind of step")
     args = p.parse_args(argv)
     model = MODELS[args.model] if args.model else (TINY if args.tiny else LLAMA_3_2_1B)
     device = jax.devices("cpu")[0] if args.cpu else jax.devices()[0]
@@ -330,6 +331,8 @@ def main(argv=None) -> int:
     with jax.default_device(device):
         params = init_params(model)
         for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
+            if args.only not in (None, kind):
+                continue
             try:
                 rows += run_shape(model, params, kind, bs, tokens, args, gpu)
             except Exception as exc:  # noqa: BLE001 - e.g. 8 x 8k not fitting: reported, the rest still runs
