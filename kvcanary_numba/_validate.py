@@ -36,6 +36,7 @@ __all__ = [
     "dtype_label",
     "entry_length",
     "inspect_array",
+    "is_c_contiguous",
     "resolve_backend",
     "stream_handle",
 ]
@@ -100,7 +101,8 @@ def c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _is_c_contiguous(shape, strides, itemsize) -> bool:
+def is_c_contiguous(shape, strides, itemsize) -> bool:
+    """Whether an array of this layout is C-contiguous by NumPy's rule (any stride on an extent-1 axis)."""
     if any(extent == 0 for extent in shape):
         return True
     return all(
@@ -160,7 +162,7 @@ def inspect_array(function: str, argument: str, array: Any) -> ArrayInfo:
         strides, contiguous = c_strides(shape, dtype.itemsize), True
     else:
         strides = facts.strides
-        contiguous = _is_c_contiguous(shape, strides, dtype.itemsize)
+        contiguous = is_c_contiguous(shape, strides, dtype.itemsize)
     return ArrayInfo("cuda", shape, dtype, contiguous, strides, facts.ptr, not facts.readonly, facts.device)
 
 

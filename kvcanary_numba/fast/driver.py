@@ -172,14 +172,14 @@ def type_of(arg: Any):
     from numba import typeof, types
     from numba.np.numpy_support import from_dtype
 
-    from .._validate import c_strides
+    from .._validate import is_c_contiguous
     from ..launch._launch import View, array_layout
 
     if isinstance(arg, tuple):
         return types.BaseTuple.from_types([type_of(item) for item in arg])
     if isinstance(arg, View) or hasattr(arg, "__cuda_array_interface__"):
         _, shape, strides, dtype = array_layout(arg)
-        contiguous = strides == c_strides(shape, dtype.itemsize) or 0 in shape
+        contiguous = is_c_contiguous(tuple(shape), tuple(strides), dtype.itemsize)  # NumPy's rule
         return types.Array(from_dtype(dtype), len(shape), "C" if contiguous else "A")
     return typeof(arg)
 

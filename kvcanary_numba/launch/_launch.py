@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .._runtime import imported
-from .._validate import c_strides
+from .._validate import c_strides, is_c_contiguous
 from ..kernels import ON_SIMULATOR
 from ._device import SIM_SHAPES, compile_kernel, numba_stream, resident_blocks, simulated_shapes, sm_count
 
@@ -117,7 +117,10 @@ class View:
         """(pointer, shape, byte strides, dtype) of the view, computed from the source's layout."""
         ptr, shape, strides, dtype = array_layout(self.source)
         if self.builder == "array":
-            return ptr, tuple(shape), tuple(strides), dtype
+            shape, strides = tuple(shape), tuple(strides)
+            if is_c_contiguous(shape, strides, dtype.itemsize):  # extent-1 axes: any stride is C
+                strides = c_strides(shape, dtype.itemsize)
+            return ptr, shape, strides, dtype
         out = np.dtype(self.dtype)
         if self.builder == "reinterpret":
             nbytes = dtype.itemsize
