@@ -243,6 +243,7 @@ class MonitorWorkload:
         bytes_per_token: int = 64,
         mode: RealKvHashMode = RealKvHashMode.PARTIAL,
         seed: int = 0,
+        monitor_mode: str = "log",
         **monitor_options,
     ):
         self.xp, self.requests, self.prefix, self.extend = xp, requests, prefix, extend
@@ -267,7 +268,7 @@ class MonitorWorkload:
             health_interval=0,
             ring_capacity=4096,
         )
-        options.update(monitor_options)
+        options.update(monitor_options, mode=monitor_mode)  # ``mode`` here is the real-KV hash mode
         self.monitor = CanaryMonitor(full=full, device=_device(xp), real_kv_hash_mode=mode, **options)
         self.req_to_token = xp.asarray(self.table)
         self.batch = self._batch(extend)

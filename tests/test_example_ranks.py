@@ -24,7 +24,9 @@ EXAMPLE = ROOT / "examples" / "ranks"
 
 
 def _run(script: str, *args: str, timeout: int = 300) -> tuple[int, dict]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))  # the package of this tree, in every rank's process
+    # The package of this tree in every rank's process, ahead of what the caller's path holds (kept:
+    # it may carry the NumPy the kernels need).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [sys.executable, str(EXAMPLE / script), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -95,7 +97,7 @@ def _nccl_or_skip(ranks: int) -> None:
 def test_gpu_nccl_one_rank_stops_on_its_fault_one_call_later():
     _nccl_or_skip(1)
     code, summary = _run("nccl_ranks.py", "--ranks", "1", "--fault-rank", "0", "--fault-step", "4", "--timeout", "240")
-    assert code == 0 and summary["problems"] == [] and summary["ranks"] == 1
+    assert code == 0 and summary["problems"] == [] and summary["ranks"] == 1, summary
     (step,) = summary["stopped_at"]
     assert step is not None and step >= 4
 

@@ -174,7 +174,7 @@ def test_gpu_verdict_words_equal_the_numpy_paths_and_merged_words_act_one_call_l
     import cupy
 
     host = _workload(np, 5, verdict=True, rank=0)
-    device = _workload(cupy, 5, verdict=True, rank=0, mode="raise")
+    device = _workload(cupy, 5, verdict=True, rank=0, monitor_mode="raise")
     hooks = [Hooks(host, flips=FLIPS), Hooks(device, flips=FLIPS, graph=kind == "graph")]
     words, acted = [], []
     for h in hooks:
