@@ -47,8 +47,9 @@ def test_ci_runs_the_harness_with_those_settings_before_the_readme_command():
     script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     lines = [line.strip() for line in script.splitlines() if line.strip() and not line.startswith("#")]
     assert lines[-1] == 'python -m pip install -e ".[dev,docs]" && python -m pytest'
-    for backend, n in (("numpy", 3000), ("sim", 200)):
-        assert f'python "$FUZZ" --backend {backend} --n {n} --seed 1 --jobs 2 --lenient-signature' in script
+    assert 'for lane in "numpy 3000" "sim 200"; do' in script
+    assert 'python "$FUZZ" --backend "$1" --n "$2" --seed 1 --jobs 2 --lenient-signature' in script
+    assert 'python benchmarks/fuzz_gate.py "$records"' in script
     assert 'if [ -f "$FUZZ" ]' in script and "skipped: harness not found" in script
 
 
@@ -87,3 +88,30 @@ def test_cuda_fuzz_wraps_dataclasses_and_keeps_everything_else():
     assert plan.verify_slot_indices == ("dev", (3,)) and plan.enable == ("dev", (1,))
     assert mover.convert([np.zeros(2), 5, None, "x"]) == [("dev", (2,)), 5, None, "x"]
     assert mover.convert(np.zeros(2, dtype=object)).dtype == object  # objects stay on the host
+
+
+def test_the_fuzz_gate_lets_through_only_what_the_api_documents():
+    from benchmarks import fuzz_gate
+
+    def case(outcome, target, mutation, arg, **more):
+        return dict(index=0, outcome=outcome, target=target, mutation=mutation, arg=arg, detail="-", **more)
+
+    documented = [
+        case("WRONG", "launch_canary_verify_kernel", "kw:missing", "check_verify_expected_token"),
+        case("WRONG", "launch_canary_plan_kernels", "kw:missing", "swa_window_size"),
+        case("WRONG", "CanaryMonitor", "batch.dtype:int32", "prefix_lens"),
+        case("WRONG", "launch_canary_write_kernel", "dtype:int32", "out_cache_loc"),
+    ]
+    defects = [
+        case("WRONG", "launch_canary_verify_kernel", "kw:missing", "context"),  # required
+        case("WRONG", "CanaryMonitor", "batch.dtype:int32", "req_to_token"),  # not an index field
+        case("WRONG", "launch_canary_verify_kernel", "dtype:int32", "out_cache_loc"),  # not the write
+        case("PARTIAL_WRITE", "launch_canary_verify_kernel", "kw:missing", "check_verify_expected_token"),
+        case("OTHER", "launch_canary_write_kernel", "shape", "positions"),
+    ]
+    ignored = [
+        case("OTHER", "scatter_req_token_ids", "kw:positional", "-", signature=True),
+        case("CODED", "x", "y", "z"),
+    ]
+    allowed, found = fuzz_gate.gate(documented + defects + ignored)
+    assert [r for r, _ in allowed] == documented and found == defects
