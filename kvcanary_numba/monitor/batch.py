@@ -21,6 +21,8 @@ from ..fast.bound import holds_test
 from ..write import check_index_array, warn_slot_zero
 from .groups import check_type
 
+_PRE_FORWARD = "CanaryMonitor.pre_forward"
+
 __all__ = ["INDEX_FIELDS", "BatchChecks", "StepBatch", "Widened", "allocate_token_pool", "slot_zero_written"]
 
 
@@ -206,7 +208,8 @@ class BatchChecks:
         if fresh:
             self.checked, self._holds = (batch, fields), holds_test(_FIELDS, fields)
             self.widened.use(batch, [name[6:] for name, info in infos if info.dtype == np.int32])
-        if not self._slot_zero_seen and slot_zero_written(batch):
+        # Slot 0 is looked for once per step (a pre_forward's batch is the one its step writes).
+        if not self._slot_zero_seen and function == _PRE_FORWARD and slot_zero_written(batch):
             self._slot_zero_seen = True  # said once per monitor (and once per process: warn_slot_zero)
             warn_slot_zero(function)
         return self.widened.refill(batch)

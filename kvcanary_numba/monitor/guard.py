@@ -26,6 +26,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator
+from threading import get_ident
 
 from ..errors import error
 
@@ -39,22 +40,28 @@ class HookGuard:
 
     def __init__(self):
         self._lock = threading.RLock()
-        self._owner = ""  # named only while held, so an idle guard looks the same before and after a call
+        self._owner = 0  # the holder's thread ident, 0 while idle: an idle guard looks the same after a call
         self._depth = 0
 
     def enter(self, function: str) -> None:
         """Hold the guard for a call of ``function``; KVC-M026 while another thread holds it."""
         if not self._lock.acquire(blocking=False):
-            raise error("KVC-M026", function=function, thread=threading.current_thread().name, owner=self._owner or "?")
-        self._owner = threading.current_thread().name
+            raise error("KVC-M026", function=function, thread=threading.current_thread().name, owner=self.owner())
+        if self._depth == 0:
+            self._owner = get_ident()  # an int, not the thread's name: the hooks' hot path
         self._depth += 1
 
     def leave(self) -> None:
         """Release one :meth:`enter` of this thread."""
         self._depth -= 1
         if self._depth == 0:
-            self._owner = ""
+            self._owner = 0
         self._lock.release()
+
+    def owner(self) -> str:
+        """The name of the thread inside the hooks ("?" when none, or when it has ended)."""
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return names.get(self._owner, "?")
 
     @contextlib.contextmanager
     def holding(self, function: str) -> Iterator[None]:
@@ -72,11 +79,19 @@ def one_thread(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def hook(monitor, *args, **kwargs):
+        # HookGuard.enter and .leave written out: every hook of every step runs this.
         guard = monitor.thread_guard
-        guard.enter(function)
+        if not guard._lock.acquire(False):
+            guard.enter(function)  # raises KVC-M026 (the lock is held by another thread)
+        if not guard._depth:
+            guard._owner = get_ident()
+        guard._depth += 1
         try:
             return method(monitor, *args, **kwargs)
         finally:
-            guard.leave()
+            guard._depth -= 1
+            if not guard._depth:
+                guard._owner = 0
+            guard._lock.release()
 
     return hook

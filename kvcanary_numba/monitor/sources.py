@@ -114,7 +114,10 @@ class SourceWatch:
     def unchanged(self) -> bool:
         """Whether every source is as last checked (the objects, fields and layout keys): the hooks'
         per-step test, a few identity and tuple comparisons per source."""
-        return all(holds(source) for holds, source in self._all)
+        for holds, source in self._all:
+            if not holds(source):
+                return False
+        return True
 
     def group(self, function: str, kind: Any) -> GroupState:
         """The group of ``kind`` (``"full"`` or ``"swa"``; KVC-C009 for one the monitor lacks)."""
