@@ -162,6 +162,19 @@ def test_post_forward_rejects_a_field_reassigned_since_pre_forward(field, bad, c
     _end_clean(d)
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_an_swa_lut_changed_in_place_is_refused_before_the_first_launch(steps):
+    # The plan checks the LUT's padding entry (KVC-P008), but the FULL group plans and launches
+    # first: the monitor checks it with the batch, before anything runs, at every step.
+    d = _driver()
+    batch = _decode_batch(d)
+    d.lut[0] = 5
+    for _ in range(steps):
+        assert_rejected_without_change(d.monitor, lambda: d.monitor.pre_forward(batch), "KVC-P008")
+    d.lut[0] = 0
+    _finish_clean(d, batch)
+
+
 def test_rejected_sweep_changes_nothing():
     from kvcanary_numba.monitor import SlotChain
 

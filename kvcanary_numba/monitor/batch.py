@@ -18,6 +18,7 @@ from .._runtime import INT32_MAX, coded_allocation
 from .._validate import check_array, check_int, resolve_backend
 from ..errors import error
 from ..fast.bound import holds_test
+from ..plan_offsets import check_lut_head
 from ..write import check_index_array, warn_slot_zero
 from .groups import check_type
 
@@ -190,11 +191,14 @@ class BatchChecks:
         The int64 copies of int32 fields.
     """
 
-    def __init__(self, placement, caps: dict, *, check_tokens: bool):
+    def __init__(self, placement, caps: dict, *, check_tokens: bool, groups: tuple = ()):
         self.placement, self.checked, self._holds = placement, None, None
         self.capacities = (caps["write_req_capacity"], caps["write_token_capacity"], check_tokens)
         self.widened = Widened(placement, caps)
         self._slot_zero_seen = False
+        # The SWA groups' LUTs: a value the plan checks (KVC-P008) is checked here too, before the
+        # FULL group's plan and HEAD launches, since the engine may change it in place.
+        self.luts = tuple(g.full_to_swa_index_mapping for g in groups if g.full_to_swa_index_mapping is not None)
 
     def __call__(self, function: str, batch: StepBatch) -> StepBatch:
         """Check ``batch`` (all of it when new, its sizes always) and return the batch to launch on."""
@@ -205,6 +209,8 @@ class BatchChecks:
             fields = batch.fields()
             infos = batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
         batch.check_fits(function, *self.capacities)
+        for lut in self.luts:
+            check_lut_head(function, lut)
         if fresh:
             self.checked, self._holds = (batch, fields), holds_test(_FIELDS, fields)
             self.widened.use(batch, [name[6:] for name, info in infos if info.dtype == np.int32])
