@@ -175,6 +175,24 @@ def test_an_swa_lut_changed_in_place_is_refused_before_the_first_launch(steps):
     _finish_clean(d, batch)
 
 
+@pytest.mark.parametrize("own", ["ring", "canary buffer", "status words"])
+def test_a_batch_field_over_the_monitors_own_memory_is_refused_before_the_first_launch(own):
+    d = _driver()
+    batch = _decode_batch(d)
+    n = batch.positions.shape[0]
+    memory = {
+        "ring": d.monitor.ring.reshape(-1),
+        "canary buffer": d.monitor.groups[0].buffers["TAIL", "K"].view(np.int64).reshape(-1),
+        "status words": d.monitor.status.words.view(np.int64).reshape(-1),
+    }[own]
+    good = batch.positions
+    view = memory[:n]
+    view[:] = good  # the right values, in memory the monitor's launches write
+    batch.positions = view
+    assert_rejected_without_change(d.monitor, lambda: d.monitor.pre_forward(batch), "KVC-C017")
+    batch.positions = good
+
+
 def test_rejected_sweep_changes_nothing():
     from kvcanary_numba.monitor import SlotChain
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import _overlap
 from .._runtime import INT32_MAX, coded_allocation
-from .._validate import check_array, check_int, resolve_backend
+from .._validate import check_array, check_int, inspect_array, resolve_backend
 from ..errors import error
 from ..fast.bound import holds_test
 from ..plan_offsets import check_lut_head
@@ -191,14 +192,22 @@ class BatchChecks:
         The int64 copies of int32 fields.
     """
 
-    def __init__(self, placement, caps: dict, *, check_tokens: bool, groups: tuple = ()):
+    def __init__(self, placement, caps: dict, *, check_tokens: bool, buffers=None):
         self.placement, self.checked, self._holds = placement, None, None
         self.capacities = (caps["write_req_capacity"], caps["write_token_capacity"], check_tokens)
         self.widened = Widened(placement, caps)
         self._slot_zero_seen = False
+        groups = [] if buffers is None else [g.group for g in buffers.groups]
         # The SWA groups' LUTs: a value the plan checks (KVC-P008) is checked here too, before the
         # FULL group's plan and HEAD launches, since the engine may change it in place.
         self.luts = tuple(g.full_to_swa_index_mapping for g in groups if g.full_to_swa_index_mapping is not None)
+        self.own = [] if buffers is None else own_arrays(buffers)
+
+    def _shares_none(self, function: str, infos: list) -> None:
+        """KVC-C017 when a batch field shares memory with an array the monitor's launches write (its
+        ring, status words, canary buffers): found here, before the step's first launch."""
+        if self.own:
+            _overlap.check(function, self.own + infos)
 
     def __call__(self, function: str, batch: StepBatch) -> StepBatch:
         """Check ``batch`` (all of it when new, its sizes always) and return the batch to launch on."""
@@ -208,6 +217,7 @@ class BatchChecks:
             check_type(function, "batch", batch, StepBatch)
             fields = batch.fields()
             infos = batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
+            self._shares_none(function, infos)
         batch.check_fits(function, *self.capacities)
         for lut in self.luts:
             check_lut_head(function, lut)
@@ -283,6 +293,21 @@ class Widened:
                     buffer = cupy.zeros(size, dtype=np.int64)
             self.buffers[name] = buffer
         return buffer
+
+
+def own_arrays(buffers) -> list:
+    """(name, ArrayInfo) of the arrays a monitor's launches write, each marked as an output."""
+    arrays = [("the monitor's violation ring", buffers.ring), ("the monitor's status words", buffers.status.words)]
+    for g in buffers.groups:
+        arrays += [
+            (f"the monitor's {g.kind} {stage} {half} canary buffer", a) for (stage, half), a in g.buffers.items()
+        ]
+    out = []
+    for name, array in arrays:
+        info = inspect_array("CanaryMonitor", name, array)
+        info.output = True
+        out.append((name, info))
+    return out
 
 
 def slot_zero_written(batch: StepBatch) -> bool:

@@ -185,7 +185,7 @@ class CanaryMonitor:
         caps = buffers.caps
         self.write_req_capacity, self.write_token_capacity = caps["write_req_capacity"], caps["write_token_capacity"]
         self.sweep_capacity = caps["sweep_capacity"]
-        self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens, groups=groups)
+        self.batch_checks = BatchChecks(self._placement, caps, check_tokens=self.check_tokens, buffers=buffers)
         self.status, self.ring, self.groups = buffers.status, buffers.ring, buffers.groups
         self.sources = SourceWatch(self.groups, placement=self._placement, mode=self.real_kv_hash_mode)
         self.enable_chain_position_assert = buffers.enable_chain_position_assert
