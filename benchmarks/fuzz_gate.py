@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import inspect
 import json
+import pathlib
 import sys
 
-#: Outcomes that are defects (``benchmarks/fuzz_summary.py``).
-DEFECTS = ("OTHER", "HANG", "CRASH", "PARTIAL_WRITE", "WRONG", "HARNESS")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the package and benchmarks/ from this checkout
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.fuzz_summary import DEFECTS  # noqa: E402 - the outcomes that are defects
+
 #: Public write arguments documented to take int32 (SGLang's launcher canonicalises them).
 WRITE_INT32 = ("input_ids", "positions", "out_cache_loc")
 

@@ -97,12 +97,6 @@ def on_own_device(method: Callable) -> Callable:
     @functools.wraps(method)
     def hook(self, *args, **kwargs):
         device = self.hook_device
-        if device.device is None:  # host buffers: no device to make current, only the scratch to own
-            owner = _scratch.swap_owner(device.token)
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                _scratch.swap_owner(owner)
         entered = device.enter()
         try:
             return method(self, *args, **kwargs)

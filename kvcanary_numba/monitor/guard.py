@@ -79,19 +79,11 @@ def one_thread(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def hook(monitor, *args, **kwargs):
-        # HookGuard.enter and .leave written out: every hook of every step runs this.
         guard = monitor.thread_guard
-        if not guard._lock.acquire(False):
-            guard.enter(function)  # raises KVC-M026 (the lock is held by another thread)
-        if not guard._depth:
-            guard._owner = get_ident()
-        guard._depth += 1
+        guard.enter(function)
         try:
             return method(monitor, *args, **kwargs)
         finally:
-            guard._depth -= 1
-            if not guard._depth:
-                guard._owner = 0
-            guard._lock.release()
+            guard.leave()
 
     return hook
