@@ -12,6 +12,8 @@
 # Steps:
 #   tests      the gpu tier and the kernel (simulator-marked) tests on the GPU
 #   subset     the same tier restricted to TEST_FILES (a space-separated list; one call's share)
+#   split      the same tier as `tests`, its files dealt into SPLIT_GROUPS (default 3) pytest processes that share
+#              the GPU at once (the tier is mostly compile and host time) -> split-<n>.log, split-<n>.xml
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 60 s; BENCH_BUDGET=s bounds its wall
 #              clock, default 330; pinned to core BENCH_PIN, default 3, empty: not pinned; BENCH_ONLY=sections)
@@ -141,6 +143,17 @@ for step in "${STEPS[@]}"; do
         # shellcheck disable=SC2086  # TEST_FILES: a space-separated list
         run_step subset 420 python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider -rfE --durations=20 \
             --junitxml="$OUT/subset.xml" ${TEST_FILES:?TEST_FILES names the test files} ;;
+    split)
+        run_step split 560 bash -c 'files=$(ls tests/test_*.py | grep -v -e test_vectors.py -e test_notebooks.py \
+            -e test_docs -e test_ptx.py); n=${SPLIT_GROUPS:-3}; i=0; pids=""
+            for g in $(seq 0 $((n - 1))); do
+                group=$(echo "$files" | awk -v n="$n" -v g="$g" "NR % n == g")
+                # shellcheck disable=SC2086
+                python3 -m pytest -m "gpu or simulator" -q -p no:cacheprovider -rfE --durations=15 \
+                    --junitxml="$OUT/split-$g.xml" $group >"$OUT/split-$g.log" 2>&1 & pids="$pids $!"
+            done
+            rc=0; for p in $pids; do wait "$p" || rc=1; done
+            for g in $(seq 0 $((n - 1))); do echo "--- group $g"; tail -n 25 "$OUT/split-$g.log"; done; exit $rc' ;;
     vectors)
         if dir=$(find_vectors); then
             export KVCANARY_VECTORS=$dir
@@ -234,7 +247,7 @@ for step in "${STEPS[@]}"; do
         run_step ptx 420 sh -c 'python3 benchmarks/ptx_report.py --json "$OUT/ptx.jsonl" "$@" >"$OUT/ptx.md"; rc=$?;
             cat "$OUT/ptx.md"; exit $rc' ptx "${trees[@]}" ;;
     *)
-        echo "unknown step $step (tests, subset, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
+        echo "unknown step $step (tests, subset, split, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
             "abpublic, abcpu, monitortests, interop, ptx)" | tee -a "$SUMMARY" ;;
     esac
 done
