@@ -172,18 +172,23 @@ def _resolve(kw: dict, path: str):
     return value
 
 
-def on_device(value):
-    """``value`` with every NumPy array in it (dataclass fields, tuple items) copied to CuPy."""
-    import cupy
-
+def on_device(value, device: str = "cuda"):
+    """``value`` with every NumPy array in it (dataclass fields, tuple items) copied to the GPU: CuPy
+    arrays (``device`` "cuda") or Numba device arrays ("numba")."""
     if isinstance(value, np.ndarray):
+        if device == "numba":
+            from numba import cuda
+
+            return cuda.to_device(value)
+        import cupy
+
         return cupy.asarray(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.replace(
-            value, **{f.name: on_device(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            value, **{f.name: on_device(getattr(value, f.name), device) for f in dataclasses.fields(value)}
         )
     if isinstance(value, tuple):
-        return tuple(on_device(item) for item in value)
+        return tuple(on_device(item, device) for item in value)
     return value
 
 

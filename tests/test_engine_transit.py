@@ -13,6 +13,7 @@ import logging
 
 import numpy as np
 import pytest
+from conftest import SIMULATOR
 from helpers import raises_code
 
 from kvcanary_numba.constants import FailReason
@@ -121,6 +122,7 @@ def test_a_fault_in_a_hand_off_is_a_digest_miss_and_a_decode_violation(fault):
 
 
 @pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATOR, reason="drives the toy engine's NumPy pool through the kernels")
 @pytest.mark.parametrize("fault", ["records_left_behind", "host_bit_flip"])
 def test_transit_faults_are_caught_by_the_kernels(fault):
     config = EngineConfig(seed=2, max_running=2, num_pages=24, max_prompt_len=8, max_new_tokens=4)

@@ -76,7 +76,9 @@ PAIRS = [(a, _NAMES[(i + 1) % len(_NAMES)]) for i, a in enumerate(_NAMES)] + [(a
 def _fresh_processes(backend: str, device: str, pairs, *, env: dict | None = None) -> dict:
     """pair -> what went wrong in the fresh process that ran it (nothing: ``[]``), two processes at a time."""
     code = _CHILD.format(tests=str(TESTS), root=str(ROOT))
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    # ROOT first, the caller's path kept (an install of NumPy beside the system's, as on the GPU image).
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    environ = {**os.environ, "PYTHONPATH": path, **(env or {})}
     argv = [sys.executable, "-W", "ignore", "-c", code, backend, device]
     out, pending = {}, list(pairs)
     while pending:
