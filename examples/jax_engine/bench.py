@@ -113,7 +113,7 @@ class Arms:
         self.k_pool, self.v_pool = new_kv_pool(model, shape.num_slots)
         self.table = jnp.asarray(shape.table)
         self.attention = ("cudnn" if gpu else "xla") if args.attention == "auto" else args.attention
-        self.real_kv = args.real_kv
+        self.real_kv, self.head = args.real_kv, args.head
         # Setup prefills the cached tokens a few requests at a time (bounded attention scores).
         self.setup_rows = max(1, min(shape.bs, args.setup_tokens // max(shape.cached, 1)))
         tokens = max(shape.bs * shape.new, self.setup_rows * shape.cached)
@@ -160,8 +160,9 @@ class Arms:
         """One model step with the canaries ``names`` (all hooks). The host waits for the sampled
         tokens (as an engine does) and, with ``wait_canary``, for the canary's stream too."""
         active = [(n, self.canaries[n]) for n in names]
-        for _, c in active:
-            c.pre_forward(hb, self.table)
+        if self.head == "before":
+            for _, c in active:
+                c.pre_forward(hb, self.table)
         attention = attention or self.attention
         try:
             out = self._forward(dev, ctx_len, attention)
@@ -170,6 +171,9 @@ class Arms:
                 raise
             self.attention = "xla"
             out = self._forward(dev, ctx_len, "xla")
+        if self.head == "beside":  # HEAD reads only canary memory and the page table: it runs beside the model
+            for _, c in active:
+                c.pre_forward(hb, self.table)
         for _, c in active:
             c.post_forward(self.k_pool[:1], self.v_pool[:1])
         out.block_until_ready()
@@ -262,7 +266,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
     lines = [
         f"# JAX engine: canary cost per model step ({meta['model']}, {meta['device']})",
         "",
-        f"jax {meta['jax']}, order `{meta['order']}`, real-KV sources: {meta['real_kv']}, "
+        f"jax {meta['jax']}, order `{meta['order']}`, HEAD {meta.get('head', 'before')} the forward, "
+        f"real-KV sources: {meta['real_kv']}, "
         f"budget period {meta['budget_period']}; medians of {meta['samples']} steps per arm.",
         "",
         "Step: the host waits for the model and the canary after each step (median, p10-p90). "
@@ -301,6 +306,19 @@ def main(argv=None) -> int:
         default=True,
         help="fingerprint layer-0 K/V (rebound per step)",
     )
+    p.add_argument(
+        "--head",
+        choices=("beside", "before"),
+        default="beside",
+        help="dispatch the canary's HEAD after the model's forward (beside it) or before it",
+    )
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=None,
+        metavar="KIND:BS:TOKENS",
+        help="measure only these shapes (repeatable), e.g. prefill:8:8192",
+    )
     p.add_argument("--budget-period", type=int, default=8)
     p.add_argument("--steps", type=int, default=None, help="timed steps per arm and round")
     p.add_argument("--rounds", type=int, default=None)
@@ -320,6 +338,7 @@ def main(argv=None) -> int:
         device=str(device),
         jax=jax.__version__,
         order=args.order,
+        head=args.head,
         real_kv=args.real_kv,
         budget_period=args.budget_period,
         samples=args.steps * args.rounds,
@@ -331,7 +350,7 @@ def main(argv=None) -> int:
     with jax.default_device(device):
         params = init_params(model)
         for kind, bs, tokens in QUICK_SHAPES if args.quick else FULL_SHAPES:
-            if args.only not in (None, kind):
+            if args.only not in (None, kind) or (args.shape and f"{kind}:{bs}:{tokens}" not in args.shape):
                 continue
             try:
                 rows += run_shape(model, params, kind, bs, tokens, args, gpu)

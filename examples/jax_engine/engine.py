@@ -4,8 +4,11 @@ One :meth:`JaxEngine.step`:
 
 1. the scheduler picks the step's tokens and slots (host);
 2. ``write_table`` adds the new slots to the device page table (jitted);
-3. ``canary.pre_forward`` -- plan, HEAD verify and write (no KV read yet);
-4. ``forward`` writes the new tokens' K and V into the pool and samples (jitted);
+3. ``forward`` writes the new tokens' K and V into the pool and samples (jitted,
+   dispatched: XLA runs it while the host goes on);
+4. ``canary.pre_forward`` -- plan, HEAD verify and write. HEAD reads only the page table and
+   the canary's own buffers, never the KV, so it runs beside the forward (on the GPU on the
+   canary's stream) and its host time hides behind the model's;
 5. ``canary.post_forward`` -- re-point the sources at the pool ``forward`` returned,
    TAIL verify and write against the live KV;
 6. the sampled tokens come back to the host; the scheduler appends and retires;
@@ -124,8 +127,6 @@ class JaxEngine:
         rows, cols, slots = hb.table_writes(self.config.step_tokens)
         self.req_to_token = self._write_table(self.req_to_token, rows, cols, slots, self._fence)
         self.req_to_token = injector.after_table(t, self.req_to_token)
-        if canary is not None:
-            canary.pre_forward(hb, self.req_to_token)
         next_tokens, self.k_pool, self.v_pool = self._forward(
             self.params,
             self.k_pool,
@@ -137,6 +138,7 @@ class JaxEngine:
             ctx_len=self.config.max_context,
         )
         if canary is not None:
+            canary.pre_forward(hb, self.req_to_token)
             canary.post_forward(self.k_pool[:1], self.v_pool[:1])
         injector.after_forward(t)
         self.sched.complete(hb, np.asarray(next_tokens))  # the engine's own host sync: it needs the tokens
