@@ -103,8 +103,8 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
         finally:
             stream.end_capture().launch(stream)  # the refusal left the capture valid: it instantiates and runs
     stream.synchronize()
+    assert info.value.code == "KVC-C015", str(info.value)
     assert int(marker[0]) == 2
-    assert info.value.code == "KVC-C015"
     with stream:
         _kernel_write(ctx, args)  # warm-up: allocates this stream's scratch
         stream.begin_capture()
