@@ -156,13 +156,16 @@ class Arms:
         )
         return out
 
-    def step(self, hb, dev, names, ctx_len, attention=None, *, wait_canary: bool = True) -> None:
+    def step(self, hb, dev, names, ctx_len, attention=None, *, wait_canary: bool = True, phases=None) -> None:
         """One model step with the canaries ``names`` (all hooks). The host waits for the sampled
-        tokens (as an engine does) and, with ``wait_canary``, for the canary's stream too."""
+        tokens (as an engine does) and, with ``wait_canary``, for the canary's stream too.
+        ``phases`` (a dict) gets the host seconds of each part of the step, appended by name."""
         active = [(n, self.canaries[n]) for n in names]
+        marks = [("start", time.perf_counter())]
         if self.head == "before":
             for _, c in active:
                 c.pre_forward(hb, self.table)
+            marks.append(("pre_forward", time.perf_counter()))
         attention = attention or self.attention
         try:
             out = self._forward(dev, ctx_len, attention)
@@ -171,17 +174,27 @@ class Arms:
                 raise
             self.attention = "xla"
             out = self._forward(dev, ctx_len, "xla")
+        marks.append(("forward dispatch", time.perf_counter()))
         if self.head == "beside":  # HEAD reads only canary memory and the page table: it runs beside the model
             for _, c in active:
                 c.pre_forward(hb, self.table)
+            marks.append(("pre_forward", time.perf_counter()))
         for _, c in active:
             c.post_forward(self.k_pool[:1], self.v_pool[:1])
+        marks.append(("post_forward", time.perf_counter()))
         out.block_until_ready()
+        marks.append(("model wait", time.perf_counter()))
         for n, c in active:
             c.end_step()
+            marks.append(("end_step", time.perf_counter()))
             self.fences[n] = c.fence()
+            marks.append(("fence", time.perf_counter()))
             if self.gpu and wait_canary:
                 c.stream.synchronize()  # the step is over when the canary's work is
+                marks.append(("canary wait", time.perf_counter()))
+        if phases is not None:
+            for (_, t0), (name, t1) in zip(marks, marks[1:]):
+                phases.setdefault(name, []).append(t1 - t0)
 
     def prepare(self) -> tuple:
         """Write and stamp the cached prefix (every canary), capture the graph arms; returns the timed step."""
@@ -208,13 +221,14 @@ class Arms:
         hb, dev = self.prepare()
         names = ["off", *self.canaries]
         latency, pipelined = {n: [] for n in names}, {n: [] for n in names}
+        self.phases = {n: {} for n in names}
         for r in range(args.warmup + args.rounds):
             timed = r >= args.warmup
             for n in names:
                 canaries = [] if n == "off" else [n]
                 for _ in range(args.steps if timed else 1):
                     t0 = time.perf_counter()
-                    self.step(hb, dev, canaries, self.shape.ctx)
+                    self.step(hb, dev, canaries, self.shape.ctx, phases=self.phases[n] if timed else None)
                     if timed:
                         latency[n].append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
@@ -257,6 +271,7 @@ def run_shape(model, params, kind: str, bs: int, tokens: int, args, gpu: bool) -
                 attention=arms.attention,
                 real_kv=arms.real_kv,
                 violations=violations,
+                phases_us={k: round(1e6 * statistics.median(v), 1) for k, v in arms.phases[name].items()},
             )
         )
     return rows
@@ -288,6 +303,17 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             f"{r['pipelined_ms']:.3f} | {pct(r['pipelined_overhead_pct'])} | {r['attention']} | "
             f"{r['violations']} |"
         )
+    lines += [
+        "",
+        "Host time of each part of a step (median µs; the model's and the canary's waits included):",
+        "",
+        "| step | verification | arm | parts |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        if "phases_us" in r:
+            parts = ", ".join(f"{k} {v:g}" for k, v in r["phases_us"].items())
+            lines.append(f"| {r['kind']} {r['bs']} x {r['tokens']} | {r['verification']} | {r['arm']} | {parts} |")
     return "\n".join(lines) + "\n"
 
 
@@ -306,12 +332,7 @@ def main(argv=None) -> int:
         default=True,
         help="fingerprint layer-0 K/V (rebound per step)",
     )
-    p.add_argument(
-        "--head",
-        choices=("beside", "before"),
-        default="beside",
-        help="dispatch the canary's HEAD after the model's forward (beside it) or before it",
-    )
+    p.add_argument("--head", choices=("beside", "before"), default="beside", help="HEAD after or before the forward")
     p.add_argument(
         "--shape",
         action="append",
