@@ -246,4 +246,10 @@ def test_bench_runs_quick_on_the_cpu(tmp_path):
     assert {(r["verification"], r["arm"]) for r in rows} == {("-", "off"), ("full", "on"), ("budgeted", "on")}
     assert all(r["violations"] == 0 and r["median_ms"] > 0 and r["samples"] == 2 for r in rows)
     table = (tmp_path / "jax_engine_bench.md").read_text()
-    assert table.count("| decode 4 x 32 |") == 3
+    assert table.count("| decode 4 x 32 |") == 6  # three arms: the cost table and the host-time table
+    for r in rows:  # every arm's step in parts; a canary's hooks all before the wait for the model
+        parts = list(r["phases_us"])
+        want = ["forward dispatch", "model wait"]
+        if r["arm"] != "off":
+            want = ["forward dispatch", "pre_forward", "post_forward", "end_step", "fence", "model wait"]
+        assert parts == want and all(v > 0 for v in r["phases_us"].values()), r

@@ -162,7 +162,7 @@ class Arms:
         ``phases`` (a dict) gets the host seconds of each part of the step, appended by name."""
         active = [(n, self.canaries[n]) for n in names]
         marks = [("start", time.perf_counter())]
-        if self.head == "before":
+        if self.head == "before" and active:
             for _, c in active:
                 c.pre_forward(hb, self.table)
             marks.append(("pre_forward", time.perf_counter()))
@@ -175,20 +175,21 @@ class Arms:
             self.attention = "xla"
             out = self._forward(dev, ctx_len, "xla")
         marks.append(("forward dispatch", time.perf_counter()))
-        if self.head == "beside":  # HEAD reads only canary memory and the page table: it runs beside the model
+        if self.head == "beside" and active:  # HEAD reads only canary memory and the page table: beside the model
             for _, c in active:
                 c.pre_forward(hb, self.table)
             marks.append(("pre_forward", time.perf_counter()))
-        for _, c in active:
-            c.post_forward(self.k_pool[:1], self.v_pool[:1])
-        marks.append(("post_forward", time.perf_counter()))
-        out.block_until_ready()
-        marks.append(("model wait", time.perf_counter()))
         for n, c in active:
+            c.post_forward(self.k_pool[:1], self.v_pool[:1])
+            marks.append(("post_forward", time.perf_counter()))
+            # Neither waits for the model (end_step reads the previous step's status): done while it runs.
             c.end_step()
             marks.append(("end_step", time.perf_counter()))
             self.fences[n] = c.fence()
             marks.append(("fence", time.perf_counter()))
+        out.block_until_ready()
+        marks.append(("model wait", time.perf_counter()))
+        for _, c in active:
             if self.gpu and wait_canary:
                 c.stream.synchronize()  # the step is over when the canary's work is
                 marks.append(("canary wait", time.perf_counter()))

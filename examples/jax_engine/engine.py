@@ -11,9 +11,13 @@ One :meth:`JaxEngine.step`:
    canary's stream) and its host time hides behind the model's;
 5. ``canary.post_forward`` -- re-point the sources at the pool ``forward`` returned,
    TAIL verify and write against the live KV;
-6. the sampled tokens come back to the host; the scheduler appends and retires;
-7. ``canary.end_step`` -- readback, reports; its :meth:`~.canary.JaxCanary.fence`
-   goes into the next step's jitted calls.
+6. ``canary.end_step`` -- readback (of the previous step's status on a GPU: no wait for
+   this one), reports; its :meth:`~.canary.JaxCanary.fence` goes into the next step's
+   jitted calls;
+7. the sampled tokens come back to the host; the scheduler appends and retires.
+
+Steps 3 to 6 are host calls that queue device work: on a GPU they all run while the
+model computes, and the host waits only for the sampled tokens.
 
 The device state (pool, page table) is updated in place by buffer donation, or
 functionally (``EngineConfig.donate=False``): either way the engine holds a new
@@ -141,10 +145,10 @@ class JaxEngine:
             canary.pre_forward(hb, self.req_to_token)
             canary.post_forward(self.k_pool[:1], self.v_pool[:1])
         injector.after_forward(t)
-        self.sched.complete(hb, np.asarray(next_tokens))  # the engine's own host sync: it needs the tokens
-        if canary is not None:
+        if canary is not None:  # while the model runs: end_step reads the previous step's status
             canary.end_step()
             self._fence = canary.fence()
+        self.sched.complete(hb, np.asarray(next_tokens))  # the engine's own host sync: it needs the tokens
         self.step_index += 1
         return hb
 
