@@ -11,10 +11,19 @@
 #   export PYTHONPATH=/tmp/site:$PWD
 #
 # Size (2026-12-06): 329 MiB in 11 wheels, more than one device call carries (64 MiB); two wheels are
-# each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB). Carry them in parts over
-# successive calls to a machine kept warm: `split -b 48m` each file here (the working tree, about
-# 9 MiB, travels with every call), carry one part per call,
-# append it to the file under /tmp there, and install from /tmp once every part has arrived.
+# each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB), and the device image has no
+# CUDA 12 libraries of its own (its PyTorch and JAX are CUDA 13 builds). So `--parts` also packs
+# them into one tar cut into 48 MiB parts, .cu12-parts/part-NN with SHA256SUMS (the working tree,
+# about 9 MiB, travels with every call). Carry them over successive calls to a machine kept warm
+# (it is given back after 30 s idle: make the calls back to back), each call copying what it
+# carried to /tmp/cu12:
+#
+#   run(carry=[".cu12-parts/part-00", ".cu12-parts/SHA256SUMS"], command="mkdir -p /tmp/cu12 && cp .cu12-parts/* /tmp/cu12/")
+#   run(carry=[".cu12-parts/part-01"], command="cp .cu12-parts/part-01 /tmp/cu12/")   # ... every part
+#   run(carry=[".whl"], command="bash benchmarks/gpu_session.sh cu12")
+#
+# The `cu12` step checks the parts against SHA256SUMS, installs the wheels into /tmp/site-cu12 and
+# runs `kvcanary doctor` and the GPU tier on them.
 #
 # The versions are what `pip install ".[gpu-cu12]"` resolves to for Python 3.12 (pip install
 # --dry-run --report); numba and llvmlite come from the image. NumPy 2.4 replaces the image's 2.5,
@@ -46,3 +55,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
     "${PLATFORMS[@]}" -d .whl-cu12 "${WHEELS[@]}"
 ls -l .whl-cu12
 echo "total: $(du -ch .whl-cu12/*.whl | tail -n 1 | cut -f1) in $(ls .whl-cu12/*.whl | wc -l) wheels"
+if [ "${1:-}" = "--parts" ]; then
+    rm -rf .cu12-parts && mkdir -p .cu12-parts
+    tar -cf - -C .whl-cu12 . | split -b 48m -d - .cu12-parts/part-
+    (cd .cu12-parts && sha256sum part-* >SHA256SUMS)
+    echo "$(ls .cu12-parts/part-* | wc -l) parts in .cu12-parts/ (carry each once, see above)"
+fi

@@ -14,6 +14,9 @@
 #   subset     the same tier restricted to TEST_FILES (a space-separated list; one call's share)
 #   split      the same tier as `tests`, its files dealt into SPLIT_GROUPS (default 3) pytest processes that share
 #              the GPU at once (the tier is mostly compile and host time) -> split-<n>.log, split-<n>.xml
+#   cu12       the GPU tier under CUDA 12: the wheels carried in parts to /tmp/cu12 (see
+#              benchmarks/fetch_cu12_wheels.sh) checked, installed into /tmp/site-cu12 ahead of the
+#              image's CUDA 13 packages, then `kvcanary doctor` and the `split` tier -> cu12-*.log, .xml
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 60 s; BENCH_BUDGET=s bounds its wall
 #              clock, default 330; pinned to core BENCH_PIN, default 3, empty: not pinned; BENCH_ONLY=sections)
@@ -45,8 +48,9 @@
 #   mkdir -p .base && git archive 9f4649c kvcanary_numba benchmarks | tar -x -C .base
 # (the A/B scripts need only its kvcanary_numba; abcpu's host-step rows its benchmarks/ too). Medians,
 # spread across rounds and the verdict per row: python3 benchmarks/ab_table.py $OUT/ab-monitor.jsonl.
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD
+SITE=${SITE:-/tmp/site}  # where carried wheels are installed (the cu12 step's run: /tmp/site-cu12)
+[ -d .whl ] && [ "$SITE" = /tmp/site ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+export PYTHONPATH=$SITE:$PWD
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 export OUT
@@ -154,6 +158,18 @@ for step in "${STEPS[@]}"; do
             done
             rc=0; for p in $pids; do wait "$p" || rc=1; done
             for g in $(seq 0 $((n - 1))); do echo "--- group $g"; tail -n 25 "$OUT/split-$g.log"; done; exit $rc' ;;
+    cu12)
+        if [ -f /tmp/cu12/SHA256SUMS ] && (cd /tmp/cu12 && sha256sum -c --quiet SHA256SUMS); then
+            rm -rf /tmp/cu12-wheels /tmp/site-cu12 && mkdir -p /tmp/cu12-wheels
+            cat /tmp/cu12/part-* | tar -xf - -C /tmp/cu12-wheels
+            python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-cu12 /tmp/cu12-wheels/*.whl
+            PYTHONPATH=/tmp/site-cu12:$PWD python3 -m kvcanary_numba doctor >"$OUT/cu12-doctor.log" 2>&1
+            cat "$OUT/cu12-doctor.log"
+            OUT="$OUT/cu12" SITE=/tmp/site-cu12 bash "$0" split
+        else
+            echo "cu12         rc=NA   no complete set of parts in /tmp/cu12 (benchmarks/fetch_cu12_wheels.sh --parts)" |
+                tee -a "$SUMMARY"
+        fi ;;
     vectors)
         if dir=$(find_vectors); then
             export KVCANARY_VECTORS=$dir
@@ -247,7 +263,7 @@ for step in "${STEPS[@]}"; do
         run_step ptx 420 sh -c 'python3 benchmarks/ptx_report.py --json "$OUT/ptx.jsonl" "$@" >"$OUT/ptx.md"; rc=$?;
             cat "$OUT/ptx.md"; exit $rc' ptx "${trees[@]}" ;;
     *)
-        echo "unknown step $step (tests, subset, split, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
+        echo "unknown step $step (tests, subset, split, cu12, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
             "abpublic, abcpu, monitortests, interop, ptx)" | tee -a "$SUMMARY" ;;
     esac
 done

@@ -404,9 +404,9 @@ def test_gpu_session_parses_and_handles_every_documented_step():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     header = text.split("# Steps:", 1)[1].split("\n#\n", 1)[0]
-    documented = re.findall(r"^#   ([a-z]+) ", header, flags=re.M)
-    handled = re.findall(r"^    ([a-z]+)\)", text, flags=re.M)
-    assert set(documented) == set(handled) and len(documented) == 16, (documented, handled)
+    documented = re.findall(r"^#   ([a-z0-9]+) ", header, flags=re.M)
+    handled = re.findall(r"^    ([a-z0-9]+)\)", text, flags=re.M)
+    assert set(documented) == set(handled) and len(documented) == 18, (documented, handled)
     for gone in ("probes/", "candidate", "KVCANARY_VERIFY_REPLAYS"):
         assert gone not in text
 
