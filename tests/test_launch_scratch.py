@@ -26,10 +26,17 @@ def _context():
     return ctx
 
 
+#: Every fresh scratch table a test used, kept for the process: launches packed by the memo still
+#: name its arrays after the test (launch scratch is never freed, and a test must not free it either).
+_USED_SCRATCH: list[dict] = []
+
+
 @pytest.fixture
 def long_writes_publish(monkeypatch):
     """Fresh scratch for this test, and these writes long enough to publish their own chain."""
-    monkeypatch.setattr(scratch.STREAM_SCRATCH, "_arrays", {})
+    fresh: dict = {}
+    _USED_SCRATCH.append(fresh)
+    monkeypatch.setattr(scratch.STREAM_SCRATCH, "_arrays", fresh)
     monkeypatch.setattr(chain_glue, "OWN_TILED_MIN_TOKENS", 8)
 
 
@@ -93,7 +100,12 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     args = {name: to_device(value, "cuda") for name, value in _write_kwargs().items()}
     marker = cupy.zeros(1, dtype=cupy.int64)
     marker += 1  # its kernel is loaded before any capture
-    stream = cupy.cuda.Stream(non_blocking=True)  # a stream no call has used: no scratch yet
+    # A stream no call has used: no scratch yet. CUDA may hand a new stream the handle of one that
+    # ended, whose scratch is still kept under that handle: then take another (the others stay alive).
+    streams = [cupy.cuda.Stream(non_blocking=True)]
+    while scratch.STREAM_SCRATCH.arrays(streams[-1].ptr):
+        streams.append(cupy.cuda.Stream(non_blocking=True))
+    stream = streams[-1]
     with stream:
         stream.begin_capture()
         try:
