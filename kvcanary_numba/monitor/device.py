@@ -92,7 +92,30 @@ class HookDevice:
 
 
 def on_own_device(method: Callable) -> Callable:
-    """Wrap a monitor method: it runs with ``self.hook_device`` entered (see :class:`HookDevice`)."""
+    """Wrap a monitor method: it runs with ``self.hook_device`` entered (see :class:`HookDevice`).
+
+    A method already wrapped by :func:`~.guard.one_thread` gets one wrapper doing both, the
+    thread guard first (a refused call touches no device): a frame less on every step hook.
+    """
+    guarded = getattr(method, "guarded", None)
+    if guarded is not None:
+        inner, function = guarded
+
+        @functools.wraps(inner)
+        def guarded_hook(self, *args, **kwargs):
+            guard = self.thread_guard
+            guard.enter(function)
+            try:
+                device = self.hook_device
+                entered = device.enter()
+                try:
+                    return inner(self, *args, **kwargs)
+                finally:
+                    device.leave(entered)
+            finally:
+                guard.leave()
+
+        return guarded_hook
 
     @functools.wraps(method)
     def hook(self, *args, **kwargs):

@@ -86,4 +86,5 @@ def one_thread(method: Callable) -> Callable:
         finally:
             guard.leave()
 
+    hook.guarded = (method, function)  # what monitor/device.py folds into its own wrapper (one call, not two)
     return hook
