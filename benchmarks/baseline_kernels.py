@@ -8,6 +8,10 @@
   from the step number or read from a small array every thread shares (L1 hits). Its
   time per step on a lightly loaded GPU is the per-token floor of any write chain:
   ``bench_chain`` compares the write kernel with it.
+- ``gather_touch``: the memory traffic of a PARTIAL records gather and nothing else (each
+  entry's slot, the slot's 32-byte record and the first 16 bytes of its K and V rows loaded,
+  a 32-byte pack row stored; no hashing, no check): ``bench_moves`` reports how close the
+  gather and the digest come to this access pattern's own ceiling.
 
 Launched through the package's core launch (``kvcanary_numba.launch._launch``), so a
 benchmark's fast-wing sink (packed launches) applies to them as to the package's kernels.
@@ -24,7 +28,7 @@ from kvcanary_numba.kernels.write_chunk import entry_checks, request_range, seed
 from kvcanary_numba.launch import _launch
 from kvcanary_numba.launch.write import write_arguments
 
-__all__ = ["KERNELS", "SIGNATURES", "launch_chain_limit", "launch_write_baseline"]
+__all__ = ["KERNELS", "SIGNATURES", "launch_chain_limit", "launch_gather_touch", "launch_write_baseline"]
 
 
 @cuda.jit
@@ -136,11 +140,34 @@ def _write_baseline(
 
 write_baseline = cuda.jit(_write_baseline)
 
-KERNELS = {"chain_synth": chain_synth, "chain_streamed": chain_streamed, "write_baseline": write_baseline}
+
+@cuda.jit
+def gather_touch(buf, slots, out, k_words, v_words, row_words):
+    """``out[i]`` = the record of ``slots[i]`` (int64 [rows, 4] ``buf``) XOR the first two words of
+    its K and V rows (uint64 [rows * row_words]); one thread per entry, nothing else done."""
+    i = int64(cuda.grid(1))
+    if i >= slots.shape[0]:
+        return
+    slot = slots[i]
+    base = slot * row_words
+    k0, k1, v0, v1 = k_words[base], k_words[base + ONE], v_words[base], v_words[base + ONE]
+    out[i, 0] = buf[slot, 0] ^ int64(k0)
+    out[i, 1] = buf[slot, 1] ^ int64(k1)
+    out[i, 2] = buf[slot, 2] ^ int64(v0)
+    out[i, 3] = buf[slot, 3] ^ int64(v1)
+
+
+KERNELS = {
+    "chain_synth": chain_synth,
+    "chain_streamed": chain_streamed,
+    "write_baseline": write_baseline,
+    "gather_touch": gather_touch,
+}
 SIGNATURES = {
     "chain_synth": ("void(int64, int64[::1])",),
     "chain_streamed": ("void(int64, int64[::1], int64[::1], int64[::1])",),
     "write_baseline": (f"void({WRITE_ARGUMENTS}, int64, int64)",),  # the write kernel's, then the two flags
+    "gather_touch": ("void(int64[:, ::1], int64[::1], int64[:, ::1], uint64[::1], uint64[::1], int64)",),
 }
 
 
@@ -183,3 +210,21 @@ def launch_write_baseline(
     _launch.launch(
         write_baseline, SIGNATURES["write_baseline"][0], _launch.grid_for(capacity, block), block, args, stream
     )
+
+
+def launch_gather_touch(*, canary_buf, slot_indices, out_records, k_rows, v_rows, stream=None) -> None:
+    """:func:`gather_touch` over a context's ``canary_buf`` (uint8 [rows, 32]), int64 [n]
+    ``slot_indices``, uint8 [n, 32] ``out_records`` and the K and V rows (uint8 [rows, bytes],
+    bytes a multiple of 8); the memory ceiling of a PARTIAL gather of these slots."""
+    n, rows = slot_indices.shape[0], canary_buf.shape[0]
+    row_words = k_rows.shape[1] // 8
+    args = (
+        _launch.reinterpret(canary_buf, "int64", (rows, 4)),
+        _launch.kernel_array(slot_indices),
+        _launch.reinterpret(out_records, "int64", (n, 4)),
+        _launch.reinterpret(k_rows, "uint64"),
+        _launch.reinterpret(v_rows, "uint64"),
+        int(row_words),
+    )
+    block = 256
+    _launch.launch(gather_touch, SIGNATURES["gather_touch"][0], _launch.grid_for(n, block), block, args, stream)

@@ -14,8 +14,13 @@ PARTIAL, in order too:
   them back; PARTIAL, landing check), ``move`` (compaction through a scratch pack), ``digest``
   (PARTIAL), ``verify records`` (PARTIAL), and ``gather + digest`` (what an offload costs);
   each with ``fraction_of_copy`` (its minimum bytes per second over the 1 GiB copy's) and
-  ``fraction_of_same_copy`` (the same-bytes copy's time over its own). Random slots read whole
-  32-byte sectors for 16 bytes of KV: the in-order rows show what the kernels do without that.
+  ``fraction_of_same_copy`` (the same-bytes copy's time over its own);
+- ``touch`` (PARTIAL rows): ``benchmarks/baseline_kernels.gather_touch``, the loads and stores
+  of a gather and nothing else, the ceiling of that access pattern; every row of the same
+  slots then has ``fraction_of_touch`` (its bytes per second over the touch's).
+
+Random slots read whole 32-byte sectors for 16 bytes of KV: the in-order rows show what the
+kernels do without that.
 
 CPU rows (NumPy arrays: the host tier): ``verify records`` and ``digest`` of ``n`` host slots
 (NONE, PARTIAL, ALL over K and V of 128 bytes), ``gather`` and ``scatter``, and a NumPy copy of
@@ -96,6 +101,7 @@ def _runs(xp, n: int):
 def gpu_rows(mode_name: str) -> list[dict]:
     import cupy
 
+    from benchmarks.baseline_kernels import launch_gather_touch
     from benchmarks.timing import copy_bandwidth, device_times
 
     rows, big = [], copy_bandwidth()
@@ -148,6 +154,15 @@ def gpu_rows(mode_name: str) -> list[dict]:
                 lambda i: (cases["gather"][0](i), cases["digest"][0](i)),
                 cases["gather"][1] + cases["digest"][1],
             )
+            if kv:  # the access pattern's own ceiling: the sectors a PARTIAL gather touches, no work
+                k_rows, v_rows = (s.tensor for s in ctx.real_kv_sources)
+                cases["touch"] = (
+                    lambda i: launch_gather_touch(
+                        canary_buf=ctx.canary_buf, slot_indices=slots, out_records=scratch, k_rows=k_rows, v_rows=v_rows
+                    ),
+                    n * (_INDEX + 2 * _RECORD + kv),
+                )
+            group = len(rows)
             for op, (fn, nbytes) in cases.items():
                 timed = device_times(fn, iters=20)
                 copy = _copy_of(cupy, nbytes)
@@ -165,6 +180,9 @@ def gpu_rows(mode_name: str) -> list[dict]:
                         "fraction_of_same_copy": round(copy["median_us"] / timed["median_us"], 3),
                     }
                 )
+            touch = next((r for r in rows[group:] if r["op"] == "touch"), None)
+            for r in rows[group:] if touch else ():
+                r["fraction_of_touch"] = round(r["gbps"] / touch["gbps"], 3)
             _require_clean(int(ctx.violation_write_index.get()[0]))
     return rows
 
@@ -273,14 +291,15 @@ def targets(rows: list[dict]) -> list[dict]:
 def markdown(doc: dict) -> str:
     meta = doc["meta"]
     lines = [f"# Moved records ({meta['date']}, {meta['device']}, {meta['cores']} cores, load {meta['load']})", ""]
-    lines += ["| op | variant | median | fraction of copy / CPU time |", "|---|---|---|---|"]
+    lines += ["| op | variant | median | fraction of copy / CPU time | of touch |", "|---|---|---|---|---|"]
     for r in doc["results"]:
         if "median_us" in r:
             lines.append(
-                f"| {r['op']} | {r['variant']} | {r['median_us']} µs | {r.get('fraction_of_copy', r.get('gbps', ''))} |"
+                f"| {r['op']} | {r['variant']} | {r['median_us']} µs | {r.get('fraction_of_copy', r.get('gbps', ''))} "
+                f"| {r.get('fraction_of_touch', '')} |"
             )
         else:
-            lines.append(f"| {r['op']} | {r['variant']} | {r['median_s']} s | {r['cpu_s']} s CPU |")
+            lines.append(f"| {r['op']} | {r['variant']} | {r['median_s']} s | {r['cpu_s']} s CPU | |")
     lines += ["", "| target | value | threshold | met |", "|---|---|---|---|"]
     lines += [f"| {t['target']} | {t['value']} | {t['threshold']} | {t['met']} |" for t in doc["targets"]]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ import pathlib
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -59,3 +60,18 @@ def test_targets_read_the_rows_they_name():
         f"gather + digest, {1 << 20} slots, PARTIAL, random order: fraction of copy bandwidth": (0.85, True),
         f"host-tier verify records, {1 << 20} slots (s, wall)": (0.2, False),
     }
+
+
+@pytest.mark.simulator
+def test_the_touch_baseline_loads_what_a_partial_gather_reads():
+    # The ceiling row is only a ceiling if it touches the same bytes: each entry's record and the first
+    # 16 bytes of its K and V rows, stored into the pack row (XOR-ed, so that no load is dropped).
+    from benchmarks.baseline_kernels import launch_gather_touch
+
+    ctx, slots = bench_moves.pool(np, 40, kc.RealKvHashMode.PARTIAL)
+    k_rows, v_rows = (s.tensor for s in ctx.real_kv_sources)
+    out = np.zeros((40, 32), np.uint8)
+    launch_gather_touch(canary_buf=ctx.canary_buf, slot_indices=slots, out_records=out, k_rows=k_rows, v_rows=v_rows)
+    records = ctx.canary_buf.view(np.int64)[slots]
+    kv = np.concatenate([k_rows.view(np.int64)[slots, :2], v_rows.view(np.int64)[slots, :2]], axis=1)
+    np.testing.assert_array_equal(out.view(np.int64), records ^ kv)
