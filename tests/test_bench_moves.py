@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import kvcanary_numba as kc  # noqa: E402
+from conftest import SIMULATOR  # noqa: E402
 from benchmarks import bench_moves  # noqa: E402
 
 
@@ -63,6 +64,7 @@ def test_targets_read_the_rows_they_name():
 
 
 @pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATOR, reason="NumPy arrays through the kernel (the GPU runs it in the bench)")
 def test_the_touch_baseline_loads_what_a_partial_gather_reads():
     # The ceiling row is only a ceiling if it touches the same bytes: each entry's record and the first
     # 16 bytes of its K and V rows, stored into the pack row (XOR-ed, so that no load is dropped).
