@@ -14,8 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import kvcanary_numba as kc  # noqa: E402
 from conftest import SIMULATOR  # noqa: E402
+
+import kvcanary_numba as kc  # noqa: E402
 from benchmarks import bench_moves  # noqa: E402
 
 
