@@ -149,7 +149,7 @@ for step in "${STEPS[@]}"; do
             --junitxml="$OUT/subset.xml" ${TEST_FILES:?TEST_FILES names the test files} ;;
     split)
         run_step split 560 bash -c 'files=$(ls tests/test_*.py | grep -v -e test_vectors.py -e test_notebooks.py \
-            -e test_docs -e test_ptx.py); n=${SPLIT_GROUPS:-3}; i=0; pids=""
+            -e test_docs -e test_ptx.py); n=${SPLIT_GROUPS:-3}; pids=""
             for g in $(seq 0 $((n - 1))); do
                 group=$(echo "$files" | awk -v n="$n" -v g="$g" "NR % n == g")
                 # shellcheck disable=SC2086

@@ -142,11 +142,12 @@ def _marker_diagnosis(marker, stream) -> str:
             start = int(array.__cuda_array_interface__["data"][0])
             if start <= pointer < start + array.nbytes:
                 inside.append((key, name))
-    stream_handles = sorted({key[1] for key in scratch.STREAM_SCRATCH._arrays if len(key) > 1})
+    # A key's lane is a stream handle or a monitor's ("owner", token): only the handles sort.
+    handles = sorted({lane for _, lane in scratch.STREAM_SCRATCH._arrays if isinstance(lane, int)})
     cupy.cuda.Device().synchronize()
     return (
         f"marker {int(marker[0])} at {pointer:#x}, inside scratch {inside or 'none'}; "
-        f"capture stream {stream.ptr:#x}; streams with scratch {[hex(h) for h in stream_handles if isinstance(h, int)]}"
+        f"capture stream {stream.ptr:#x}; streams with scratch {[hex(h) for h in handles]}"
     )
 
 
