@@ -3,9 +3,9 @@
 On the kernels such a call is a data race (threads read inputs while others write outputs), so the
 result would depend on scheduling; the NumPy path refuses the same calls with the same code, before
 anything is written. Inputs sharing memory with inputs stay allowed and give the unaliased result, and so
-do disjoint views of one buffer. History: session 7 made the NumPy plan compute every output before it
-writes any (fuzz seed 2, cases 4733 and 9878: the vectorised plan raised NumPy's ``ValueError`` with the
-plan half-written); those calls are now refused instead, as they are on the kernels.
+do disjoint views of one buffer. Such calls once reached the vectorised NumPy plan, which raised NumPy's
+``ValueError`` with the plan half-written (fuzz seed 2, cases 4733 and 9878); they are refused instead, as
+they are on the kernels.
 """
 
 from __future__ import annotations
