@@ -5,11 +5,10 @@
 #
 #   bash benchmarks/fetch_cu12_wheels.sh
 #
-# On the device, install them ahead of the image's packages (--no-deps: every one is listed here):
-#
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl-cu12/*.whl
-#   export PYTHONPATH=/tmp/site:$PWD
-#
+# On the device they go into a fresh virtual environment, not onto PYTHONPATH beside the image's
+# packages: cuda-pathfinder searches only site.getsitepackages() for NVIDIA libraries, so there the
+# image's CUDA 13 NVRTC would win and numba-cuda would run on CUDA 13 (`kvcanary doctor` says so:
+# "two CUDA major versions are installed"). gpu_session.sh's `cu12` step builds that environment.
 # Size (2026-12-06): 329 MiB in 11 wheels, more than one device call carries (64 MiB); two wheels are
 # each over it (cupy-cuda12x 130 MiB, nvidia-cuda-nvrtc-cu12 85 MiB), and the device image has no
 # CUDA 12 libraries of its own (its PyTorch and JAX are CUDA 13 builds). So `--parts` also packs
@@ -22,8 +21,8 @@
 #   run(carry=[".cu12-parts/part-01"], command="cp .cu12-parts/part-01 /tmp/cu12/")   # ... every part
 #   run(carry=[".whl"], command="bash benchmarks/gpu_session.sh cu12")
 #
-# The `cu12` step checks the parts against SHA256SUMS, installs the wheels into /tmp/site-cu12 and
-# runs `kvcanary doctor` and the GPU tier on them.
+# The `cu12` step checks the parts against SHA256SUMS, installs the wheels into /tmp/venv-cu12 and
+# runs `kvcanary doctor` and the GPU tier in it.
 #
 # The versions are what `pip install ".[gpu-cu12]"` resolves to for Python 3.12 (pip install
 # --dry-run --report); numba and llvmlite come from the image. NumPy 2.4 replaces the image's 2.5,

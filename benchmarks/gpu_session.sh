@@ -15,8 +15,10 @@
 #   split      the same tier as `tests`, its files dealt into SPLIT_GROUPS (default 3) pytest processes that share
 #              the GPU at once (the tier is mostly compile and host time) -> split-<n>.log, split-<n>.xml
 #   cu12       the GPU tier under CUDA 12: the wheels carried in parts to /tmp/cu12 (see
-#              benchmarks/fetch_cu12_wheels.sh) checked, installed into /tmp/site-cu12 ahead of the
-#              image's CUDA 13 packages, then `kvcanary doctor` and the `split` tier -> cu12-*.log, .xml
+#              benchmarks/fetch_cu12_wheels.sh) checked and installed into a fresh virtual environment,
+#              /tmp/venv-cu12, that sees the image's test stack but not its CUDA 13 libraries, PyTorch or
+#              JAX (benchmarks/cu12_site.py); then `kvcanary doctor`, where each CUDA library was loaded
+#              from, and the `split` tier -> cu12-doctor.log, cu12/split-*.log, .xml
 #   vectors    golden-vector replay on the GPU ($KVCANARY_VECTORS, else the committed ./tests/data/vectors)
 #   bench      the full benchmark: JSON, markdown and PNG plots (about 60 s; BENCH_BUDGET=s bounds its wall
 #              clock, default 330; pinned to core BENCH_PIN, default 3, empty: not pinned; BENCH_ONLY=sections)
@@ -48,7 +50,7 @@
 #   mkdir -p .base && git archive 9f4649c kvcanary_numba benchmarks | tar -x -C .base
 # (the A/B scripts need only its kvcanary_numba; abcpu's host-step rows its benchmarks/ too). Medians,
 # spread across rounds and the verdict per row: python3 benchmarks/ab_table.py $OUT/ab-monitor.jsonl.
-SITE=${SITE:-/tmp/site}  # where carried wheels are installed (the cu12 step's run: /tmp/site-cu12)
+SITE=${SITE:-/tmp/site}  # where carried wheels are installed (the cu12 step: its virtual environment)
 [ -d .whl ] && [ "$SITE" = /tmp/site ] && python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 export PYTHONPATH=$SITE:$PWD
 set -u
@@ -159,13 +161,24 @@ for step in "${STEPS[@]}"; do
             rc=0; for p in $pids; do wait "$p" || rc=1; done
             for g in $(seq 0 $((n - 1))); do echo "--- group $g"; tail -n 25 "$OUT/split-$g.log"; done; exit $rc' ;;
     cu12)
+        # A fresh virtual environment holds the CUDA 12 wheels; benchmarks/cu12_site.py appends the image's
+        # site-packages (numba, pytest) behind them and hides its CUDA 13 PyTorch and JAX.
         if [ -f /tmp/cu12/SHA256SUMS ] && (cd /tmp/cu12 && sha256sum -c --quiet SHA256SUMS); then
-            rm -rf /tmp/cu12-wheels /tmp/site-cu12 && mkdir -p /tmp/cu12-wheels
+            image_site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+            rm -rf /tmp/cu12-wheels /tmp/venv-cu12 && mkdir -p /tmp/cu12-wheels
             cat /tmp/cu12/part-* | tar -xf - -C /tmp/cu12-wheels
-            python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-cu12 /tmp/cu12-wheels/*.whl
-            PYTHONPATH=/tmp/site-cu12:$PWD python3 -m kvcanary_numba doctor >"$OUT/cu12-doctor.log" 2>&1
+            python3 -m venv --without-pip /tmp/venv-cu12
+            venv_site=$(/tmp/venv-cu12/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+            python3 -m pip install -q --no-index --no-deps --no-compile --target "$venv_site" /tmp/cu12-wheels/*.whl
+            cp benchmarks/cu12_site.py "$venv_site/" && echo "import cu12_site" >"$venv_site/cu12_site.pth"
+            cu12_env=(env KVCANARY_IMAGE_SITE="$image_site" PATH="/tmp/venv-cu12/bin:$PATH")
+            "${cu12_env[@]}" PYTHONPATH="$PWD" python3 -m kvcanary_numba doctor >"$OUT/cu12-doctor.log" 2>&1
+            "${cu12_env[@]}" PYTHONPATH="$PWD" python3 -c 'from cuda import pathfinder as p; import numba_cuda, cupy
+for lib in ("nvrtc", "nvvm", "cudart"): print(lib, p.load_nvidia_dynamic_lib(lib).abs_path)
+print("numba-cuda", numba_cuda.__file__); print("cupy", cupy.__file__, cupy.cuda.runtime.runtimeGetVersion())' \
+                >>"$OUT/cu12-doctor.log" 2>&1
             cat "$OUT/cu12-doctor.log"
-            OUT="$OUT/cu12" SITE=/tmp/site-cu12 bash "$0" split
+            "${cu12_env[@]}" OUT="$OUT/cu12" SITE="$venv_site" bash "$0" split
         else
             echo "cu12         rc=NA   no complete set of parts in /tmp/cu12 (benchmarks/fetch_cu12_wheels.sh --parts)" |
                 tee -a "$SUMMARY"

@@ -96,8 +96,12 @@ def _cuda_version(encoded: int) -> str:
 
 
 def suggested_extra(probe: CudaProbe) -> str:
-    """The extra whose CUDA runtime this machine's driver runs: ``gpu-cu12`` for a CUDA 12 driver, else ``gpu``."""
-    return "gpu-cu12" if probe.driver is not None and _release(probe.driver)[0] == 12 else "gpu"
+    """The extra to install: ``gpu-cu12`` for a CUDA 12 driver, or where every runtime found is CUDA 12
+    (the missing part joins the CUDA 12 stack already there, which newer drivers also run); else ``gpu``."""
+    if probe.driver is not None and _release(probe.driver)[0] == 12:
+        return "gpu-cu12"
+    majors = {_release(version)[0] for _, version in probe.runtimes}
+    return "gpu-cu12" if majors == {12} else "gpu"
 
 
 def gpu_path_reasons(probe: CudaProbe) -> list[Reason]:

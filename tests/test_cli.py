@@ -179,6 +179,23 @@ def test_doctor_suggests_the_extra_the_driver_runs(driver, extra):
     assert f"kvcanary_numba[{extra}]" in doctor.gpu_path_reasons(probe)[0].text
 
 
+@pytest.mark.parametrize(
+    "driver, runtimes, extra",
+    [
+        (None, ("12.9", "12.9"), "gpu-cu12"),
+        ("13.0", ("12.9",), "gpu-cu12"),  # a CUDA 13 driver runs the CUDA 12 stack already installed
+        ("13.0", ("12.9", "13.0"), "gpu"),
+        (None, (), "gpu"),
+        ("12.8", ("13.0",), "gpu-cu12"),  # the driver decides: it cannot run CUDA 13
+    ],
+)
+def test_doctor_suggests_the_extra_of_the_cuda_12_stack_already_installed(driver, runtimes, extra):
+    found = tuple((f"source {i}", version) for i, version in enumerate(runtimes))
+    probe = dataclasses.replace(HEALTHY, cupy=None, driver=driver, runtimes=found)
+    assert doctor.suggested_extra(probe) == extra
+    assert any(f"kvcanary_numba[{extra}]" in reason.text for reason in doctor.gpu_path_reasons(probe))
+
+
 def test_doctor_prints_the_runtime_driver_and_every_reason(monkeypatch, capsys):
     probe = dataclasses.replace(
         HEALTHY, cupy=None, driver="12.8", runtimes=(("cuda-bindings 13.0.3", "13.0"), ("numba-cuda 0.30.4", "13.0"))
