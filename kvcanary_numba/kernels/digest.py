@@ -20,7 +20,7 @@ from numba import cuda, int64, uint64
 from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
-from .move import MOVE_THREADS, in_pool, out_of_range_row
+from .move import MOVE_THREADS, in_pool, out_of_range_row, record_of
 from .records import check_run, entry_run
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
@@ -32,10 +32,13 @@ _ANCHOR = np.uint64(HANDOFF_DIGEST_ANCHOR)
 
 
 @cuda.jit(device=True)
-def entry_hash(index, buf, slot, live):
-    """``splitmix64(mix3(mix3(ANCHOR ^ index, token, position), prev_hash, real_kv_hash) ^ live)``; uint64."""
-    a = mix3(uint64(index) ^ _ANCHOR, uint64(buf[slot, TOKEN]), uint64(buf[slot, POSITION]))
-    return splitmix64(mix3(a, uint64(buf[slot, PREV_HASH]), uint64(buf[slot, REAL_KV])) ^ live)
+def entry_hash(index, record, live):
+    """``splitmix64(mix3(mix3(ANCHOR ^ index, token, position), prev_hash, real_kv_hash) ^ live)``; uint64.
+
+    ``record``: the slot's four words (token, position, prev_hash, real_kv_hash).
+    """
+    a = mix3(uint64(index) ^ _ANCHOR, uint64(record[TOKEN]), uint64(record[POSITION]))
+    return splitmix64(mix3(a, uint64(record[PREV_HASH]), uint64(record[REAL_KV])) ^ live)
 
 
 @cuda.jit(device=True)
@@ -87,10 +90,11 @@ def _make_digest(nsrc: int):
             r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
             slot = slots[i] if r >= ZERO else ZERO
             ok = in_pool(slot, num_slots)
+            record = record_of(buf, slot, ok)  # ahead of the KV loads: both in flight together
             real = uint64(0)
             if nsrc > 0:
                 real = warp_real_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
-            h = entry_hash(e, buf, slot, real) if ok else uint64(0)
+            h = entry_hash(e, record, real) if ok else uint64(0)
             if slot != ZERO and not ok:
                 out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
             lane_runs[lane] = r

@@ -38,6 +38,7 @@ __all__ = [
     "TILE_WORDS",
     "fold_source",
     "load_pair",
+    "one_vector_kv_hash",
     "real_kv_hash",
     "slot_base",
     "warp_real_kv_hash",
@@ -206,12 +207,60 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
 
 
 @cuda.jit(device=True)
+def _one_vector_each(nsrc, p):
+    """Whether every source reads one 16-byte vector per slot (PARTIAL mode, or 16-byte ALL reads)."""
+    one = nsrc < 1 or p[3] == _TWO
+    if nsrc >= 2:
+        one = one and p[7] == _TWO
+    if nsrc >= 3:
+        one = one and p[11] == _TWO
+    if nsrc >= 4:
+        one = one and p[15] == _TWO
+    return one
+
+
+@cuda.jit(device=True)
+def _vector_of(words, slot, slot_ok, row_stride, page_size, words_per_token):
+    """The first 16-byte vector of ``slot`` in a source (zeros where not ``slot_ok``)."""
+    lo = hi = uint64(0)
+    if slot_ok:
+        lo, hi = load_pair(words, slot_base(slot, row_stride, page_size, words_per_token))
+    return lo, hi
+
+
+@cuda.jit(device=True)
+def one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p):
+    """:func:`real_kv_hash` where every source reads one vector per slot; uint64.
+
+    Every source's vector is loaded before the first is folded, so the loads of all
+    sources are in flight together: one memory round trip per slot instead of one per
+    source. (A fold of one vector from 0 is ``splitmix64(splitmix64(lo) ^ hi)``.)
+    """
+    a0, a1 = _vector_of(w0, slot, slot_ok and nsrc >= 1, p[0], p[1], p[2])
+    b0, b1 = _vector_of(w1, slot, slot_ok and nsrc >= 2, p[4], p[5], p[6])
+    c0, c1 = _vector_of(w2, slot, slot_ok and nsrc >= 3, p[8], p[9], p[10])
+    d0, d1 = _vector_of(w3, slot, slot_ok and nsrc >= 4, p[12], p[13], p[14])
+    acc = uint64(0)
+    if nsrc >= 1:
+        acc = splitmix64(acc ^ splitmix64(splitmix64(a0) ^ a1))
+    if nsrc >= 2:
+        acc = splitmix64(acc ^ splitmix64(splitmix64(b0) ^ b1))
+    if nsrc >= 3:
+        acc = splitmix64(acc ^ splitmix64(splitmix64(c0) ^ c1))
+    if nsrc >= 4:
+        acc = splitmix64(acc ^ splitmix64(splitmix64(d0) ^ d1))
+    return acc
+
+
+@cuda.jit(device=True)
 def warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
     """:func:`real_kv_hash` of each lane's slot, computed by the whole warp; uint64.
 
     ``tile``: the warp's uint64 [32, TILE_PITCH] shared rows; ``bases``: its
     int64 [32] shared slot bases. Lanes without ``slot_ok`` get a meaningless value.
     """
+    if _one_vector_each(nsrc, p):  # nothing to share between lanes: each loads its own vectors at once
+        return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
     acc = uint64(0)
     if nsrc >= 1:
         acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w0, slot, slot_ok, p[0], p[1], p[2], p[3]))

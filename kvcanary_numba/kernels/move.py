@@ -30,7 +30,7 @@ from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO
 from .verify import record_violation
 
-__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "out_of_range_row"]
+__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "out_of_range_row", "record_of"]
 
 #: Threads per block on a GPU (verify's: the fold variants share its shared-memory tiles).
 MOVE_THREADS = 256
@@ -69,29 +69,42 @@ def _fingerprint_row(ring, write_index, kind, slot, fields, row, live):
 
 
 @cuda.jit(device=True)
-def _take(buf, slots, out, i, num_slots, nsrc, real, ring, write_index, kind):
-    """Entry ``i`` of a gather (``real``: the slot's live fingerprint when ``nsrc > 0``)."""
-    slot = slots[i]
-    if in_pool(slot, num_slots):
-        for k in range(4):
-            out[i, k] = buf[slot, k]
-        if nsrc > 0 and out[i, REAL_KV] != int64(real):
+def record_of(buf, slot, ok):
+    """The four words of ``slot``'s record (zeros where not ``ok``), loaded ahead of the KV fingerprint
+    so that the record and the KV vectors are in flight together."""
+    r0 = r1 = r2 = r3 = ZERO
+    if ok:
+        r0, r1, r2, r3 = buf[slot, 0], buf[slot, 1], buf[slot, 2], buf[slot, 3]
+    return r0, r1, r2, r3
+
+
+@cuda.jit(device=True)
+def _store(rows, i, r0, r1, r2, r3):
+    rows[i, 0] = r0
+    rows[i, 1] = r1
+    rows[i, 2] = r2
+    rows[i, 3] = r3
+
+
+@cuda.jit(device=True)
+def _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind):
+    """Entry ``i`` of a gather with sources: ``record`` is ``slot``'s (zeros where not ``ok``)."""
+    r0, r1, r2, r3 = record
+    _store(out, i, r0, r1, r2, r3)
+    if ok:
+        if r3 != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, out, i, int64(real))
-        return
-    for k in range(4):
-        out[i, k] = ZERO
-    if slot != ZERO:
+    elif slot != ZERO:
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
 
 
 @cuda.jit(device=True)
-def _put(buf, records, slots, i, num_slots, nsrc, real, ring, write_index, kind):
-    """Entry ``i`` of a scatter whose guard (if any) passed."""
-    slot = slots[i]
+def _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind):
+    """Entry ``i`` of a scatter with sources whose guard (if any) passed: ``record`` is ``records[i]``."""
     if in_pool(slot, num_slots):
-        for k in range(4):
-            buf[slot, k] = records[i, k]
-        if nsrc > 0 and records[i, REAL_KV] != int64(real):
+        r0, r1, r2, r3 = record
+        _store(buf, slot, r0, r1, r2, r3)
+        if r3 != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, records, i, int64(real))
     elif slot != ZERO:
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
@@ -126,9 +139,11 @@ def _make_gather(nsrc: int):
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
             slot = slots[i] if i < n else ZERO
-            real = warp_real_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            ok = in_pool(slot, num_slots)
+            record = record_of(buf, slot, ok)
+            real = warp_real_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if i < n:
-                _take(buf, slots, out, i, num_slots, nsrc, real, ring, write_index, kind)
+                _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind)
 
     gather.__name__ = gather.__qualname__ = f"gather_src{nsrc}"
     return cuda.jit(gather)
@@ -179,9 +194,10 @@ def _make_scatter(nsrc: int):
             i = t * _WARP + lane
             active = i < n and (guarded == ZERO or in_pool(guard[i], num_slots))
             slot = slots[i] if active else ZERO
+            record = record_of(records, i, active)  # ahead of the KV loads, as the gather's
             real = warp_real_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
             if active:
-                _put(buf, records, slots, i, num_slots, nsrc, real, ring, write_index, kind)
+                _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind)
 
     scatter.__name__ = scatter.__qualname__ = f"scatter_src{nsrc}"
     return cuda.jit(scatter)
