@@ -92,7 +92,7 @@ def _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind):
     r0, r1, r2, r3 = record
     _store(out, i, r0, r1, r2, r3)
     if ok:
-        if r3 != int64(real):
+        if record[REAL_KV] != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, out, i, int64(real))
     elif slot != ZERO:
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
@@ -104,7 +104,7 @@ def _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind
     if in_pool(slot, num_slots):
         r0, r1, r2, r3 = record
         _store(buf, slot, r0, r1, r2, r3)
-        if r3 != int64(real):
+        if record[REAL_KV] != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, records, i, int64(real))
     elif slot != ZERO:
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
