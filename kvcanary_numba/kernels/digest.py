@@ -18,9 +18,9 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash, warp_sync
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
-from .move import MOVE_THREADS, in_pool, out_of_range_row, record_of
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of
 from .records import check_run, entry_run
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
@@ -93,7 +93,7 @@ def _make_digest(nsrc: int):
             record = record_of(buf, slot, ok)  # ahead of the KV loads: both in flight together
             real = uint64(0)
             if nsrc > 0:
-                real = warp_real_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+                real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             h = entry_hash(e, record, real) if ok else uint64(0)
             if slot != ZERO and not ok:
                 out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)

@@ -38,6 +38,7 @@ __all__ = [
     "TILE_WORDS",
     "fold_source",
     "load_pair",
+    "one_vector_each",
     "one_vector_kv_hash",
     "real_kv_hash",
     "slot_base",
@@ -207,7 +208,7 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
 
 
 @cuda.jit(device=True)
-def _one_vector_each(nsrc, p):
+def one_vector_each(nsrc, p):
     """Whether every source reads one 16-byte vector per slot (PARTIAL mode, or 16-byte ALL reads)."""
     one = nsrc < 1 or p[3] == _TWO
     if nsrc >= 2:
@@ -259,8 +260,6 @@ def warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p)
     ``tile``: the warp's uint64 [32, TILE_PITCH] shared rows; ``bases``: its
     int64 [32] shared slot bases. Lanes without ``slot_ok`` get a meaningless value.
     """
-    if _one_vector_each(nsrc, p):  # nothing to share between lanes: each loads its own vectors at once
-        return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
     acc = uint64(0)
     if nsrc >= 1:
         acc = splitmix64(acc ^ _warp_fold_source(tile, bases, lane, w0, slot, slot_ok, p[0], p[1], p[2], p[3]))

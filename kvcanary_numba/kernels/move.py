@@ -5,7 +5,8 @@ A record is 4 int64 words; the canary buffer and every pack reach a kernel as ``
 One persistent grid strides over the entries. Without real-KV sources a thread moves one
 word of a record (four lanes a record: a warp loads 8 whole records and stores 256 contiguous
 bytes per instruction); with sources a warp takes 32 consecutive entries, so that it can fold
-its lanes' slots together (:func:`.fingerprint.warp_real_kv_hash`), as verify does.
+its lanes' slots together (:func:`moved_kv_hash`), and each lane loads its record before the
+KV, so that both are in flight at once.
 
 ``gather_src{n}``
     ``out[i] = buf[slots[i]]`` (zeros for a skipped or out-of-range slot), and with ``n``
@@ -26,11 +27,11 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import FAIL_REAL_KV as _REAL_KV_BIT, FAIL_SLOT_RANGE as _SLOT_RANGE_BIT, MAX_REAL_KV_SOURCES, WARP_SIZE
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, one_vector_each, one_vector_kv_hash, warp_real_kv_hash
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO
 from .verify import record_violation
 
-__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "out_of_range_row", "record_of"]
+__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "moved_kv_hash", "out_of_range_row", "record_of"]
 
 #: Threads per block on a GPU (verify's: the fold variants share its shared-memory tiles).
 MOVE_THREADS = 256
@@ -66,6 +67,19 @@ def _fingerprint_row(ring, write_index, kind, slot, fields, row, live):
         live,
         _REAL_KV_BIT,
     )
+
+
+@cuda.jit(device=True)
+def moved_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
+    """The live fingerprint of each lane's slot for the move and digest kernels; uint64.
+
+    Where every source reads one vector per slot (PARTIAL), each lane loads all its vectors
+    before folding (:func:`.fingerprint.one_vector_kv_hash`); otherwise the warp folds its
+    slots together (:func:`.fingerprint.warp_real_kv_hash`). All 32 lanes must call it.
+    """
+    if one_vector_each(nsrc, p):
+        return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
+    return warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p)
 
 
 @cuda.jit(device=True)
@@ -141,7 +155,7 @@ def _make_gather(nsrc: int):
             slot = slots[i] if i < n else ZERO
             ok = in_pool(slot, num_slots)
             record = record_of(buf, slot, ok)
-            real = warp_real_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if i < n:
                 _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind)
 
@@ -195,7 +209,7 @@ def _make_scatter(nsrc: int):
             active = i < n and (guarded == ZERO or in_pool(guard[i], num_slots))
             slot = slots[i] if active else ZERO
             record = record_of(records, i, active)  # ahead of the KV loads, as the gather's
-            real = warp_real_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
             if active:
                 _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind)
 

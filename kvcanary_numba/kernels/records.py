@@ -29,9 +29,9 @@ from ..constants import (
     MAX_REAL_KV_SOURCES,
     WARP_SIZE,
 )
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_real_kv_hash
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
-from .move import MOVE_THREADS, in_pool, out_of_range_row
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
 from .verify import record_violation
 
 __all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run"]
@@ -152,7 +152,7 @@ def _make_verify_records(nsrc: int):
             i = t * _WARP + lane
             r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
             slot = slots[i] if r >= ZERO else ZERO
-            real = warp_real_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
             if r >= ZERO:
                 _check_record(buf, num_slots, slots, starts, prevs, i, r, e, nsrc, real, ring, write_index, kind)
 
