@@ -93,18 +93,17 @@ def record_of(buf, slot, ok):
 
 
 @cuda.jit(device=True)
-def _store(rows, i, r0, r1, r2, r3):
-    rows[i, 0] = r0
-    rows[i, 1] = r1
-    rows[i, 2] = r2
-    rows[i, 3] = r3
+def _store(rows, i, record):
+    rows[i, 0] = record[0]
+    rows[i, 1] = record[1]
+    rows[i, 2] = record[2]
+    rows[i, 3] = record[3]
 
 
 @cuda.jit(device=True)
 def _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind):
     """Entry ``i`` of a gather with sources: ``record`` is ``slot``'s (zeros where not ``ok``)."""
-    r0, r1, r2, r3 = record
-    _store(out, i, r0, r1, r2, r3)
+    _store(out, i, record)
     if ok:
         if record[REAL_KV] != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, out, i, int64(real))
@@ -113,11 +112,11 @@ def _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind):
 
 
 @cuda.jit(device=True)
-def _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind):
-    """Entry ``i`` of a scatter with sources whose guard (if any) passed: ``record`` is ``records[i]``."""
-    if in_pool(slot, num_slots):
-        r0, r1, r2, r3 = record
-        _store(buf, slot, r0, r1, r2, r3)
+def _put(buf, records, i, slot, ok, record, num_slots, real, ring, write_index, kind):
+    """Entry ``i`` of a scatter with sources whose guard (if any) passed: ``record`` is ``records[i]``,
+    ``ok`` whether ``slot`` is in the pool."""
+    if ok:
+        _store(buf, slot, record)
         if record[REAL_KV] != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, records, i, int64(real))
     elif slot != ZERO:
@@ -208,10 +207,11 @@ def _make_scatter(nsrc: int):
             i = t * _WARP + lane
             active = i < n and (guarded == ZERO or in_pool(guard[i], num_slots))
             slot = slots[i] if active else ZERO
+            ok = in_pool(slot, num_slots)
             record = record_of(records, i, active)  # ahead of the KV loads, as the gather's
-            real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if active:
-                _put(buf, records, i, slot, record, num_slots, real, ring, write_index, kind)
+                _put(buf, records, i, slot, ok, record, num_slots, real, ring, write_index, kind)
 
     scatter.__name__ = scatter.__qualname__ = f"scatter_src{nsrc}"
     return cuda.jit(scatter)
