@@ -171,7 +171,12 @@ for step in "${STEPS[@]}"; do
             venv_site=$(/tmp/venv-cu12/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
             python3 -m pip install -q --no-index --no-deps --no-compile --target "$venv_site" /tmp/cu12-wheels/*.whl
             cp benchmarks/cu12_site.py "$venv_site/" && echo "import cu12_site" >"$venv_site/cu12_site.pth"
-            cu12_env=(env KVCANARY_IMAGE_SITE="$image_site" PATH="/tmp/venv-cu12/bin:$PATH")
+            # The image's cupy-cuda13x metadata stays visible beside the environment's cupy-cuda12x, so CuPy
+            # warns of two installs at import (the tests' warnings-as-errors would turn that into "no GPU").
+            # The environment's CuPy is the one imported: the doctor log below prints its path and runtime.
+            cupy_twice="ignore::UserWarning:cupy._environment"
+            cu12_env=(env KVCANARY_IMAGE_SITE="$image_site" PATH="/tmp/venv-cu12/bin:$PATH"
+                PYTHONWARNINGS="$cupy_twice" PYTEST_ADDOPTS="-W $cupy_twice")
             "${cu12_env[@]}" PYTHONPATH="$PWD" python3 -m kvcanary_numba doctor >"$OUT/cu12-doctor.log" 2>&1
             "${cu12_env[@]}" PYTHONPATH="$PWD" python3 -c 'from cuda import pathfinder as p; import numba_cuda, cupy
 for lib in ("nvrtc", "nvvm", "cudart"): print(lib, p.load_nvidia_dynamic_lib(lib).abs_path)

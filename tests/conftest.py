@@ -35,24 +35,27 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
-def _cupy_gpu() -> bool:
+def _cupy_gpu() -> tuple[bool, str]:
+    """Whether CuPy reaches a GPU, and if not, why (shown in every GPU test's skip reason)."""
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return False
+        return False, "the CUDA simulator is on"
     try:
         import cupy
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any failure means no usable GPU
-        return False
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # noqa: BLE001 - any failure means no usable GPU; its reason goes in the skip
+        said = next((line.strip() for line in str(exc).splitlines() if any(c.isalpha() for c in line)), "")
+        return False, f"{type(exc).__name__}: {said}"
+    return count > 0, f"{count} CUDA devices"
 
 
-HAS_GPU = _cupy_gpu()
+HAS_GPU, _NO_GPU_REASON = _cupy_gpu()
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU with CuPy (not simulated)")
-    skip_kernels = pytest.mark.skip(reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    skip_gpu = pytest.mark.skip(reason=f"needs a CUDA GPU with CuPy (not simulated): {_NO_GPU_REASON}")
+    skip_kernels = pytest.mark.skip(reason=f"needs a GPU or NUMBA_ENABLE_CUDASIM=1: {_NO_GPU_REASON}")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip_gpu)
