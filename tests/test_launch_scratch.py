@@ -100,6 +100,9 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
     args = {name: to_device(value, "cuda") for name, value in _write_kwargs().items()}
     marker = cupy.zeros(1, dtype=cupy.int64)
     marker += 1  # its kernel is loaded before any capture
+    # The marker's two kernels ran on the legacy stream, which a non-blocking stream does not wait
+    # for: without this, the graph's increment can race them on a busy GPU and the marker end at 1.
+    cupy.cuda.Device().synchronize()
     # A stream no call has used: no scratch yet. CUDA may hand a new stream the handle of one that
     # ended, whose scratch is still kept under that handle: then take another (the others stay alive).
     streams = [cupy.cuda.Stream(non_blocking=True)]
@@ -132,8 +135,8 @@ def test_gpu_capture_refuses_then_captures_after_a_warm_up(monkeypatch):
 
 def _marker_diagnosis(marker, stream) -> str:
     """What a failure of the capture test should say: whether the marker's memory is inside any
-    cached launch scratch array, and whether work was still pending on the device (this test has
-    failed intermittently on an H100 after other GPU tests; NOTES.md)."""
+    cached launch scratch array, and which streams hold scratch (this test once failed on a busy
+    H100 because its marker raced the capture stream; NOTES.md)."""
     import cupy
 
     pointer, inside = marker.data.ptr, []
@@ -143,7 +146,9 @@ def _marker_diagnosis(marker, stream) -> str:
             if start <= pointer < start + array.nbytes:
                 inside.append((key, name))
     # A key's lane is a stream handle or a monitor's ("owner", token): only the handles sort.
-    handles = sorted({lane for _, lane in scratch.STREAM_SCRATCH._arrays if isinstance(lane, int)})
+    handles = sorted(
+        {lane for (_, lane), arrays in scratch.STREAM_SCRATCH._arrays.items() if isinstance(lane, int) and arrays}
+    )
     cupy.cuda.Device().synchronize()
     return (
         f"marker {int(marker[0])} at {pointer:#x}, inside scratch {inside or 'none'}; "
