@@ -43,6 +43,8 @@
 #   monitortests  the GPU tests of the monitor, its prepared steps and graph replay, and the toy engine
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during a
 #              real CUDA-graph capture
+#   moves      the moved-records benchmark (benchmarks/bench_moves.py) of this tree, and when .base/ is present, the
+#              same script on .base/'s package (only the package differs) -> $OUT/moves.md, .json, moves-base.md, .json (LIMIT_moves_base)
 #   ptx        registers, stack and spills of every kernel's sm_90 build (benchmarks/ptx_report.py), of this
 #              tree and, when present, of .base/ side by side -> $OUT/ptx.md, ptx.jsonl
 #
@@ -275,6 +277,13 @@ print("numba-cuda", numba_cuda.__file__); print("cupy", cupy.__file__, cupy.cuda
     interop)
         run_step interop 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_interop.py \
             tests/test_validation_memo.py tests/test_launch_scratch.py ;;
+    moves)
+        if [ -d .base/kvcanary_numba ]; then
+            mkdir -p .base/benchmarks && cp benchmarks/__init__.py benchmarks/bench_moves.py benchmarks/timing.py \
+                benchmarks/baseline_kernels.py .base/benchmarks/
+            run_step moves_base 150 python3 .base/benchmarks/bench_moves.py --out "$OUT" --name moves-base
+        fi
+        run_step moves 150 python3 benchmarks/bench_moves.py --out "$OUT" --name moves ;;
     ptx)
         trees=(.)
         [ -d .base/kvcanary_numba ] && trees=(.base .)
@@ -282,7 +291,7 @@ print("numba-cuda", numba_cuda.__file__); print("cupy", cupy.__file__, cupy.cuda
             cat "$OUT/ptx.md"; exit $rc' ptx "${trees[@]}" ;;
     *)
         echo "unknown step $step (tests, subset, split, cu12, vectors, bench, quick, sanitizer, memcheck, racecheck, fuzz, replays, ab," \
-            "abpublic, abcpu, monitortests, interop, ptx)" | tee -a "$SUMMARY" ;;
+            "abpublic, abcpu, monitortests, interop, moves, ptx)" | tee -a "$SUMMARY" ;;
     esac
 done
 echo "--- summary ($SUMMARY)"
