@@ -70,8 +70,9 @@ report = {
 }
 
 
-def sass_spills(ptx):
-    # Spill bytes of the sm_90 build (nvJitLink ships with numba-cuda[cu13]); None if unavailable.
+def sass_info(ptx):
+    # Spill bytes, registers and shared bytes of the sm_90 build (nvJitLink ships with numba-cuda[cu13]);
+    # None if unavailable.
     try:
         import re
         from cuda.bindings import nvjitlink
@@ -85,7 +86,14 @@ def sass_spills(ptx):
     log = bytearray(nvjitlink.get_info_log_size(handle))
     nvjitlink.get_info_log(handle, log)
     nvjitlink.destroy(handle)
-    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", log.decode(errors="replace")))
+    text = log.decode(errors="replace")
+    # The linker's closing line: "used N registers, used B barriers, S stack, M bytes smem, ...".
+    used = re.findall(r"used (\d+) registers,.*? (\d+) bytes smem", text)
+    return {
+        "spills": sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", text)),
+        "registers": int(used[-1][0]) if used else None,
+        "smem": int(used[-1][1]) if used else None,
+    }
 
 
 for name, kernel in kernels.items():
@@ -98,7 +106,7 @@ for name, kernel in kernels.items():
             "v2_loads": body.count("v2.u64"),
             "calls": body.count("call"),
             "local": body.count(".local"),
-            "spills": sass_spills(ptx) if sys.argv[2] == "1" else None,
+            **((sass_info(ptx) if sys.argv[2] == "1" else None) or {"spills": None}),
         }
 print(json.dumps(report))
 """
@@ -156,3 +164,18 @@ def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
         for name, entry in report["ptx"].items():
             folds = not name.endswith("_src0")
             assert (entry["v2_loads"] > 0) == folds, (name, entry)
+
+
+@pytest.mark.parametrize("module", ["kernels.move", "kernels.digest", "kernels.records"])
+def test_one_vector_builds_hold_no_tile_and_fewer_registers(module):
+    # What the PARTIAL launches of the moves rely on: without the warp fold's staging tile and its
+    # registers, more warps fit on an SM to keep their loads in flight (kernels/move.py fold_of).
+    built = _report(module)["ptx"]
+    pairs = [(name, name.replace("_one_vector", "")) for name in built if "_one_vector_src" in name]
+    assert pairs and len(pairs) % 4 == 0, sorted(built)  # 1-4 sources of each operation
+    for one, full in pairs:
+        if built[one].get("registers") is None:
+            pytest.skip("nvJitLink's report is not available")
+        assert built[one]["smem"] + 32 * 1024 <= built[full]["smem"], (one, built[one], full, built[full])  # the tile
+        # At most 72 registers: 3 or more blocks of 256 threads per SM (the full builds take 90-166: 2 or 1).
+        assert built[one]["registers"] <= 72 < built[full]["registers"], (one, built[one], full, built[full])
