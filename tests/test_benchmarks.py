@@ -406,7 +406,7 @@ def test_gpu_session_parses_and_handles_every_documented_step():
     header = text.split("# Steps:", 1)[1].split("\n#\n", 1)[0]
     documented = re.findall(r"^#   ([a-z0-9]+) ", header, flags=re.M)
     handled = re.findall(r"^    ([a-z0-9]+)\)", text, flags=re.M)
-    assert set(documented) == set(handled) and len(documented) == 18, (documented, handled)
+    assert set(documented) == set(handled) and len(documented) == 19, (documented, handled)
     for gone in ("probes/", "candidate", "KVCANARY_VERIFY_REPLAYS"):
         assert gone not in text
 
