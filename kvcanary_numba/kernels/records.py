@@ -5,7 +5,9 @@ a binary search of the offsets (:func:`entry_run`); its expected position is
 ``run_start_positions[r] + (i - run_offsets[r])`` and its predecessor the entry before it, or
 ``run_prev_slots[r]`` for a run's first entry. The checks are verify's with the token unchecked.
 One persistent grid strides over the entries, a thread per entry without real-KV sources and a
-warp per 32 entries with them (the warp folds its lanes' slots together, as verify does).
+warp per 32 entries with them (the warp folds its lanes' slots together, as verify does; the
+one-vector build ``verify_records_one_vector_src{n}`` for PARTIAL folds each lane's slot alone,
+:func:`.move.fold_of`).
 
 The offsets are device data: the host checks them only for host arrays. A run whose range
 is not inside ``[0, n]``, goes down, or leaves entries of ``[0, n)`` outside every run records
