@@ -101,12 +101,13 @@ for name, kernel in kernels.items():
         bounds = kernel.targetoptions.get("launch_bounds")
         ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0), launch_bounds=bounds)
         body = ptx[ptx.index(".entry"):]
+        sass = sass_info(ptx) if sys.argv[2] == "1" else None
         report["ptx"][name] = {
             "target": "sm_90" in ptx,
             "v2_loads": body.count("v2.u64"),
             "calls": body.count("call"),
             "local": body.count(".local"),
-            **((sass_info(ptx) if sys.argv[2] == "1" else None) or {"spills": None}),
+            **(sass or {"spills": None}),
         }
 print(json.dumps(report))
 """

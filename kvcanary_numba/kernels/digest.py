@@ -3,8 +3,8 @@
 ``digest_clear`` zeroes the digests (and records the bit-256 row of a run whose range does not
 fit a valid run table, as ``kernels/records.py`` does); ``digest_src{n}`` adds every entry's
 hash to its run's digest (``digest_one_vector_src{n}`` where every source reads one 16-byte
-vector per slot, :func:`.move.fold_of`). Sums modulo 2**64 do not depend on the order of the additions, so
-the GPU's value is the CPU's.
+vector per slot, :func:`.move.fold_of`). Sums modulo 2**64 do not depend on the order of the
+additions, so the GPU's value is the CPU's.
 
 Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries sit in one run
 adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp

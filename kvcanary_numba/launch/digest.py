@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import digest as kernels
-from ..kernels.move import MOVE_THREADS, kernel_name
+from ..kernels.move import MOVE_THREADS
 from ._launch import block_size, kernel_array, launch, persistent_grid, reinterpret, resident_grid
-from .context import one_vector_each, source_args
-from .move import buffer_words, ring_args
+from .context import source_args
+from .move import buffer_words, build_of, ring_args
 
 __all__ = ["compute_handoff_digest"]
 
@@ -36,7 +36,6 @@ def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, s
     launch(clear, clear_signature, grid, block, (out, offsets, n, ring, index, kind), stream)
     fallback = reinterpret(slot_indices, np.uint64)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    name = kernel_name("digest", nsrc, one_vector_each(nsrc, params))
-    kernel, signature = kernels.KERNELS[name], kernels.SIGNATURES[name][0]
+    kernel, signature = build_of(kernels, "digest", nsrc, params)
     args = (buffer_words(context), kernel_array(slot_indices), offsets, out, *ring_args(context), *spans, params)
     launch(kernel, signature, resident_grid(kernel, signature, n, block), block, args, stream)

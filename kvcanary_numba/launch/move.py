@@ -15,7 +15,7 @@ from ..kernels import move as kernels
 from ._launch import block_size, kernel_array, launch, persistent_views, reinterpret, resident_grid
 from .context import one_vector_each, source_args
 
-__all__ = ["gather_canary_records", "move_canary_records", "ring_args", "scatter_canary_records"]
+__all__ = ["build_of", "gather_canary_records", "move_canary_records", "ring_args", "scatter_canary_records"]
 
 
 def ring_args(context) -> tuple:
@@ -37,9 +37,15 @@ def pack_words(records):
     return reinterpret(records, np.int64, (records.shape[0], CANARY_FIELDS_PER_SLOT))
 
 
-def _launch(prefix: str, nsrc: int, params: tuple, n: int, args: tuple, stream) -> None:
+def build_of(module, prefix: str, nsrc: int, params: tuple) -> tuple:
+    """(kernel, signature) of ``module``'s ``prefix`` kernel for ``nsrc`` sources: its one-vector
+    build where every source reads one 16-byte vector per slot (:func:`.kernels.move.fold_of`)."""
     name = kernels.kernel_name(prefix, nsrc, one_vector_each(nsrc, params))
-    kernel, signature = kernels.KERNELS[name], kernels.SIGNATURES[name][0]
+    return module.KERNELS[name], module.SIGNATURES[name][0]
+
+
+def _launch(prefix: str, nsrc: int, params: tuple, n: int, args: tuple, stream) -> None:
+    kernel, signature = build_of(kernels, prefix, nsrc, params)
     block = block_size(kernels.MOVE_THREADS)
     items = n * 4 if nsrc == 0 else n  # without a fold, a thread moves one word of a record
     launch(kernel, signature, resident_grid(kernel, signature, items, block), block, args, stream)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels import records as kernels
-from ..kernels.move import kernel_name
 from ._launch import block_size, kernel_array, launch, reinterpret, resident_grid
-from .context import one_vector_each, source_args
-from .move import buffer_words, ring_args
+from .context import source_args
+from .move import buffer_words, build_of, ring_args
 
 __all__ = ["verify_canary_records"]
 
@@ -30,8 +29,7 @@ def verify_canary_records(
     """
     fallback = reinterpret(slot_indices, np.uint64)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    name = kernel_name("verify_records", nsrc, one_vector_each(nsrc, params))
-    kernel, signature = kernels.KERNELS[name], kernels.SIGNATURES[name][0]
+    kernel, signature = build_of(kernels, "verify_records", nsrc, params)
     block = block_size(kernels.MOVE_THREADS)
     n = max(int(slot_indices.shape[0]), int(run_offsets.shape[0]))  # threads for the entries and the runs
     args = (
