@@ -40,12 +40,19 @@ def _converted(value, convert: Convert, backs: list, top: bool):
     return value
 
 
-def patch_public_calls(monkeypatch, convert: Convert, *, after: Callable[[], None] = lambda: None, **extra) -> None:
+def patch_public_calls(
+    monkeypatch,
+    convert: Convert,
+    *,
+    after: Callable[[], None] = lambda: None,
+    before: Callable[[], None] | None = None,
+    **extra,
+) -> None:
     """Make the pipeline's plan / verify / write calls run on converted arrays (``backend="auto"``,
     plus ``extra`` keywords such as ``stream=``), copying written arrays back to the host after each.
 
-    ``after()`` runs after the conversions (before the call: copies must land before a launch on
-    another stream) and after the call (before the copies back)."""
+    ``before()`` (default ``after``) runs after the conversions, before the call: copies must land
+    before a launch on another stream. ``after()`` runs after the call, before the copies back."""
     import canary_helpers
 
     import kvcanary_numba.plan as plan_module
@@ -60,7 +67,7 @@ def patch_public_calls(monkeypatch, convert: Convert, *, after: Callable[[], Non
         def call(_f=original, **kwargs):
             backs: list = []
             kwargs = {n: _converted(v, convert, backs, True) for n, v in kwargs.items()}
-            after()
+            (before or after)()
             _f(**{**kwargs, "backend": "auto", **extra})
             after()
             for back in backs:

@@ -103,7 +103,9 @@ def test_stream_argument_runs_the_flow_on_that_stream(monkeypatch, kind):
     def sync():
         cupy.cuda.runtime.streamSynchronize(handle)
 
-    patch_public_calls(monkeypatch, _cupy, after=sync, stream=stream)
+    # Before each call the whole device: the conversions run on CuPy's current stream, which a
+    # non-blocking stream does not wait for. After it only that stream: the flow ran there.
+    patch_public_calls(monkeypatch, _cupy, before=cupy.cuda.runtime.deviceSynchronize, after=sync, stream=stream)
     on_stream = run_pipeline("position")
     assert on_stream[0] == rows
     np.testing.assert_array_equal(on_stream[1], buf)

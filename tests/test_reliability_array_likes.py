@@ -248,8 +248,8 @@ def test_an_empty_interface_is_not_asked_about_its_allocation(allocations):
 #: (far past it: CuPy's pool hands out pieces of larger driver allocations).
 GPU_LIES = {
     "2**20 times the rows": lambda a: _claim(a, shape=(2**20 * a.shape[0],) + a.shape[1:]),
-    "pointer 4 GiB past": lambda a: interface(a, data=(_gpu_ptr(a) + 2**32, False)),
-    "pointer 4 GiB before": lambda a: interface(a, data=(_gpu_ptr(a) - 2**32, False)),
+    "pointer 4 GiB past": lambda a: interface(a, data=(_unmapped(a, +1), False)),
+    "pointer 4 GiB before": lambda a: interface(a, data=(_unmapped(a, -1), False)),
     "rows 1 GiB apart": lambda a: interface(a, strides=(2**30,) + a.strides[1:]),
     "device says CPU, capsule on the GPU": lambda a: _HostClaim(a),
 }
@@ -263,6 +263,25 @@ def _claim(a, shape):
 
 def _gpu_ptr(a) -> int:
     return a.__cuda_array_interface__["data"][0]
+
+
+def _unmapped(a, direction: int) -> int:
+    """The first address a multiple of 4 GiB away from ``a``'s in ``direction`` whose whole extent the
+    driver maps to nothing: 4 GiB away can fall in another allocation of this process (JAX's pool, a
+    grown CuPy pool), and a pointer into real memory is no lie."""
+    import cupy
+
+    def mapped(ptr: int) -> bool:
+        try:
+            return cupy.cuda.runtime.pointerGetAttributes(ptr).type != 0  # cudaMemoryTypeUnregistered
+        except cupy.cuda.runtime.CUDARuntimeError:  # a runtime that refuses to describe unmapped memory
+            return False
+
+    for k in range(1, 256):
+        ptr = _gpu_ptr(a) + direction * k * 2**32
+        if ptr > 0 and not mapped(ptr) and not mapped(ptr + max(a.nbytes, 1) - 1):
+            return ptr
+    raise AssertionError("no unmapped address within 1 TiB of the array")
 
 
 class _HostClaim:
