@@ -125,35 +125,6 @@ def test_scatter(rng, mode, nsrc, page_size, nbytes, n):
     pair("scatter", ctx, records=records, slot_indices=i64(dst))
 
 
-@pytest.mark.parametrize(
-    ("mode", "nsrc", "nbytes", "build"),
-    [
-        (PARTIAL, 2, 48, "one_vector_src2"),  # 16 bytes of each source
-        (ALL, 2, 16, "one_vector_src2"),  # ALL reading 16 bytes folds the same
-        (ALL, 2, 48, "src2"),
-        (NONE, 0, 32, "src0"),
-    ],
-)
-def test_one_vector_reads_launch_the_one_vector_builds(rng, monkeypatch, mode, nsrc, nbytes, build):
-    from kvcanary_numba.launch import digest as digest_glue, move as move_glue, records as records_glue
-
-    launched = []
-    for glue in (move_glue, digest_glue, records_glue):
-        monkeypatch.setattr(
-            glue, "launch", lambda kernel, *a, real=glue.launch: launched.append(kernel) or real(kernel, *a)
-        )
-    ctx = pool(rng, mode, nsrc, 1, nbytes)
-    slots = list(range(1, 21))
-    write_request(ctx, slots, list(range(20)))
-    pack = pair("gather", ctx, slot_indices=i64(slots), out_records=np.zeros((20, 32), dtype=np.uint8))["out_records"]
-    pair("scatter", ctx, records=pack, slot_indices=i64(slots))
-    chain, offsets, starts, prevs = runs(slots)
-    pair("digest", ctx, slot_indices=chain, run_offsets=offsets, out_digests=np.zeros(1, dtype=np.int64))
-    pair("records", ctx, slot_indices=chain, run_offsets=offsets, run_start_positions=starts, run_prev_slots=prevs)
-    names = {kernel.py_func.__name__ for kernel in launched} - {"digest_clear"}
-    assert names == {f"{op}_{build}" for op in ("gather", "scatter", "digest", "verify_records")}
-
-
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES[:2])
 def test_scatter_of_gathered_records_lands_clean(rng, mode, nsrc, page_size, nbytes):
     a, b = pool(rng, mode, nsrc, page_size, nbytes), pool(rng, mode, nsrc, page_size, nbytes)

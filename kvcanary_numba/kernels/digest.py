@@ -2,9 +2,8 @@
 
 ``digest_clear`` zeroes the digests (and records the bit-256 row of a run whose range does not
 fit a valid run table, as ``kernels/records.py`` does); ``digest_src{n}`` adds every entry's
-hash to its run's digest (``digest_one_vector_src{n}`` where every source reads one 16-byte
-vector per slot, :func:`.move.fold_of`). Sums modulo 2**64 do not depend on the order of the
-additions, so the GPU's value is the CPU's.
+hash to its run's digest. Sums modulo 2**64 do not depend on the order of the additions, so
+the GPU's value is the CPU's.
 
 Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries sit in one run
 adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp
@@ -18,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, int64, uint64
 
-from ..constants import HANDOFF_DIGEST_ANCHOR, WARP_SIZE
-from .fingerprint import SOURCE_SIGNATURE, warp_sync
+from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
-from .move import BUILDS, MOVE_THREADS, fold_of, in_pool, kernel_name, out_of_range_row, record_of
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of
 from .records import check_run, entry_run
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
@@ -64,9 +63,7 @@ def digest_clear(out, offsets, n, ring, write_index, kind):
         check_run(offsets, runs, r, n, ring, write_index, kind)
 
 
-def _make_digest(nsrc: int, one_vector: bool = False):
-    kv_hash, rows, pitch = fold_of(one_vector)
-
+def _make_digest(nsrc: int):
     def digest(buf, slots, offsets, out, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params):
         tid = cuda.grid(1)
         n = int64(slots.shape[0])
@@ -78,8 +75,8 @@ def _make_digest(nsrc: int, one_vector: bool = False):
         num_slots = int64(buf.shape[0])
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, rows, pitch), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, rows), int64)[warp]
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         sums = cuda.shared.array((_WARPS, WARP_SIZE), uint64)[warp]
         lane_runs = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         tiles = (n + _WARP - ONE) // _WARP
@@ -96,7 +93,7 @@ def _make_digest(nsrc: int, one_vector: bool = False):
             record = record_of(buf, slot, ok)  # ahead of the KV loads: both in flight together
             real = uint64(0)
             if nsrc > 0:
-                real = kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+                real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             h = entry_hash(e, record, real) if ok else uint64(0)
             if slot != ZERO and not ok:
                 out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
@@ -116,14 +113,14 @@ def _make_digest(nsrc: int, one_vector: bool = False):
                 cuda.atomic.add(out, r, int64(h))
         _flush(sums, lane, acc, current, out)
 
-    digest.__name__ = digest.__qualname__ = kernel_name("digest", nsrc, one_vector)
+    digest.__name__ = digest.__qualname__ = f"digest_src{nsrc}"
     return cuda.jit(digest)
 
 
 _RING = "int64[:, ::1], int32[::1], int64"
 KERNELS = {
     "digest_clear": digest_clear,
-    **{kernel_name("digest", n, one): _make_digest(n, one) for n, one in BUILDS},
+    **{f"digest_src{n}": _make_digest(n) for n in range(MAX_REAL_KV_SOURCES + 1)},
 }
 _DIGEST = (
     "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], "
@@ -131,5 +128,5 @@ _DIGEST = (
 )
 SIGNATURES = {
     "digest_clear": (f"void(int64[::1], int64[::1], int64, {_RING})",),
-    **{kernel_name("digest", n, one): (_DIGEST,) for n, one in BUILDS},
+    **{f"digest_src{n}": (_DIGEST,) for n in range(MAX_REAL_KV_SOURCES + 1)},
 }

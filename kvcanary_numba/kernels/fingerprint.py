@@ -38,6 +38,7 @@ __all__ = [
     "TILE_WORDS",
     "fold_source",
     "load_pair",
+    "one_vector_each",
     "one_vector_kv_hash",
     "real_kv_hash",
     "slot_base",
@@ -204,6 +205,19 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
             for k in range(ZERO, count, _TWO):
                 acc = splitmix64(splitmix64(acc ^ tile[lane, k]) ^ tile[lane, k + ONE])
     return acc
+
+
+@cuda.jit(device=True)
+def one_vector_each(nsrc, p):
+    """Whether every source reads one 16-byte vector per slot (PARTIAL mode, or 16-byte ALL reads)."""
+    one = nsrc < 1 or p[3] == _TWO
+    if nsrc >= 2:
+        one = one and p[7] == _TWO
+    if nsrc >= 3:
+        one = one and p[11] == _TWO
+    if nsrc >= 4:
+        one = one and p[15] == _TWO
+    return one
 
 
 @cuda.jit(device=True)

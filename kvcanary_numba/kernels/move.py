@@ -5,11 +5,8 @@ A record is 4 int64 words; the canary buffer and every pack reach a kernel as ``
 One persistent grid strides over the entries. Without real-KV sources a thread moves one
 word of a record (four lanes a record: a warp loads 8 whole records and stores 256 contiguous
 bytes per instruction); with sources a warp takes 32 consecutive entries, so that it can fold
-its lanes' slots together (:func:`.fingerprint.warp_real_kv_hash`), and each lane loads its
-record before the KV, so that both are in flight at once. Where every source reads one
-16-byte vector per slot (PARTIAL), the glue launches the one-vector build
-(``*_one_vector_src{n}``, :func:`fold_of`): each lane loads its vectors and folds its own
-slot, with no staging tile and about half the registers.
+its lanes' slots together (:func:`moved_kv_hash`), and each lane loads its record before the
+KV, so that both are in flight at once.
 
 ``gather_src{n}``
     ``out[i] = buf[slots[i]]`` (zeros for a skipped or out-of-range slot), and with ``n``
@@ -30,21 +27,11 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import FAIL_REAL_KV as _REAL_KV_BIT, FAIL_SLOT_RANGE as _SLOT_RANGE_BIT, MAX_REAL_KV_SOURCES, WARP_SIZE
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, one_vector_kv_hash, warp_real_kv_hash
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, one_vector_each, one_vector_kv_hash, warp_real_kv_hash
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO
 from .verify import record_violation
 
-__all__ = [
-    "BUILDS",
-    "KERNELS",
-    "MOVE_THREADS",
-    "SIGNATURES",
-    "fold_of",
-    "in_pool",
-    "kernel_name",
-    "out_of_range_row",
-    "record_of",
-]
+__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "moved_kv_hash", "out_of_range_row", "record_of"]
 
 #: Threads per block on a GPU (verify's: the fold variants share its shared-memory tiles).
 MOVE_THREADS = 256
@@ -83,27 +70,16 @@ def _fingerprint_row(ring, write_index, kind, slot, fields, row, live):
 
 
 @cuda.jit(device=True)
-def _one_vector_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
-    """:func:`.fingerprint.warp_real_kv_hash`'s value where every source reads one vector per slot:
-    each lane loads all its vectors, then folds them (:func:`.fingerprint.one_vector_kv_hash`)."""
-    return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
+def moved_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
+    """The live fingerprint of each lane's slot for the move and digest kernels; uint64.
 
-
-def fold_of(one_vector: bool) -> tuple:
-    """A build's live-fingerprint function and its staging rows and pitch per warp.
-
-    A one-vector build (every source reads one 16-byte vector per slot: PARTIAL) folds each
-    lane's slot alone: no staging tile and about half the registers of the warp fold
-    (``gather_src2`` 96, its one-vector build 50, sm_90), so more warps per SM keep their
-    loads in flight. Its tile of one row per warp keeps one kernel body for both builds (the
-    compiler drops it: nothing reads it).
+    Where every source reads one vector per slot (PARTIAL), each lane loads all its vectors
+    before folding (:func:`.fingerprint.one_vector_kv_hash`); otherwise the warp folds its
+    slots together (:func:`.fingerprint.warp_real_kv_hash`). All 32 lanes must call it.
     """
-    return (_one_vector_hash, 1, 1) if one_vector else (warp_real_kv_hash, WARP_SIZE, TILE_PITCH)
-
-
-def kernel_name(prefix: str, nsrc: int, one_vector: bool) -> str:
-    """``{prefix}_src{nsrc}``, or ``{prefix}_one_vector_src{nsrc}`` for the one-vector build."""
-    return f"{prefix}_one_vector_src{nsrc}" if one_vector else f"{prefix}_src{nsrc}"
+    if one_vector_each(nsrc, p):
+        return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
+    return warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p)
 
 
 @cuda.jit(device=True)
@@ -147,9 +123,7 @@ def _put(buf, records, i, slot, ok, record, num_slots, real, ring, write_index, 
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
 
 
-def _make_gather(nsrc: int, one_vector: bool = False):
-    kv_hash, rows, pitch = fold_of(one_vector)
-
+def _make_gather(nsrc: int):
     def gather(buf, slots, out, ring, write_index, slot_counter, kernel_counter, kind, count, w0, w1, w2, w3, params):
         tid = cuda.grid(1)
         n = int64(slots.shape[0])
@@ -172,25 +146,23 @@ def _make_gather(nsrc: int, one_vector: bool = False):
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, rows, pitch), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, rows), int64)[warp]
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         warps = int64(cuda.gridsize(1)) // _WARP
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
             slot = slots[i] if i < n else ZERO
             ok = in_pool(slot, num_slots)
             record = record_of(buf, slot, ok)
-            real = kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if i < n:
                 _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind)
 
-    gather.__name__ = gather.__qualname__ = kernel_name("gather", nsrc, one_vector)
+    gather.__name__ = gather.__qualname__ = f"gather_src{nsrc}"
     return cuda.jit(gather)
 
 
-def _make_scatter(nsrc: int, one_vector: bool = False):
-    kv_hash, rows, pitch = fold_of(one_vector)
-
+def _make_scatter(nsrc: int):
     def scatter(
         buf,
         records,
@@ -228,8 +200,8 @@ def _make_scatter(nsrc: int, one_vector: bool = False):
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, rows, pitch), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, rows), int64)[warp]
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         warps = int64(cuda.gridsize(1)) // _WARP
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
@@ -237,21 +209,19 @@ def _make_scatter(nsrc: int, one_vector: bool = False):
             slot = slots[i] if active else ZERO
             ok = in_pool(slot, num_slots)
             record = record_of(records, i, active)  # ahead of the KV loads, as the gather's
-            real = kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if active:
                 _put(buf, records, i, slot, ok, record, num_slots, real, ring, write_index, kind)
 
-    scatter.__name__ = scatter.__qualname__ = kernel_name("scatter", nsrc, one_vector)
+    scatter.__name__ = scatter.__qualname__ = f"scatter_src{nsrc}"
     return cuda.jit(scatter)
 
 
 #: Ring, write index, slot and kernel counters, tag: the context's arguments every move kernel takes.
 _RING = "int64[:, ::1], int32[::1], int64[::1], int64[::1], int64"
-#: The one-vector builds exist for 1-4 sources (without sources there is no fold).
-BUILDS = [(n, False) for n in range(MAX_REAL_KV_SOURCES + 1)] + [(n, True) for n in range(1, MAX_REAL_KV_SOURCES + 1)]
 KERNELS = {
-    **{kernel_name("gather", n, one): _make_gather(n, one) for n, one in BUILDS},
-    **{kernel_name("scatter", n, one): _make_scatter(n, one) for n, one in BUILDS},
+    **{f"gather_src{n}": _make_gather(n) for n in range(MAX_REAL_KV_SOURCES + 1)},
+    **{f"scatter_src{n}": _make_scatter(n) for n in range(MAX_REAL_KV_SOURCES + 1)},
 }
 _GATHER = f"void(int64[:, ::1], int64[::1], int64[:, ::1], {_RING}, int64, {SOURCE_SIGNATURE})"
 _SCATTER = f"void(int64[:, ::1], int64[:, ::1], int64[::1], int64[::1], int64, {_RING}, {SOURCE_SIGNATURE})"

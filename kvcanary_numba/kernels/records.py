@@ -5,9 +5,7 @@ a binary search of the offsets (:func:`entry_run`); its expected position is
 ``run_start_positions[r] + (i - run_offsets[r])`` and its predecessor the entry before it, or
 ``run_prev_slots[r]`` for a run's first entry. The checks are verify's with the token unchecked.
 One persistent grid strides over the entries, a thread per entry without real-KV sources and a
-warp per 32 entries with them (the warp folds its lanes' slots together, as verify does; the
-one-vector build ``verify_records_one_vector_src{n}`` for PARTIAL folds each lane's slot alone,
-:func:`.move.fold_of`).
+warp per 32 entries with them (the warp folds its lanes' slots together, as verify does).
 
 The offsets are device data: the host checks them only for host arrays. A run whose range
 is not inside ``[0, n]``, goes down, or leaves entries of ``[0, n)`` outside every run records
@@ -28,11 +26,12 @@ from ..constants import (
     FAIL_PREV_RANGE as _PREV_RANGE_BIT,
     FAIL_REAL_KV as _REAL_KV_BIT,
     FAIL_WRITE_RANGE as _RUN_RANGE_BIT,
+    MAX_REAL_KV_SOURCES,
     WARP_SIZE,
 )
-from .fingerprint import SOURCE_SIGNATURE
+from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
-from .move import BUILDS, MOVE_THREADS, fold_of, in_pool, kernel_name, out_of_range_row
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
 from .verify import record_violation
 
 __all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run"]
@@ -108,9 +107,7 @@ def _check_record(buf, num_slots, slots, starts, prevs, i, r, e, nsrc, real, rin
         )
 
 
-def _make_verify_records(nsrc: int, one_vector: bool = False):
-    kv_hash, rows, pitch = fold_of(one_vector)
-
+def _make_verify_records(nsrc: int):
     def verify_records(
         buf,
         slots,
@@ -149,21 +146,21 @@ def _make_verify_records(nsrc: int, one_vector: bool = False):
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, rows, pitch), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, rows), int64)[warp]
+        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
+        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, stride // _WARP):
             i = t * _WARP + lane
             r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
             slot = slots[i] if r >= ZERO else ZERO
-            real = kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
             if r >= ZERO:
                 _check_record(buf, num_slots, slots, starts, prevs, i, r, e, nsrc, real, ring, write_index, kind)
 
-    verify_records.__name__ = verify_records.__qualname__ = kernel_name("verify_records", nsrc, one_vector)
+    verify_records.__name__ = verify_records.__qualname__ = f"verify_records_src{nsrc}"
     return cuda.jit(verify_records)
 
 
-KERNELS = {kernel_name("verify_records", n, one): _make_verify_records(n, one) for n, one in BUILDS}
+KERNELS = {f"verify_records_src{n}": _make_verify_records(n) for n in range(MAX_REAL_KV_SOURCES + 1)}
 _SIGNATURE = (
     "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], "
     f"int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE})"

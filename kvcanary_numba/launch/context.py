@@ -16,7 +16,7 @@ import numpy as np
 from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from ._launch import array_layout, byte_span, persistent_views, reinterpret
 
-__all__ = ["context_args", "one_vector_each", "source_args"]
+__all__ = ["context_args", "source_args"]
 
 _WORD = 8
 
@@ -69,12 +69,6 @@ def source_args(sources: Sequence[Any], mode: RealKvHashMode, fallback) -> tuple
     spans += [fallback] * (MAX_REAL_KV_SOURCES - nsrc)
     params += [0] * (4 * (MAX_REAL_KV_SOURCES - nsrc))
     return nsrc, tuple(spans), tuple(params), limit or 0
-
-
-def one_vector_each(nsrc: int, params: tuple) -> bool:
-    """Whether ``nsrc`` > 0 sources each read one 16-byte vector per slot (PARTIAL mode, or ALL
-    reading 16 bytes), from :func:`source_args`' ``params``: the moves' one-vector builds apply."""
-    return nsrc > 0 and all(params[4 * k + 3] == PARTIAL_READ_BYTES // _WORD for k in range(nsrc))
 
 
 def context_args(context, fallback) -> tuple[int, Any, tuple]:

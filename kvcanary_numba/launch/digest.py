@@ -29,13 +29,14 @@ def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, s
     """
     n = int(slot_indices.shape[0])
     block = block_size(MOVE_THREADS)
-    ring, index, _, _, kind = ring_args(context)
+    ring_and_counters = ring_args(context)
+    ring, index, _, _, kind = ring_and_counters
     out, offsets = kernel_array(out_digests), kernel_array(run_offsets)
     clear, clear_signature = kernels.KERNELS["digest_clear"], kernels.SIGNATURES["digest_clear"][0]
     grid = persistent_grid(out_digests.shape[0], block)
     launch(clear, clear_signature, grid, block, (out, offsets, n, ring, index, kind), stream)
     fallback = reinterpret(slot_indices, np.uint64)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    kernel, signature = build_of(kernels, "digest", nsrc, params)
-    args = (buffer_words(context), kernel_array(slot_indices), offsets, out, *ring_args(context), *spans, params)
+    kernel, signature = build_of(kernels, "digest", nsrc)
+    args = (buffer_words(context), kernel_array(slot_indices), offsets, out, *ring_and_counters, *spans, params)
     launch(kernel, signature, resident_grid(kernel, signature, n, block), block, args, stream)

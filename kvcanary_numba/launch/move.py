@@ -13,7 +13,7 @@ import numpy as np
 from ..constants import CANARY_FIELDS_PER_SLOT, RealKvHashMode
 from ..kernels import move as kernels
 from ._launch import block_size, kernel_array, launch, persistent_views, reinterpret, resident_grid
-from .context import one_vector_each, source_args
+from .context import source_args
 
 __all__ = ["build_of", "gather_canary_records", "move_canary_records", "ring_args", "scatter_canary_records"]
 
@@ -37,15 +37,14 @@ def pack_words(records):
     return reinterpret(records, np.int64, (records.shape[0], CANARY_FIELDS_PER_SLOT))
 
 
-def build_of(module, prefix: str, nsrc: int, params: tuple) -> tuple:
-    """(kernel, signature) of ``module``'s ``prefix`` kernel for ``nsrc`` sources: its one-vector
-    build where every source reads one 16-byte vector per slot (:func:`.kernels.move.fold_of`)."""
-    name = kernels.kernel_name(prefix, nsrc, one_vector_each(nsrc, params))
+def build_of(module, prefix: str, nsrc: int) -> tuple:
+    """(kernel, signature) of ``module``'s ``prefix`` kernel for ``nsrc`` real-KV sources."""
+    name = f"{prefix}_src{nsrc}"
     return module.KERNELS[name], module.SIGNATURES[name][0]
 
 
-def _launch(prefix: str, nsrc: int, params: tuple, n: int, args: tuple, stream) -> None:
-    kernel, signature = build_of(kernels, prefix, nsrc, params)
+def _launch(prefix: str, nsrc: int, n: int, args: tuple, stream) -> None:
+    kernel, signature = build_of(kernels, prefix, nsrc)
     block = block_size(kernels.MOVE_THREADS)
     items = n * 4 if nsrc == 0 else n  # without a fold, a thread moves one word of a record
     launch(kernel, signature, resident_grid(kernel, signature, items, block), block, args, stream)
@@ -58,7 +57,7 @@ def _gather(context, slot_indices, out_records, *, check: bool, count: int, stre
     nsrc, spans, params, _ = source_args(context.real_kv_sources, mode, fallback)
     slots, out = kernel_array(slot_indices), pack_words(out_records)
     args = (buffer_words(context), slots, out, *ring_args(context), count, *spans, params)
-    _launch("gather", nsrc, params, int(slot_indices.shape[0]), args, stream)
+    _launch("gather", nsrc, int(slot_indices.shape[0]), args, stream)
 
 
 def _scatter(context, records, slot_indices, guard, stream) -> None:
@@ -75,7 +74,7 @@ def _scatter(context, records, slot_indices, guard, stream) -> None:
         *spans,
         params,
     )
-    _launch("scatter", nsrc, params, int(slot_indices.shape[0]), args, stream)
+    _launch("scatter", nsrc, int(slot_indices.shape[0]), args, stream)
 
 
 def gather_canary_records(*, context, slot_indices, out_records, stream: int | None = None) -> None:

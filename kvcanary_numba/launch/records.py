@@ -29,7 +29,7 @@ def verify_canary_records(
     """
     fallback = reinterpret(slot_indices, np.uint64)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    kernel, signature = build_of(kernels, "verify_records", nsrc, params)
+    kernel, signature = build_of(kernels, "verify_records", nsrc)
     block = block_size(kernels.MOVE_THREADS)
     n = max(int(slot_indices.shape[0]), int(run_offsets.shape[0]))  # threads for the entries and the runs
     args = (
