@@ -13,7 +13,7 @@ import numpy as np
 from . import _overlap
 from ._validate import as_native, check_array, resolve_backend, stream_handle
 from .context import check_context
-from .move import check_slots
+from .move import check_pack, check_slots
 from .records import check_run_values, check_runs
 from .reference import digest as reference
 
@@ -22,7 +22,9 @@ __all__ = ["FUNCTION", "compute_handoff_digest", "run", "validate"]
 FUNCTION = "compute_handoff_digest"
 
 
-def validate(*, context, slot_indices, run_offsets, out_digests, backend: str = "auto") -> tuple[str, list]:
+def validate(
+    *, context, slot_indices, run_offsets, out_digests, out_records=None, backend: str = "auto"
+) -> tuple[str, list]:
     """Every check of a digest call; returns (backend, every array as (name, ArrayInfo))."""
     arrays = check_context(FUNCTION, context, writes_buffer=False, needs_chain_flag=False)
     slots = check_slots(FUNCTION, "slot_indices", slot_indices)
@@ -39,15 +41,19 @@ def validate(*, context, slot_indices, run_offsets, out_digests, backend: str = 
         writeable=True,
     )
     arrays.append(("out_digests", out))
+    if out_records is not None:
+        pack = check_pack(FUNCTION, "out_records", out_records, slots.shape[0], "slot_indices", writeable=True)
+        arrays.append(("out_records", pack))
     chosen = resolve_backend(FUNCTION, backend, arrays)
     check_run_values(FUNCTION, slots.shape[0], run_offsets)
     _overlap.check(FUNCTION, arrays)
     return chosen, arrays
 
 
-def run(backend: str, *, context, slot_indices, run_offsets, out_digests, stream=None) -> None:
+def run(backend: str, *, context, slot_indices, run_offsets, out_digests, out_records=None, stream=None) -> None:
     """Run a validated digest call on ``backend``; ``stream`` is a CUDA stream handle or None."""
-    kwargs = dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
+    kwargs = dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets)
+    kwargs.update(out_digests=out_digests, out_records=out_records)
     if backend == "numpy":
         reference.compute_handoff_digest(**kwargs)
     else:
@@ -57,7 +63,7 @@ def run(backend: str, *, context, slot_indices, run_offsets, out_digests, stream
 
 
 def compute_handoff_digest(
-    *, context, slot_indices, run_offsets, out_digests, backend: str = "auto", stream=None
+    *, context, slot_indices, run_offsets, out_digests, out_records=None, backend: str = "auto", stream=None
 ) -> None:
     """The hand-off digest of each run (a request's slots in position order): records and live KV.
 
@@ -69,6 +75,10 @@ def compute_handoff_digest(
     pool and its host copy) holding the same request compute the same digests. Slot 0
     contributes nothing; a slot outside the buffer contributes nothing and records a bit-64
     row. The same value on every backend. ``kernel_run_counter`` += 1, ``slot_run_counter`` += n.
+
+    With ``out_records`` the call is also :func:`~kvcanary_numba.gather_canary_records`: the
+    same pack, departure check, rows and counters as that call followed by this one, in one
+    pass over the records and the KV (an offload's take-out and digest).
 
     Parameters
     ----------
@@ -82,17 +92,20 @@ def compute_handoff_digest(
         (checked for host arrays).
     out_digests : int64 [num_runs]
         Receives each run's digest (uint64 bits as int64), written completely.
+    out_records : uint8 [n, 32], optional
+        Receives the records of ``slot_indices`` (a pack: C-contiguous, 8-byte aligned), as
+        :func:`~kvcanary_numba.gather_canary_records` writes it.
     backend : {"auto", "numpy", "cuda"}
     stream : CUDA stream, int handle or None
 
     Raises
     ------
     KvCanaryError
-        KVC-K004 … KVC-K006; KVC-V001, KVC-C001 … KVC-C016, KVC-R007 … KVC-R009; KVC-C017.
+        KVC-K004 … KVC-K006; KVC-K001, KVC-K002 for ``out_records``; KVC-V001, KVC-C001 … KVC-C016,
+        KVC-R007 … KVC-R009; KVC-C017.
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = as_native(
-        FUNCTION, dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
-    )
+    kwargs = dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
+    kwargs = as_native(FUNCTION, {**kwargs, "out_records": out_records})
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)

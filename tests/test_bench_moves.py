@@ -49,17 +49,23 @@ def test_the_benchmark_pool_is_one_clean_request_in_a_random_order():
 def test_targets_read_the_rows_they_name():
     rows = [
         {
-            "op": "gather + digest",
+            "op": "gather with digest",
             "variant": f"{1 << 20} slots, PARTIAL, random order",
             "slots": 1 << 20,
             "fraction_of_copy": 0.85,
+        },
+        {
+            "op": "gather + digest",
+            "variant": f"{1 << 20} slots, NONE, in order",
+            "slots": 1 << 20,
+            "fraction_of_copy": 1,
         },
         {"op": "host verify records", "variant": f"{1 << 20} slots, PARTIAL", "slots": 1 << 20, "median_s": 0.2},
         {"op": "host verify records", "variant": f"{1 << 20} slots, ALL", "slots": 1 << 20, "median_s": 0.05},
     ]
     got = {t["target"]: (t["value"], t["met"]) for t in bench_moves.targets(rows)}
     assert got == {
-        f"gather + digest, {1 << 20} slots, PARTIAL, random order: fraction of copy bandwidth": (0.85, True),
+        f"gather with digest, {1 << 20} slots, PARTIAL, random order: fraction of copy bandwidth": (0.85, True),
         f"host-tier verify records, {1 << 20} slots (s, wall)": (0.2, False),
     }
 

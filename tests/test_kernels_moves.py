@@ -195,6 +195,25 @@ def test_digest(rng, mode, nsrc, page_size, nbytes, lengths):
     assert out["out_digests"].tolist() == [oracle_digest(ctx, slots[a:b]) for a, b in zip(ends, ends[1:])]
 
 
+@pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
+@pytest.mark.parametrize("lengths", [[70], [3, 0, 40, 1, 29]])
+def test_digest_with_a_gather(rng, mode, nsrc, page_size, nbytes, lengths):
+    ctx = pool(rng, mode, nsrc, page_size, nbytes)
+    write_request(ctx, list(range(1, 40)), list(range(39)))
+    if mode != NONE:
+        ctx.real_kv_sources[0].bytes_view()[7 // page_size, 0] ^= 1  # the KV of slot 7 changed before it left
+    slots = rng.choice(np.r_[np.arange(40), [0, 55, -2]], sum(lengths))
+    n, offsets = len(slots), i64(np.r_[0, np.cumsum(lengths)])
+    pair(
+        "digest",
+        ctx,
+        slot_indices=i64(slots),
+        run_offsets=offsets,
+        out_digests=np.full(len(lengths), 9, np.int64),
+        out_records=np.full((n, 32), 0xAB, np.uint8),
+    )
+
+
 def test_rows_past_the_ring_are_counted_and_some_land(rng):
     ctx = pool(rng, ALL, 1, ring_capacity=4)
     ctx.canary_buf[:] = rng.integers(0, 256, ctx.canary_buf.shape, dtype=np.uint8)  # no fingerprint matches
@@ -225,6 +244,12 @@ def test_a_bad_device_run_table_is_reported_not_read_past(rng, offsets):
     bad_runs = [row for row in ring(host) if row[7] == 256]
     assert bad_runs and all(row[1] == -1 and row[6] == 8 for row in bad_runs)
     assert len(bad_runs) % 2 == 0  # the same runs, once by each kernel
+    # With a gather, every entry is taken, in a run or not.
+    pack = to_device(np.full((8, 32), 0xAB, np.uint8), KERNEL_DEVICE)
+    digest_glue.compute_handoff_digest(
+        context=ctx, slot_indices=slots, run_offsets=table, out_digests=out, out_records=pack
+    )
+    np.testing.assert_array_equal(to_host(pack), to_host(ctx.canary_buf)[1:9, :32])
 
 
 # --- GPU: a million slots ------------------------------------------------------------------
@@ -245,6 +270,8 @@ def test_a_million_slots_move_and_digest_as_the_reference_says(mode):
     offsets = i64(np.minimum(np.r_[0, np.cumsum(lengths)], n))
     offsets[-1] = n
     pair("digest", ctx, slot_indices=slots, run_offsets=offsets, out_digests=np.zeros(400, np.int64))
+    pack = np.zeros((n, 32), np.uint8)
+    pair("digest", ctx, slot_indices=slots, run_offsets=offsets, out_digests=np.zeros(400, np.int64), out_records=pack)
     pair(
         "records",
         ctx,

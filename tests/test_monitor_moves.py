@@ -152,6 +152,27 @@ def test_prefill_to_decode_digests_match_and_catch_a_changed_byte():
     assert check_handoff_digest(sent, changed, on_mismatch="miss").tolist() == [False]
 
 
+@pytest.mark.parametrize("swa", [0, 8])
+def test_records_taken_with_their_digest_are_both_calls_in_one(swa):
+    d, twin = driver(swa), driver(swa)
+    slots, offsets = runs(OLD[:1], OLD[1:])[:2]
+    moved = d.monitor.take_records(slots, offsets)
+    expected = twin.monitor.handoff_digest(slots, offsets), twin.monitor.take_records(slots)
+    assert moved.digest.signature == expected[0].signature
+    assert moved.digest.host().tolist() == expected[0].host().tolist() and len(set(moved.digest.host())) == 2
+    assert moved.records.keys() == expected[1].records.keys()
+    assert all(np.array_equal(moved.records[k], expected[1].records[k]) for k in moved.records)
+    assert moved.to_host().to_device(np).digest.host().tolist() == moved.digest.host().tolist()
+    assert twin.monitor.take_records(slots).digest is None
+    for m in (d, twin):
+        m.monitor.end_step()  # the health check counts each fused launch as the gather and digest it replaces
+        m.step({1: [(105, 14)]})
+        m.monitor.flush()
+    assert d.rows() == twin.rows() == [] and d.monitor.health.last.ok and twin.monitor.health.last.ok
+    with raises_code("KVC-K006"):  # found before the first launch
+        d.monitor.take_records(slots, i64([0, 3, 2]))
+
+
 def test_moves_keep_the_step_order():
     d = driver()
     d.monitor.pre_forward(d.batch({1: [(105, 7)]}))
@@ -197,16 +218,21 @@ def test_bad_arguments_change_nothing():
 @pytest.mark.simulator
 @pytest.mark.skipif(not SIMULATOR, reason="simulator only (NumPy buffers, kernels)")
 @pytest.mark.parametrize("swa", [0, 8])
-def test_the_kernels_move_what_the_reference_moves(swa):
+@pytest.mark.parametrize("with_digest", [False, True])
+def test_the_kernels_move_what_the_reference_moves(swa, with_digest):
     results = []
     for backend in ("numpy", "cuda"):
         d = driver(swa, backend=backend, prepared=False)
-        moved = d.monitor.take_records(i64(OLD))
+        d.k[OLD[2], 0] ^= 1 if with_digest else 0  # a departure mismatch: a row from the fused kernel
+        moved = d.monitor.take_records(i64(OLD), *([runs(OLD)[1]] if with_digest else []))
+        if with_digest:
+            d.k[OLD[2], 0] ^= 1
         move_kv(d, OLD, NEW)
         d.v[11, 0] ^= 1  # one landing mismatch, so that rows are compared too
         d.monitor.put_records(moved, i64(NEW))
         landed_check(d, NEW)
         digest = d.monitor.handoff_digest(*runs(NEW)[:2]).host().tolist()
+        digest += moved.digest.host().tolist() if with_digest else []
         rows = sorted(tuple(map(int, r)) for r in d.monitor.ring[: int(d.monitor.status.words[0] & 0xFFFFFFFF)])
         buffers = [b.copy() for g in d.monitor.groups for b in g.buffers.values()]
         results.append((digest, rows, buffers, d.monitor.status.words.copy()))

@@ -288,6 +288,36 @@ def test_the_digest_depends_on_order_records_and_kv(rng):
     assert digest(src) != base
 
 
+#: What a call may change in a context.
+STATE = ("canary_buf", "violation_ring", "violation_write_index", "slot_run_counter", "kernel_run_counter")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "reference"])
+@pytest.mark.parametrize("mode", [NONE, PARTIAL, ALL])
+def test_a_digest_with_out_records_is_a_gather_then_a_digest(rng, mode, backend):
+    a, _, src, _ = relocated(rng, mode, n=6)
+    a.real_kv_sources[0].bytes_view()[src[1], 0] ^= 1 if mode != NONE else 0  # one departing KV changed
+    slots = i64([*src[:3], 0, 99, *src[3:]])  # padding, a slot outside the buffer
+    offsets = i64([0, 4, 4, len(slots)])
+    b = a.replace(**{name: getattr(a, name).copy() for name in STATE})
+    before = counters(a)
+    pack, out = np.full((len(slots), 32), 0xAB, np.uint8), np.full(3, 9, np.int64)
+    if backend == "numpy":  # the public call (the fast wing's CPU path)
+        compute_handoff_digest(context=a, slot_indices=slots, run_offsets=offsets, out_digests=out, out_records=pack)
+    else:
+        reference_digest.compute_handoff_digest(
+            context=a, slot_indices=slots, run_offsets=offsets, out_digests=out, out_records=pack
+        )
+    expected_pack, expected_out = np.zeros_like(pack), np.zeros_like(out)
+    gather_canary_records(context=b, slot_indices=slots, out_records=expected_pack)
+    compute_handoff_digest(context=b, slot_indices=slots, run_offsets=offsets, out_digests=expected_out)
+    np.testing.assert_array_equal(pack, expected_pack)
+    assert list(out) == list(expected_out) == [oracle_digest(a, slots[:4]), 0, oracle_digest(a, slots[4:])]
+    assert ring(a) == ring(b) and counters(a) == counters(b) == (before[0] + 2, before[1] + 2 * len(slots))
+    bits = sorted(row[7] for row in ring(a))
+    assert bits == ([4, 64, 64] if mode != NONE else [64, 64])  # the departure check; slot 99 by each half
+
+
 def test_the_digest_reports_slots_outside_the_buffer_and_adds_nothing_for_them(rng):
     ctx = make_pool(rng, 8, mode=PARTIAL)
     write_request(ctx, [3, 4], [1, 2])

@@ -384,7 +384,7 @@ def verify_canary_records(
 
 @functools.wraps(_digest.compute_handoff_digest)
 def compute_handoff_digest(
-    *, context, slot_indices, run_offsets, out_digests, backend: str = "auto", stream=None
+    *, context, slot_indices, run_offsets, out_digests, out_records=None, backend: str = "auto", stream=None
 ) -> None:
-    kwargs = dict(slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
+    kwargs = dict(slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests, out_records=out_records)
     _DIGEST(dict(context=context, **kwargs), backend, stream)

@@ -109,8 +109,11 @@ def cpu_records(*, context, slot_indices, run_offsets, run_start_positions, run_
     record_in_order(context, *rows)
 
 
-def cpu_digest(*, context, slot_indices, run_offsets, out_digests) -> None:
-    """:func:`kvcanary_numba.reference.digest.compute_handoff_digest`, its entry hashes in two threads."""
+def cpu_digest(*, context, slot_indices, run_offsets, out_digests, out_records=None) -> None:
+    """:func:`kvcanary_numba.reference.digest.compute_handoff_digest`, its entry hashes in two threads
+    (and, given ``out_records``, :func:`cpu_gather` first)."""
+    if out_records is not None:
+        cpu_gather(context=context, slot_indices=slot_indices, out_records=out_records)
     slots = np.asarray(slot_indices, dtype=np.int64)
     _counted(context, slots.shape[0])
     index = reference_digest.run_index(slots, run_offsets)

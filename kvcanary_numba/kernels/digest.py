@@ -3,7 +3,10 @@
 ``digest_clear`` zeroes the digests (and records the bit-256 row of a run whose range does not
 fit a valid run table, as ``kernels/records.py`` does); ``digest_src{n}`` adds every entry's
 hash to its run's digest. Sums modulo 2**64 do not depend on the order of the additions, so
-the GPU's value is the CPU's.
+the GPU's value is the CPU's. ``gather_digest_src{n}`` is the same pass that also does the
+gather's work (``kernels/move.py``): each entry's record, already loaded, is stored into the
+pack and its fingerprint field checked against the live one already folded, so an offload
+reads its records and KV once.
 
 Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries sit in one run
 adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp
@@ -20,7 +23,7 @@ from numba import cuda, int64, uint64
 from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
-from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of, take_entry
 from .records import check_run, entry_run
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
@@ -28,6 +31,7 @@ __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
 _WARPS = MOVE_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
 _LAST_LANE = np.int64(WARP_SIZE - 1)
+_TWO = np.int64(2)
 _ANCHOR = np.uint64(HANDOFF_DIGEST_ANCHOR)
 
 
@@ -63,15 +67,19 @@ def digest_clear(out, offsets, n, ring, write_index, kind):
         check_run(offsets, runs, r, n, ring, write_index, kind)
 
 
-def _make_digest(nsrc: int):
-    def digest(buf, slots, offsets, out, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params):
+def _make_digest(nsrc: int, take: bool):
+    # ``pack``: the gather's pack (int64 [n, 4]) where ``take``; the others get ``buf``, unused.
+    def digest(
+        buf, slots, offsets, out, pack, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params
+    ):
         tid = cuda.grid(1)
         n = int64(slots.shape[0])
         runs = int64(offsets.shape[0]) - ONE
         if tid == 0:
-            cuda.atomic.add(kernel_counter, 0, ONE)
+            calls = _TWO if take else ONE  # a gather and a digest count as the two calls they replace
+            cuda.atomic.add(kernel_counter, 0, calls)
             if n > 0:
-                cuda.atomic.add(slot_counter, 0, n)
+                cuda.atomic.add(slot_counter, 0, calls * n)
         num_slots = int64(buf.shape[0])
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
@@ -88,14 +96,17 @@ def _make_digest(nsrc: int):
         for t in range(first, min(first + chunk, tiles)):
             i = t * _WARP + lane
             r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
-            slot = slots[i] if r >= ZERO else ZERO
+            taken = take and i < n  # the gather takes every entry, in a run or not
+            slot = slots[i] if r >= ZERO or taken else ZERO
             ok = in_pool(slot, num_slots)
             record = record_of(buf, slot, ok)  # ahead of the KV loads: both in flight together
             real = uint64(0)
             if nsrc > 0:
                 real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
-            h = entry_hash(e, record, real) if ok else uint64(0)
-            if slot != ZERO and not ok:
+            if taken:
+                take_entry(pack, i, slot, ok, record, num_slots, real, nsrc > 0, ring, write_index, kind)
+            h = entry_hash(e, record, real) if ok and r >= ZERO else uint64(0)
+            if r >= ZERO and slot != ZERO and not ok:
                 out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
             lane_runs[lane] = r
             warp_sync()
@@ -113,20 +124,21 @@ def _make_digest(nsrc: int):
                 cuda.atomic.add(out, r, int64(h))
         _flush(sums, lane, acc, current, out)
 
-    digest.__name__ = digest.__qualname__ = f"digest_src{nsrc}"
+    digest.__name__ = digest.__qualname__ = f"{'gather_digest' if take else 'digest'}_src{nsrc}"
     return cuda.jit(digest)
 
 
 _RING = "int64[:, ::1], int32[::1], int64"
 KERNELS = {
     "digest_clear": digest_clear,
-    **{f"digest_src{n}": _make_digest(n) for n in range(MAX_REAL_KV_SOURCES + 1)},
+    **{f"digest_src{n}": _make_digest(n, False) for n in range(MAX_REAL_KV_SOURCES + 1)},
+    **{f"gather_digest_src{n}": _make_digest(n, True) for n in range(MAX_REAL_KV_SOURCES + 1)},
 }
 _DIGEST = (
-    "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], "
+    "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64[:, ::1], "
     f"int64[:, ::1], int32[::1], int64[::1], int64[::1], int64, {SOURCE_SIGNATURE})"
 )
 SIGNATURES = {
     "digest_clear": (f"void(int64[::1], int64[::1], int64, {_RING})",),
-    **{f"digest_src{n}": (_DIGEST,) for n in range(MAX_REAL_KV_SOURCES + 1)},
+    **{name: (_DIGEST,) for name in KERNELS if name != "digest_clear"},
 }

@@ -31,7 +31,16 @@ from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, one_vector_each, one_vect
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO
 from .verify import record_violation
 
-__all__ = ["KERNELS", "MOVE_THREADS", "SIGNATURES", "in_pool", "moved_kv_hash", "out_of_range_row", "record_of"]
+__all__ = [
+    "KERNELS",
+    "MOVE_THREADS",
+    "SIGNATURES",
+    "in_pool",
+    "moved_kv_hash",
+    "out_of_range_row",
+    "record_of",
+    "take_entry",
+]
 
 #: Threads per block on a GPU (verify's: the fold variants share its shared-memory tiles).
 MOVE_THREADS = 256
@@ -101,11 +110,12 @@ def _store(rows, i, record):
 
 
 @cuda.jit(device=True)
-def _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind):
-    """Entry ``i`` of a gather with sources: ``record`` is ``slot``'s (zeros where not ``ok``)."""
+def take_entry(out, i, slot, ok, record, num_slots, real, check, ring, write_index, kind):
+    """Entry ``i`` of a gather: ``record`` is ``slot``'s (zeros where not ``ok``); ``check`` compares
+    its fingerprint field with the live one, ``real`` (with real-KV sources)."""
     _store(out, i, record)
     if ok:
-        if record[REAL_KV] != int64(real):
+        if check and record[REAL_KV] != int64(real):
             _fingerprint_row(ring, write_index, kind, slot, out, i, int64(real))
     elif slot != ZERO:
         out_of_range_row(ring, write_index, kind, slot, MINUS_ONE, num_slots)
@@ -156,7 +166,7 @@ def _make_gather(nsrc: int):
             record = record_of(buf, slot, ok)
             real = moved_kv_hash(tile, bases, lane, slot, ok, nsrc, w0, w1, w2, w3, params)
             if i < n:
-                _take(out, i, slot, ok, record, num_slots, real, ring, write_index, kind)
+                take_entry(out, i, slot, ok, record, num_slots, real, True, ring, write_index, kind)
 
     gather.__name__ = gather.__qualname__ = f"gather_src{nsrc}"
     return cuda.jit(gather)

@@ -1,4 +1,4 @@
-"""Launch glue of the hand-off digest (:mod:`kvcanary_numba.kernels.digest`): clear, then sum."""
+"""Launch glue of the hand-off digest (:mod:`kvcanary_numba.kernels.digest`): clear, then sum (and gather)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from ..kernels import digest as kernels
 from ..kernels.move import MOVE_THREADS
 from ._launch import block_size, kernel_array, launch, persistent_grid, reinterpret, resident_grid
 from .context import source_args
-from .move import buffer_words, build_of, ring_args
+from .move import buffer_words, build_of, pack_words, ring_args
 
 __all__ = ["compute_handoff_digest"]
 
 
-def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, stream: int | None = None) -> None:
+def compute_handoff_digest(
+    *, context, slot_indices, run_offsets, out_digests, out_records=None, stream: int | None = None
+) -> None:
     """Queue the digests of the runs of ``slot_indices`` into ``out_digests`` on ``stream``.
 
     Parameters
@@ -24,6 +26,8 @@ def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, s
     run_offsets : int64 [num_runs + 1]
     out_digests : int64 [num_runs]
         Zeroed by the first launch, summed into by the second.
+    out_records : uint8 [n, 32] or None
+        The gather's pack, filled by the second launch (its ``gather_digest`` build).
     stream : int or None
         CUDA stream handle (None: CuPy's current stream).
     """
@@ -37,6 +41,10 @@ def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, s
     launch(clear, clear_signature, grid, block, (out, offsets, n, ring, index, kind), stream)
     fallback = reinterpret(slot_indices, np.uint64)
     nsrc, spans, params, _ = source_args(context.real_kv_sources, context.real_kv_hash_mode, fallback)
-    kernel, signature = build_of(kernels, "digest", nsrc)
-    args = (buffer_words(context), kernel_array(slot_indices), offsets, out, *ring_and_counters, *spans, params)
+    buf = buffer_words(context)
+    if out_records is None:
+        kernel, signature, pack = *build_of(kernels, "digest", nsrc), buf  # the pack argument goes unused
+    else:
+        kernel, signature, pack = *build_of(kernels, "gather_digest", nsrc), pack_words(out_records)
+    args = (buf, kernel_array(slot_indices), offsets, out, pack, *ring_and_counters, *spans, params)
     launch(kernel, signature, resident_grid(kernel, signature, n, block), block, args, stream)

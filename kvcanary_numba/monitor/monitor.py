@@ -365,9 +365,9 @@ class CanaryMonitor:
 
     # --- moved records: thin delegations to monitor/moves.py ------------------------
     @one_thread
-    def take_records(self, slot_indices) -> MovedRecords:
-        """Take the records of FULL ``slot_indices`` out, after their KV (:meth:`.moves.RecordMoves.take`)."""
-        return self.moves.take(self._between_steps("take_records"), slot_indices)
+    def take_records(self, slot_indices, run_offsets=None) -> MovedRecords:
+        """Take the records of FULL ``slot_indices`` out, with their digest (:meth:`.moves.RecordMoves.take`)."""
+        return self.moves.take(self._between_steps("take_records"), slot_indices, run_offsets)
 
     @one_thread
     def put_records(self, moved: MovedRecords, slot_indices) -> None:

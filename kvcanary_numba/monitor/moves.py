@@ -52,20 +52,24 @@ class MovedRecords:
         ``i``-th slot taken (a zero row for an SWA slot outside the window).
     num_slots : int
         ``n``, the slots taken.
+    digest : HandoffDigest or None
+        The runs' hand-off digest, computed in the same pass, when ``run_offsets`` were given.
     """
 
     records: dict[str, Any]
     num_slots: int
+    digest: HandoffDigest | None = None
 
     def to_host(self) -> MovedRecords:
-        """A copy with NumPy packs (a device-to-host copy of each: it waits for the device)."""
-        return MovedRecords(
-            {k: v if isinstance(v, np.ndarray) else v.get() for k, v in self.records.items()}, self.num_slots
-        )
+        """A copy with NumPy packs and digests (a device-to-host copy of each: it waits for the device)."""
+        digest = self.digest and HandoffDigest(signature=self.digest.signature, digests=self.digest.host())
+        records = {k: v if isinstance(v, np.ndarray) else v.get() for k, v in self.records.items()}
+        return MovedRecords(records, self.num_slots, digest)
 
     def to_device(self, xp) -> MovedRecords:
-        """A copy with ``xp`` arrays (``cupy``: a host-to-device copy of each pack)."""
-        return MovedRecords({k: xp.asarray(v) for k, v in self.records.items()}, self.num_slots)
+        """A copy with ``xp`` arrays (``cupy``: a host-to-device copy of each pack and of the digests)."""
+        digest = self.digest and HandoffDigest(signature=self.digest.signature, digests=xp.asarray(self.digest.digests))
+        return MovedRecords({k: xp.asarray(v) for k, v in self.records.items()}, self.num_slots, digest)
 
 
 def _buffer_name(stage: str, half: str, kind: str) -> str:
@@ -156,11 +160,12 @@ class RecordMoves:
         return [(g, name, ctx) for g in self.groups for name, ctx in self.contexts[g.kind]]
 
     # --- moves ----------------------------------------------------------------
-    def take(self, function: str, slot_indices) -> MovedRecords:
+    def take(self, function: str, slot_indices, run_offsets=None) -> MovedRecords:
         """``CanaryMonitor.take_records``: every buffer's records of some FULL slots, in new packs.
 
         Call after the step that last wrote them (between steps) and before the KV leaves its slots: the
         TAIL buffers' records are checked against the live KV as they are taken (a SWEEP row, bit 4).
+        With ``run_offsets`` the same pass computes the runs' hand-off digest (:meth:`digest`'s value).
 
         Parameters
         ----------
@@ -169,27 +174,35 @@ class RecordMoves:
         slot_indices : int64 [n]
             FULL slots on the monitor's device, in the order the packs keep (a request's slots in
             position order). An SWA group takes the SWA slot the LUT gives for each (0: none).
+        run_offsets : int64 [num_runs + 1], optional
+            Runs of ``slot_indices`` to digest, as :meth:`digest` takes them.
 
         Returns
         -------
         MovedRecords
-            One uint8 [n, 32] pack per canary buffer, on the monitor's device.
+            One uint8 [n, 32] pack per canary buffer, on the monitor's device; the digest with ``run_offsets``.
 
         Raises
         ------
         KvCanaryError
-            KVC-M005 (between pre_forward and post_forward), KVC-C002 … KVC-C007 for ``slot_indices``.
+            KVC-M005 (between pre_forward and post_forward), KVC-C002 … KVC-C007 for ``slot_indices``;
+            for ``run_offsets`` :meth:`digest`'s codes.
         """
         n = self._slots(function, "slot_indices", slot_indices)
+        runs = None if run_offsets is None else self._slots(function, "run_offsets", run_offsets) - 1
         backend, xp = self.steps.backend, self.xp
-        packs = {}
+        packs, digest = {}, None
         for g in self.groups:
-            slots = self._translate(g, slot_indices)
-            for name, context in self.contexts[g.kind]:
-                packs[name] = xp.empty((n, CANARY_SLOT_BYTES), dtype=np.uint8)
-                gather_canary_records(context=context, slot_indices=slots, out_records=packs[name], backend=backend)
-            self._count(self.contexts[g.kind])
-        return MovedRecords(packs, n)
+            slots, contexts = self._translate(g, slot_indices), self.contexts[g.kind]
+            packs.update((name, xp.empty((n, CANARY_SLOT_BYTES), dtype=np.uint8)) for name, _ in contexts)
+            fused = runs is not None and g is self.groups[0]
+            if fused:  # first: a run table refused there leaves the monitor unchanged
+                digest = self._digests(g, slots, run_offsets, runs, packs)
+            for name, context in contexts:
+                if not (fused and name.startswith("TAIL")):  # those were taken with the digest
+                    gather_canary_records(context=context, slot_indices=slots, out_records=packs[name], backend=backend)
+            self._count(contexts)
+        return MovedRecords(packs, n, digest)
 
     def put(self, function: str, moved, slot_indices) -> None:
         """``CanaryMonitor.put_records``: put taken records at (other) FULL slots.
@@ -364,18 +377,23 @@ class RecordMoves:
         """
         self._slots(function, "slot_indices", slot_indices)
         runs = self._slots(function, "run_offsets", run_offsets) - 1
-        g, xp = self.groups[0], self.xp
-        tails = self._tails(g)
+        return self._digests(self.groups[0], slot_indices, run_offsets, runs)
+
+    def _digests(self, g, slot_indices, run_offsets, runs: int, packs: dict | None = None) -> HandoffDigest:
+        """Group ``g``'s TAIL digests (K, then V) combined and signed; given ``packs``, each TAIL
+        buffer's records are taken into ``packs[name]`` in the same pass."""
+        xp, tails = self.xp, self._tails(g)
         combined = xp.zeros(max(runs, 0), dtype=np.int64)
-        for _, context in tails:
+        for name, context in tails:
             part = xp.empty(max(runs, 0), dtype=np.int64)
             compute_handoff_digest(
                 context=context,
                 slot_indices=slot_indices,
                 run_offsets=run_offsets,
                 out_digests=part,
+                out_records=None if packs is None else packs[name],
                 backend=self.steps.backend,
             )
             combined = _mix(xp, combined, part)
-        self._count(tails)
+        self._count(tails)  # with packs, a second launch count: the call stands for a gather and a digest
         return HandoffDigest(signature=HandoffSignature.of(*(ctx for _, ctx in tails)), digests=combined)

@@ -19,6 +19,10 @@ A sum is the same whatever order the entries are added in, so the GPU adds in pa
 gets the CPU's value. Slot 0 (padding, an SWA slot outside the window) contributes nothing;
 a slot outside ``[0, num_slots)`` contributes nothing and records a bit-64 row.
 ``kernel_run_counter`` += 1, ``slot_run_counter`` += ``n``.
+
+With ``out_records`` the call first does what :func:`.move.gather_canary_records` does (the
+pack, its rows and its counters): an offload takes its records out and computes their digest
+in one call, and the kernel in one pass over the records and the KV.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..constants import (
     HANDOFF_DIGEST_ANCHOR,
 )
 from .live import live_fingerprints, mix_into
-from .move import range_rows, record_in_order, slot_classes
+from .move import gather_canary_records, range_rows, record_in_order, slot_classes
 from .ring import bump, canary_fields
 
 __all__ = ["compute_handoff_digest", "entry_hashes", "entry_terms", "finish", "run_index"]
@@ -86,8 +90,8 @@ def finish(context, out_digests, run_offsets, parts) -> None:
     record_in_order(context, *(part[1] for part in parts))
 
 
-def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests) -> None:
-    """Write the digest of every run into ``out_digests``.
+def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests, out_records=None) -> None:
+    """Write the digest of every run into ``out_digests`` (and, given ``out_records``, gather first).
 
     Parameters
     ----------
@@ -100,7 +104,11 @@ def compute_handoff_digest(*, context, slot_indices, run_offsets, out_digests) -
         Run ``r`` is entries ``[run_offsets[r], run_offsets[r + 1])``.
     out_digests : int64 [num_runs]
         Receives each run's digest (uint64 bits as int64).
+    out_records : uint8 [n, 32] or None
+        Receives the records of ``slot_indices``, as :func:`.move.gather_canary_records`.
     """
+    if out_records is not None:
+        gather_canary_records(context=context, slot_indices=slot_indices, out_records=out_records)
     slots = np.asarray(slot_indices, dtype=np.int64)
     bump(context.kernel_run_counter, 1)
     bump(context.slot_run_counter, slots.shape[0])
