@@ -74,14 +74,18 @@ host, host_kv = pool(64)  # the host tier: its canary rows are its KV slots
 host_slots = np.arange(40, 46, dtype=np.int64)
 one_run = np.array([0, 6], dtype=np.int64)  # one request: entries 0..6
 
-# Departure digest, then the KV, then the records (checked against the KV as they go).
+# Departure: the records (checked against the KV as they go) and their digest, in one
+# pass; then the KV, and the records into the host copy's canary buffer.
 sent = np.zeros(1, dtype=np.int64)
+pack = np.zeros((6, 32), dtype=np.uint8)
 compute_handoff_digest(
-    context=device, slot_indices=device_slots, run_offsets=one_run, out_digests=sent
+    context=device,
+    slot_indices=device_slots,
+    run_offsets=one_run,
+    out_digests=sent,
+    out_records=pack,  # also the gather: gather_canary_records, then the digest
 )
 host_kv[host_slots] = device_kv[device_slots]
-pack = np.zeros((6, 32), dtype=np.uint8)
-gather_canary_records(context=device, slot_indices=device_slots, out_records=pack)
 scatter_canary_records(context=host, records=pack, slot_indices=host_slots)
 # --8<-- [end:offload]
 

@@ -107,8 +107,8 @@ class EnginePair:
         prefill, decode = self.prefill, self.decode
         n, xp = req.kv_len, prefill.xp
         offsets = xp.asarray(np.array([0, n], dtype=np.int64))
-        sent = prefill.monitor.handoff_digest(xp.asarray(np.asarray(req.slots[:n], dtype=np.int64)), offsets)
-        cargo = capture(prefill, req.slots[:n])
+        cargo = capture(prefill, req.slots[:n], offsets)  # the records and their digest, in one pass
+        sent = cargo.records.digest
         prefill.sched.release(req)
         landed_req = decode.sched.accept(req.tokens, req.prompt_len, req.max_new, n)
         slots, step, injector = landed_req.slots, decode.step_index, decode.injector

@@ -48,12 +48,13 @@ class Cargo:
         return Cargo([a[keep] for a in self.k], [a[keep] for a in self.v], records)
 
 
-def capture(engine, slots) -> Cargo:
+def capture(engine, slots, run_offsets=None) -> Cargo:
     """Copy the KV of ``slots`` to host memory and take their records (call between steps, before the
-    slots are freed)."""
+    slots are freed); with ``run_offsets`` (on the engine's device) the records carry the runs'
+    hand-off digest, computed in the same pass."""
     xp, pool = engine.xp, engine.kv
     index = xp.asarray(np.asarray(slots, dtype=np.int64))
-    records = None if engine.monitor is None else engine.monitor.take_records(index).to_host()
+    records = None if engine.monitor is None else engine.monitor.take_records(index, run_offsets).to_host()
     k = [_host(pool._token_view(a)[index]).copy() for a in pool.k]
     v = [_host(pool._token_view(a)[index]).copy() for a in pool.v]
     return Cargo(k, v, records)
