@@ -153,6 +153,17 @@ def test_digest_rejects(ctx):
         compute_handoff_digest(context=ctx, slot_indices=SLOTS, run_offsets=i64([0, 3]), out_digests=out)
     with raises_code("KVC-K005"):
         compute_handoff_digest(context=ctx, slot_indices=SLOTS, run_offsets=i64([0]), out_digests=np.zeros(0, np.int64))
+    table = dict(context=ctx, slot_indices=SLOTS, run_offsets=i64([0, len(SLOTS)]), out_digests=np.zeros(1, np.int64))
+    before = ctx.canary_buf.copy(), int(ctx.kernel_run_counter[0])
+    with raises_code("KVC-K001"):
+        compute_handoff_digest(**table, out_records=np.zeros((len(SLOTS) + 1, 32), np.uint8))
+    with raises_code("KVC-K002"):
+        compute_handoff_digest(**table, out_records=np.zeros((len(SLOTS), 24), np.uint8))
+    with raises_code("KVC-C017"):  # the pack over the digests
+        both = np.zeros(len(SLOTS) * 32 + 8, np.uint8)
+        out = both[:8].view(np.int64)
+        compute_handoff_digest(**{**table, "out_digests": out}, out_records=both[: len(SLOTS) * 32].reshape(-1, 32))
+    assert np.array_equal(ctx.canary_buf, before[0]) and int(ctx.kernel_run_counter[0]) == before[1]
 
 
 def test_handoff_objects_reject(ctx):
@@ -228,16 +239,17 @@ def valid_call(name: str, ctx):
         )
     if name == "records":
         return verify_canary_records, records_args(ctx)
-    return compute_handoff_digest, dict(
-        context=ctx, slot_indices=slots, run_offsets=i64([0, 1, 3]), out_digests=np.zeros(2, np.int64)
-    )
+    kwargs = dict(context=ctx, slot_indices=slots, run_offsets=i64([0, 1, 3]), out_digests=np.zeros(2, np.int64))
+    if name == "gather with digest":
+        kwargs["out_records"] = np.zeros((3, 32), np.uint8)
+    return compute_handoff_digest, kwargs
 
 
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(
-    st.sampled_from(["gather", "scatter", "move", "records", "digest"]),
+    st.sampled_from(["gather", "scatter", "move", "records", "digest", "gather with digest"]),
     st.data(),
     st.sampled_from(sorted(MUTATIONS)),
 )
