@@ -29,7 +29,8 @@ define(
     message="{function}: {argument} must have one row per entry of {slots} ({expected}), got {got}",
     meaning=(
         "A pack holds the canary records of moved slots, one 32-byte row per slot, in the order of the "
-        "slot list: row i is the record of slot_indices[i]. gather_canary_records fills one row per slot, "
+        "slot list: row i is the record of slot_indices[i]. gather_canary_records (and compute_handoff_digest "
+        "given out_records) fills one row per slot, "
         "scatter_canary_records puts row i at slot i, move_canary_records keeps every moved record in its "
         "scratch pack. A pack with more or fewer rows than there are slots would leave rows stale or have "
         "no record for a slot."
