@@ -68,7 +68,9 @@ def digest_clear(out, offsets, n, ring, write_index, kind):
 
 
 def _make_digest(nsrc: int, take: bool):
-    # ``pack``: the gather's pack (int64 [n, 4]) where ``take``; the others get ``buf``, unused.
+    """``digest_src{nsrc}``, or with ``take`` ``gather_digest_src{nsrc}``: ``pack`` is then the
+    gather's pack (int64 [n, 4]); the digest alone gets ``buf`` there, unused."""
+
     def digest(
         buf, slots, offsets, out, pack, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params
     ):
