@@ -14,7 +14,8 @@ GPU rows (CuPy arrays, the package's public functions, CUDA-event medians behind
   them back; PARTIAL, landing check), ``move`` (compaction through a scratch pack), ``digest``
   (PARTIAL), ``verify records`` (PARTIAL), ``gather + digest`` (the two calls in a row) and
   ``gather with digest`` (one call, ``compute_handoff_digest(out_records=...)``: one pass over the
-  records and the KV, whose bytes are the gather's: what an offload costs); each with ``fraction_of_copy`` (its minimum bytes per second over the 1 GiB copy's) and
+  records and the KV, whose bytes are the gather's: what an offload costs); each with
+  ``fraction_of_copy`` (its minimum bytes per second over the 1 GiB copy's) and
   ``fraction_of_same_copy`` (the same-bytes copy's time over its own);
 - ``touch`` (PARTIAL rows): ``benchmarks/baseline_kernels.gather_touch``, the loads and stores
   of a gather and nothing else, the ceiling of that access pattern; every row of the same

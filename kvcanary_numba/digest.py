@@ -52,8 +52,13 @@ def validate(
 
 def run(backend: str, *, context, slot_indices, run_offsets, out_digests, out_records=None, stream=None) -> None:
     """Run a validated digest call on ``backend``; ``stream`` is a CUDA stream handle or None."""
-    kwargs = dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets)
-    kwargs.update(out_digests=out_digests, out_records=out_records)
+    kwargs = dict(
+        context=context,
+        slot_indices=slot_indices,
+        run_offsets=run_offsets,
+        out_digests=out_digests,
+        out_records=out_records,
+    )
     if backend == "numpy":
         reference.compute_handoff_digest(**kwargs)
     else:
@@ -105,7 +110,15 @@ def compute_handoff_digest(
         KVC-R007 … KVC-R009; KVC-C017.
     """
     handle = stream_handle(FUNCTION, stream)
-    kwargs = dict(context=context, slot_indices=slot_indices, run_offsets=run_offsets, out_digests=out_digests)
-    kwargs = as_native(FUNCTION, {**kwargs, "out_records": out_records})
+    kwargs = as_native(
+        FUNCTION,
+        dict(
+            context=context,
+            slot_indices=slot_indices,
+            run_offsets=run_offsets,
+            out_digests=out_digests,
+            out_records=out_records,
+        ),
+    )
     chosen, _ = validate(**kwargs, backend=backend)
     run(chosen, **kwargs, stream=handle)
