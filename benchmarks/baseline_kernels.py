@@ -157,8 +157,21 @@ def gather_touch(buf, slots, out, k_words, v_words, row_words):
     out[i, 3] = buf[slot, 3] ^ int64(v1)
 
 
+@cuda.jit
+def records_touch(buf, slots, out):
+    """``out[i] = buf[slots[i]]`` (int64 [rows, 4] records), a thread per word: the loads and stores
+    of a NONE gather and nothing else (no range check, no counters, no rows)."""
+    item = int64(cuda.grid(1))
+    if item >= slots.shape[0] * 4:
+        return
+    i = item // 4
+    word = item - i * 4
+    out[i, word] = buf[slots[i], word]
+
+
 KERNELS = {
     "chain_synth": chain_synth,
+    "records_touch": records_touch,
     "chain_streamed": chain_streamed,
     "write_baseline": write_baseline,
     "gather_touch": gather_touch,
@@ -168,6 +181,7 @@ SIGNATURES = {
     "chain_streamed": ("void(int64, int64[::1], int64[::1], int64[::1])",),
     "write_baseline": (f"void({WRITE_ARGUMENTS}, int64, int64)",),  # the write kernel's, then the two flags
     "gather_touch": ("void(int64[:, ::1], int64[::1], int64[:, ::1], uint64[::1], uint64[::1], int64)",),
+    "records_touch": ("void(int64[:, ::1], int64[::1], int64[:, ::1])",),
 }
 
 
@@ -212,11 +226,21 @@ def launch_write_baseline(
     )
 
 
-def launch_gather_touch(*, canary_buf, slot_indices, out_records, k_rows, v_rows, stream=None) -> None:
+def launch_gather_touch(*, canary_buf, slot_indices, out_records, k_rows=None, v_rows=None, stream=None) -> None:
     """:func:`gather_touch` over a context's ``canary_buf`` (uint8 [rows, 32]), int64 [n]
     ``slot_indices``, uint8 [n, 32] ``out_records`` and the K and V rows (uint8 [rows, bytes],
-    bytes a multiple of 8); the memory ceiling of a PARTIAL gather of these slots."""
+    bytes a multiple of 8); the memory ceiling of a PARTIAL gather of these slots. Without K and
+    V rows, :func:`records_touch`: the ceiling of a NONE gather."""
     n, rows = slot_indices.shape[0], canary_buf.shape[0]
+    if k_rows is None:
+        args = (
+            _launch.reinterpret(canary_buf, "int64", (rows, 4)),
+            _launch.kernel_array(slot_indices),
+            _launch.reinterpret(out_records, "int64", (n, 4)),
+        )
+        signature = SIGNATURES["records_touch"][0]
+        _launch.launch(records_touch, signature, _launch.grid_for(n * 4, 256), 256, args, stream)
+        return
     row_words = k_rows.shape[1] // 8
     args = (
         _launch.reinterpret(canary_buf, "int64", (rows, 4)),

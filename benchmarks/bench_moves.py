@@ -17,9 +17,11 @@ GPU rows (CuPy arrays, the package's public functions, CUDA-event medians behind
   records and the KV, whose bytes are the gather's: what an offload costs); each with
   ``fraction_of_copy`` (its minimum bytes per second over the 1 GiB copy's) and
   ``fraction_of_same_copy`` (the same-bytes copy's time over its own);
-- ``touch`` (PARTIAL rows): ``benchmarks/baseline_kernels.gather_touch``, the loads and stores
-  of a gather and nothing else, the ceiling of that access pattern; every row of the same
-  slots then has ``fraction_of_touch`` (its bytes per second over the touch's).
+- ``gather with digest, runs of 64``: the same with a run every 64 slots (a digest per page of a
+  paged pool: the per-run flushes and atomics at their most frequent);
+- ``touch``: ``benchmarks/baseline_kernels.gather_touch`` (PARTIAL) or ``records_touch`` (NONE),
+  the loads and stores of a gather and nothing else, the ceiling of that access pattern; every
+  row of the same slots then has ``fraction_of_touch`` (its bytes per second over the touch's).
 
 Random slots read whole 32-byte sectors for 16 bytes of KV: the in-order rows show what the
 kernels do without that.
@@ -59,6 +61,7 @@ BYTES_PER_TOKEN = 128
 SIZES = {"quick": [1 << 14], "full": [1 << 20, 1 << 22]}
 CPU_SIZES = {"quick": [1 << 14], "full": [1 << 20]}
 _RECORD, _INDEX = 32, 8
+_SHORT_RUN = 64  # slots per run of the many-runs digest row (a page of a paged pool)
 
 
 def pool(xp, n: int, mode, seed: int = 0, shuffled: bool = True):
@@ -163,14 +166,22 @@ def gpu_rows(mode_name: str) -> list[dict]:
                 ),
                 cases["gather"][1],  # the records and the KV read once, the pack written once
             )
-            if kv:  # the access pattern's own ceiling: the sectors a PARTIAL gather touches, no work
-                k_rows, v_rows = (s.tensor for s in ctx.real_kv_sources)
-                cases["touch"] = (
-                    lambda i: launch_gather_touch(
-                        canary_buf=ctx.canary_buf, slot_indices=slots, out_records=scratch, k_rows=k_rows, v_rows=v_rows
-                    ),
-                    n * (_INDEX + 2 * _RECORD + kv),
-                )
+            short = cupy.arange(0, n + 1, _SHORT_RUN, dtype=np.int64)
+            short_digests = cupy.empty(short.shape[0] - 1, np.int64)
+            cases[f"gather with digest, runs of {_SHORT_RUN}"] = (
+                lambda i: kc.compute_handoff_digest(
+                    context=ctx, slot_indices=slots, run_offsets=short, out_digests=short_digests, out_records=pack
+                ),
+                cases["gather"][1],
+            )
+            # The access pattern's own ceiling: the sectors the gather touches, no work.
+            k_rows, v_rows = (s.tensor for s in ctx.real_kv_sources) if kv else (None, None)
+            cases["touch"] = (
+                lambda i: launch_gather_touch(
+                    canary_buf=ctx.canary_buf, slot_indices=slots, out_records=scratch, k_rows=k_rows, v_rows=v_rows
+                ),
+                n * (_INDEX + 2 * _RECORD + kv),
+            )
             group = len(rows)
             for op, (fn, nbytes) in cases.items():
                 timed = device_times(fn, iters=20)
@@ -189,8 +200,8 @@ def gpu_rows(mode_name: str) -> list[dict]:
                         "fraction_of_same_copy": round(copy["median_us"] / timed["median_us"], 3),
                     }
                 )
-            touch = next((r for r in rows[group:] if r["op"] == "touch"), None)
-            for r in rows[group:] if touch else ():
+            touch = next(r for r in rows[group:] if r["op"] == "touch")
+            for r in rows[group:]:
                 r["fraction_of_touch"] = round(r["gbps"] / touch["gbps"], 3)
             _require_clean(int(ctx.violation_write_index.get()[0]))
     return rows

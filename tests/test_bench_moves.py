@@ -84,3 +84,16 @@ def test_the_touch_baseline_loads_what_a_partial_gather_reads():
     records = ctx.canary_buf.view(np.int64)[slots]
     kv = np.concatenate([k_rows.view(np.int64)[slots, :2], v_rows.view(np.int64)[slots, :2]], axis=1)
     np.testing.assert_array_equal(out.view(np.int64), records ^ kv)
+
+
+@pytest.mark.simulator
+@pytest.mark.skipif(not SIMULATOR, reason="NumPy arrays through the kernel (the GPU runs it in the bench)")
+def test_the_records_touch_baseline_is_a_plain_gather_of_the_records():
+    # The NONE rows' ceiling: without K and V rows the touch copies each entry's record, nothing else.
+    from benchmarks.baseline_kernels import launch_gather_touch
+
+    ctx, slots = bench_moves.pool(np, 12, kc.RealKvHashMode.NONE)
+    out = np.zeros((12, 32), np.uint8)
+    launch_gather_touch(canary_buf=ctx.canary_buf, slot_indices=slots, out_records=out)
+    np.testing.assert_array_equal(out, ctx.canary_buf[slots])
+    assert np.any(out)
