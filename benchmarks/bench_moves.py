@@ -1,6 +1,6 @@
 """Moved records: their kernels against a plain device copy, and the host-tier check, in one run.
 
-``python benchmarks/bench_moves.py [--cpu] [--quick] [--out DIR] [--name NAME]`` writes
+``python benchmarks/bench_moves.py [--cpu | --gpu] [--quick] [--out DIR] [--name NAME]`` writes
 ``DIR/NAME.json`` (``{"schema", "meta", "targets", "results"}``) and ``DIR/NAME.md``.
 
 GPU rows (CuPy arrays, the package's public functions, CUDA-event medians behind a spin kernel,
@@ -328,13 +328,14 @@ def markdown(doc: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true", help="only the CPU rows")
+    parser.add_argument("--gpu", action="store_true", help="only the GPU rows (an A/B of the kernels)")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--name", default="moves")
     args = parser.parse_args(argv)
     mode_name = "quick" if args.quick else "full"
     gpu = not args.cpu and kc.gpu_available()
-    results = cpu_rows(mode_name) + (gpu_rows(mode_name) if gpu else [])
+    results = ([] if args.gpu else cpu_rows(mode_name)) + (gpu_rows(mode_name) if gpu else [])
     meta = {
         "name": args.name,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
