@@ -13,6 +13,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import SIMULATOR
+from hypothesis import given, settings, strategies as st
 from kernel_pairs import to_device, to_host
 from move_helpers import KERNEL_DEVICE, copy_kv, make_pool, oracle_digest, ring, runs, write_request
 
@@ -182,7 +184,9 @@ def test_records_check(rng, mode, nsrc, page_size, nbytes):
 
 
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
-@pytest.mark.parametrize("lengths", [[70], [3, 0, 40, 1, 29], [0]])
+@pytest.mark.parametrize(
+    "lengths", [[70], [3, 0, 40, 1, 29], [0], [2, 0, 0, 1, 7, 0, 33, 1, 1, 1, 0, 20, 30, 3, 0, 12]]
+)
 def test_digest(rng, mode, nsrc, page_size, nbytes, lengths):
     ctx = pool(rng, mode, nsrc, page_size, nbytes)
     slots = rng.choice(np.r_[np.arange(40), [0, 55]], sum(lengths))
@@ -250,6 +254,56 @@ def test_a_bad_device_run_table_is_reported_not_read_past(rng, offsets):
         context=ctx, slot_indices=slots, run_offsets=table, out_digests=out, out_records=pack
     )
     np.testing.assert_array_equal(to_host(pack), to_host(ctx.canary_buf)[1:9, :32])
+
+
+# --- the run of an entry, searched from the run of an earlier one ----------------------------
+
+
+class _Bounded:
+    """A run table that fails the test on a read outside ``[0, runs]``."""
+
+    def __init__(self, values):
+        self.values = i64(values)
+
+    def __getitem__(self, k):
+        assert 0 <= k < len(self.values), f"offsets[{k}] read, the table has {len(self.values)} entries"
+        return self.values[k]
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="calls the device functions as Python (the simulator's form)")
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=40), data=st.data())
+def test_a_run_searched_from_an_earlier_entrys_run_is_the_binary_searchs(lengths, data):
+    from kvcanary_numba.kernels.records import entry_run, entry_run_from
+
+    offsets = np.r_[0, np.cumsum(lengths)]
+    table, runs_ = _Bounded(offsets), np.int64(len(lengths))
+    for i in range(int(offsets[-1])):
+        truth = int(np.searchsorted(offsets, i, side="right")) - 1
+        expected = (truth, i - int(offsets[truth]))
+        hint = data.draw(st.integers(-1, truth), label=f"hint of entry {i}")  # any earlier entry's run
+        assert tuple(map(int, entry_run_from(table, runs_, np.int64(i), np.int64(hint)))) == expected
+        assert tuple(map(int, entry_run(table, runs_, np.int64(i)))) == expected
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="calls the device functions as Python (the simulator's form)")
+@settings(max_examples=80, deadline=None)
+@given(
+    offsets=st.lists(st.integers(-5, 60), min_size=1, max_size=12),
+    i=st.integers(0, 50),
+    hint=st.integers(-3, 15),
+)
+def test_any_device_run_table_is_searched_within_its_bounds(offsets, i, hint):
+    # A device table is data nobody checked: any values, any hint; the search reads offsets[0 .. runs]
+    # only and names a run only if that run's range holds the entry.
+    from kvcanary_numba.kernels.records import entry_run_from
+
+    table = _Bounded(offsets)
+    r, e = map(int, entry_run_from(table, np.int64(len(offsets) - 1), np.int64(i), np.int64(hint)))
+    if r >= 0:
+        assert offsets[r] <= i < offsets[r + 1] and e == i - offsets[r]
+    else:
+        assert (r, e) == (-1, 0)
 
 
 # --- GPU: a million slots ------------------------------------------------------------------

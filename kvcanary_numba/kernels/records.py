@@ -34,7 +34,7 @@ from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, 
 from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
 from .verify import record_violation
 
-__all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run"]
+__all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run", "entry_run_from"]
 
 _WARPS = MOVE_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
@@ -44,11 +44,33 @@ _CHAIN_HEAD_I64 = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
 
 @cuda.jit(device=True)
 def entry_run(offsets, runs, i):
-    """(run, index in the run) of entry ``i``; run -1 when no run holds it."""
+    """(run, index in the run) of entry ``i``; run -1 when no run holds it (a binary search)."""
+    return entry_run_from(offsets, runs, i, MINUS_ONE)
+
+
+@cuda.jit(device=True)
+def entry_run_from(offsets, runs, i, hint):
+    """:func:`entry_run`, searched forward from run ``hint`` when it is the run of an entry before
+    ``i`` (-1: unknown, a binary search of the whole table).
+
+    From the hint: one run a step, then doubling steps, then a binary search of the last step, so
+    the entries of consecutive tiles find their run in one or two loads where a whole search takes
+    log2(runs). On a valid table every search returns the same run; on any table it reads only
+    ``offsets[0 .. runs]``.
+    """
     if runs <= ZERO:
         return MINUS_ONE, ZERO
     lo = ZERO
     hi = runs
+    if hint >= ZERO and hint < runs and offsets[hint] <= i:
+        lo = hint
+        step = ONE
+        hi = lo + ONE
+        while hi < runs and offsets[hi] <= i:  # then offsets[lo] <= i < offsets[hi], or hi >= runs
+            lo = hi
+            step *= _TWO
+            hi = lo + step
+        hi = min(hi, runs)
     while hi - lo > ONE:  # the last run starting at or before i
         mid = (lo + hi) // _TWO
         if offsets[mid] <= i:
