@@ -274,16 +274,16 @@ class _Bounded:
 @settings(max_examples=60, deadline=None)
 @given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=40), data=st.data())
 def test_a_run_searched_from_an_earlier_entrys_run_is_the_binary_searchs(lengths, data):
-    from kvcanary_numba.kernels.records import entry_run, entry_run_from
+    from kvcanary_numba.kernels.records import entry_run, run_span
 
     offsets = np.r_[0, np.cumsum(lengths)]
     table, runs_ = _Bounded(offsets), np.int64(len(lengths))
     for i in range(int(offsets[-1])):
         truth = int(np.searchsorted(offsets, i, side="right")) - 1
-        expected = (truth, i - int(offsets[truth]))
         hint = data.draw(st.integers(-1, truth), label=f"hint of entry {i}")  # any earlier entry's run
-        assert tuple(map(int, entry_run_from(table, runs_, np.int64(i), np.int64(hint)))) == expected
-        assert tuple(map(int, entry_run(table, runs_, np.int64(i)))) == expected
+        span = (truth, int(offsets[truth]), int(offsets[truth + 1]))
+        assert tuple(map(int, run_span(table, runs_, np.int64(i), np.int64(hint)))) == span
+        assert tuple(map(int, entry_run(table, runs_, np.int64(i)))) == (truth, i - int(offsets[truth]))
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="calls the device functions as Python (the simulator's form)")
@@ -296,14 +296,14 @@ def test_a_run_searched_from_an_earlier_entrys_run_is_the_binary_searchs(lengths
 def test_any_device_run_table_is_searched_within_its_bounds(offsets, i, hint):
     # A device table is data nobody checked: any values, any hint; the search reads offsets[0 .. runs]
     # only and names a run only if that run's range holds the entry.
-    from kvcanary_numba.kernels.records import entry_run_from
+    from kvcanary_numba.kernels.records import run_span
 
     table = _Bounded(offsets)
-    r, e = map(int, entry_run_from(table, np.int64(len(offsets) - 1), np.int64(i), np.int64(hint)))
+    r, start, end = map(int, run_span(table, np.int64(len(offsets) - 1), np.int64(i), np.int64(hint)))
     if r >= 0:
-        assert offsets[r] <= i < offsets[r + 1] and e == i - offsets[r]
+        assert (start, end) == (offsets[r], offsets[r + 1]) and start <= i < end
     else:
-        assert (r, e) == (-1, 0)
+        assert (r, start, end) == (-1, 0, 0)
 
 
 # --- GPU: a million slots ------------------------------------------------------------------

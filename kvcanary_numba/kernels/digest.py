@@ -24,7 +24,7 @@ from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
 from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of, take_entry
-from .records import check_run, entry_run_from
+from .records import check_run, run_span
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
 
@@ -95,11 +95,12 @@ def _make_digest(nsrc: int, take: bool):
         first = int64(tid // WARP_SIZE) * chunk
         acc = uint64(0)
         current = MINUS_ONE  # the run the lane sums belong to (the same on every lane)
-        hint = MINUS_ONE
+        run, start, end = MINUS_ONE, ZERO, ZERO  # the lane's last run and its span [start, end)
         for t in range(first, min(first + chunk, tiles)):
             i = t * _WARP + lane
-            r, e = entry_run_from(offsets, runs, i, hint) if i < n else (MINUS_ONE, ZERO)
-            hint = r if r >= ZERO else hint  # the lane's next entry is 32 further: its run is this one or later
+            if i < n and not (start <= i and i < end):  # the lane's last run ends before its next entry
+                run, start, end = run_span(offsets, runs, i, run)
+            r, e = (run, i - start) if i < n and run >= ZERO else (MINUS_ONE, ZERO)
             taken = take and i < n  # the gather takes every entry, in a run or not
             slot = slots[i] if r >= ZERO or taken else ZERO
             ok = in_pool(slot, num_slots)

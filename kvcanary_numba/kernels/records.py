@@ -34,7 +34,7 @@ from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, 
 from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
 from .verify import record_violation
 
-__all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run", "entry_run_from"]
+__all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run", "run_span"]
 
 _WARPS = MOVE_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
@@ -45,13 +45,15 @@ _CHAIN_HEAD_I64 = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
 @cuda.jit(device=True)
 def entry_run(offsets, runs, i):
     """(run, index in the run) of entry ``i``; run -1 when no run holds it (a binary search)."""
-    return entry_run_from(offsets, runs, i, MINUS_ONE)
+    r, start, _ = run_span(offsets, runs, i, MINUS_ONE)
+    return (r, i - start) if r >= ZERO else (MINUS_ONE, ZERO)
 
 
 @cuda.jit(device=True)
-def entry_run_from(offsets, runs, i, hint):
-    """:func:`entry_run`, searched forward from run ``hint`` when it is the run of an entry before
-    ``i`` (-1: unknown, a binary search of the whole table).
+def run_span(offsets, runs, i, hint):
+    """(run, its first entry, its end) of the run holding entry ``i``, (-1, 0, 0) when none; the
+    search starts at run ``hint`` when that is the run of an entry before ``i`` (-1: unknown, a
+    binary search of the whole table).
 
     From the hint: one run a step, then doubling steps, then a binary search of the last step, so
     the entries of consecutive tiles find their run in one or two loads where a whole search takes
@@ -59,7 +61,7 @@ def entry_run_from(offsets, runs, i, hint):
     ``offsets[0 .. runs]``.
     """
     if runs <= ZERO:
-        return MINUS_ONE, ZERO
+        return MINUS_ONE, ZERO, ZERO
     lo = ZERO
     hi = runs
     if hint >= ZERO and hint < runs and offsets[hint] <= i:
@@ -78,9 +80,10 @@ def entry_run_from(offsets, runs, i, hint):
         else:
             hi = mid
     start = offsets[lo]
-    if start <= i and i < offsets[lo + ONE]:
-        return lo, i - start
-    return MINUS_ONE, ZERO
+    end = offsets[lo + ONE]
+    if start <= i and i < end:
+        return lo, start, end
+    return MINUS_ONE, ZERO, ZERO
 
 
 @cuda.jit(device=True)
