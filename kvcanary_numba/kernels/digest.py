@@ -12,7 +12,9 @@ Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries 
 adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp
 adds its lanes' sums in shared memory and lane 0 adds the total to the run's digest with one
 atomic. A tile that straddles runs (at most one per run boundary) adds lane by lane. So a run
-of a million entries costs one atomic per warp, not one per entry.
+of a million entries costs one atomic per warp, not one per entry. Each lane keeps the span of
+its last run and searches the run table (forward from that run, ``records.run_span``) only when
+its next entry, 32 further, leaves it.
 """
 
 from __future__ import annotations
