@@ -17,8 +17,9 @@ GPU rows (CuPy arrays, the package's public functions, CUDA-event medians behind
   records and the KV, whose bytes are the gather's: what an offload costs); each with
   ``fraction_of_copy`` (its minimum bytes per second over the 1 GiB copy's) and
   ``fraction_of_same_copy`` (the same-bytes copy's time over its own);
-- ``gather with digest, runs of 64``: the same with a run every 64 slots (a digest per page of a
-  paged pool: the per-run flushes and atomics at their most frequent);
+- ``gather with digest, runs of 64`` and ``verify records, runs of 64``: the same with a run every
+  64 slots (a digest or a check per page of a paged pool: the run lookups, and the digest's
+  per-run flushes and atomics, at their most frequent);
 - ``touch``: ``benchmarks/baseline_kernels.gather_touch`` (PARTIAL) or ``records_touch`` (NONE),
   the loads and stores of a gather and nothing else, the ceiling of that access pattern; every
   row of the same slots then has ``fraction_of_touch`` (its bytes per second over the touch's).
@@ -173,6 +174,18 @@ def gpu_rows(mode_name: str) -> list[dict]:
                     context=ctx, slot_indices=slots, run_offsets=short, out_digests=short_digests, out_records=pack
                 ),
                 cases["gather"][1],
+            )
+            short_starts = short[:-1].copy()
+            short_prevs = cupy.where(short_starts > 0, slots[cupy.maximum(short_starts - 1, 0)], -1)
+            cases[f"verify records, runs of {_SHORT_RUN}"] = (
+                lambda i: kc.verify_canary_records(
+                    context=ctx,
+                    slot_indices=slots,
+                    run_offsets=short,
+                    run_start_positions=short_starts,
+                    run_prev_slots=short_prevs,
+                ),
+                cases["verify records"][1],
             )
             # The access pattern's own ceiling: the sectors the gather touches, no work.
             k_rows, v_rows = (s.tensor for s in ctx.real_kv_sources) if kv else (None, None)

@@ -183,6 +183,24 @@ def test_records_check(rng, mode, nsrc, page_size, nbytes):
     assert len(ring(ctx)) >= 4
 
 
+@pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), [GEOMETRIES[0], GEOMETRIES[2]])
+def test_records_check_of_many_short_runs(rng, mode, nsrc, page_size, nbytes):
+    # 150 entries in runs of 0 to 9 (several tiles per warp under the simulator's two warps), every
+    # run a piece of one request (its start position and predecessor as the pieces say), two faults.
+    ctx = make_pool(rng, 160, mode=mode, nsrc=nsrc if mode != NONE else 0, page_size=page_size, nbytes=nbytes)
+    slots = [int(s) for s in rng.permutation(np.arange(1, 160))[:150]]
+    write_request(ctx, slots, [int(t) for t in rng.integers(0, 1000, 150)])
+    lengths = rng.integers(0, 10, 40)
+    lengths = lengths[np.cumsum(lengths) <= 150]
+    offsets = i64(np.r_[0, np.cumsum(lengths), 150])
+    starts = offsets[:-1]
+    prevs = i64([slots[k - 1] if k else -1 for k in starts])
+    ctx.canary_buf[slots[37], 8] ^= 1  # a position: the next entry's link breaks too
+    ctx.canary_buf[slots[101], 0] ^= 1  # a token: the next entry's link breaks
+    pair("records", ctx, slot_indices=i64(slots), run_offsets=offsets, run_start_positions=starts, run_prev_slots=prevs)
+    assert {row[1] for row in ring(ctx)} == {slots[37], slots[38], slots[102]}
+
+
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
 @pytest.mark.parametrize(
     "lengths", [[70], [3, 0, 40, 1, 29], [0], [2, 0, 0, 1, 7, 0, 33, 1, 1, 1, 0, 20, 30, 3, 0, 12]]

@@ -26,7 +26,7 @@ from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
 from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
 from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of, take_entry
-from .records import check_run, run_span
+from .records import check_run, run_of, warp_chunk
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
 
@@ -91,18 +91,13 @@ def _make_digest(nsrc: int, take: bool):
         bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         sums = cuda.shared.array((_WARPS, WARP_SIZE), uint64)[warp]
         lane_runs = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
-        tiles = (n + _WARP - ONE) // _WARP
-        warps = int64(cuda.gridsize(1)) // _WARP
-        chunk = (tiles + warps - ONE) // warps
-        first = int64(tid // WARP_SIZE) * chunk
+        first, last = warp_chunk(n)
         acc = uint64(0)
         current = MINUS_ONE  # the run the lane sums belong to (the same on every lane)
         run, start, end = MINUS_ONE, ZERO, ZERO  # the lane's last run and its span [start, end)
-        for t in range(first, min(first + chunk, tiles)):
+        for t in range(first, last):
             i = t * _WARP + lane
-            if i < n and not (start <= i and i < end):  # the lane's last run ends before its next entry
-                run, start, end = run_span(offsets, runs, i, run)
-            r, e = (run, i - start) if i < n and run >= ZERO else (MINUS_ONE, ZERO)
+            r, e, run, start, end = run_of(offsets, runs, i, n, run, start, end)
             taken = take and i < n  # the gather takes every entry, in a run or not
             slot = slots[i] if r >= ZERO or taken else ZERO
             ok = in_pool(slot, num_slots)
