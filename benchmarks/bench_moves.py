@@ -146,16 +146,7 @@ def gpu_rows(mode_name: str) -> list[dict]:
                     ),
                     n * (_INDEX + _RECORD + kv),
                 ),
-                "verify records": (
-                    lambda i: kc.verify_canary_records(
-                        context=ctx,
-                        slot_indices=slots,
-                        run_offsets=offsets,
-                        run_start_positions=starts,
-                        run_prev_slots=prevs,
-                    ),
-                    n * (_INDEX + 2 * _RECORD + kv),
-                ),
+                "verify records": (_records_check(ctx, slots, offsets, starts, prevs), n * (_INDEX + 2 * _RECORD + kv)),
             }
             cases["gather + digest"] = (
                 lambda i: (cases["gather"][0](i), cases["digest"][0](i)),
@@ -178,13 +169,7 @@ def gpu_rows(mode_name: str) -> list[dict]:
             short_starts = short[:-1].copy()
             short_prevs = cupy.where(short_starts > 0, slots[cupy.maximum(short_starts - 1, 0)], -1)
             cases[f"verify records, runs of {_SHORT_RUN}"] = (
-                lambda i: kc.verify_canary_records(
-                    context=ctx,
-                    slot_indices=slots,
-                    run_offsets=short,
-                    run_start_positions=short_starts,
-                    run_prev_slots=short_prevs,
-                ),
+                _records_check(ctx, slots, short, short_starts, short_prevs),
                 cases["verify records"][1],
             )
             # The access pattern's own ceiling: the sectors the gather touches, no work.
@@ -218,6 +203,13 @@ def gpu_rows(mode_name: str) -> list[dict]:
                 r["fraction_of_touch"] = round(r["gbps"] / touch["gbps"], 3)
             _require_clean(int(ctx.violation_write_index.get()[0]))
     return rows
+
+
+def _records_check(ctx, slots, offsets, starts, prevs):
+    """A timed call of ``verify_canary_records`` over the runs ``offsets`` (with their starts and predecessors)."""
+    return lambda i: kc.verify_canary_records(
+        context=ctx, slot_indices=slots, run_offsets=offsets, run_start_positions=starts, run_prev_slots=prevs
+    )
 
 
 def _require_clean(rows: int) -> None:
