@@ -171,10 +171,10 @@ def records_touch(buf, slots, out):
 
 KERNELS = {
     "chain_synth": chain_synth,
-    "records_touch": records_touch,
     "chain_streamed": chain_streamed,
     "write_baseline": write_baseline,
     "gather_touch": gather_touch,
+    "records_touch": records_touch,
 }
 SIGNATURES = {
     "chain_synth": ("void(int64, int64[::1])",),
@@ -231,24 +231,17 @@ def launch_gather_touch(*, canary_buf, slot_indices, out_records, k_rows=None, v
     ``slot_indices``, uint8 [n, 32] ``out_records`` and the K and V rows (uint8 [rows, bytes],
     bytes a multiple of 8); the memory ceiling of a PARTIAL gather of these slots. Without K and
     V rows, :func:`records_touch`: the ceiling of a NONE gather."""
-    n, rows = slot_indices.shape[0], canary_buf.shape[0]
-    if k_rows is None:
-        args = (
-            _launch.reinterpret(canary_buf, "int64", (rows, 4)),
-            _launch.kernel_array(slot_indices),
-            _launch.reinterpret(out_records, "int64", (n, 4)),
-        )
-        signature = SIGNATURES["records_touch"][0]
-        _launch.launch(records_touch, signature, _launch.grid_for(n * 4, 256), 256, args, stream)
-        return
-    row_words = k_rows.shape[1] // 8
-    args = (
+    n, rows, block = slot_indices.shape[0], canary_buf.shape[0], 256
+    records = (
         _launch.reinterpret(canary_buf, "int64", (rows, 4)),
         _launch.kernel_array(slot_indices),
         _launch.reinterpret(out_records, "int64", (n, 4)),
-        _launch.reinterpret(k_rows, "uint64"),
-        _launch.reinterpret(v_rows, "uint64"),
-        int(row_words),
     )
-    block = 256
-    _launch.launch(gather_touch, SIGNATURES["gather_touch"][0], _launch.grid_for(n, block), block, args, stream)
+    if k_rows is None:
+        signature = SIGNATURES["records_touch"][0]
+        _launch.launch(records_touch, signature, _launch.grid_for(n * 4, block), block, records, stream)
+        return
+    kv = (_launch.reinterpret(k_rows, "uint64"), _launch.reinterpret(v_rows, "uint64"), int(k_rows.shape[1] // 8))
+    _launch.launch(
+        gather_touch, SIGNATURES["gather_touch"][0], _launch.grid_for(n, block), block, (*records, *kv), stream
+    )

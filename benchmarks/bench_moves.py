@@ -62,7 +62,7 @@ BYTES_PER_TOKEN = 128
 SIZES = {"quick": [1 << 14], "full": [1 << 20, 1 << 22]}
 CPU_SIZES = {"quick": [1 << 14], "full": [1 << 20]}
 _RECORD, _INDEX = 32, 8
-_SHORT_RUN = 64  # slots per run of the many-runs digest row (a page of a paged pool)
+_SHORT_RUN = 64  # slots per run of the many-runs digest and records-check rows (a page of a paged pool)
 
 
 def pool(xp, n: int, mode, seed: int = 0, shuffled: bool = True):

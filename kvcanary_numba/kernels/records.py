@@ -101,9 +101,11 @@ def warp_chunk(n):
 def run_of(offsets, runs, i, n, run, start, end):
     """(run, index in the run) of entry ``i`` ((-1, 0) past ``n`` or in no run), then the lane's kept
     span ``run, start, end`` (-1, 0, 0 at first), searched again only when ``i`` leaves it."""
-    if i < n and not (start <= i and i < end):
+    if i >= n:
+        return MINUS_ONE, ZERO, run, start, end
+    if not (start <= i and i < end):
         run, start, end = run_span(offsets, runs, i, run)
-    if i < n and run >= ZERO:
+    if run >= ZERO:
         return run, i - start, run, start, end
     return MINUS_ONE, ZERO, run, start, end
 
