@@ -5,8 +5,9 @@
 
 GPU rows (CuPy arrays, the package's public functions, CUDA-event medians behind a spin kernel,
 ``benchmarks/timing.py``), for ``n`` slots of a pool of ``n + 1`` with K and V sources of
-128 bytes per token, the slots in a random order (a pool's pages are scattered) and in order
-(a compaction of contiguous slots):
+128 bytes per token, the slots in a random order (single slots from anywhere in the pool: the
+worst case), as pages of 64 slots in a random order (what an engine with a paged pool offloads
+and reloads) and in order (a compaction of contiguous slots):
 
 - ``copy``: the baselines, ``cudaMemcpyAsync`` of the same bytes the row's kernel must move
   (``bytes``: read + written), and of 1 GiB (the device's copy bandwidth);
@@ -65,9 +66,12 @@ _RECORD, _INDEX = 32, 8
 _SHORT_RUN = 64  # slots per run of the many-runs digest and records-check rows (a page of a paged pool)
 
 
-def pool(xp, n: int, mode, seed: int = 0, shuffled: bool = True):
+ORDERS = ("random order", f"pages of {_SHORT_RUN} in random order", "in order")
+
+
+def pool(xp, n: int, mode, seed: int = 0, order: str = ORDERS[0]):
     """A context of ``n + 1`` slots over K and V sources, one request of ``n`` tokens written by the package's
-    write (a valid chain, live fingerprints: every check is clean), and its slots in a random order."""
+    write (a valid chain, live fingerprints: every check is clean), and its slots in the ``order`` of ``ORDERS``."""
     rng = np.random.default_rng(seed)
     device = "cpu" if xp is np else "cuda"
     kv = [xp.asarray(rng.integers(0, 256, (n + 1, BYTES_PER_TOKEN), dtype=np.uint8)) for _ in range(2)]
@@ -78,8 +82,14 @@ def pool(xp, n: int, mode, seed: int = 0, shuffled: bool = True):
     ctx = kc.CanaryContext.allocate(
         num_slots=n + 1, real_kv_sources=sources, real_kv_hash_mode=mode, ring_capacity=64, device=device
     )
-    order = rng.permutation(np.arange(1, n + 1)) if shuffled else np.arange(1, n + 1)
-    slots = xp.asarray(order.astype(np.int64))
+    if order == ORDERS[0]:
+        picked = rng.permutation(np.arange(1, n + 1))
+    elif order == ORDERS[1]:  # whole pages (n a multiple of the page size), the pages shuffled
+        pages = rng.permutation(n // _SHORT_RUN)
+        picked = (pages[:, None] * _SHORT_RUN + np.arange(_SHORT_RUN)).ravel() + 1
+    else:
+        picked = np.arange(1, n + 1)
+    slots = xp.asarray(picked.astype(np.int64))
     plan = kc.WritePlan.allocate(write_req_capacity=1, device=device)
     plan.write_offsets[...] = xp.asarray(np.array([0, n], dtype=np.int64))
     plan.write_seed_slot_indices[...] = -1
@@ -113,14 +123,9 @@ def gpu_rows(mode_name: str) -> list[dict]:
     rows, big = [], copy_bandwidth()
     rows.append({"op": "copy", "variant": "1 GiB", **big})
     for n in SIZES[mode_name]:
-        for mode, shuffled in (
-            (kc.RealKvHashMode.NONE, True),
-            (kc.RealKvHashMode.NONE, False),  # records alone, read in order: the copy's own access pattern
-            (kc.RealKvHashMode.PARTIAL, True),
-            (kc.RealKvHashMode.PARTIAL, False),
-        ):
-            ctx, slots = pool(cupy, n, mode, shuffled=shuffled)
-            order = "random order" if shuffled else "in order"
+        # NONE in order: records alone, read in order, the copy's own access pattern
+        for mode, order in [(m, o) for m in (kc.RealKvHashMode.NONE, kc.RealKvHashMode.PARTIAL) for o in ORDERS]:
+            ctx, slots = pool(cupy, n, mode, order=order)
             kv = 0 if mode == kc.RealKvHashMode.NONE else 2 * 16  # PARTIAL: 16 bytes of K and of V per slot
             pack, scratch = cupy.empty((n, 32), np.uint8), cupy.empty((n, 32), np.uint8)
             offsets, starts, prevs = _runs(cupy, n)

@@ -44,7 +44,8 @@
 #   interop    the GPU tests of every array library, of the validation memo and of launch scratch during a
 #              real CUDA-graph capture
 #   moves      the moved-records benchmark (benchmarks/bench_moves.py) of this tree, and when .base/ is present, the
-#              same script on .base/'s package (only the package differs) -> $OUT/moves.md, .json, moves-base.md, .json (LIMIT_moves_base)
+#              same script on .base/'s package (only the package differs) -> $OUT/moves.md, .json, moves-base.md, .json (LIMIT_moves_base;
+#              MOVES_ARGS: more arguments of both, e.g. --gpu)
 #   ptx        registers, stack and spills of every kernel's sm_90 build (benchmarks/ptx_report.py), of this
 #              tree and, when present, of .base/ side by side -> $OUT/ptx.md, ptx.jsonl
 #
@@ -281,9 +282,9 @@ print("numba-cuda", numba_cuda.__file__); print("cupy", cupy.__file__, cupy.cuda
         if [ -d .base/kvcanary_numba ]; then
             mkdir -p .base/benchmarks && cp benchmarks/__init__.py benchmarks/bench_moves.py benchmarks/timing.py \
                 benchmarks/baseline_kernels.py .base/benchmarks/
-            run_step moves_base 150 python3 .base/benchmarks/bench_moves.py --out "$OUT" --name moves-base
+            run_step moves_base 150 python3 .base/benchmarks/bench_moves.py ${MOVES_ARGS:-} --out "$OUT" --name moves-base
         fi
-        run_step moves 150 python3 benchmarks/bench_moves.py --out "$OUT" --name moves ;;
+        run_step moves 150 python3 benchmarks/bench_moves.py ${MOVES_ARGS:-} --out "$OUT" --name moves ;;
     ptx)
         trees=(.)
         [ -d .base/kvcanary_numba ] && trees=(.base .)

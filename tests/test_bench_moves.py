@@ -46,6 +46,17 @@ def test_the_benchmark_pool_is_one_clean_request_in_a_random_order():
     assert int(ctx.violation_write_index[0]) == 0
 
 
+def test_the_paged_order_moves_whole_pages_in_a_shuffled_order():
+    page = bench_moves._SHORT_RUN
+    ctx, slots = bench_moves.pool(np, 8 * page, kc.RealKvHashMode.NONE, order=bench_moves.ORDERS[1])
+    pages = slots.reshape(8, page)
+    assert sorted(slots.tolist()) == list(range(1, 8 * page + 1))
+    np.testing.assert_array_equal(pages - pages[:, :1], np.broadcast_to(np.arange(page), (8, page)))
+    assert np.all((pages[:, 0] - 1) % page == 0) and pages[:, 0].tolist() != sorted(pages[:, 0].tolist())
+    in_order, _ = bench_moves.pool(np, 8 * page, kc.RealKvHashMode.NONE, order=bench_moves.ORDERS[2])
+    assert int(in_order.violation_write_index[0]) == 0
+
+
 def test_targets_read_the_rows_they_name():
     rows = [
         {
