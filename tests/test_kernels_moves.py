@@ -292,16 +292,21 @@ class _Bounded:
 @settings(max_examples=60, deadline=None)
 @given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=40), data=st.data())
 def test_a_run_searched_from_an_earlier_entrys_run_is_the_binary_searchs(lengths, data):
-    from kvcanary_numba.kernels.records import entry_run, run_span
+    from kvcanary_numba.kernels.records import run_of, run_span
 
     offsets = np.r_[0, np.cumsum(lengths)]
-    table, runs_ = _Bounded(offsets), np.int64(len(lengths))
-    for i in range(int(offsets[-1])):
+    table, runs_, n = _Bounded(offsets), np.int64(len(lengths)), np.int64(offsets[-1])
+    kept = (np.int64(-1), np.int64(0), np.int64(0))  # a lane's span, carried from entry to entry
+    for i in range(int(n) + 2):
+        if i >= n:  # past the entries: no run, the span untouched
+            assert tuple(map(int, run_of(table, runs_, np.int64(i), n, *kept))) == (-1, 0, *map(int, kept))
+            continue
         truth = int(np.searchsorted(offsets, i, side="right")) - 1
         hint = data.draw(st.integers(-1, truth), label=f"hint of entry {i}")  # any earlier entry's run
         span = (truth, int(offsets[truth]), int(offsets[truth + 1]))
         assert tuple(map(int, run_span(table, runs_, np.int64(i), np.int64(hint)))) == span
-        assert tuple(map(int, entry_run(table, runs_, np.int64(i)))) == (truth, i - int(offsets[truth]))
+        r, e, *kept = run_of(table, runs_, np.int64(i), n, *kept)
+        assert (int(r), int(e), *map(int, kept)) == (truth, i - span[1], *span)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="calls the device functions as Python (the simulator's form)")

@@ -1,11 +1,12 @@
 """Kernel of ``verify_canary_records``: check runs of moved slots where they rest (``reference/records.py``).
 
-Entry ``i`` belongs to the run ``r`` with ``run_offsets[r] <= i < run_offsets[r + 1]``, found by
-a binary search of the offsets (:func:`entry_run`); its expected position is
-``run_start_positions[r] + (i - run_offsets[r])`` and its predecessor the entry before it, or
-``run_prev_slots[r]`` for a run's first entry. The checks are verify's with the token unchecked.
-One persistent grid strides over the entries, a thread per entry without real-KV sources and a
-warp per 32 entries with them (the warp folds its lanes' slots together, as verify does).
+Entry ``i`` belongs to the run ``r`` with ``run_offsets[r] <= i < run_offsets[r + 1]``; its
+expected position is ``run_start_positions[r] + (i - run_offsets[r])`` and its predecessor the
+entry before it, or ``run_prev_slots[r]`` for a run's first entry. The checks are verify's with
+the token unchecked. Each warp of one persistent grid takes a contiguous chunk of 32-entry tiles
+(:func:`warp_chunk`; with real-KV sources the warp folds its lanes' slots together, as verify
+does), and each lane keeps the span of its last run, searching the offsets again (forward from
+that run, :func:`run_span`) only when its next entry leaves it (:func:`run_of`).
 
 The offsets are device data: the host checks them only for host arrays. A run whose range
 is not inside ``[0, n]``, goes down, or leaves entries of ``[0, n)`` outside every run records
@@ -34,19 +35,12 @@ from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, 
 from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
 from .verify import record_violation
 
-__all__ = ["KERNELS", "SIGNATURES", "check_run", "entry_run", "run_of", "run_span", "warp_chunk"]
+__all__ = ["KERNELS", "SIGNATURES", "check_run", "run_of", "run_span", "warp_chunk"]
 
 _WARPS = MOVE_THREADS // WARP_SIZE
 _WARP = np.int64(WARP_SIZE)
 _TWO = np.int64(2)
 _CHAIN_HEAD_I64 = np.uint64(CANARY_CHAIN_HEAD).view(np.int64)
-
-
-@cuda.jit(device=True)
-def entry_run(offsets, runs, i):
-    """(run, index in the run) of entry ``i``; run -1 when no run holds it (a binary search)."""
-    r, start, _ = run_span(offsets, runs, i, MINUS_ONE)
-    return (r, i - start) if r >= ZERO else (MINUS_ONE, ZERO)
 
 
 @cuda.jit(device=True)
@@ -185,23 +179,19 @@ def _make_verify_records(nsrc: int):
         for r in range(int64(tid), runs, stride):
             check_run(offsets, runs, r, n, ring, write_index, kind)
         num_slots = int64(buf.shape[0])
-        if nsrc == 0:
-            for i in range(int64(tid), n, stride):
-                r, e = entry_run(offsets, runs, i)
-                if r >= ZERO:
-                    _check_record(
-                        buf, num_slots, slots, starts, prevs, i, r, e, nsrc, uint64(0), ring, write_index, kind
-                    )
-            return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
         tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
         bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
-        for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, stride // _WARP):
+        first, last = warp_chunk(n)
+        run, start, end = MINUS_ONE, ZERO, ZERO  # the lane's last run and its span [start, end)
+        for t in range(first, last):
             i = t * _WARP + lane
-            r, e = entry_run(offsets, runs, i) if i < n else (MINUS_ONE, ZERO)
-            slot = slots[i] if r >= ZERO else ZERO
-            real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
+            r, e, run, start, end = run_of(offsets, runs, i, n, run, start, end)
+            real = uint64(0)
+            if nsrc > 0:
+                slot = slots[i] if r >= ZERO else ZERO
+                real = moved_kv_hash(tile, bases, lane, slot, in_pool(slot, num_slots), nsrc, w0, w1, w2, w3, params)
             if r >= ZERO:
                 _check_record(buf, num_slots, slots, starts, prevs, i, r, e, nsrc, real, ring, write_index, kind)
 
