@@ -53,6 +53,29 @@ def test_replay_reproduces_the_row_field_for_field(tmp_path):
     assert r.reproduced(r.recorded[0])
 
 
+@pytest.mark.parametrize("check_tokens", [True, False])
+def test_a_slot_in_several_plan_entries_keeps_each_entrys_own_expected_token(tmp_path, check_tokens):
+    # A trampled page-table entry makes slot 2 (position 0 of a shared prompt) position 13 of another
+    # request too: the plan verifies it three times, with two different expected tokens. Each bundle
+    # entry carries its plan entry's token (-1 when the monitor checks no tokens), so the replay
+    # fails only where the engine's verify did.
+    engine = ToyEngine(EngineConfig(seed=1), faults={"req_to_token": 6})
+    monitor = engine.attach_monitor(mode="log", bundle_dir=tmp_path, check_tokens=check_tokens)
+    engine.run(10)
+    b = load_bundle(monitor.bundles[0])
+    recorded = b["rows"]
+    plan_slot = b["entry_origin"] == 0
+    slots = b["entries"][plan_slot, 1]
+    assert np.any(np.unique(slots, return_counts=True)[1] > 1), "the scenario must verify one slot twice"
+    tokens = {int(x) for _, s, _, _, x in b["entries"][plan_slot] if s == 2}
+    assert len(tokens) > 1 if check_tokens else tokens == {-1}  # one slot, two expected tokens
+    replay = replay_bundle(b)
+    of_slot_2 = lambda rows: sorted(v.summary() for v in rows if v.slot_idx == 2)  # noqa: E731
+    assert of_slot_2(replay.replayed) == of_slot_2(replay.recorded) and of_slot_2(replay.recorded)
+    assert len(replay.replayed) == recorded.shape[0]  # a row per recorded row (write rows: their verify twins)
+    assert all(replay.reproduced(v) for v in replay.recorded)
+
+
 @pytest.mark.skipif(
     os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="replays build NumPy arrays: kernels need the simulator"
 )

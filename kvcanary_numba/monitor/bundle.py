@@ -40,7 +40,7 @@ import warnings
 import numpy as np
 
 from .._validate import check_int
-from ..constants import MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
+from ..constants import EXPECTED_TOKEN_UNCHECKED, MAX_REAL_KV_SOURCES, PARTIAL_READ_BYTES, RealKvHashMode
 from ..errors import error
 from .bundle_check import check_contents, decode_config
 from .bundle_file import BUNDLE_FORMAT, BUNDLE_KEYS, MAX_BUNDLE_BYTES, bundle_digest, read_bundle_arrays
@@ -92,7 +92,11 @@ def _entries_of(monitor, tag_rows, view) -> tuple[list, list]:
             continue  # a clipped range or a bad seed names no slot a verify could look at
         hits = plan[plan[:, 0] == v.slot_idx]
         if hits.shape[0]:
-            entries += [(*e[:3], v.expected_token) for e in hits]
+            # Each entry with its own expected token: one slot can sit at several positions of a
+            # plan (a shared prefix, a trampled page table), each with its own token. The row says
+            # whether the launch checked tokens at all.
+            unchecked = v.expected_token == EXPECTED_TOKEN_UNCHECKED
+            entries += [(*e[:3], EXPECTED_TOKEN_UNCHECKED if unchecked else e[3]) for e in hits]
             origins += [0] * hits.shape[0]
         else:
             entries.append((v.slot_idx, v.position, 0, v.expected_token))
