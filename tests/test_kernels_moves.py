@@ -357,3 +357,12 @@ def test_a_million_slots_move_and_digest_as_the_reference_says(mode):
         run_start_positions=np.zeros(400, np.int64),
         run_prev_slots=np.full(400, -1, np.int64),
     )
+    pages = i64(np.arange(0, n + 1, 64))  # a run per page: every lane leaves its run every other tile
+    pair(
+        "records",
+        ctx,
+        slot_indices=slots,
+        run_offsets=pages,
+        run_start_positions=i64(rng.integers(0, 1 << 20, pages.shape[0] - 1)),
+        run_prev_slots=i64(rng.integers(-1, n + 1, pages.shape[0] - 1)),
+    )
