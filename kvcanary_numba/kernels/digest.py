@@ -23,9 +23,9 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH, warp_sync
+from .fingerprint import SOURCE_SIGNATURE, warp_sync
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, mix3, splitmix64
-from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of, take_entry
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, record_of, staging_shapes, take_entry
 from .records import check_run, run_of, warp_chunk
 
 __all__ = ["KERNELS", "SIGNATURES", "entry_hash"]
@@ -72,6 +72,7 @@ def digest_clear(out, offsets, n, ring, write_index, kind):
 def _make_digest(nsrc: int, take: bool):
     """``digest_src{nsrc}``, or with ``take`` ``gather_digest_src{nsrc}``: ``pack`` is then the
     gather's pack (int64 [n, 4]); the digest alone gets ``buf`` there, unused."""
+    tile_shape, bases_shape = staging_shapes(nsrc)
 
     def digest(
         buf, slots, offsets, out, pack, ring, write_index, slot_counter, kernel_counter, kind, w0, w1, w2, w3, params
@@ -87,8 +88,8 @@ def _make_digest(nsrc: int, take: bool):
         num_slots = int64(buf.shape[0])
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        tile = cuda.shared.array(tile_shape, uint64)[warp]
+        bases = cuda.shared.array(bases_shape, int64)[warp]
         sums = cuda.shared.array((_WARPS, WARP_SIZE), uint64)[warp]
         lane_runs = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
         first, last = warp_chunk(n)

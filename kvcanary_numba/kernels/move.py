@@ -39,6 +39,7 @@ __all__ = [
     "moved_kv_hash",
     "out_of_range_row",
     "record_of",
+    "staging_shapes",
     "take_entry",
 ]
 
@@ -89,6 +90,15 @@ def moved_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p):
     if one_vector_each(nsrc, p):
         return one_vector_kv_hash(slot, slot_ok, nsrc, w0, w1, w2, w3, p)
     return warp_real_kv_hash(tile, bases, lane, slot, slot_ok, nsrc, w0, w1, w2, w3, p)
+
+
+def staging_shapes(nsrc: int) -> tuple[tuple[int, int, int], tuple[int, int]]:
+    """Shapes of a block's ``tile`` (uint64) and ``bases`` (int64) shared arrays for
+    :func:`moved_kv_hash`: one row per warp of ``MOVE_THREADS``. Without real-KV sources they are
+    never read, so a kernel built for ``nsrc == 0`` declares one element per warp and spends no
+    shared memory (which would cap the blocks per SM) on them."""
+    lanes, pitch = (WARP_SIZE, TILE_PITCH) if nsrc else (1, 1)
+    return (_WARPS, lanes, pitch), (_WARPS, lanes)
 
 
 @cuda.jit(device=True)

@@ -30,9 +30,9 @@ from ..constants import (
     MAX_REAL_KV_SOURCES,
     WARP_SIZE,
 )
-from .fingerprint import SOURCE_SIGNATURE, TILE_PITCH
+from .fingerprint import SOURCE_SIGNATURE
 from .hashing import MINUS_ONE, ONE, POSITION, PREV_HASH, REAL_KV, TOKEN, ZERO, slot_hash
-from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row
+from .move import MOVE_THREADS, in_pool, moved_kv_hash, out_of_range_row, staging_shapes
 from .verify import record_violation
 
 __all__ = ["KERNELS", "SIGNATURES", "check_run", "run_of", "run_span", "warp_chunk"]
@@ -151,6 +151,8 @@ def _check_record(buf, num_slots, slots, starts, prevs, i, r, e, nsrc, real, rin
 
 
 def _make_verify_records(nsrc: int):
+    tile_shape, bases_shape = staging_shapes(nsrc)
+
     def verify_records(
         buf,
         slots,
@@ -181,8 +183,8 @@ def _make_verify_records(nsrc: int):
         num_slots = int64(buf.shape[0])
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        tile = cuda.shared.array(tile_shape, uint64)[warp]
+        bases = cuda.shared.array(bases_shape, int64)[warp]
         first, last = warp_chunk(n)
         run, start, end = MINUS_ONE, ZERO, ZERO  # the lane's last run and its span [start, end)
         for t in range(first, last):
