@@ -7,8 +7,9 @@ module is compiled with ``cuda.compile_ptx(..., cc=(9, 0))`` in a subprocess
 without the simulator; no GPU is needed. A kernel without a declared signature
 (the ``KERNELS`` / ``SIGNATURES`` convention of :mod:`kvcanary_numba.kernels`)
 fails. For the canary kernels the PTX is also checked for what their speed
-relies on: 16-byte vector loads of real-KV bytes, no calls, no local memory and
-(where nvJitLink is installed) no register spills in the sm_90 build.
+relies on: 16-byte vector loads of real-KV bytes, no calls, no local memory,
+(where nvJitLink is installed) no register spills in the sm_90 build, and no
+staging tile in the moved-records builds that fold no real-KV bytes.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ CANARY_MODULES = (
 SPILL_FREE_MODULES = CANARY_MODULES + ("fast.kernels.tiled_endpoints", "fast.kernels.write_tiled", "kernels.digest")
 
 SCRIPT = r"""
-import importlib, json, sys
+import importlib, json, re, sys
 from types import SimpleNamespace
 
 import numba.cuda.dispatcher as dispatcher
@@ -98,6 +99,8 @@ for name, kernel in kernels.items():
             "v2_loads": body.count("v2.u64"),
             "calls": body.count("call"),
             "local": body.count(".local"),
+            # Bytes of static shared arrays, declared at module scope: ".shared .align A .b8 name[BYTES];".
+            "shared": sum(int(n) for n in re.findall(r"\.shared\s+\.align\s+\d+\s+\.b8\s+\w+\[(\d+)\]", ptx)),
             "spills": sass_spills(ptx) if sys.argv[2] == "1" else None,
         }
 print(json.dumps(report))
@@ -156,3 +159,32 @@ def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
         for name, entry in report["ptx"].items():
             folds = not name.endswith("_src0")
             assert (entry["v2_loads"] > 0) == folds, (name, entry)
+
+
+
+#: The moved-records modules whose builds stage real-KV bytes through a shared tile (``staging_shapes``).
+STAGING_MODULES = ("kernels.move", "kernels.records", "kernels.digest")
+
+
+def _tile_bytes() -> int:
+    # One uint64 row of TILE_PITCH words per thread of a moves block.
+    from kvcanary_numba.kernels.fingerprint import TILE_PITCH
+    from kvcanary_numba.kernels.move import MOVE_THREADS
+
+    return 8 * MOVE_THREADS * TILE_PITCH
+
+
+@pytest.mark.parametrize("module", STAGING_MODULES)
+def test_only_builds_that_fold_kv_declare_a_staging_tile(module):
+    # A tile in a src0 build costs occupancy (fewer blocks per SM) for bytes it never reads.
+    report = _report(module)
+    families: dict[str, dict[int, int]] = {}
+    for name, entry in report["ptx"].items():
+        family, _, nsrc = name.rpartition("_src")
+        if family and nsrc.isdigit():
+            families.setdefault(family, {})[int(nsrc)] = entry["shared"]
+    assert families, "no _src{n} builds compiled"
+    for family, shared in families.items():
+        assert shared[0] < _tile_bytes(), (family, shared)
+        for nsrc, bytes_ in shared.items():
+            assert nsrc == 0 or bytes_ >= _tile_bytes(), (family, nsrc, shared)
