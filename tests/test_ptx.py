@@ -161,7 +161,6 @@ def test_every_kernel_has_a_signature_and_compiles_for_sm90(module):
             assert (entry["v2_loads"] > 0) == folds, (name, entry)
 
 
-
 #: The moved-records modules whose builds stage real-KV bytes through a shared tile (``staging_shapes``).
 STAGING_MODULES = ("kernels.move", "kernels.records", "kernels.digest")
 
