@@ -132,11 +132,11 @@ KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/
     tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
     tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
     tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_translate.py
-    tests/test_monitor_budget.py"
+    tests/test_monitor_budget.py tests/test_kernels_moves.py"
 RACE_TESTS="tests/test_kernels_verify.py tests/test_kernels_verify_plans.py tests/test_kernels_write.py
     tests/test_kernels_write_scenarios.py tests/test_kernels_plan.py tests/test_kernels_plan_scale.py
     tests/test_kernels_shapes.py tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py
-    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py"
+    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_moves.py"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do
