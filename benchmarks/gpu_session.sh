@@ -25,7 +25,7 @@
 #   quick      the benchmark at small sizes: a smoke test of every section
 #   sanitizer  compute-sanitizer memcheck of benchmarks/sanitizer_check.py (expect 0 errors)
 #   memcheck   every kernel test, small and at scale, under memcheck (MEMCHECK_FILES=subset)
-#   racecheck  the small kernel tests under racecheck (shared-memory hazards)
+#   racecheck  the small kernel tests under racecheck (shared-memory hazards; RACE_TESTS=subset)
 #   fuzz       the bad-input harness on CuPy arrays under memcheck (benchmarks/fuzz_cuda.py; copy
 #              ../shared/tools/fuzz_bad_inputs.py to ./.fuzz/ first)
 #   replays    the launch-replay, prepared-step and interop GPU tests with every replay verified against
@@ -127,16 +127,16 @@ ab_rounds() {
 }
 export -f ab_rounds
 
-KERNEL_TESTS="tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_verify.py
+KERNEL_TESTS=${KERNEL_TESTS:-"tests/test_kernels_plan.py tests/test_kernels_plan_scale.py tests/test_kernels_verify.py
     tests/test_kernels_verify_plans.py tests/test_kernels_write.py tests/test_kernels_write_scenarios.py
     tests/test_kernels_fingerprint.py tests/test_kernels_scatter.py tests/test_kernels_shapes.py
     tests/test_kernels_write_share.py tests/test_kernels_chain.py tests/test_kernels_write_tiled.py
     tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_translate.py
-    tests/test_monitor_budget.py tests/test_kernels_moves.py"
-RACE_TESTS="tests/test_kernels_verify.py tests/test_kernels_verify_plans.py tests/test_kernels_write.py
+    tests/test_monitor_budget.py tests/test_kernels_moves.py"}
+RACE_TESTS=${RACE_TESTS:-"tests/test_kernels_verify.py tests/test_kernels_verify_plans.py tests/test_kernels_write.py
     tests/test_kernels_write_scenarios.py tests/test_kernels_plan.py tests/test_kernels_plan_scale.py
     tests/test_kernels_shapes.py tests/test_kernels_write_share.py tests/test_kernels_write_tiled.py
-    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_moves.py"
+    tests/test_kernels_endpoints.py tests/test_kernels_tiled_endpoints.py tests/test_kernels_moves.py"}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/nvidia-smi.txt" 2>&1
 for step in "${STEPS[@]}"; do

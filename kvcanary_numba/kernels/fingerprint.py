@@ -184,6 +184,9 @@ def _warp_fold_source(tile, bases, lane, words, slot, slot_ok, row_stride, page_
     if read_words <= _TWO:  # PARTIAL: one vector per slot, nothing to share
         return fold_source(words, slot, row_stride, page_size, words_per_token, read_words) if slot_ok else uint64(0)
     base = slot_base(slot, row_stride, page_size, words_per_token) if slot_ok else MINUS_ONE
+    # A vote does not order shared memory: the previous call's reads of bases[0] must be done
+    # before any lane overwrites it (compute-sanitizer racecheck found the hazard).
+    warp_sync()
     bases[lane] = base
     warp_sync()
     step = row_stride if page_size == ONE else words_per_token
