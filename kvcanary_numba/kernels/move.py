@@ -144,6 +144,8 @@ def _put(buf, records, i, slot, ok, record, num_slots, real, ring, write_index, 
 
 
 def _make_gather(nsrc: int):
+    tile_shape, bases_shape = staging_shapes(nsrc)
+
     def gather(buf, slots, out, ring, write_index, slot_counter, kernel_counter, kind, count, w0, w1, w2, w3, params):
         tid = cuda.grid(1)
         n = int64(slots.shape[0])
@@ -166,8 +168,8 @@ def _make_gather(nsrc: int):
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        tile = cuda.shared.array(tile_shape, uint64)[warp]
+        bases = cuda.shared.array(bases_shape, int64)[warp]
         warps = int64(cuda.gridsize(1)) // _WARP
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
@@ -183,6 +185,8 @@ def _make_gather(nsrc: int):
 
 
 def _make_scatter(nsrc: int):
+    tile_shape, bases_shape = staging_shapes(nsrc)
+
     def scatter(
         buf,
         records,
@@ -220,8 +224,8 @@ def _make_scatter(nsrc: int):
             return
         warp = cuda.threadIdx.x // WARP_SIZE
         lane = int64(cuda.threadIdx.x % WARP_SIZE)
-        tile = cuda.shared.array((_WARPS, WARP_SIZE, TILE_PITCH), uint64)[warp]
-        bases = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
+        tile = cuda.shared.array(tile_shape, uint64)[warp]
+        bases = cuda.shared.array(bases_shape, int64)[warp]
         warps = int64(cuda.gridsize(1)) // _WARP
         for t in range(int64(tid // WARP_SIZE), (n + _WARP - ONE) // _WARP, warps):
             i = t * _WARP + lane
