@@ -217,6 +217,31 @@ def test_digest(rng, mode, nsrc, page_size, nbytes, lengths):
     assert out["out_digests"].tolist() == [oracle_digest(ctx, slots[a:b]) for a, b in zip(ends, ends[1:])]
 
 
+@pytest.mark.parametrize("with_gather", [False, True])
+@pytest.mark.parametrize("lengths", [[300], [150, 150], [40, 0, 200, 1, 59], [100, 0, 0, 2, 198]])
+def test_digest_blocks_of_two_warps_merge_their_sums(rng, lengths, with_gather):
+    """At the end of the pass a block's warps merge their sums per run (one atomic per run): runs
+    that span warps, blocks and the grid stride, empty runs, a run inside one tile."""
+    from kvcanary_numba.launch import _launch
+
+    ctx = pool(rng, NONE)
+    write_request(ctx, list(range(1, 40)), list(range(39)))
+    slots = rng.choice(np.r_[np.arange(40), [0, 55]], sum(lengths))
+    offsets = i64(np.r_[0, np.cumsum(lengths)])
+    extra = {"out_records": np.zeros((len(slots), 32), np.uint8)} if with_gather else {}
+    with _launch.simulated_shapes(block=64):
+        out = pair(
+            "digest",
+            ctx,
+            slot_indices=i64(slots),
+            run_offsets=offsets,
+            out_digests=np.full(len(lengths), 9, np.int64),
+            **extra,
+        )
+    ends = offsets.tolist()
+    assert out["out_digests"].tolist() == [oracle_digest(ctx, slots[a:b]) for a, b in zip(ends, ends[1:])]
+
+
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
 @pytest.mark.parametrize("lengths", [[70], [3, 0, 40, 1, 29]])
 def test_digest_with_a_gather(rng, mode, nsrc, page_size, nbytes, lengths):
