@@ -219,9 +219,9 @@ def test_digest(rng, mode, nsrc, page_size, nbytes, lengths):
 
 @pytest.mark.parametrize("with_gather", [False, True])
 @pytest.mark.parametrize("lengths", [[300], [150, 150], [40, 0, 200, 1, 59], [100, 0, 0, 2, 198]])
-def test_digest_blocks_of_two_warps_merge_their_sums(rng, lengths, with_gather):
-    """At the end of the pass a block's warps merge their sums per run (one atomic per run): runs
-    that span warps, blocks and the grid stride, empty runs, a run inside one tile."""
+def test_digest_blocks_of_two_warps(rng, lengths, with_gather):
+    """Blocks of two warps, each warp with its own chunk and flushes: runs that span warps, blocks
+    and the grid stride, empty runs, a run inside one tile."""
     from kvcanary_numba.launch import _launch
 
     ctx = pool(rng, NONE)

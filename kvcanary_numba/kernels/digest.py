@@ -9,11 +9,10 @@ pack and its fingerprint field checked against the live one already folded, so a
 reads its records and KV once.
 
 Each warp takes one contiguous chunk of 32-entry tiles. A tile whose 32 entries sit in one run
-adds each lane's hash to a lane-private sum. When the run changes, the warp adds its lanes' sums
-in shared memory and lane 0 adds the total to the run's digest with one atomic; at the end the
-block's warps put their last sums side by side and the last to arrive adds one atomic per run.
-A tile that straddles runs (at most one per run boundary) adds lane by lane. So a run of a
-million entries costs one atomic per block, not one per entry. Each lane keeps the span of
+adds each lane's hash to a lane-private sum; when the run changes, and at the end, the warp
+adds its lanes' sums in shared memory and lane 0 adds the total to the run's digest with one
+atomic. A tile that straddles runs (at most one per run boundary) adds lane by lane. So a run
+of a million entries costs one atomic per warp, not one per entry. Each lane keeps the span of
 its last run and searches the run table (forward from that run, ``records.run_span``) only when
 its next entry, 32 further, leaves it.
 """
@@ -21,7 +20,7 @@ its next entry, 32 further, leaves it.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, int32, int64, uint64
+from numba import cuda, int64, uint64
 
 from ..constants import HANDOFF_DIGEST_ANCHOR, MAX_REAL_KV_SOURCES, WARP_SIZE
 from .fingerprint import SOURCE_SIGNATURE, warp_sync
@@ -61,37 +60,6 @@ def _flush(sums, lane, acc, run, out):
     warp_sync()
 
 
-@cuda.jit(device=True)
-def _flush_block(sums, lane, acc, run, out, block_runs, block_sums, arrived):
-    """The last flush: each warp leaves its run and sum in shared memory, and the block's last warp
-    to arrive adds one atomic per run among them. A block's warps take adjacent chunks, so a long
-    run gets one atomic per block, not one per warp: same-address atomics serialise, and a resident
-    grid's warps all reach this flush at nearly the same time. No block barrier: the warps reach it
-    after different numbers of warp barriers (a barrier of the block under the simulator)."""
-    sums[lane] = acc
-    warp_sync()
-    if lane == ZERO:
-        warp = cuda.threadIdx.x // WARP_SIZE
-        warps = cuda.blockDim.x // WARP_SIZE
-        total = uint64(0)
-        for k in range(WARP_SIZE):
-            total += sums[k]
-        block_runs[warp] = run
-        block_sums[warp] = total
-        cuda.threadfence_block()  # the entries before the count that announces them
-        if cuda.atomic.add(arrived, 0, 1) == warps - 1:
-            cuda.threadfence_block()
-            merged, total = block_runs[0], uint64(0)
-            for w in range(warps):
-                if block_runs[w] != merged:
-                    if merged >= ZERO:
-                        cuda.atomic.add(out, merged, int64(total))
-                    merged, total = block_runs[w], uint64(0)
-                total += block_sums[w]
-            if merged >= ZERO:
-                cuda.atomic.add(out, merged, int64(total))
-
-
 @cuda.jit
 def digest_clear(out, offsets, n, ring, write_index, kind):
     """Zero every digest; record the bit-256 row of each run whose range is not a valid run's."""
@@ -124,12 +92,6 @@ def _make_digest(nsrc: int, take: bool):
         bases = cuda.shared.array(bases_shape, int64)[warp]
         sums = cuda.shared.array((_WARPS, WARP_SIZE), uint64)[warp]
         lane_runs = cuda.shared.array((_WARPS, WARP_SIZE), int64)[warp]
-        block_runs = cuda.shared.array(_WARPS, int64)
-        block_sums = cuda.shared.array(_WARPS, uint64)
-        arrived = cuda.shared.array(1, int32)
-        if cuda.threadIdx.x == 0:
-            arrived[0] = 0
-        cuda.syncthreads()  # every thread's first barrier: aligned under the simulator too
         first, last = warp_chunk(n)
         acc = uint64(0)
         current = MINUS_ONE  # the run the lane sums belong to (the same on every lane)
@@ -163,7 +125,7 @@ def _make_digest(nsrc: int, take: bool):
                 acc += h
             elif r >= ZERO:
                 cuda.atomic.add(out, r, int64(h))
-        _flush_block(sums, lane, acc, current, out, block_runs, block_sums, arrived)
+        _flush(sums, lane, acc, current, out)
 
     digest.__name__ = digest.__qualname__ = f"{'gather_digest' if take else 'digest'}_src{nsrc}"
     return cuda.jit(digest)
