@@ -209,9 +209,19 @@ def test_digest(rng, mode, nsrc, page_size, nbytes, lengths):
     ctx = pool(rng, mode, nsrc, page_size, nbytes)
     slots = rng.choice(np.r_[np.arange(40), [0, 55]], sum(lengths))
     write_request(ctx, list(range(1, 40)), list(range(39)))
+    _assert_digests_match_the_oracle(ctx, slots, lengths)
+
+
+def _assert_digests_match_the_oracle(ctx, slots, lengths, **extra):
+    """Both backends' digests of runs of ``lengths`` over ``slots`` equal the oracle's, run by run."""
     offsets = i64(np.r_[0, np.cumsum(lengths)])
     out = pair(
-        "digest", ctx, slot_indices=i64(slots), run_offsets=offsets, out_digests=np.full(len(lengths), 9, np.int64)
+        "digest",
+        ctx,
+        slot_indices=i64(slots),
+        run_offsets=offsets,
+        out_digests=np.full(len(lengths), 9, np.int64),
+        **extra,
     )
     ends = offsets.tolist()
     assert out["out_digests"].tolist() == [oracle_digest(ctx, slots[a:b]) for a, b in zip(ends, ends[1:])]
@@ -227,19 +237,9 @@ def test_digest_blocks_of_two_warps(rng, lengths, with_gather):
     ctx = pool(rng, NONE)
     write_request(ctx, list(range(1, 40)), list(range(39)))
     slots = rng.choice(np.r_[np.arange(40), [0, 55]], sum(lengths))
-    offsets = i64(np.r_[0, np.cumsum(lengths)])
     extra = {"out_records": np.zeros((len(slots), 32), np.uint8)} if with_gather else {}
     with _launch.simulated_shapes(block=64):
-        out = pair(
-            "digest",
-            ctx,
-            slot_indices=i64(slots),
-            run_offsets=offsets,
-            out_digests=np.full(len(lengths), 9, np.int64),
-            **extra,
-        )
-    ends = offsets.tolist()
-    assert out["out_digests"].tolist() == [oracle_digest(ctx, slots[a:b]) for a, b in zip(ends, ends[1:])]
+        _assert_digests_match_the_oracle(ctx, slots, lengths, **extra)
 
 
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
