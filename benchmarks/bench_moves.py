@@ -207,6 +207,7 @@ def gpu_rows(mode_name: str) -> list[dict]:
             for r in rows[group:]:
                 r["fraction_of_touch"] = round(r["gbps"] / touch["gbps"], 3)
             _require_clean(int(ctx.violation_write_index.get()[0]))
+            _require_same_pack(cases["gather"][0], cases["gather with digest"][0], pack, scratch)
     return rows
 
 
@@ -220,6 +221,17 @@ def _records_check(ctx, slots, offsets, starts, prevs):
 def _require_clean(rows: int) -> None:
     if rows:  # a timing of a check that finds faults would time the ring, not the check
         raise RuntimeError(f"the benchmark's pool must check clean, {rows} violation rows were recorded")
+
+
+def _require_same_pack(gather, gather_with_digest, pack, scratch) -> None:
+    """The fused pass packs what the plain gather packs: a kernel that skipped its work would time
+    faster and still record no rows."""
+    gather(0)
+    scratch[...] = pack
+    pack.fill(0)
+    gather_with_digest(0)
+    if not bool((pack == scratch).all()):
+        raise RuntimeError("gather with digest packed other records than the gather")
 
 
 def _copy_of(cupy, nbytes: int) -> dict:

@@ -108,3 +108,18 @@ def test_the_records_touch_baseline_is_a_plain_gather_of_the_records():
     launch_gather_touch(canary_buf=ctx.canary_buf, slot_indices=slots, out_records=out)
     np.testing.assert_array_equal(out, ctx.canary_buf[slots])
     assert np.any(out)
+
+
+def test_a_fused_pass_that_packs_other_records_than_the_gather_stops_the_benchmark():
+    pack, scratch = np.zeros((8, 32), np.uint8), np.zeros((8, 32), np.uint8)
+
+    def gather(i):
+        pack[...] = np.arange(32, dtype=np.uint8)
+
+    def skips_the_last_entry(i):
+        gather(i)
+        pack[-1] = 0
+
+    bench_moves._require_same_pack(gather, gather, pack, scratch)
+    with pytest.raises(RuntimeError, match="other records"):
+        bench_moves._require_same_pack(gather, skips_the_last_entry, pack, scratch)

@@ -242,6 +242,19 @@ def test_digest_blocks_of_two_warps(rng, lengths, with_gather):
         _assert_digests_match_the_oracle(ctx, slots, lengths, **extra)
 
 
+@pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES[:2])
+@pytest.mark.parametrize("with_gather", [False, True])
+def test_digest_of_tiles_numbered_past_a_warp(rng, mode, nsrc, page_size, nbytes, with_gather):
+    """1,100 entries: the simulator's two warps take 17 and 18 tiles, so tile numbers pass 32 and
+    a lane's loads of the next tile's slot (the builds with sources) run past a lane number."""
+    ctx = pool(rng, mode, nsrc, page_size, nbytes)
+    write_request(ctx, list(range(1, 40)), list(range(39)))
+    lengths = [600, 1, 0, 499]
+    slots = rng.choice(np.r_[np.arange(40), [0, 55]], sum(lengths))
+    extra = {"out_records": np.zeros((len(slots), 32), np.uint8)} if with_gather else {}
+    _assert_digests_match_the_oracle(ctx, slots, lengths, **extra)
+
+
 @pytest.mark.parametrize(("mode", "nsrc", "page_size", "nbytes"), GEOMETRIES)
 @pytest.mark.parametrize("lengths", [[70], [3, 0, 40, 1, 29]])
 def test_digest_with_a_gather(rng, mode, nsrc, page_size, nbytes, lengths):
