@@ -212,7 +212,10 @@ def markdown(meta: dict, records: list[dict], targets: list[dict]) -> str:
         ]
         for r in rows:
             cells = [r.get("variant", ""), _size(r), r.get("median_us"), r.get("p90_us"), *(r.get(k) for k in extra)]
-            lines.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+            cells = [_fmt(c) for c in cells]
+            if r.get("host_bound"):  # even the longest spin ran out: the events may have timed the host
+                cells[2] += " (host-bound)"
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -94,3 +94,15 @@ def test_a_host_no_spin_outlasts_is_reported(stream):
     assert stream.spins == [first * 4**k for k in range(timing.RESPINS + 1)]
     assert result["host_bound"] is True and result["spin_us"] == stream.spins[-1]
     assert result["median_us"] > 7.0  # what such a batch times: kept, and flagged
+
+
+def test_the_markdown_marks_a_host_bound_median():
+    from benchmarks.report import markdown
+
+    records = [
+        {"op": "verify", "variant": "NONE", "entries": 64, "median_us": 46.4, "p90_us": 1857.0, "host_bound": True},
+        {"op": "verify", "variant": "ALL", "entries": 64, "median_us": 13.6, "p90_us": 14.4, "host_bound": False},
+    ]
+    table = markdown({"name": "t"}, records, [])
+    assert "| NONE | 64 | 46.4 (host-bound) | 1857 |" in table
+    assert "| ALL | 64 | 13.6 | 14.4 |" in table
