@@ -42,6 +42,23 @@ def test_batch_larger_than_the_capacities_is_rejected():
         d.monitor.pre_forward({"input_ids": None})
 
 
+def test_a_batch_grown_in_place_past_the_capacities_is_rejected():
+    # Sizes are checked with the arrays: a batch object the monitor accepted, whose token arrays then grow
+    # in place (same objects, other memory and shape), is checked again in full before any launch.
+    d = Driver(write_token_capacity=3)
+    m = d.monitor
+    batch = d.batch(PREFILL)
+    m.pre_forward(batch)
+    m.post_forward()
+    m.end_step()
+    for name in ("input_ids", "positions", "out_cache_loc"):
+        getattr(batch, name).resize(4, refcheck=False)
+    checked = m.batch_checks.checked
+    with raises_code("KVC-M003"):
+        m.pre_forward(batch)
+    assert m.batch_checks.checked is checked and m.step == 1  # the rejected call changed nothing
+
+
 @pytest.mark.parametrize(
     ("field", "source_field"),
     [("positions", "input_ids"), ("out_cache_loc", "input_ids"), ("prefix_lens", "req_pool_indices")],

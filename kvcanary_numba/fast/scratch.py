@@ -35,7 +35,16 @@ from ..launch._launch import ON_SIMULATOR
 from . import driver as _driver, replay
 from .driver import libcuda_function
 
-__all__ = ["CAPTURE_FUNCTION", "STREAM_SCRATCH", "StreamScratch", "owned_by", "owner", "stream_capturing", "swap_owner"]
+__all__ = [
+    "CAPTURE_FUNCTION",
+    "OWNER",
+    "STREAM_SCRATCH",
+    "StreamScratch",
+    "owned_by",
+    "owner",
+    "stream_capturing",
+    "swap_owner",
+]
 
 #: The ``function`` of KVC-C015 raised here; a public call's dispatch names itself instead.
 CAPTURE_FUNCTION = "launch scratch"
@@ -66,7 +75,7 @@ class StreamScratch:
         driver = _driver.driver
         if not driver.raw:
             return (-1, 0)
-        token = getattr(_owner, "token", None)
+        token = OWNER.token
         return driver.current_device(), int(stream) if token is None else ("owner", token)
 
     def arrays(self, stream: int) -> dict[tuple, object]:
@@ -104,14 +113,20 @@ class StreamScratch:
 #: The scratch of every fast public call and monitor step of this process.
 STREAM_SCRATCH = StreamScratch()
 
-_owner = threading.local()
+
+class _Owner(threading.local):
+    token = None  # every thread starts with scratch per stream
+
+
+#: This thread's scratch owner, ``OWNER.token`` (any hashable; None: per stream). The monitor's hook
+#: wrapper swaps it in line (no call: it runs at every hook); everything else uses :func:`owned_by`.
+OWNER = _Owner()
 
 
 def swap_owner(token):
     """Make ``token`` (any hashable, or None: per stream) this thread's scratch owner; returns the
     previous one (what a caller restores: owners nest)."""
-    previous = getattr(_owner, "token", None)
-    _owner.token = token
+    previous, OWNER.token = OWNER.token, token
     return previous
 
 
@@ -128,7 +143,7 @@ def owned_by(token):
 
 def owner():
     """The scratch owner of this thread now (None: scratch is per stream)."""
-    return getattr(_owner, "token", None)
+    return OWNER.token
 
 
 # Which scratch a glue call takes is state the glue reads besides its arguments: a launch

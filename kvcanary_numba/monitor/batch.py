@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import _overlap
-from .._runtime import INT32_MAX, coded_allocation
-from .._validate import check_array, check_int, inspect_array, resolve_backend
+from .._validate import check_array, inspect_array, resolve_backend
 from ..errors import error
 from ..fast.bound import holds_test
 from ..plan_offsets import check_lut_head
@@ -25,7 +24,7 @@ from .groups import check_type
 
 _PRE_FORWARD = "CanaryMonitor.pre_forward"
 
-__all__ = ["INDEX_FIELDS", "BatchChecks", "StepBatch", "Widened", "allocate_token_pool", "slot_zero_written"]
+__all__ = ["INDEX_FIELDS", "BatchChecks", "StepBatch", "Widened", "host_indices", "slot_zero_written"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -178,8 +177,8 @@ class BatchChecks:
     The array checks are skipped for the batch last checked while its fields are the objects
     checked, each with the layout it had then (shape, strides, dtype, pointer: an array reshaped
     or given other memory in place is checked again), so a batch refilled in place costs a few
-    identity and layout tests per hook (the fast wing's generated ``holds_test``); the capacity
-    checks always run. A call returns the batch to launch on: the one given, or (int32 fields)
+    identity and layout tests per hook (the fast wing's generated ``holds_test``), and the sizes
+    then still fit the capacities. A call returns the batch to launch on: the one given, or (int32 fields)
     its widened twin.
 
     Attributes
@@ -196,7 +195,7 @@ class BatchChecks:
         self.placement, self.checked, self._holds = placement, None, None
         self.capacities = (caps["write_req_capacity"], caps["write_token_capacity"], check_tokens)
         self.widened = Widened(placement, caps)
-        self._slot_zero_seen = False
+        self._slot_zero_seen = self._host_indices = False
         groups = [] if buffers is None else [g.group for g in buffers.groups]
         # The SWA groups' LUTs: a value the plan checks (KVC-P008) is checked here too, before the
         # FULL group's plan and HEAD launches, since the engine may change it in place.
@@ -210,25 +209,34 @@ class BatchChecks:
             _overlap.check(function, self.own + infos)
 
     def __call__(self, function: str, batch: StepBatch) -> StepBatch:
-        """Check ``batch`` (all of it when new, its sizes always) and return the batch to launch on."""
+        """Check ``batch`` (all of it when new, what can change inside its arrays always) and return the
+        batch to launch on."""
         seen = self.checked
         fresh = seen is None or seen[0] is not batch or not self._holds(batch)
         if fresh:
-            check_type(function, "batch", batch, StepBatch)
-            fields = batch.fields()
-            infos = batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
-            self._shares_none(function, infos)
-        batch.check_fits(function, *self.capacities)
+            fields, infos = self._check_new(function, batch)
+        # Otherwise the fields' objects and shapes are as checked, so their sizes still fit. What the
+        # engine may rewrite in place is checked at every hook: the LUTs' heads, and in host arrays
+        # a real request's new token in slot 0, looked for once per step.
         for lut in self.luts:
             check_lut_head(function, lut)
-        if fresh:
+        if fresh:  # remembered only once every check passed: a rejected call changes nothing
             self.checked, self._holds = (batch, fields), holds_test(_FIELDS, fields)
             self.widened.use(batch, [name[6:] for name, info in infos if info.dtype == np.int32])
-        # Slot 0 is looked for once per step (a pre_forward's batch is the one its step writes).
-        if not self._slot_zero_seen and function == _PRE_FORWARD and slot_zero_written(batch):
+            self._host_indices = host_indices(batch)  # device arrays are not read: that would sync
+        if self._host_indices and not self._slot_zero_seen and function == _PRE_FORWARD and slot_zero_written(batch):
             self._slot_zero_seen = True  # said once per monitor (and once per process: warn_slot_zero)
             warn_slot_zero(function)
-        return self.widened.refill(batch)
+        return batch if self.widened.twin is None else self.widened.refill(batch)
+
+    def _check_new(self, function: str, batch: StepBatch) -> tuple:
+        """Every check of a batch, or of fields, not checked before; (field objects, their infos)."""
+        check_type(function, "batch", batch, StepBatch)
+        fields = batch.fields()
+        infos = batch.check_arrays(function, kind=self.placement.kind, device=self.placement.device)
+        self._shares_none(function, infos)
+        batch.check_fits(function, *self.capacities)
+        return fields, infos
 
 
 class Widened:
@@ -310,13 +318,23 @@ def own_arrays(buffers) -> list:
     return out
 
 
+def host_indices(batch: StepBatch) -> bool:
+    """Whether the fields :func:`slot_zero_written` reads are host (NumPy) arrays."""
+    array = np.ndarray
+    return (
+        isinstance(batch.out_cache_loc, array)
+        and isinstance(batch.req_pool_indices, array)
+        and isinstance(batch.extend_seq_lens, array)
+    )
+
+
 def slot_zero_written(batch: StepBatch) -> bool:
     """Whether a real request's new token targets slot 0, read from host arrays only (False for
     device arrays: reading them would sync). The plan gives padding rows (``req_pool_indices``
     0) no entries, so the step's real entries are the first ``sum(extend_seq_lens)`` of them."""
-    loc, rows, lens = batch.out_cache_loc, batch.req_pool_indices, batch.extend_seq_lens
-    if not (isinstance(loc, np.ndarray) and isinstance(rows, np.ndarray) and isinstance(lens, np.ndarray)):
+    if not host_indices(batch):
         return False
+    loc, rows, lens = batch.out_cache_loc, batch.req_pool_indices, batch.extend_seq_lens
     if np.count_nonzero(loc) == loc.size:  # no slot 0 at all (nearly every step): a fifth of `(loc == 0).any()`
         return False
     zero = loc == 0
@@ -374,22 +392,3 @@ def _check_fields(function: str, batch: StepBatch) -> list:
             )
         infos.append(("batch.token_offsets", offsets))
     return infos
-
-
-def allocate_token_pool(function: str, xp, *, max_requests, max_context_len, write_req_capacity: int):
-    """The expected-token pool int32 [max_requests, max_context_len] and valid lengths int64 [capacity].
-
-    Raises
-    ------
-    KvCanaryError
-        KVC-M008 when a size is missing, KVC-C011 when it is not an int in ``[1, 2**31 - 1]``,
-        KVC-C015 when the pool does not fit in memory.
-    """
-    for name, value in (("max_requests", max_requests), ("max_context_len", max_context_len)):
-        if value is None:
-            raise error("KVC-M008", function=function, argument=name)
-    rows = check_int(function, "max_requests", max_requests, low=1, high=INT32_MAX)
-    cols = check_int(function, "max_context_len", max_context_len, low=1, high=INT32_MAX)
-    nbytes = rows * cols * 4 + write_req_capacity * 8
-    with coded_allocation(function, "max_context_len", cols, what="expected-token pool", nbytes=nbytes):
-        return xp.zeros((rows, cols), dtype=np.int32), xp.zeros(write_req_capacity, dtype=np.int64)

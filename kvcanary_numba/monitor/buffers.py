@@ -13,7 +13,7 @@ import numpy as np
 from .._runtime import INT32_MAX, coded_allocation
 from .._validate import check_int
 from ..constants import VIOLATION_FIELDS, RealKvHashMode
-from .batch import allocate_token_pool
+from ..errors import error
 from .groups import GroupState, KvGroup
 from .status import StatusBlock
 
@@ -109,3 +109,22 @@ class MonitorBuffers:
             self.token_pool, self.valid_lens = allocate_token_pool(
                 function, xp, max_requests=rows, max_context_len=cols, write_req_capacity=caps["write_req_capacity"]
             )
+
+
+def allocate_token_pool(function: str, xp, *, max_requests, max_context_len, write_req_capacity: int):
+    """The expected-token pool int32 [max_requests, max_context_len] and valid lengths int64 [capacity].
+
+    Raises
+    ------
+    KvCanaryError
+        KVC-M008 when a size is missing, KVC-C011 when it is not an int in ``[1, 2**31 - 1]``,
+        KVC-C015 when the pool does not fit in memory.
+    """
+    for name, value in (("max_requests", max_requests), ("max_context_len", max_context_len)):
+        if value is None:
+            raise error("KVC-M008", function=function, argument=name)
+    rows = check_int(function, "max_requests", max_requests, low=1, high=INT32_MAX)
+    cols = check_int(function, "max_context_len", max_context_len, low=1, high=INT32_MAX)
+    nbytes = rows * cols * 4 + write_req_capacity * 8
+    with coded_allocation(function, "max_context_len", cols, what="expected-token pool", nbytes=nbytes):
+        return xp.zeros((rows, cols), dtype=np.int32), xp.zeros(write_req_capacity, dtype=np.int64)

@@ -5,9 +5,8 @@ and V, without real-KV sources) → the engine writes KV → ``post_forward()`` 
 real-KV sources) → ``end_step()`` (an optional sweep of given chains, SWEEP tags; then the status
 readback: new violation rows, overflow warnings, health check). Between steps, records move with their KV.
 
-Composition, no base classes: buffers, batch checks, sources, the step plan (:class:`~.steps.EagerSteps`), on a GPU
-the prepared steps and a captured graph, readback, pump, health, verdict, aftercare, budget, thread guard, device,
-record moves (:mod:`.moves`). Each phase runs on the fastest of graph, prepared steps and plan (:mod:`.paths`).
+Composition, no base classes: buffers, batch checks, sources, step plan, prepared steps and graph (GPU), readback,
+pump, health, verdict, aftercare, budget, guard, device, record moves; each phase takes the fastest path (.paths).
 """
 
 from __future__ import annotations
@@ -247,7 +246,8 @@ class CanaryMonitor:
         """
         fn = self._order("CanaryMonitor.post_forward", _PRE)
         self.batch_checks(fn, self._batch)
-        self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
+        if (change := self.sources.recheck(fn)) is not None:  # a source moved in place: checked, followed
+            self._follow(change)
         self._tail()
         self._phase = _POST
         self.health.post += 1
