@@ -178,8 +178,8 @@ class BatchChecks:
     checked, each with the layout it had then (shape, strides, dtype, pointer: an array reshaped
     or given other memory in place is checked again), so a batch refilled in place costs a few
     identity and layout tests per hook (the fast wing's generated ``holds_test``), and the sizes
-    then still fit the capacities. A call returns the batch to launch on: the one given, or (int32 fields)
-    its widened twin.
+    then still fit the capacities. A call returns the batch to launch on: the one given, or (int32
+    fields) its widened twin.
 
     Attributes
     ----------
