@@ -274,10 +274,9 @@ class Widened:
         self.source, self.twin, self.names = batch, twin, names
 
     def refill(self, batch: StepBatch) -> StepBatch:
-        """Copy ``batch``'s int32 fields (the batch :meth:`use` saw) into its twin; the batch to launch on."""
+        """Copy ``batch``'s int32 fields (the batch :meth:`use` saw) into its twin and return the twin
+        (called while there is one: :attr:`twin` is not None)."""
         twin = self.twin
-        if twin is None:
-            return batch
         if self.placement.kind == "numpy":
             for name in self.names:
                 np.copyto(getattr(twin, name), getattr(batch, name))
@@ -319,7 +318,7 @@ def own_arrays(buffers) -> list:
 
 
 def host_indices(batch: StepBatch) -> bool:
-    """Whether the fields :func:`slot_zero_written` reads are host (NumPy) arrays."""
+    """Whether the fields :func:`slot_zero_written` reads are host (NumPy) arrays (tested once per new batch)."""
     array = np.ndarray
     return (
         isinstance(batch.out_cache_loc, array)
@@ -329,11 +328,10 @@ def host_indices(batch: StepBatch) -> bool:
 
 
 def slot_zero_written(batch: StepBatch) -> bool:
-    """Whether a real request's new token targets slot 0, read from host arrays only (False for
-    device arrays: reading them would sync). The plan gives padding rows (``req_pool_indices``
-    0) no entries, so the step's real entries are the first ``sum(extend_seq_lens)`` of them."""
-    if not host_indices(batch):
-        return False
+    """Whether a real request's new token targets slot 0, for a batch of :func:`host_indices`
+    (its caller's test: reading device arrays would sync). The plan gives padding rows
+    (``req_pool_indices`` 0) no entries, so the step's real entries are the first
+    ``sum(extend_seq_lens)`` of them."""
     loc, rows, lens = batch.out_cache_loc, batch.req_pool_indices, batch.extend_seq_lens
     if np.count_nonzero(loc) == loc.size:  # no slot 0 at all (nearly every step): a fifth of `(loc == 0).any()`
         return False

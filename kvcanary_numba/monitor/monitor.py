@@ -246,8 +246,7 @@ class CanaryMonitor:
         """
         fn = self._order("CanaryMonitor.post_forward", _PRE)
         self.batch_checks(fn, self._batch)
-        if (change := self.sources.recheck(fn)) is not None:  # a source moved in place: checked, followed
-            self._follow(change)
+        self._follow(self.sources.recheck(fn))  # a source moved in place: validated again, followed or refused
         self._tail()
         self._phase = _POST
         self.health.post += 1
