@@ -15,7 +15,7 @@ from monitor_helpers import DECODE, PREFILL, Driver, source
 from kvcanary_numba.fast import driver as _driver, glue_memo, replay, scratch
 from kvcanary_numba.fast.memo import Entry
 from kvcanary_numba.launch import _device, _launch as _common
-from kvcanary_numba.monitor.device import HookDevice, on_own_device
+from kvcanary_numba.monitor.hooks import HookScope, on_device
 
 
 class Devices:
@@ -187,12 +187,12 @@ class FakeRuntime:
 
 
 class Hooked:
-    """What ``on_own_device`` wraps: an object with a ``hook_device``."""
+    """What ``on_device`` wraps: an object with a ``hook_scope``."""
 
     def __init__(self, device, runtime):
-        self.hook_device, self.runtime, self.seen = HookDevice(device, runtime), runtime, []
+        self.hook_scope, self.runtime, self.seen = HookScope(device, runtime), runtime, []
 
-    @on_own_device
+    @on_device
     def hook(self, fail: bool = False):
         self.seen.append((self.runtime.current, scratch.owner()))
         if fail:
@@ -204,9 +204,9 @@ def test_a_hook_runs_on_its_device_with_its_scratch_and_restores_both():
     runtime = FakeRuntime(current=0)
     on_one, also_one = Hooked(1, runtime), Hooked(1, runtime)
     assert on_one.hook() == "done"
-    assert on_one.seen == [(1, on_one.hook_device.token)] and runtime.current == 0
+    assert on_one.seen == [(1, on_one.hook_scope.token)] and runtime.current == 0
     assert runtime.calls == ["get", ("set", 1), ("set", 0)]
-    assert on_one.hook_device.token != also_one.hook_device.token  # each monitor owns its scratch
+    assert on_one.hook_scope.token != also_one.hook_scope.token  # each monitor owns its scratch
     with pytest.raises(RuntimeError):
         on_one.hook(fail=True)
     assert runtime.current == 0 and scratch.owner() is None  # restored when the hook raises
@@ -215,7 +215,7 @@ def test_a_hook_runs_on_its_device_with_its_scratch_and_restores_both():
     assert runtime.calls == ["get"]  # already current: nothing switched
     host = Hooked(None, runtime)  # a monitor on the host: no device switch, its scratch all the same
     host.hook()
-    assert host.seen == [(1, host.hook_device.token)] and runtime.calls == ["get"]
+    assert host.seen == [(1, host.hook_scope.token)] and runtime.calls == ["get"]
 
 
 def test_a_monitors_launches_take_its_own_scratch_lane():
@@ -233,7 +233,7 @@ def test_a_monitors_launches_take_its_own_scratch_lane():
     other = Driver()
     other.monitor.step_plan.head = lambda batch, pool, lens: owners.append(scratch.owner())
     other.monitor.pre_forward(other.batch(DECODE))
-    assert owners == [d.monitor.hook_device.token, other.monitor.hook_device.token]
+    assert owners == [d.monitor.hook_scope.token, other.monitor.hook_scope.token]
     assert owners[0] != owners[1] and scratch.owner() is None
 
 
@@ -243,7 +243,7 @@ def test_every_hook_of_a_monitor_runs_on_its_device_and_reading_does_not_switch(
     d = Driver(verdict=True, rank=0)
     m = d.monitor
     runtime = FakeRuntime(current=0)  # the engine's device is 0, the monitor's 1
-    m.hook_device = HookDevice(1, runtime)
+    m.hook_scope = HookScope(1, runtime)
     seen = {}
 
     def on(name, call):

@@ -1,4 +1,4 @@
-"""Code KVC-M026: a CanaryMonitor's hooks serve one host thread at a time (monitor/guard.py)."""
+"""Code KVC-M026: a CanaryMonitor's hooks serve one host thread at a time (monitor/hooks.py)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ real-KV sources) → ``end_step()`` (an optional sweep of given chains, SWEEP ta
 readback: new violation rows, overflow warnings, health check). Between steps, records move with their KV.
 
 Composition, no base classes: buffers, batch checks, sources, step plan, prepared steps and graph (GPU), readback,
-pump, health, verdict, aftercare, budget, guard, device, record moves; each phase takes the fastest path (.paths).
+pump, health, verdict, aftercare, budget, hook scope (thread, device, scratch), record moves; each phase takes
+the fastest path (.paths).
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from .batch import BatchChecks, StepBatch
 from .budget import BudgetState, VerifyBudget
 from .buffers import MonitorBuffers
 from .bundle import Aftercare, check_bundle_dir
-from .device import MONITOR_HOOKS, HookDevice, hooks_on_own_device
 from .groups import KvGroup, check_group_placement, check_groups, check_hash_mode
-from .guard import HookGuard, one_thread
+from .hooks import HookScope, guarded, on_device
 from .moves import MovedRecords, RecordMoves
 from .pump import CanaryViolationError
 from .report import Violation
@@ -49,7 +49,6 @@ _ORDER = "pre_forward -> (engine writes KV) -> post_forward -> end_step"
 _REBIND = "rebind_sources between end_step and pre_forward, or between pre_forward and post_forward"
 
 
-@hooks_on_own_device(*MONITOR_HOOKS)  # each runs with the monitor's device current
 class CanaryMonitor:
     """Canary buffers, plans, ring and counters for one KV pool, and the step hooks.
 
@@ -124,7 +123,7 @@ class CanaryMonitor:
     Notes
     -----
     One host thread at a time: a hook called while another thread is inside one (or inside
-    ``with monitor.forward(batch):``) raises KVC-M026 and changes nothing (:mod:`.guard`).
+    ``with monitor.forward(batch):``) raises KVC-M026 and changes nothing (:mod:`.hooks`).
     """
 
     def __init__(
@@ -153,7 +152,6 @@ class CanaryMonitor:
         rank: int | None = None,
         verdict: bool = False,
     ):
-        self.thread_guard = HookGuard()  # one host thread at a time inside the hooks (KVC-M026)
         groups = check_groups(_FN, full, swa)
         if mode not in MODES:
             raise error("KVC-M001", function=_FN, argument="mode", expected=MODES, got=mode)
@@ -164,7 +162,7 @@ class CanaryMonitor:
         warn_blind_spot(self.check_tokens)
         self.warmup_steps = check_int(_FN, "warmup_steps", warmup_steps, low=0)
         self._placement = here = check_group_placement(_FN, groups, xp)
-        self.hook_device = HookDevice(None if xp is np else here.device)  # current around each hook
+        self.hook_scope = HookScope(None if xp is np else here.device)  # thread guard, device, scratch (hooks.py)
         backend = resolve_backend(_FN, backend, [("the monitor's buffers", self._placement)])
         prepared = paths.use_prepared(_FN, prepared, backend, xp)
         buffers = MonitorBuffers(
@@ -208,7 +206,7 @@ class CanaryMonitor:
         return self.step_plan.backend
 
     @backend.setter
-    @one_thread
+    @guarded
     def backend(self, backend: str) -> None:
         fn = self._order("CanaryMonitor.backend", _IDLE)
         self.step_plan.use_backend(paths.switched_backend(fn, backend, self._placement, self.fast))
@@ -216,7 +214,7 @@ class CanaryMonitor:
     _backend = backend  # the spelling earlier test harnesses set
 
     # --- step hooks -------------------------------------------------------------
-    @one_thread
+    @guarded
     def pre_forward(self, batch: StepBatch) -> None:
         """Plan the step and run the HEAD launches; call before the engine writes KV.
 
@@ -232,7 +230,7 @@ class CanaryMonitor:
         self.pump.mark_planned(self.step)
         self.health.pre += 1  # one HEAD phase's launches
 
-    @one_thread
+    @guarded
     def post_forward(self) -> None:
         """Run the TAIL launches (verify the prefix against live KV, stamp the new slots).
 
@@ -254,7 +252,7 @@ class CanaryMonitor:
     @contextlib.contextmanager
     def forward(self, batch: StepBatch):
         """``with monitor.forward(batch): write_kv()``: pre_forward, the block, post_forward (one hook)."""
-        with self.thread_guard.holding("CanaryMonitor.forward"):
+        with self.hook_scope.holding("CanaryMonitor.forward"):
             self.pre_forward(batch)
             try:
                 yield self
@@ -263,7 +261,7 @@ class CanaryMonitor:
                 raise
             self.post_forward()
 
-    @one_thread
+    @guarded
     def end_step(self, sweep: Sequence[SlotChain] | None = None) -> None:
         """Finish the step: optional sweep, then process the (previous, on a GPU) step's readback.
 
@@ -293,7 +291,7 @@ class CanaryMonitor:
         if self.verdict is not None:
             self.verdict.observe(self.health)  # a failed health check: later words say stalled
 
-    @one_thread
+    @guarded
     def rebind_sources(self, *, k_sources, v_sources=(), group: str = "full") -> None:
         """Point ``group``'s real-KV sources at new memory (a JAX pool's buffer after an update).
 
@@ -316,7 +314,7 @@ class CanaryMonitor:
         self.graph, tail = paths.follow(change, self.fast, self.graph, pending, self.step_plan, self._launched)
         self._tail = self._tail if pending is None else tail
 
-    @one_thread
+    @guarded
     def capture_graph(self, batch: StepBatch) -> None:
         """Capture both launch phases of ``batch`` into CUDA graphs, replayed whenever the hooks get
         this batch object, refilled in place; :meth:`rebind_sources` elsewhere drops the graph.
@@ -331,24 +329,24 @@ class CanaryMonitor:
         self._order(fn, _IDLE)
         self.graph = capture_step(self.fast, self.batch_checks(fn, batch))
 
-    @one_thread
+    @guarded
     def finish_warmup(self) -> None:
         """Turn the write chain-position assert on (SGLang: ``mark_init_finished``)."""
         self.enable_chain_position_assert.fill(1)
 
-    @one_thread
+    @guarded
     def sweep(self, chains: Sequence[SlotChain]) -> None:
         """Verify whole chains (FULL slot indices) against the tail buffers (:func:`.sweep.sweep_chains`)."""
         sweep_chains(self._between_steps("sweep"), chains, self.groups, xp=self.xp, health=self.health)
         self.sweeps += 1
 
-    @one_thread
+    @guarded
     def flush(self) -> None:
         """Process every pending readback, then a merged verdict still copied (end of a run; waits)."""
         self.aftercare.process(self, self.readback.flush(), self.step)
         flush_verdict(self, "CanaryMonitor.flush")
 
-    @one_thread
+    @guarded
     def apply_verdict(self, merged):
         """Act on the ranks' merged verdict word: :func:`.verdict.apply_verdict` (returns, raises)."""
         return apply_verdict(self, "CanaryMonitor.apply_verdict", merged)
@@ -358,33 +356,34 @@ class CanaryMonitor:
         """Every violation decoded so far, in ring order (rows lost to a full ring are not included)."""
         return self.pump.violations
 
+    @on_device
     def stats(self) -> dict:
         """Counters as of now (reads the device: not for the hot path)."""
         return monitor_stats(self)
 
     # --- moved records: thin delegations to monitor/moves.py ------------------------
-    @one_thread
+    @guarded
     def take_records(self, slot_indices, run_offsets=None) -> MovedRecords:
         """Take the records of FULL ``slot_indices`` out, with their digest (:meth:`.moves.RecordMoves.take`)."""
         return self.moves.take(self._between_steps("take_records"), slot_indices, run_offsets)
 
-    @one_thread
+    @guarded
     def put_records(self, moved: MovedRecords, slot_indices) -> None:
         """Put taken records at FULL ``slot_indices``, after their KV (:meth:`.moves.RecordMoves.put`)."""
         self.moves.put(self._between_steps("put_records"), moved, slot_indices)
 
-    @one_thread
+    @guarded
     def move_records(self, src_slot_indices, dst_slot_indices, *, group: str = "full") -> None:
         """Move one group's records within its pool, after the KV (:meth:`.moves.RecordMoves.move`)."""
         self.moves.move(self._between_steps("move_records"), src_slot_indices, dst_slot_indices, group)
 
-    @one_thread
+    @guarded
     def verify_records(self, slot_indices, run_offsets, run_start_positions, run_prev_slots) -> None:
         """Check landed runs now; rows come back at end_step (:meth:`.moves.RecordMoves.verify`)."""
         runs = (slot_indices, run_offsets, run_start_positions, run_prev_slots)
         self.moves.verify(self._between_steps("verify_records"), *runs)
 
-    @one_thread
+    @guarded
     def handoff_digest(self, slot_indices, run_offsets) -> HandoffDigest:
         """One digest per request of the FULL TAIL records and live KV (:meth:`.moves.RecordMoves.digest`)."""
         return self.moves.digest(self._between_steps("handoff_digest"), slot_indices, run_offsets)
