@@ -218,6 +218,55 @@ def test_a_hook_runs_on_its_device_with_its_scratch_and_restores_both():
     assert host.seen == [(1, host.hook_scope.token)] and runtime.calls == ["get"]
 
 
+class FailingSwitch(FakeRuntime):
+    """The first switch fails (an invalid device), later ones succeed."""
+
+    def setDevice(self, device):  # noqa: N802 - CuPy's name
+        if not self.calls.count("failed"):
+            self.calls.append("failed")
+            raise RuntimeError("cudaErrorInvalidDevice")
+        super().setDevice(device)
+
+
+def test_a_hook_scope_refuses_a_second_thread_and_a_failed_switch_leaves_nothing_held():
+    import threading
+
+    from kvcanary_numba.errors import KvCanaryError
+
+    runtime = FakeRuntime(current=0)
+    scope = HookScope(1, runtime)
+    entered = scope.enter("CanaryMonitor.pre_forward")
+    assert runtime.current == 1 and scratch.owner() == scope.token
+    refused = []
+
+    def other_thread():
+        try:
+            scope.enter("CanaryMonitor.end_step")
+        except KvCanaryError as exc:
+            refused.append(exc.code)
+        reading = scope.enter(None)  # a reading call is not guarded: it enters beside the holder
+        refused.append(scratch.owner() == scope.token)
+        scope.leave(reading)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert refused == ["KVC-M026", True]
+    assert runtime.current == 1 and scratch.owner() == scope.token  # the holder's state is as it was
+    inner = scope.enter("CanaryMonitor.sweep")  # the holder re-enters (end_step runs sweep)
+    scope.leave(inner)
+    scope.leave(entered)
+    assert runtime.current == 0 and scratch.owner() is None and scope.owner() == "?"
+    failing = HookScope(1, FailingSwitch(current=0))
+    with pytest.raises(RuntimeError):
+        failing.enter("CanaryMonitor.pre_forward")
+    assert scratch.owner() is None  # nothing held after the failed switch: another thread is let in
+    worker = threading.Thread(target=lambda: refused.append(failing.enter("CanaryMonitor.flush")))
+    worker.start()
+    worker.join()
+    assert refused[-1] == ("CanaryMonitor.flush", None, 0)  # it switched from device 0 to 1
+
+
 def test_a_monitors_launches_take_its_own_scratch_lane():
     d = Driver()
     plan = d.monitor.step_plan
