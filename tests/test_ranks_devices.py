@@ -319,3 +319,17 @@ def test_every_hook_of_a_monitor_runs_on_its_device_and_reading_does_not_switch(
     assert raised == {"capture_graph (raised)": "KvCanaryError"}  # KVC-C008 on the CPU, after the switch
     runtime.calls = []
     assert m.violations == [] and m.step == 1 and runtime.calls == []  # reading switches nothing
+
+
+def test_the_forward_block_runs_the_engines_code_on_the_engines_device():
+    d = Driver()
+    m = d.monitor
+    runtime = FakeRuntime(current=0)  # the engine's device is 0, the monitor's 1
+    m.hook_scope = HookScope(1, runtime)
+    inside = []
+    with m.forward(d.batch(PREFILL)):
+        inside.append((runtime.current, scratch.owner()))  # where the engine writes its KV
+    m.end_step()
+    assert inside == [(0, None)]  # the block holds the thread guard alone
+    assert ("set", 1) in runtime.calls and runtime.current == 0  # the hooks inside did switch, and restored
+    assert m.step == 1 and m.violations == []

@@ -49,6 +49,7 @@ from ..fast import scratch as _scratch
 __all__ = ["HookScope", "guarded", "on_device"]
 
 _tokens = itertools.count()
+_KEPT = object()  # what leave() gets for the scratch owner of a guard-only enter: nothing to restore
 
 
 class HookScope:
@@ -79,9 +80,10 @@ class HookScope:
                 runtime = cupy.cuda.runtime
             self._get, self._set = runtime.getDevice, runtime.setDevice
 
-    def enter(self, function: str | None) -> tuple:
+    def enter(self, function: str | None, *, switch: bool = True) -> tuple:
         """Hold the guard for a call of ``function`` (None: a reading call, not guarded), make the
-        device current and the monitor the scratch owner; return what :meth:`leave` restores.
+        device current and the monitor the scratch owner (unless ``switch`` is False: the guard
+        alone); return what :meth:`leave` restores.
 
         Raises
         ------
@@ -94,6 +96,8 @@ class HookScope:
             if self._depth == 0:
                 self._owner = get_ident()  # an int, not the thread's name: the hooks' hot path
             self._depth += 1
+        if not switch:
+            return function, _KEPT, None
         owner_now = _scratch.OWNER  # swapped in line, as _scratch.swap_owner does: a call less per hook
         owner, owner_now.token = owner_now.token, self.token
         if self._get is None:
@@ -115,7 +119,8 @@ class HookScope:
             if previous is not None:
                 self._set(previous)
         finally:
-            _scratch.OWNER.token = owner
+            if owner is not _KEPT:
+                _scratch.OWNER.token = owner
             if function is not None:
                 self._depth -= 1
                 if self._depth == 0:
@@ -129,8 +134,9 @@ class HookScope:
 
     @contextlib.contextmanager
     def holding(self, function: str) -> Iterator[None]:
-        """``with scope.holding(function):`` = :meth:`enter`, the block, :meth:`leave`."""
-        entered = self.enter(function)
+        """``with scope.holding(function):`` holds the guard alone around the block: the engine's
+        code inside (``with monitor.forward(batch):``) keeps its own device and scratch."""
+        entered = self.enter(function, switch=False)
         try:
             yield
         finally:
