@@ -261,7 +261,13 @@ def test_a_hook_scope_refuses_a_second_thread_and_a_failed_switch_leaves_nothing
     with pytest.raises(RuntimeError):
         failing.enter("CanaryMonitor.pre_forward")
     assert scratch.owner() is None  # nothing held after the failed switch: another thread is let in
-    worker = threading.Thread(target=lambda: refused.append(failing.enter("CanaryMonitor.flush")))
+
+    def flush_from_another_thread():
+        entered = failing.enter("CanaryMonitor.flush")
+        refused.append(entered)
+        failing.leave(entered)
+
+    worker = threading.Thread(target=flush_from_another_thread)
     worker.start()
     worker.join()
     assert refused[-1] == ("CanaryMonitor.flush", None, 0)  # it switched from device 0 to 1
